@@ -1,0 +1,129 @@
+/*
+** cmd_bench.c: `osdp bench`: times training steps on synthetic tokens and prints ms/step,
+** tokens/s, achieved GFLOP/s and, beside it, the sgemm rate OpenBLAS reaches on this machine
+** at the model's largest matrix shape, with per-operator times.
+**
+** FLOPs are counted as 3x the forward matrix-product FLOPs: 2*K*OC per token for every linear
+** and the LM head, and 4*T*C per token per layer for attention's two T x T products (the full
+** square, which is what the kernels compute). Elementwise work is not counted.
+*/
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/setup.h"
+#include "comm/comm.h"
+#include "core/util.h"
+#include "kernels/cpu_kernels.h"
+#include "runtime/engine.h"
+
+static const char* bench_help =
+    "usage: [mpirun -np N] osdp bench [--model M] [--batch B] [--seq T] [--steps N] [--threads N]\n"
+    "                         [--plan ddp|zero2|zero3|FILE] [--mem-limit SIZE] [--json]\n"
+    "  times N training steps (after one warm-up step) on random tokens.\n";
+
+/* GFLOP/s of cblas_sgemm for an M x K times K x N product (best of a few runs). */
+static double sgemm_gflops(int M, int N, int K) {
+  float* a = calloc((size_t)M * K, sizeof(float));
+  float* b = calloc((size_t)K * N, sizeof(float));
+  float* c = calloc((size_t)M * N, sizeof(float));
+  double best = 1e30;
+  for (int i = 0; a && b && c && i < 4; i++) {
+    double t0 = now_seconds();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a, K, b, N, 0.0f, c, N);
+    double t = now_seconds() - t0;
+    if (i > 0 && t < best) best = t;
+  }
+  free(a); free(b); free(c);
+  return 2.0 * M * N * K / best / 1e9;
+}
+
+/* Fills this rank's tokens and targets with random tokens (next-token targets). */
+static void random_batch(Engine* e, const GptDesc* d, long step) {
+  Rng r;
+  rng_seed(&r, 0x5eed + (uint64_t)step * 7919 + (uint64_t)comm_rank());
+  int BT = e->acts.B * e->acts.T;
+  int* tok = engine_tokens(e);
+  int* tg = engine_targets(e);
+  for (int i = 0; i < BT; i++) tok[i] = (int)rng_below(&r, (uint64_t)d->cfg.vocab_size);
+  for (int i = 0; i < BT; i++) tg[i] = (i + 1) % e->acts.T ? tok[i + 1] : (int)rng_below(&r, (uint64_t)d->cfg.vocab_size);
+}
+
+int cmd_bench(int argc, char** argv) {
+  if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(bench_help, stdout); return 0; }
+  static const char* const opts[] = {SETUP_OPTIONS, "steps", NULL};
+  static const char* const sws[] = {"json", NULL};
+  Args a;
+  GptDesc d;
+  Plan p;
+  TrainOptions opt;
+  Engine e;
+  long B, T, steps;
+  if (args_parse(&a, "bench", argc, argv, opts, sws) || setup_model(&a, "tiny", &d) ||
+      args_int(&a, "batch", 4, 1, 1 << 20, &B) || args_int(&a, "seq", d.cfg.max_seq < 256 ? d.cfg.max_seq : 256, 1, d.cfg.max_seq, &T) ||
+      args_int(&a, "steps", 5, 1, 1 << 20, &steps) || setup_train_options(&a, &opt) ||
+      setup_plan(&a, &d, (int)B, (int)T, args_has(&a, "batch"), args_has(&a, "seq"), &p) ||
+      engine_create(&e, &d, &p, &opt))
+    return cli_report_error();
+  double* op_s = calloc((size_t)d.nops, sizeof(double));
+  StepResult sr;
+  random_batch(&e, &d, 0);
+  engine_step(&e, (long)comm_size() * p.micro_batch * p.seq, &sr); /* warm-up */
+  e.acts.op_seconds = op_s;
+  comm_reset_stats();
+  double total = 0, worst = 0;
+  for (long s = 1; s <= steps; s++) {
+    random_batch(&e, &d, s);
+    comm_barrier();
+    engine_step(&e, (long)comm_size() * p.micro_batch * p.seq, &sr);
+    double t = comm_allreduce_max_f64(sr.seconds);
+    total += t;
+    if (t > worst) worst = t;
+  }
+  CommStats cs = comm_stats();
+  double ms = 1e3 * total / (double)steps;
+  double tokens = (double)comm_size() * p.micro_batch * p.seq;
+  double flops = gpt_step_flops(&d, p.micro_batch, p.seq);
+  double gflops = flops / (total / steps) / 1e9; /* per rank */
+  int BT = p.micro_batch * p.seq;
+  double ref = comm_rank() == 0 ? sgemm_gflops(BT, d.cfg.padded_vocab, d.cfg.n_embd) : 0;
+  double peak_max = comm_allreduce_max_f64((double)e.arena.peak_total);
+  double comm_s = cs.seconds[0] + cs.seconds[1] + cs.seconds[2];
+  if (comm_rank() == 0) {
+    char pk[32], pr[32];
+    if (args_has(&a, "json")) {
+      printf("{\"model\":\"%s\",\"plan\":\"%s\",\"ranks\":%d,\"micro_batch\":%d,\"seq\":%d,"
+             "\"threads\":%d,\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,\"gflops_per_rank\":%.2f,"
+             "\"sgemm_gflops\":%.2f,\"ratio\":%.4f,\"peak_bytes\":%.0f,\"predicted_peak_bytes\":%zu,"
+             "\"comm_s_per_step\":%.4f}\n",
+             d.cfg.name, args_get(&a, "plan", "ddp"), comm_size(), p.micro_batch, p.seq, opt.threads,
+             ms, tokens / (ms / 1e3), gflops, ref, gflops / ref, peak_max, e.predicted.peak,
+             comm_s / steps);
+    } else {
+      printf("osdp bench: %s, plan %s, %d rank(s) x micro-batch %d x seq %d, %d thread(s) per rank\n",
+             d.cfg.name, args_get(&a, "plan", "ddp"), comm_size(), p.micro_batch, p.seq, opt.threads);
+      printf("  %.1f ms/step (slowest %.1f), %.1f tokens/s global, %.1f GFLOP/s per rank\n", ms,
+             1e3 * worst, tokens / (ms / 1e3), gflops);
+      printf("  sgemm at %d x %d x %d: %.1f GFLOP/s -> step reaches %.0f%% of sgemm\n", BT,
+             d.cfg.padded_vocab, d.cfg.n_embd, ref, 100 * gflops / ref);
+      printf("  peak memory %s per rank (predicted %s), communication %.1f ms/step (rank 0, blocking part)\n",
+             format_bytes(peak_max, pk), format_bytes((double)e.predicted.peak, pr), 1e3 * comm_s / steps);
+      printf("  time per operator kind (rank 0, forward+backward, ms/step):\n");
+      const char* kinds[] = {"embed", "layernorm", "linear", "attention", "gelu", "lm_head", "loss"};
+      double per_kind[7] = {0};
+      for (int i = 0; i < d.nops; i++) per_kind[d.ops[i].kind] += op_s[i];
+      double accounted = 0;
+      for (int k = 0; k < 7; k++) accounted += per_kind[k];
+      for (int k = 0; k < 7; k++)
+        if (per_kind[k] > 0) printf("    %-10s %8.1f\n", kinds[k], 1e3 * per_kind[k] / steps);
+      printf("    %-10s %8.1f (lm_head, loss, optimizer, gradient sync)\n", "other", ms - 1e3 * accounted / steps);
+    }
+  }
+  free(op_s);
+  engine_destroy(&e);
+  plan_free(&p);
+  gpt_desc_free(&d);
+  return 0;
+}

@@ -1,0 +1,107 @@
+/*
+** cmd_describe.c: `osdp describe`: the operator list of a model with parameters, FLOPs,
+** activation bytes and splittability, and the exact per-rank memory a plan would need.
+*/
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/setup.h"
+#include "comm/comm.h"
+#include "core/util.h"
+
+static const char* describe_help =
+    "usage: osdp describe [--model M] [--batch B --seq T] [--plan P --ranks N --threads N] [--json]\n"
+    "  prints every operator (parameters, forward FLOPs per token, activation bytes per sample,\n"
+    "  splittable) with totals, and the per-rank memory the plan needs at that batch and\n"
+    "  sequence (--plan ddp|zero2|zero3|FILE, for --ranks N ranks).\n";
+
+/* Prints the operator table and totals for people. */
+static void describe_table(const GptDesc* d, int T) {
+  char ab[32];
+  printf("model %s: %d layers, hidden %d, %d heads, vocab %d (padded %d), max seq %d\n",
+         d->cfg.name, d->cfg.n_layer, d->cfg.n_embd, d->cfg.n_head, d->cfg.vocab_size,
+         d->cfg.padded_vocab, d->cfg.max_seq);
+  printf("%4s  %-12s %-9s %12s %14s %14s  %s\n", "#", "operator", "kind", "params",
+         "MFLOP/token", "acts/sample", "split");
+  double flops = 0;
+  size_t acts = 0;
+  for (int i = 0; i < d->nops; i++) {
+    const GptOp* op = &d->ops[i];
+    double f = gpt_op_flops_per_token(d, op, T);
+    size_t a = gpt_op_act_bytes(d, op, 1, T, sizeof(float));
+    flops += f; acts += a;
+    printf("%4d  %-12s %-9s %12zu %14.3f %14s  %s\n", i, op->name, gpt_op_kind_name(op->kind),
+           op->n_params, f / 1e6, format_bytes((double)a, ab),
+           op->splittable ? "yes" : (op->kind == OP_LMHEAD ? "tied to embed" : "no"));
+  }
+  printf("total: %zu parameters (%s fp32), %.3f GFLOP/token forward (x3 for a training step), "
+         "%s of activations per sample at seq %d\n", d->n_params,
+         format_bytes(4.0 * (double)d->n_params, ab), flops / 1e9,
+         format_bytes((double)acts, (char[32]){0}), T);
+}
+
+/* Prints the memory prediction of a plan. */
+static void describe_memory(const MemPrediction* m, const Plan* p, const char* name) {
+  char b[6][32];
+  printf("memory per rank for plan %s on %d rank(s), micro-batch %d, seq %d:\n", name, p->world,
+         p->micro_batch, p->seq);
+  printf("  params %s, grads %s, optimizer %s, activations %s, scratch %s, transient %s\n",
+         format_bytes((double)m->params, b[0]), format_bytes((double)m->grads, b[1]),
+         format_bytes((double)m->optim, b[2]), format_bytes((double)m->acts, b[3]),
+         format_bytes((double)m->scratch, b[4]), format_bytes((double)m->transient, b[5]));
+  printf("  peak %zu bytes (%s)\n", m->peak, format_bytes((double)m->peak, b[0]));
+}
+
+/* Prints everything as one JSON object. */
+static void describe_json(const GptDesc* d, int T, const MemPrediction* m) {
+  printf("{\"model\":{\"name\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"n_head\":%d,\"vocab_size\":%d,"
+         "\"padded_vocab\":%d,\"max_seq\":%d},\"n_params\":%zu,\"seq\":%d,\"ops\":[",
+         d->cfg.name, d->cfg.n_layer, d->cfg.n_embd, d->cfg.n_head, d->cfg.vocab_size,
+         d->cfg.padded_vocab, d->cfg.max_seq, d->n_params, T);
+  for (int i = 0; i < d->nops; i++) {
+    const GptOp* op = &d->ops[i];
+    printf("%s{\"name\":\"%s\",\"kind\":\"%s\",\"params\":%zu,\"flops_per_token\":%.0f,"
+           "\"act_bytes_per_sample\":%zu,\"splittable\":%s,\"uses_params_of\":\"%s\"}",
+           i ? "," : "", op->name, gpt_op_kind_name(op->kind), op->n_params,
+           gpt_op_flops_per_token(d, op, T), gpt_op_act_bytes(d, op, 1, T, sizeof(float)),
+           op->splittable ? "true" : "false", op->owner >= 0 ? d->ops[op->owner].name : "");
+  }
+  printf("]");
+  if (m)
+    printf(",\"memory\":{\"params\":%zu,\"grads\":%zu,\"optim\":%zu,\"acts\":%zu,\"scratch\":%zu,"
+           "\"transient\":%zu,\"peak\":%zu}", m->params, m->grads, m->optim, m->acts, m->scratch,
+           m->transient, m->peak);
+  printf("}\n");
+}
+
+int cmd_describe(int argc, char** argv) {
+  if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(describe_help, stdout); return 0; }
+  static const char* const opts[] = {"model", "batch", "seq", "plan", "ranks", "threads", "load", NULL};
+  static const char* const sws[] = {"json", NULL};
+  Args a;
+  GptDesc d;
+  long B, T, ranks, threads;
+  if (args_parse(&a, "describe", argc, argv, opts, sws) || setup_model(&a, "tiny", &d))
+    return cli_report_error();
+  if (args_int(&a, "batch", 1, 1, 1 << 20, &B) ||
+      args_int(&a, "seq", d.cfg.max_seq, 1, d.cfg.max_seq, &T) ||
+      args_int(&a, "ranks", comm_size(), 1, 1 << 20, &ranks) ||
+      args_int(&a, "threads", 1, 1, 256, &threads))
+    return cli_report_error();
+  Plan p;
+  MemPrediction m;
+  const char* pname = args_get(&a, "plan", "ddp");
+  int s = strategy_parse(strcmp(pname, "ddp") == 0 ? "dp" : pname);
+  int rc = s >= 0 ? plan_uniform(&p, &d, (Strategy)s, (int)ranks, (int)B, (int)T)
+                  : plan_load(&p, &d, pname);
+  if (rc || plan_validate(&p, &d, p.world)) return cli_report_error();
+  plan_predict_memory(&d, &p, (int)threads, &m);
+  if (comm_rank() == 0) {
+    if (args_has(&a, "json")) describe_json(&d, p.seq, &m);
+    else { describe_table(&d, p.seq); describe_memory(&m, &p, pname); }
+  }
+  plan_free(&p);
+  gpt_desc_free(&d);
+  return 0;
+}

@@ -1,0 +1,232 @@
+/*
+** cmd_train.c: `osdp train`: trains a model on a data source under a plan, showing progress,
+** logging JSON lines, evaluating on the held-out split and saving an llm.c checkpoint.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/setup.h"
+#include "comm/comm.h"
+#include "core/util.h"
+#include "data/data.h"
+#include "model/checkpoint.h"
+#include "runtime/engine.h"
+
+static const char* train_help =
+    "usage: [mpirun -np N] osdp train [options]\n"
+    "  --model M        preset (tiny, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b) or JSON file [tiny]\n"
+    "  --data D         addition | addition:N | text:FILE | tokens:FILE (llm.c .bin) [addition]\n"
+    "  --steps N        training steps [300]\n"
+    "  --batch B        micro-batch per rank; the global batch is N*B [16]\n"
+    "  --seq T          sequence length [64]\n"
+    "  --plan P         ddp | zero2 | zero3 | plan.json [ddp]\n"
+    "  --lr X --warmup N --weight-decay X --grad-clip X   AdamW settings [1e-3, 0, 0.1, 1.0]\n"
+    "  --seed S         weight-initialisation and data seed [1337]\n"
+    "  --threads N      kernel threads per rank [1]\n"
+    "  --mem-limit SIZE memory limit per rank, e.g. 512MiB [unlimited]\n"
+    "  --eval-batches N held-out global batches evaluated at the end [8]\n"
+    "  --log FILE       one JSON object per step, then a summary line\n"
+    "  --save FILE --load FILE   llm.c GPT-2 checkpoint (fp32, version 3)\n"
+    "  --json           print the summary as JSON on stdout\n"
+    "  --quiet          no progress lines\n";
+
+typedef struct TrainRun {
+  Args args;
+  GptDesc d;
+  Plan plan;
+  TrainOptions opt;
+  Engine eng;
+  DataSource* data;
+  FILE* log;
+  long steps, eval_batches;
+  int B, T, quiet, json;
+} TrainRun;
+
+/* Reads every option, builds the model, data source, plan and engine. */
+static int train_setup(TrainRun* r, int argc, char** argv) {
+  static const char* const opts[] = {SETUP_OPTIONS, "data", "steps", "log", "save",
+                                     "eval-batches", NULL};
+  static const char* const sws[] = {"json", "quiet", NULL};
+  if (args_parse(&r->args, "train", argc, argv, opts, sws)) return -1;
+  long B, T, steps, evb;
+  if (args_int(&r->args, "batch", 16, 1, 1 << 20, &B) || args_int(&r->args, "seq", 64, 1, 65536, &T) ||
+      args_int(&r->args, "steps", 300, 0, 1L << 40, &steps) ||
+      args_int(&r->args, "eval-batches", 8, 0, 1 << 20, &evb) || setup_train_options(&r->args, &r->opt))
+    return -1;
+  r->steps = steps; r->eval_batches = evb;
+  r->quiet = args_has(&r->args, "quiet");
+  r->json = args_has(&r->args, "json");
+  if (setup_model(&r->args, "tiny", &r->d)) return -1;
+  if (setup_plan(&r->args, &r->d, (int)B, (int)T, args_has(&r->args, "batch"),
+                 args_has(&r->args, "seq"), &r->plan))
+    return -1;
+  r->B = r->plan.micro_batch; r->T = r->plan.seq;
+  if (r->T > r->d.cfg.max_seq)
+    return osdp_fail("--seq %d is longer than model %s's maximum sequence %d; use --seq <= %d", r->T,
+                     r->d.cfg.name, r->d.cfg.max_seq, r->d.cfg.max_seq);
+  if (data_open(&r->data, args_get(&r->args, "data", "addition"), r->T, r->opt.seed)) return -1;
+  if (data_vocab_size(r->data) > r->d.cfg.vocab_size)
+    return osdp_fail("--data: %s needs a vocabulary of %d tokens but model %s has %d; use a model "
+                     "with vocab_size >= %d", data_describe(r->data), data_vocab_size(r->data),
+                     r->d.cfg.name, r->d.cfg.vocab_size, data_vocab_size(r->data));
+  const char* logp = args_get(&r->args, "log", NULL);
+  if (logp && comm_rank() == 0 && !(r->log = fopen(logp, "w")))
+    return osdp_fail("--log: cannot write '%s'", logp);
+  return engine_create(&r->eng, &r->d, &r->plan, &r->opt);
+}
+
+/* Loads --load into the engine: rank 0 reads the file and broadcasts it in pieces. */
+static int train_load(TrainRun* r) {
+  const char* path = args_get(&r->args, "load", NULL);
+  if (!path) return 0;
+  float* full = malloc(r->d.n_params * sizeof(float));
+  if (!full) return osdp_fail("out of host memory reading %s", path);
+  int rc = comm_rank() == 0 ? checkpoint_load(path, &r->d, full) : 0;
+  double rcs = comm_allreduce_f64(rc ? 1.0 : 0.0);
+  if (rcs == 0) {
+    size_t chunk = (size_t)1 << 26, n = r->d.n_params;
+    for (size_t at = 0; at < n; at += chunk)
+      comm_bcast(full + at, (n - at < chunk ? n - at : chunk) * sizeof(float));
+    engine_set_params(&r->eng, full);
+  } else if (comm_rank() != 0) {
+    osdp_fail("--load: rank 0 could not read %s", path);
+  }
+  free(full);
+  return rcs == 0 ? 0 : -1;
+}
+
+/* Saves the weights as an llm.c checkpoint (all ranks gather, rank 0 writes). */
+static int train_save(TrainRun* r) {
+  const char* path = args_get(&r->args, "save", NULL);
+  if (!path) return 0;
+  float* full = malloc(r->d.n_params * sizeof(float));
+  if (!full) return osdp_fail("out of host memory writing %s", path);
+  engine_get_params(&r->eng, full);
+  int rc = comm_rank() == 0 ? checkpoint_save(path, &r->d, full) : 0;
+  free(full);
+  return rc;
+}
+
+/* Fills this rank's rows of global batch `step` and returns the global target count. */
+static long load_batch(TrainRun* r, DataSplit split, long step, int* problem) {
+  int world = comm_size(), rank = comm_rank();
+  data_batch(r->data, split, step, world * r->B, rank * r->B, r->B, engine_tokens(&r->eng),
+             engine_targets(&r->eng), problem);
+  return data_batch_target_count(r->data, split, step, world * r->B);
+}
+
+/* Formats seconds as "1h02m", "3m05s" or "12s". */
+static const char* format_eta(double s, char buf[32]) {
+  long t = (long)(s + 0.5);
+  if (t >= 3600) snprintf(buf, 32, "%ldh%02ldm", t / 3600, (t % 3600) / 60);
+  else if (t >= 60) snprintf(buf, 32, "%ldm%02lds", t / 60, t % 60);
+  else snprintf(buf, 32, "%lds", t);
+  return buf;
+}
+
+/* Prints the progress line and the JSON log line of one step (rank 0). */
+static void report_step(TrainRun* r, long step, const StepResult* sr, double elapsed) {
+  if (comm_rank() != 0) return;
+  double tokens = (double)comm_size() * r->B * r->T;
+  double tps = tokens / sr->seconds;
+  size_t peak = r->eng.arena.peak_total;
+  if (r->log) {
+    fprintf(r->log, "{\"step\":%ld,\"loss\":%.6f,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,"
+            "\"peak_bytes\":%zu,\"grad_norm\":%.6f,\"lr\":%.6g}\n",
+            step, sr->loss, 1e3 * sr->seconds, tps, peak, sr->grad_norm, sr->lr);
+    fflush(r->log);
+  }
+  long every = r->steps > 20 ? r->steps / 20 : 1;
+  if (r->quiet || (step % every != 0 && step != 1 && step != r->steps)) return;
+  char mem[32], eta[32];
+  double per = elapsed / (double)step;
+  printf("step %5ld/%ld | loss %.4f | %8.0f tok/s | peak %s | ETA %s\n", step, r->steps, sr->loss,
+         tps, format_bytes((double)peak, mem), format_eta(per * (double)(r->steps - step), eta));
+  fflush(stdout);
+}
+
+/* Evaluates on eval_batches held-out global batches: mean loss and problem accuracy. */
+static void train_evaluate(TrainRun* r, double* val_loss, double* acc, long* nprob) {
+  double loss = 0, targets = 0;
+  long tot = 0, ok = 0;
+  int* problem = malloc((size_t)r->B * r->T * sizeof(int));
+  for (long b = 0; b < r->eval_batches && problem; b++) {
+    targets += (double)load_batch(r, DATA_VAL, b, problem);
+    long t = 0, o = 0;
+    loss += engine_eval(&r->eng, problem, &t, &o);
+    tot += t; ok += o;
+  }
+  free(problem);
+  *val_loss = targets > 0 ? loss / targets : 0;
+  *acc = tot > 0 ? (double)ok / (double)tot : -1;
+  *nprob = tot;
+}
+
+/* Prints the end-of-run summary (text or JSON) and the summary log line (rank 0). */
+static void train_summary(TrainRun* r, double first_loss, double last_loss, double tps,
+                          double val_loss, double acc, long nprob) {
+  if (comm_rank() != 0) return;
+  size_t peak = r->eng.arena.peak_total;
+  char js[1024];
+  snprintf(js, sizeof js,
+           "{\"summary\":true,\"model\":\"%s\",\"data\":\"%s\",\"ranks\":%d,\"micro_batch\":%d,"
+           "\"seq\":%d,\"steps\":%ld,\"first_loss\":%.6f,\"final_loss\":%.6f,\"val_loss\":%.6f,"
+           "\"val_accuracy\":%.6f,\"val_problems\":%ld,\"tokens_per_s\":%.1f,\"peak_bytes\":%zu,"
+           "\"predicted_peak_bytes\":%zu}",
+           r->d.cfg.name, data_describe(r->data), comm_size(), r->B, r->T, r->steps, first_loss,
+           last_loss, val_loss, acc, nprob, tps, peak, r->eng.predicted.peak);
+  if (r->log) fprintf(r->log, "%s\n", js);
+  if (r->json) { printf("%s\n", js); return; }
+  char pk[32], pr[32];
+  printf("done: %ld steps, loss %.4f -> %.4f, %.0f tok/s, peak memory %s per rank (predicted %s)\n",
+         r->steps, first_loss, last_loss, tps, format_bytes((double)peak, pk),
+         format_bytes((double)r->eng.predicted.peak, pr));
+  printf("held-out: loss %.4f", val_loss);
+  if (acc >= 0) printf(", exact-match accuracy %.1f%% of %ld problems", 100 * acc, nprob);
+  printf("\n");
+}
+
+/* Prints what is about to run (rank 0). */
+static void train_banner(const TrainRun* r) {
+  if (comm_rank() != 0 || r->quiet || r->json) return;
+  char pr[32];
+  printf("osdp train: model %s (%zu params), data %s, %d rank(s) x micro-batch %d x seq %d, "
+         "plan %s, predicted peak %s per rank\n",
+         r->d.cfg.name, r->d.n_params, data_describe(r->data), comm_size(), r->B, r->T,
+         args_get(&r->args, "plan", "ddp"), format_bytes((double)r->eng.predicted.peak, pr));
+  fflush(stdout);
+}
+
+int cmd_train(int argc, char** argv) {
+  if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(train_help, stdout); return 0; }
+  TrainRun r;
+  memset(&r, 0, sizeof r);
+  if (train_setup(&r, argc, argv) || train_load(&r)) return cli_report_error();
+  train_banner(&r);
+  double t0 = now_seconds(), first = 0, last = 0, train_s = 0;
+  for (long step = 1; step <= r.steps; step++) {
+    long ntarg = load_batch(&r, DATA_TRAIN, step - 1, NULL);
+    StepResult sr;
+    engine_step(&r.eng, ntarg, &sr);
+    if (step == 1) first = sr.loss;
+    last = sr.loss;
+    if (step > 1 || r.steps == 1) train_s += sr.seconds;
+    report_step(&r, step, &sr, now_seconds() - t0);
+  }
+  long timed = r.steps > 1 ? r.steps - 1 : r.steps;
+  double tps = train_s > 0 ? (double)timed * comm_size() * r.B * r.T / train_s : 0;
+  double val_loss = 0, acc = -1;
+  long nprob = 0;
+  train_evaluate(&r, &val_loss, &acc, &nprob);
+  int rc = train_save(&r);
+  train_summary(&r, first, last, tps, val_loss, acc, nprob);
+  if (r.log) fclose(r.log);
+  engine_destroy(&r.eng);
+  data_close(r.data);
+  plan_free(&r.plan);
+  gpt_desc_free(&r.d);
+  return rc ? cli_report_error() : 0;
+}

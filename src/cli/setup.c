@@ -1,0 +1,63 @@
+/* setup.c: model, plan and option set-up shared by the subcommands; see setup.h. */
+#include "cli/setup.h"
+
+#include <string.h>
+
+#include "comm/comm.h"
+#include "core/util.h"
+#include "model/checkpoint.h"
+
+int setup_model(const Args* a, const char* def, GptDesc* d) {
+  const char* name = args_get(a, "model", NULL);
+  const char* load = args_get(a, "load", NULL);
+  GptConfig cfg, ck;
+  if (load && checkpoint_read_config(load, &ck)) return -1;
+  if (name) {
+    if (gpt_config_load(name, &cfg)) return -1;
+    if (load && (cfg.n_layer != ck.n_layer || cfg.n_embd != ck.n_embd || cfg.n_head != ck.n_head ||
+                 cfg.vocab_size != ck.vocab_size || cfg.max_seq != ck.max_seq))
+      return osdp_fail("--load: %s holds a model of L=%d C=%d heads=%d V=%d maxT=%d, but --model %s "
+                       "is L=%d C=%d heads=%d V=%d maxT=%d; drop --model to use the checkpoint's",
+                       load, ck.n_layer, ck.n_embd, ck.n_head, ck.vocab_size, ck.max_seq, name,
+                       cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab_size, cfg.max_seq);
+  } else if (load) {
+    cfg = ck;
+  } else if (gpt_config_load(def, &cfg)) {
+    return -1;
+  }
+  return gpt_desc_build(d, &cfg);
+}
+
+int setup_plan(const Args* a, const GptDesc* d, int B, int T, int B_given, int T_given, Plan* p) {
+  const char* spec = args_get(a, "plan", "ddp");
+  int world = comm_size();
+  int s = strategy_parse(strcmp(spec, "ddp") == 0 ? "dp" : spec);
+  if (s >= 0) return plan_uniform(p, d, (Strategy)s, world, B, T) || plan_validate(p, d, world);
+  if (plan_load(p, d, spec)) return -1;
+  if (B_given && p->micro_batch != B)
+    return osdp_fail("--batch %d differs from micro_batch=%d of plan %s; drop --batch or re-plan",
+                     B, p->micro_batch, spec);
+  if (T_given && p->seq != T)
+    return osdp_fail("--seq %d differs from seq_len=%d of plan %s; drop --seq or re-plan", T,
+                     p->seq, spec);
+  return plan_validate(p, d, world);
+}
+
+int setup_train_options(const Args* a, TrainOptions* o) {
+  train_options_default(o);
+  long threads, seed, warmup;
+  if (args_double(a, "lr", o->lr, &o->lr) || args_int(a, "seed", (long)o->seed, 0, 1L << 62, &seed) ||
+      args_int(a, "threads", 1, 1, 256, &threads) || args_size(a, "mem-limit", 0, &o->mem_limit) ||
+      args_int(a, "warmup", 0, 0, 1L << 30, &warmup) ||
+      args_double(a, "weight-decay", o->weight_decay, &o->weight_decay) ||
+      args_double(a, "grad-clip", o->grad_clip, &o->grad_clip))
+    return -1;
+  if (o->lr <= 0 || o->lr > 10) return osdp_fail("--lr: %g must be in (0, 10]", o->lr);
+  if (o->weight_decay < 0) return osdp_fail("--weight-decay: %g must be >= 0", o->weight_decay);
+  if (args_has(a, "mem-limit") && o->mem_limit == 0)
+    return osdp_fail("--mem-limit: 0 is not a limit; give bytes such as 512MiB, or omit it");
+  o->seed = (unsigned long long)seed;
+  o->threads = (int)threads;
+  o->warmup = (int)warmup;
+  return 0;
+}

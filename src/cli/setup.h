@@ -1,0 +1,24 @@
+/* setup.h: turning command-line options into a model, a plan and training options (shared
+** by train and bench). */
+#ifndef OSDP_CLI_SETUP_H
+#define OSDP_CLI_SETUP_H
+
+#include "cli/cli.h"
+#include "model/gpt.h"
+#include "model/plan.h"
+#include "runtime/engine.h"
+
+/* The model of --model (a preset or JSON file), or of the --load checkpoint when --model is
+** absent, or def. With both, the shapes must agree. */
+int setup_model(const Args* a, const char* def, GptDesc* d);
+/* The plan of --plan (ddp, zero2, zero3 or a plan file; default ddp) for micro-batch B and
+** sequence T on the current world. A plan file's micro_batch and seq_len win when --batch /
+** --seq are not given; given and different is an error. */
+int setup_plan(const Args* a, const GptDesc* d, int B, int T, int B_given, int T_given, Plan* p);
+/* Optimizer, threads and memory options (--lr --seed --threads --mem-limit --warmup ...). */
+int setup_train_options(const Args* a, TrainOptions* o);
+/* The option names the three helpers read, for the subcommands' option lists. */
+#define SETUP_OPTIONS "model", "plan", "lr", "seed", "threads", "mem-limit", "warmup", \
+  "weight-decay", "grad-clip", "batch", "seq", "load"
+
+#endif

@@ -1,0 +1,63 @@
+/*
+** comm.h: the collectives osdp needs, over MPI (OpenMPI), on float buffers.
+**
+** The same binary runs as one process (no mpirun: world size 1, every collective is a
+** copy or a no-op) or as N ranks under mpirun / Slurm on one or several hosts. Everything
+** the runtime communicates goes through this interface, so a NCCL version can sit beside
+** it. Each call adds its wall time and payload to per-kind counters for reporting.
+*/
+#ifndef OSDP_COMM_H
+#define OSDP_COMM_H
+
+#include <stddef.h>
+
+typedef enum CommKind { COMM_ALLREDUCE = 0, COMM_ALLGATHER, COMM_REDUCE_SCATTER, COMM_KINDS } CommKind;
+
+typedef struct CommStats {
+  double seconds[COMM_KINDS];  /* wall time spent inside blocking calls and waits */
+  double bytes[COMM_KINDS];    /* payload bytes (the full buffer size of each call) */
+  long calls[COMM_KINDS];
+} CommStats;
+
+/* An outstanding non-blocking collective. */
+typedef struct CommRequest { void* mpi; int active; CommKind kind; double bytes; } CommRequest;
+
+/* Initialises MPI (once per process); rank and world size are then available. */
+int comm_init(int* argc, char*** argv);
+/* Finalises MPI. */
+void comm_finalize(void);
+int comm_rank(void);
+int comm_size(void);
+/* Stops every rank at once after an unrecoverable error (never hangs the others). */
+void comm_abort(int code) __attribute__((noreturn));
+void comm_barrier(void);
+
+/* In-place sum of buf[0..n) across ranks. */
+void comm_allreduce_f32(float* buf, size_t n);
+/* Starts an in-place sum; buf must not be touched until comm_wait. */
+void comm_iallreduce_f32(float* buf, size_t n, CommRequest* r);
+/* Lets outstanding requests progress (call between operators). Returns 1 if r is done. */
+int comm_test(CommRequest* r);
+void comm_wait(CommRequest* r);
+/* full holds N shards of shard_n floats; rank r's own shard is already at full + r*shard_n;
+** afterwards every rank has all of them. */
+void comm_allgather_f32(float* full, size_t shard_n);
+/* Gathers each rank's shard[0..shard_n) into full[0..N*shard_n). */
+void comm_allgather_into_f32(const float* shard, float* full, size_t shard_n);
+/* Sums full[0..N*shard_n) across ranks and ADDS rank r's part (elements r*shard_n ..) into
+** shard_acc[0..shard_n). full is used as a work buffer and is clobbered. */
+void comm_reduce_scatter_add_f32(float* full, float* shard_acc, size_t shard_n);
+/* Sum of one double across ranks. */
+double comm_allreduce_f64(double x);
+/* Sum of n doubles in place across ranks. */
+void comm_allreduce_f64_array(double* x, int n);
+/* Maximum of one double across ranks. */
+double comm_allreduce_max_f64(double x);
+/* Broadcast of bytes from rank 0. */
+void comm_bcast(void* buf, size_t bytes);
+
+/* The counters since the last reset. */
+CommStats comm_stats(void);
+void comm_reset_stats(void);
+
+#endif

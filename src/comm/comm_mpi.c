@@ -1,0 +1,146 @@
+/* comm_mpi.c: the collectives of comm.h over MPI; see comm.h. */
+#include "comm/comm.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+
+static int g_rank, g_size = 1;
+static CommStats g_stats;
+
+/* Counts are int in MPI: every buffer osdp communicates is far below 2^31 elements, but
+** say so clearly rather than truncate if a model ever grows past it. */
+static int to_count(size_t n) {
+  if (n > (size_t)INT_MAX) {
+    fprintf(stderr, "osdp: error: a collective of %zu elements exceeds MPI's int count; split the "
+            "operator into more slices\n", n);
+    comm_abort(2);
+  }
+  return (int)n;
+}
+
+int comm_init(int* argc, char*** argv) {
+  int provided = 0;
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    return osdp_fail("MPI_Init failed");
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  return 0;
+}
+
+void comm_finalize(void) { MPI_Finalize(); }
+int comm_rank(void) { return g_rank; }
+int comm_size(void) { return g_size; }
+
+void comm_abort(int code) {
+  fflush(stdout);
+  fflush(stderr);
+  if (g_size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  exit(code);
+}
+
+void comm_barrier(void) { MPI_Barrier(MPI_COMM_WORLD); }
+
+/* Adds one finished call to the counters. */
+static void count(CommKind k, double t0, double bytes) {
+  g_stats.seconds[k] += now_seconds() - t0;
+  g_stats.bytes[k] += bytes;
+  g_stats.calls[k]++;
+}
+
+void comm_allreduce_f32(float* buf, size_t n) {
+  if (g_size == 1) return;
+  double t0 = now_seconds();
+  MPI_Allreduce(MPI_IN_PLACE, buf, to_count(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  count(COMM_ALLREDUCE, t0, 4.0 * (double)n);
+}
+
+void comm_iallreduce_f32(float* buf, size_t n, CommRequest* r) {
+  memset(r, 0, sizeof *r);
+  if (g_size == 1) return;
+  MPI_Request* req = malloc(sizeof *req);
+  if (!req) { fprintf(stderr, "osdp: error: out of host memory\n"); comm_abort(2); }
+  MPI_Iallreduce(MPI_IN_PLACE, buf, to_count(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, req);
+  r->mpi = req;
+  r->active = 1;
+  r->kind = COMM_ALLREDUCE;
+  r->bytes = 4.0 * (double)n;
+}
+
+/* Releases a finished request and counts its payload. */
+static void finish_request(CommRequest* r) {
+  free(r->mpi);
+  r->mpi = NULL;
+  r->active = 0;
+  g_stats.bytes[r->kind] += r->bytes;
+  g_stats.calls[r->kind]++;
+}
+
+int comm_test(CommRequest* r) {
+  if (!r->active) return 1;
+  int done = 0;
+  MPI_Test((MPI_Request*)r->mpi, &done, MPI_STATUS_IGNORE);
+  if (done) finish_request(r);
+  return done;
+}
+
+void comm_wait(CommRequest* r) {
+  if (!r->active) return;
+  double t0 = now_seconds();
+  MPI_Wait((MPI_Request*)r->mpi, MPI_STATUS_IGNORE);
+  g_stats.seconds[r->kind] += now_seconds() - t0;
+  finish_request(r);
+}
+
+void comm_allgather_f32(float* full, size_t shard_n) {
+  if (g_size == 1) return;
+  double t0 = now_seconds();
+  MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, full, to_count(shard_n), MPI_FLOAT,
+                MPI_COMM_WORLD);
+  count(COMM_ALLGATHER, t0, 4.0 * (double)shard_n * g_size);
+}
+
+void comm_allgather_into_f32(const float* shard, float* full, size_t shard_n) {
+  if (g_size == 1) { memcpy(full, shard, shard_n * sizeof(float)); return; }
+  double t0 = now_seconds();
+  MPI_Allgather(shard, to_count(shard_n), MPI_FLOAT, full, to_count(shard_n), MPI_FLOAT,
+                MPI_COMM_WORLD);
+  count(COMM_ALLGATHER, t0, 4.0 * (double)shard_n * g_size);
+}
+
+void comm_reduce_scatter_add_f32(float* full, float* shard_acc, size_t shard_n) {
+  const float* mine = full;
+  if (g_size > 1) {
+    double t0 = now_seconds();
+    /* In place: the result for this rank lands at the start of the buffer. */
+    MPI_Reduce_scatter_block(MPI_IN_PLACE, full, to_count(shard_n), MPI_FLOAT, MPI_SUM,
+                             MPI_COMM_WORLD);
+    count(COMM_REDUCE_SCATTER, t0, 4.0 * (double)shard_n * g_size);
+  }
+  for (size_t i = 0; i < shard_n; i++) shard_acc[i] += mine[i];
+}
+
+double comm_allreduce_f64(double x) {
+  if (g_size > 1) MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return x;
+}
+
+void comm_allreduce_f64_array(double* x, int n) {
+  if (g_size > 1) MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+}
+
+double comm_allreduce_max_f64(double x) {
+  if (g_size > 1) MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return x;
+}
+
+void comm_bcast(void* buf, size_t bytes) {
+  if (g_size > 1) MPI_Bcast(buf, to_count(bytes), MPI_BYTE, 0, MPI_COMM_WORLD);
+}
+
+CommStats comm_stats(void) { return g_stats; }
+void comm_reset_stats(void) { memset(&g_stats, 0, sizeof g_stats); }

@@ -1,0 +1,146 @@
+/* arena.c: first-fit arena over one reserved address range; see arena.h. */
+#include "core/arena.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "core/util.h"
+
+#define ARENA_ALIGN 64
+#define ARENA_MAX_BLOCKS 65536
+
+static const char* category_names[MEM_CATEGORY_COUNT] = {
+    "params", "grads", "optim", "acts", "scratch", "gather"};
+
+const char* mem_category_name(MemCategory c) {
+  return (c >= 0 && c < MEM_CATEGORY_COUNT) ? category_names[c] : "?";
+}
+
+int arena_init(Arena* a, size_t capacity) {
+  memset(a, 0, sizeof *a);
+  a->capacity = capacity;
+  /* Reserve generously: alignment padding and fragmentation need some room beyond the
+  ** live bytes. Address space is free; pages are committed only when touched. */
+  size_t want = capacity ? capacity * 2 + ((size_t)64 << 20) : ((size_t)1 << 40);
+  void* p = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (p == MAP_FAILED) return osdp_fail("arena: cannot reserve %zu bytes of address space", want);
+  a->base = p;
+  a->reserved = want;
+  a->maxblocks = ARENA_MAX_BLOCKS;
+  a->blocks = calloc((size_t)a->maxblocks, sizeof *a->blocks);
+  if (!a->blocks) { munmap(p, want); return osdp_fail("arena: out of host memory"); }
+  a->blocks[0] = (ArenaBlock){.offset = 0, .size = want, .used = 0};
+  a->nblocks = 1;
+  return 0;
+}
+
+void arena_destroy(Arena* a) {
+  if (a->base) munmap(a->base, a->reserved);
+  free(a->blocks);
+  memset(a, 0, sizeof *a);
+}
+
+void arena_describe(const Arena* a, char* buf, size_t n) {
+  size_t off = 0;
+  char tmp[32];
+  for (int c = 0; c < MEM_CATEGORY_COUNT && off < n; c++)
+    off += (size_t)snprintf(buf + off, n - off, "%s %s, ", category_names[c],
+                            format_bytes((double)a->cur[c], tmp));
+  if (off < n) snprintf(buf + off, n - off, "total %s", format_bytes((double)a->cur_total, tmp));
+}
+
+/* Inserts a block record at index i, shifting the rest up. */
+static int insert_block(Arena* a, int i, ArenaBlock b) {
+  if (a->nblocks >= a->maxblocks) return osdp_fail("arena: more than %d live blocks", a->maxblocks);
+  memmove(&a->blocks[i + 1], &a->blocks[i], (size_t)(a->nblocks - i) * sizeof b);
+  a->blocks[i] = b;
+  a->nblocks++;
+  return 0;
+}
+
+/* Removes the block record at index i. */
+static void remove_block(Arena* a, int i) {
+  memmove(&a->blocks[i], &a->blocks[i + 1], (size_t)(a->nblocks - i - 1) * sizeof a->blocks[0]);
+  a->nblocks--;
+}
+
+/* Updates current and peak bytes for an allocation (+bytes) or a free (-bytes). */
+static void account(Arena* a, MemCategory cat, size_t bytes, int sign) {
+  if (sign > 0) { a->cur[cat] += bytes; a->cur_total += bytes; }
+  else { a->cur[cat] -= bytes; a->cur_total -= bytes; }
+  if (a->cur[cat] > a->peak[cat]) a->peak[cat] = a->cur[cat];
+  if (a->cur_total > a->peak_total) {
+    a->peak_total = a->cur_total;
+    memcpy(a->peak_at, a->cur, sizeof a->cur);
+  }
+}
+
+void* arena_alloc(Arena* a, size_t bytes, MemCategory cat, const char* what) {
+  if (a->capacity && a->cur_total + bytes > a->capacity) {
+    char have[32], need[32], lim[32], brk[400];
+    arena_describe(a, brk, sizeof brk);
+    osdp_fail("memory limit %s exceeded allocating %s for %s (need %s in all); in use: %s",
+              format_bytes((double)a->capacity, lim), format_bytes((double)bytes, need), what,
+              format_bytes((double)(a->cur_total + bytes), have), brk);
+    return NULL;
+  }
+  size_t size = (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+  if (size == 0) size = ARENA_ALIGN;
+  for (int i = 0; i < a->nblocks; i++) {
+    ArenaBlock* b = &a->blocks[i];
+    if (b->used || b->size < size) continue;
+    if (b->size > size) {
+      ArenaBlock rest = {.offset = b->offset + size, .size = b->size - size, .used = 0};
+      if (insert_block(a, i + 1, rest)) return NULL;
+      b = &a->blocks[i];
+      b->size = size;
+    }
+    b->used = 1;
+    b->bytes = bytes;
+    b->cat = cat;
+    account(a, cat, bytes, +1);
+    void* p = a->base + b->offset;
+    memset(p, 0, size);
+    return p;
+  }
+  osdp_fail("arena: address space exhausted allocating %zu bytes for %s", bytes, what);
+  return NULL;
+}
+
+/* Finds the index of the used block starting at p, or -1 (binary search by offset). */
+static int find_block(const Arena* a, const void* p) {
+  size_t off = (size_t)((const char*)p - a->base);
+  int lo = 0, hi = a->nblocks - 1;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    if (a->blocks[mid].offset == off) return a->blocks[mid].used ? mid : -1;
+    if (a->blocks[mid].offset < off) lo = mid + 1; else hi = mid - 1;
+  }
+  return -1;
+}
+
+void arena_free(Arena* a, void* p) {
+  if (!p) return;
+  int i = find_block(a, p);
+  if (i < 0) { fprintf(stderr, "osdp: internal error: arena_free of unknown block\n"); abort(); }
+  account(a, a->blocks[i].cat, a->blocks[i].bytes, -1);
+  a->blocks[i].used = 0;
+  a->blocks[i].bytes = 0;
+  if (i + 1 < a->nblocks && !a->blocks[i + 1].used) {
+    a->blocks[i].size += a->blocks[i + 1].size;
+    remove_block(a, i + 1);
+  }
+  if (i > 0 && !a->blocks[i - 1].used) {
+    a->blocks[i - 1].size += a->blocks[i].size;
+    remove_block(a, i);
+  }
+}
+
+void arena_reset_peak(Arena* a) {
+  memcpy(a->peak, a->cur, sizeof a->cur);
+  memcpy(a->peak_at, a->cur, sizeof a->cur);
+  a->peak_total = a->cur_total;
+}

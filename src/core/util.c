@@ -1,0 +1,131 @@
+/* util.c: error reporting, size parsing, clocks and random numbers; see util.h. */
+#include "core/util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static _Thread_local char last_error[512];
+
+int osdp_fail(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+const char* osdp_last_error(void) { return last_error; }
+
+void osdp_clear_error(void) { last_error[0] = 0; }
+
+/* Multiplier of a size suffix, or 0 if the suffix is unknown. */
+static double size_suffix_multiplier(const char* suf) {
+  static const struct { const char* name; double mult; } table[] = {
+      {"", 1}, {"B", 1},
+      {"K", 1024.0}, {"KiB", 1024.0}, {"KB", 1e3},
+      {"M", 1048576.0}, {"MiB", 1048576.0}, {"MB", 1e6},
+      {"G", 1073741824.0}, {"GiB", 1073741824.0}, {"GB", 1e9},
+      {"T", 1099511627776.0}, {"TiB", 1099511627776.0}, {"TB", 1e12},
+  };
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+    if (strcasecmp(suf, table[i].name) == 0 && strcmp(suf, table[i].name) == 0) return table[i].mult;
+  /* Accept lowercase forms such as "512mib" or "8g" too. */
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+    if (strcasecmp(suf, table[i].name) == 0) return table[i].mult;
+  return 0;
+}
+
+int parse_size(const char* s, const char* field, size_t* out) {
+  if (!s || !*s) return osdp_fail("%s: empty size; give bytes such as 512MiB or 8GB", field);
+  errno = 0;
+  char* end = NULL;
+  double v = strtod(s, &end);
+  if (end == s || errno || !isfinite(v) || v < 0)
+    return osdp_fail("%s: '%s' is not a size; give bytes such as 512MiB or 8GB", field, s);
+  while (*end == ' ') end++;
+  double mult = size_suffix_multiplier(end);
+  if (mult == 0)
+    return osdp_fail("%s: unknown unit in '%s'; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB",
+                     field, s);
+  double bytes = v * mult;
+  if (bytes > 1e18) return osdp_fail("%s: '%s' is too large", field, s);
+  *out = (size_t)llround(bytes);
+  return 0;
+}
+
+int parse_int(const char* s, const char* field, long lo, long hi, long* out) {
+  if (!s || !*s) return osdp_fail("%s: missing value; give an integer in [%ld, %ld]", field, lo, hi);
+  errno = 0;
+  char* end = NULL;
+  long v = strtol(s, &end, 10);
+  if (*end || errno || v < lo || v > hi)
+    return osdp_fail("%s: '%s' is not an integer in [%ld, %ld]", field, s, lo, hi);
+  *out = v;
+  return 0;
+}
+
+int parse_double(const char* s, const char* field, double* out) {
+  if (!s || !*s) return osdp_fail("%s: missing value; give a number", field);
+  errno = 0;
+  char* end = NULL;
+  double v = strtod(s, &end);
+  if (*end || errno || !isfinite(v)) return osdp_fail("%s: '%s' is not a finite number", field, s);
+  *out = v;
+  return 0;
+}
+
+char* format_bytes(double bytes, char buf[32]) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  double v = bytes;
+  while (fabs(v) >= 1024.0 && u < 5) { v /= 1024.0; u++; }
+  if (u == 0) snprintf(buf, 32, "%.0f B", v);
+  else snprintf(buf, 32, "%.2f %s", v, units[u]);
+  return buf;
+}
+
+double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t splitmix64(uint64_t* x) {
+  uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+void rng_seed(Rng* r, uint64_t seed) {
+  uint64_t x = seed;
+  for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t rng_next(Rng* r) {
+  uint64_t* s = r->s;
+  uint64_t result = rotl(s[1] * 5, 7) * 9;
+  uint64_t t = s[1] << 17;
+  s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl(s[3], 45);
+  return result;
+}
+
+double rng_uniform(Rng* r) { return (double)(rng_next(r) >> 11) * 0x1.0p-53; }
+
+double rng_normal(Rng* r) {
+  double u1 = rng_uniform(r), u2 = rng_uniform(r);
+  if (u1 < 1e-300) u1 = 1e-300;
+  return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+uint64_t rng_below(Rng* r, uint64_t n) { return n ? rng_next(r) % n : 0; }

@@ -1,0 +1,45 @@
+/*
+** util.h: small services every module uses: error reporting, sizes, time, random numbers.
+**
+** Errors: library functions never print or exit. They record a one-line message with
+** osdp_fail() and return -1 (or NULL); the command-line layer prints it and exits non-zero.
+*/
+#ifndef OSDP_UTIL_H
+#define OSDP_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Records a printf-style one-line error message and returns -1. */
+int osdp_fail(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The message recorded by the last osdp_fail() ("" if none). */
+const char* osdp_last_error(void);
+/* Clears the recorded error. */
+void osdp_clear_error(void);
+
+/* Parses a byte size such as "512MiB", "1.5GB", "8G", "4096" (binary units for Ki/Mi/Gi/Ti
+** and for bare K/M/G/T, decimal for KB/MB/GB/TB). Returns 0 on success, -1 with an error
+** naming `field` otherwise. */
+int parse_size(const char* s, const char* field, size_t* out);
+/* Parses a strictly positive int; on failure records an error naming `field`. */
+int parse_int(const char* s, const char* field, long lo, long hi, long* out);
+/* Parses a finite double; on failure records an error naming `field`. */
+int parse_double(const char* s, const char* field, double* out);
+/* Formats a byte count for people, e.g. "1.50 GiB" or "812 B". Returns buf. */
+char* format_bytes(double bytes, char buf[32]);
+
+/* Monotonic wall-clock time in seconds. */
+double now_seconds(void);
+
+/* Deterministic random numbers (splitmix64-seeded xoshiro256**), identical on every host. */
+typedef struct Rng { uint64_t s[4]; } Rng;
+void rng_seed(Rng* r, uint64_t seed);
+uint64_t rng_next(Rng* r);
+/* Uniform in [0, 1). */
+double rng_uniform(Rng* r);
+/* Standard normal (Box-Muller). */
+double rng_normal(Rng* r);
+/* Uniform integer in [0, n). */
+uint64_t rng_below(Rng* r, uint64_t n);
+
+#endif

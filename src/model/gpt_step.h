@@ -1,0 +1,67 @@
+/*
+** gpt_step.h: one forward and one backward pass of the model over the operator list.
+**
+** The step code knows the model's math and activation layout, but not where parameters
+** live: it asks a GptParamHooks for each parameter slice just before using it and gives it
+** back right after. The single-process engine answers with pointers into full local
+** tensors; the sharded runtime gathers, frees and reduces there. So there is exactly one
+** implementation of the model, whatever the plan.
+**
+** Both passes exist in fp32 (training) and fp64 (whole-model gradient checks), generated
+** from gpt_step_impl.inc.
+*/
+#ifndef OSDP_GPT_STEP_H
+#define OSDP_GPT_STEP_H
+
+#include <stddef.h>
+
+#include "model/gpt.h"
+
+typedef enum GptPhase { GPT_FORWARD = 0, GPT_BACKWARD = 1 } GptPhase;
+
+/* Where parameter slices come from. `owner` is the op owning the block, `slice` the slice
+** index under that op's slice count. acquire_weight returns the slice's full weights
+** (gpt_slice_params elements); acquire_grad returns a full-size gradient buffer for the
+** slice that the step ACCUMULATES into; release_grad tells the owner that this use of the
+** gradient is complete (it may reduce it then). */
+typedef struct GptParamHooks {
+  void* ctx;
+  void* (*acquire_weight)(void* ctx, int owner, int slice, GptPhase phase);
+  void (*release_weight)(void* ctx, int owner, int slice, GptPhase phase);
+  void* (*acquire_grad)(void* ctx, int owner, int slice);
+  void (*release_grad)(void* ctx, int owner, int slice);
+} GptParamHooks;
+
+/* The buffers of one micro-batch: each op's activation block (gpt_op_act_bytes), and the
+** backward working buffers (gpt_scratch_bytes) split into dres [BT,C], dbuf_a and dbuf_b
+** [BT,4C] and the attention scratch. Elements are float or double (elem bytes). */
+typedef struct GptActs {
+  int B, T;
+  size_t elem;
+  void** op_acts;   /* nops pointers */
+  void* scratch;    /* gpt_scratch_bytes */
+  double* op_seconds; /* NULL, or nops counters that receive each op's forward+backward time */
+} GptActs;
+
+/* The token ids and targets of the micro-batch, which live in embed's activation block. */
+int* gpt_acts_tokens(const GptDesc* d, const GptActs* a);
+int* gpt_acts_targets(const GptDesc* d, const GptActs* a);
+/* The logits [BT, Vp] (after the forward pass: dloss/dlogits) and per-position losses. */
+void* gpt_acts_logits(const GptDesc* d, const GptActs* a);
+
+/* Forward pass, loss and dloss/dlogits. slices[op] is the slice count of each owner op.
+** loss_scale multiplies the summed per-position losses (1 / number of targets in the global
+** batch, so gradients are those of the global mean). If argmax is not NULL it receives, for
+** each of the B*T positions, the index of the largest logit (for accuracy), taken before the
+** loss overwrites the logits with their gradient. Returns the sum of this micro-batch's
+** per-position losses (unscaled). */
+double gpt_forward_f32(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
+                       double loss_scale, int* argmax);
+double gpt_forward_f64(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
+                       double loss_scale, int* argmax);
+/* Backward pass: accumulates every parameter gradient through the hooks. Must follow
+** gpt_forward on the same activations. */
+void gpt_backward_f32(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices);
+void gpt_backward_f64(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices);
+
+#endif

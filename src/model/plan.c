@@ -1,0 +1,254 @@
+/* plan.c: plans (uniform, JSON load/save, validation) and exact memory prediction; see plan.h. */
+#include "model/plan.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+
+static const char* strategy_names[STRAT_COUNT] = {"dp", "zero2", "zero3"};
+
+const char* strategy_name(Strategy s) { return (s >= 0 && s < STRAT_COUNT) ? strategy_names[s] : "?"; }
+
+int strategy_parse(const char* s) {
+  for (int i = 0; i < STRAT_COUNT; i++) if (strcmp(s, strategy_names[i]) == 0) return i;
+  return -1;
+}
+
+int plan_uniform(Plan* p, const GptDesc* d, Strategy s, int world, int B, int T) {
+  memset(p, 0, sizeof *p);
+  p->ops = calloc((size_t)d->nops, sizeof *p->ops);
+  if (!p->ops) return osdp_fail("out of memory");
+  p->nops = d->nops;
+  p->world = world; p->micro_batch = B; p->seq = T;
+  for (int i = 0; i < d->nops; i++) {
+    p->ops[i].k = 1;
+    p->ops[i].strat[0] = d->ops[i].n_params ? s : STRAT_DP;
+  }
+  return 0;
+}
+
+void plan_free(Plan* p) {
+  free(p->ops);
+  memset(p, 0, sizeof *p);
+}
+
+int plan_copy(Plan* dst, const Plan* src) {
+  *dst = *src;
+  dst->ops = malloc((size_t)src->nops * sizeof *src->ops);
+  if (!dst->ops) return osdp_fail("out of memory");
+  memcpy(dst->ops, src->ops, (size_t)src->nops * sizeof *src->ops);
+  return 0;
+}
+
+void plan_slice_counts(const Plan* p, int* slices) {
+  for (int i = 0; i < p->nops; i++) slices[i] = p->ops[i].k;
+}
+
+int plan_validate(const Plan* p, const GptDesc* d, int world) {
+  if (p->nops != d->nops) return osdp_fail("plan: has %d operators, model has %d", p->nops, d->nops);
+  if (p->world != world)
+    return osdp_fail("plan: world_size=%d but running on %d ranks; launch with mpirun -np %d or "
+                     "make a plan for %d ranks", p->world, world, p->world, world);
+  if (p->micro_batch < 1) return osdp_fail("plan: micro_batch=%d must be >= 1", p->micro_batch);
+  if (p->seq < 1 || p->seq > d->cfg.max_seq)
+    return osdp_fail("plan: seq_len=%d must be in [1, %d] (the model's max_seq)", p->seq,
+                     d->cfg.max_seq);
+  for (int i = 0; i < d->nops; i++) {
+    const GptOp* op = &d->ops[i];
+    const OpPlan* o = &p->ops[i];
+    int kmax = op->splittable ? (int)(op->rows < GPT_MAX_SLICES ? op->rows : GPT_MAX_SLICES) : 1;
+    if (o->k < 1 || o->k > kmax)
+      return osdp_fail("plan: operator %s has %d slices; it allows 1..%d", op->name, o->k, kmax);
+    for (int s = 0; s < o->k; s++)
+      if (o->strat[s] < 0 || o->strat[s] >= STRAT_COUNT)
+        return osdp_fail("plan: operator %s slice %d has an unknown strategy", op->name, s);
+  }
+  return 0;
+}
+
+/* Reads an integer member of a JSON object (a plan field). */
+static int plan_json_int(const cJSON* o, const char* path, const char* key, int* out) {
+  const cJSON* v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!v || !cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble)
+    return osdp_fail("%s: field \"%s\" must be an integer", path, key);
+  *out = (int)v->valuedouble;
+  return 0;
+}
+
+/* Checks that the plan's "model" object describes model d. */
+static int plan_check_model(const cJSON* m, const GptDesc* d, const char* path) {
+  if (!cJSON_IsObject(m)) return osdp_fail("%s: missing object \"model\"", path);
+  const char* keys[] = {"n_layer", "n_embd", "n_head", "vocab_size", "max_seq"};
+  int want[] = {d->cfg.n_layer, d->cfg.n_embd, d->cfg.n_head, d->cfg.vocab_size, d->cfg.max_seq};
+  for (int i = 0; i < 5; i++) {
+    int v = 0;
+    if (plan_json_int(m, path, keys[i], &v)) return -1;
+    if (v != want[i])
+      return osdp_fail("%s: plan is for another model (model.%s=%d, this model has %d); make a "
+                       "plan for %s", path, keys[i], v, want[i], d->cfg.name);
+  }
+  return 0;
+}
+
+/* Reads the "ops" array into p->ops. */
+static int plan_read_ops(Plan* p, const GptDesc* d, const cJSON* ops, const char* path) {
+  if (!cJSON_IsArray(ops)) return osdp_fail("%s: missing array \"ops\"", path);
+  const cJSON* o;
+  cJSON_ArrayForEach(o, ops) {
+    const cJSON* name = cJSON_GetObjectItemCaseSensitive(o, "name");
+    const cJSON* sl = cJSON_GetObjectItemCaseSensitive(o, "slices");
+    if (!cJSON_IsString(name)) return osdp_fail("%s: an entry of \"ops\" has no \"name\"", path);
+    int idx = -1;
+    for (int i = 0; i < d->nops; i++) if (strcmp(d->ops[i].name, name->valuestring) == 0) idx = i;
+    if (idx < 0)
+      return osdp_fail("%s: operator \"%s\" does not exist in model %s (see osdp describe)", path,
+                       name->valuestring, d->cfg.name);
+    if (!d->ops[idx].n_params)
+      return osdp_fail("%s: operator \"%s\" has no parameters to place", path, name->valuestring);
+    int k = cJSON_IsArray(sl) ? cJSON_GetArraySize(sl) : 0;
+    if (k < 1 || k > GPT_MAX_SLICES)
+      return osdp_fail("%s: operator \"%s\": \"slices\" must list 1..%d strategies", path,
+                       name->valuestring, GPT_MAX_SLICES);
+    p->ops[idx].k = k;
+    for (int s = 0; s < k; s++) {
+      const cJSON* st = cJSON_GetArrayItem(sl, s);
+      int v = cJSON_IsString(st) ? strategy_parse(st->valuestring) : -1;
+      if (v < 0)
+        return osdp_fail("%s: operator \"%s\" slice %d: strategy must be \"dp\", \"zero2\" or "
+                         "\"zero3\"", path, name->valuestring, s);
+      p->ops[idx].strat[s] = (Strategy)v;
+    }
+  }
+  return 0;
+}
+
+/* Reads a whole file into a heap string. */
+static char* plan_read_file(const char* path) {
+  FILE* f = fopen(path, "rb");
+  if (!f) { osdp_fail("--plan: cannot open '%s': %s", path, strerror(errno)); return NULL; }
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char* s = (n >= 0 && n < (1 << 26)) ? malloc((size_t)n + 1) : NULL;
+  if (!s) { fclose(f); osdp_fail("%s: unreadable plan file", path); return NULL; }
+  size_t got = fread(s, 1, (size_t)n, f);
+  fclose(f);
+  s[got] = 0;
+  return s;
+}
+
+int plan_load(Plan* p, const GptDesc* d, const char* path) {
+  memset(p, 0, sizeof *p);
+  char* text = plan_read_file(path);
+  if (!text) return -1;
+  cJSON* root = cJSON_Parse(text);
+  free(text);
+  if (!cJSON_IsObject(root)) {
+    cJSON_Delete(root);
+    return osdp_fail("%s: malformed JSON; a plan is an object with model, world_size, "
+                     "micro_batch, seq_len and ops (see osdp plan --out)", path);
+  }
+  int world = 0, B = 0, T = 0;
+  int rc = plan_check_model(cJSON_GetObjectItemCaseSensitive(root, "model"), d, path);
+  if (!rc) rc = plan_json_int(root, path, "world_size", &world);
+  if (!rc) rc = plan_json_int(root, path, "micro_batch", &B);
+  if (!rc) rc = plan_json_int(root, path, "seq_len", &T);
+  if (!rc && world < 1) rc = osdp_fail("%s: world_size=%d must be >= 1", path, world);
+  if (!rc) rc = plan_uniform(p, d, STRAT_DP, world, B, T);
+  if (!rc) rc = plan_read_ops(p, d, cJSON_GetObjectItemCaseSensitive(root, "ops"), path);
+  cJSON_Delete(root);
+  if (rc) plan_free(p);
+  return rc;
+}
+
+char* plan_to_json(const Plan* p, const GptDesc* d) {
+  cJSON* root = cJSON_CreateObject();
+  cJSON* m = cJSON_AddObjectToObject(root, "model");
+  cJSON_AddStringToObject(m, "name", d->cfg.name);
+  cJSON_AddNumberToObject(m, "n_layer", d->cfg.n_layer);
+  cJSON_AddNumberToObject(m, "n_embd", d->cfg.n_embd);
+  cJSON_AddNumberToObject(m, "n_head", d->cfg.n_head);
+  cJSON_AddNumberToObject(m, "vocab_size", d->cfg.vocab_size);
+  cJSON_AddNumberToObject(m, "max_seq", d->cfg.max_seq);
+  cJSON_AddNumberToObject(root, "world_size", p->world);
+  cJSON_AddNumberToObject(root, "micro_batch", p->micro_batch);
+  cJSON_AddNumberToObject(root, "seq_len", p->seq);
+  cJSON* ops = cJSON_AddArrayToObject(root, "ops");
+  for (int i = 0; i < d->nops; i++) {
+    if (!d->ops[i].n_params) continue;
+    cJSON* o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", d->ops[i].name);
+    cJSON* sl = cJSON_AddArrayToObject(o, "slices");
+    for (int s = 0; s < p->ops[i].k; s++)
+      cJSON_AddItemToArray(sl, cJSON_CreateString(strategy_name(p->ops[i].strat[s])));
+    cJSON_AddItemToArray(ops, o);
+  }
+  char* s = cJSON_Print(root);
+  cJSON_Delete(root);
+  return s;
+}
+
+int plan_save(const Plan* p, const GptDesc* d, const char* path) {
+  char* s = plan_to_json(p, d);
+  FILE* f = fopen(path, "w");
+  if (!f) { free(s); return osdp_fail("--out: cannot write '%s': %s", path, strerror(errno)); }
+  int ok = fputs(s, f) >= 0 && fputc('\n', f) != EOF;
+  ok = (fclose(f) == 0) && ok;
+  free(s);
+  return ok ? 0 : osdp_fail("--out: error writing '%s'", path);
+}
+
+size_t slice_padded(size_t n, Strategy s, int world) {
+  if (s == STRAT_DP) return n;
+  return (n + (size_t)world - 1) / (size_t)world * (size_t)world;
+}
+
+size_t slice_shard(size_t n, Strategy s, int world) {
+  return s == STRAT_DP ? n : slice_padded(n, s, world) / (size_t)world;
+}
+
+void slice_persistent_bytes(size_t n, Strategy s, int world, size_t* params, size_t* grads,
+                            size_t* optim) {
+  size_t f = sizeof(float), sh = slice_shard(n, s, world);
+  *params = f * (s == STRAT_ZERO3 ? sh : slice_padded(n, s, world));
+  *grads = f * sh;
+  *optim = 2 * f * sh;
+}
+
+size_t slice_transient_forward(size_t n, Strategy s, int world) {
+  return s == STRAT_ZERO3 ? sizeof(float) * slice_padded(n, s, world) : 0;
+}
+
+size_t slice_transient_backward(size_t n, Strategy s, int world, int needs_weight) {
+  size_t full = sizeof(float) * slice_padded(n, s, world);
+  if (s == STRAT_DP) return 0;
+  return full + (s == STRAT_ZERO3 && needs_weight ? full : 0);
+}
+
+void plan_predict_memory(const GptDesc* d, const Plan* p, int threads, MemPrediction* m) {
+  memset(m, 0, sizeof *m);
+  int B = p->micro_batch, T = p->seq, N = p->world;
+  for (int i = 0; i < d->nops; i++) {
+    const GptOp* op = &d->ops[i];
+    m->acts += gpt_op_act_bytes(d, op, B, T, sizeof(float));
+    if (!op->n_params) continue;
+    for (int s = 0; s < p->ops[i].k; s++) {
+      size_t n = gpt_slice_params(op, p->ops[i].k, s), pa, gr, op_;
+      Strategy st = p->ops[i].strat[s];
+      slice_persistent_bytes(n, st, N, &pa, &gr, &op_);
+      m->params += pa; m->grads += gr; m->optim += op_;
+      /* Forward needs the weight; backward needs weight and gradient, except the embedding
+      ** lookup's backward (the tied LM head's backward does need the weight). */
+      size_t t = slice_transient_forward(n, st, N);
+      size_t tb = slice_transient_backward(n, st, N, 1);
+      if (t > m->transient) m->transient = t;
+      if (tb > m->transient) m->transient = tb;
+    }
+  }
+  m->scratch = gpt_scratch_bytes(d, B, T, sizeof(float), threads);
+  m->peak = m->params + m->grads + m->optim + m->acts + m->scratch + m->transient;
+}

@@ -1,0 +1,83 @@
+/*
+** plan.h: an execution plan, and the exact memory it needs.
+**
+** A plan says, for every operator that owns parameters, into how many slices k its
+** parameter block is split and which strategy each slice uses:
+**   dp     full replica of weight, gradient and optimizer state; gradient all-reduced;
+**   zero2  full weight kept; gradient reduce-scattered; optimizer state and update sharded;
+**          updated shards all-gathered back into the full weight;
+**   zero3  only the rank's 1/N shard of everything kept; the full weight is gathered before
+**          each use and freed after; the full gradient is reduce-scattered and freed.
+** A slice of n parameters is padded to n_pad = ceil(n / N) * N when sharded; rank r owns
+** elements [r n_pad/N, (r+1) n_pad/N).
+**
+** On disk a plan is JSON:
+**   {"model": {"name":..,"n_layer":..,"n_embd":..,"n_head":..,"vocab_size":..,"max_seq":..},
+**    "world_size": N, "micro_batch": B, "seq_len": T,
+**    "ops": [{"name": "embed", "slices": ["zero3", "zero3", "dp", "dp"]}, ...]}
+** listing every operator that owns parameters (ops not listed default to one dp slice).
+*/
+#ifndef OSDP_PLAN_H
+#define OSDP_PLAN_H
+
+#include <stddef.h>
+
+#include "model/gpt.h"
+
+typedef enum Strategy { STRAT_DP = 0, STRAT_ZERO2 = 1, STRAT_ZERO3 = 2, STRAT_COUNT } Strategy;
+
+typedef struct OpPlan {
+  int k;                              /* slice count, 1..GPT_MAX_SLICES */
+  Strategy strat[GPT_MAX_SLICES];     /* per slice */
+} OpPlan;
+
+typedef struct Plan {
+  int world, micro_batch, seq;
+  int nops;
+  OpPlan* ops;                        /* nops entries, one per op (parameterless ops: k = 1) */
+} Plan;
+
+/* "dp", "zero2", "zero3". */
+const char* strategy_name(Strategy s);
+/* Parses a strategy name; -1 if unknown. */
+int strategy_parse(const char* s);
+
+/* Builds the plan that uses strategy s, unsplit, for every op. */
+int plan_uniform(Plan* p, const GptDesc* d, Strategy s, int world, int B, int T);
+/* Frees a plan's op array. */
+void plan_free(Plan* p);
+/* Copies a plan. */
+int plan_copy(Plan* dst, const Plan* src);
+/* Checks a plan against a model and world size; -1 with a one-line error if it does not fit. */
+int plan_validate(const Plan* p, const GptDesc* d, int world);
+/* Reads a plan file written for model d. Returns -1 with an error naming the file and field. */
+int plan_load(Plan* p, const GptDesc* d, const char* path);
+/* Writes a plan as JSON to a heap string (caller frees). */
+char* plan_to_json(const Plan* p, const GptDesc* d);
+/* Writes a plan file. */
+int plan_save(const Plan* p, const GptDesc* d, const char* path);
+/* The slice counts of a plan as an int array indexed by op (for gpt_forward/backward). */
+void plan_slice_counts(const Plan* p, int* slices);
+
+/* Per-slice sizes under a strategy on N ranks. */
+size_t slice_padded(size_t n, Strategy s, int world);  /* n, or n rounded up to a multiple of N */
+size_t slice_shard(size_t n, Strategy s, int world);   /* elements a rank owns: n (dp) or n_pad/N */
+
+/* Exact memory of one rank, per arena category, predicted from the description alone. */
+typedef struct MemPrediction {
+  size_t params, grads, optim, acts, scratch;
+  size_t transient;   /* largest gather/full-gradient bytes live at once */
+  size_t peak;        /* the sum of all the above: the arena's peak */
+} MemPrediction;
+
+/* Bytes a slice keeps between steps (weights, gradients, optimizer state). */
+void slice_persistent_bytes(size_t n, Strategy s, int world, size_t* params, size_t* grads,
+                            size_t* optim);
+/* Transient bytes live while a slice is used in forward and in backward. */
+size_t slice_transient_forward(size_t n, Strategy s, int world);
+size_t slice_transient_backward(size_t n, Strategy s, int world, int needs_weight);
+/* Predicts every rank's memory for plan p with `threads` kernel threads. Uses the plan's
+** micro_batch and seq. */
+void plan_predict_memory(const GptDesc* d, const Plan* p, int threads, MemPrediction* m);
+
+#endif

@@ -1,0 +1,365 @@
+/* engine.c: the training runtime for one rank; see engine.h. */
+#include "runtime/engine.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "kernels/cpu_kernels.h"
+
+void train_options_default(TrainOptions* o) {
+  memset(o, 0, sizeof *o);
+  o->lr = 1e-3;
+  o->beta1 = 0.9;
+  o->beta2 = 0.95;
+  o->eps = 1e-8;
+  o->weight_decay = 0.1;
+  o->grad_clip = 1.0;
+  o->seed = 1337;
+  o->threads = 1;
+  o->bucket_bytes = (size_t)16 << 20;
+}
+
+/* ---- Parameter hooks: where the model's slices come from ---------------------------- */
+
+/* Lets outstanding gradient all-reduces progress while compute goes on. */
+static void progress_buckets(Engine* e) {
+  for (int b = 0; b < e->nbuckets; b++)
+    if (e->buckets[b].req.active) comm_test(&e->buckets[b].req);
+}
+
+/* Returns the full weights of a slice, gathering them if the slice is fully sharded. */
+static void* hook_acquire_weight(void* ctx, int owner, int slice, GptPhase phase) {
+  Engine* e = ctx;
+  SliceState* s = &e->slices[owner][slice];
+  progress_buckets(e);
+  if (s->strat != STRAT_ZERO3) return s->w;
+  s->gathered = arena_alloc(&e->arena, s->n_pad * sizeof(float), MEM_GATHER, "gathered weight");
+  if (!s->gathered) { fprintf(stderr, "osdp: error: %s\n", osdp_last_error()); comm_abort(3); }
+  comm_allgather_into_f32(s->w, s->gathered, s->shard);
+  return s->gathered;
+}
+
+/* Frees a gathered weight. */
+static void hook_release_weight(void* ctx, int owner, int slice, GptPhase phase) {
+  Engine* e = ctx;
+  SliceState* s = &e->slices[owner][slice];
+  if (s->strat != STRAT_ZERO3) return;
+  arena_free(&e->arena, s->gathered);
+  s->gathered = NULL;
+}
+
+/* Returns the buffer a slice's gradient accumulates into: the persistent full gradient for
+** dp, a transient full one for the sharded strategies. */
+static void* hook_acquire_grad(void* ctx, int owner, int slice) {
+  Engine* e = ctx;
+  SliceState* s = &e->slices[owner][slice];
+  if (s->strat == STRAT_DP) return s->g;
+  s->gfull = arena_alloc(&e->arena, s->n_pad * sizeof(float), MEM_GATHER, "full gradient");
+  if (!s->gfull) { fprintf(stderr, "osdp: error: %s\n", osdp_last_error()); comm_abort(3); }
+  return s->gfull;
+}
+
+/* A use of a slice's gradient is complete: sharded slices reduce-scatter it into the rank's
+** shard now; dp slices start their bucket's all-reduce once every member is final. */
+static void hook_release_grad(void* ctx, int owner, int slice) {
+  Engine* e = ctx;
+  SliceState* s = &e->slices[owner][slice];
+  if (s->strat != STRAT_DP) {
+    comm_reduce_scatter_add_f32(s->gfull, s->g, s->shard);
+    arena_free(&e->arena, s->gfull);
+    s->gfull = NULL;
+    return;
+  }
+  if (++s->bwd_done < s->bwd_uses) return;
+  GradBucket* b = &e->buckets[s->bucket];
+  if (--b->pending == 0) comm_iallreduce_f32(b->buf, b->n, &b->req);
+}
+
+/* ---- Construction -------------------------------------------------------------------- */
+
+/* Fills a slice's sizes from its op, plan entry and the world size. */
+static void slice_geometry(const GptDesc* d, const Plan* p, int world, int rank, int opi, int i,
+                           SliceState* s) {
+  const GptOp* op = &d->ops[opi];
+  int k = p->ops[opi].k;
+  s->strat = p->ops[opi].strat[i];
+  s->n = gpt_slice_params(op, k, i);
+  s->n_pad = slice_padded(s->n, s->strat, world);
+  s->shard = slice_shard(s->n, s->strat, world);
+  s->off = s->strat == STRAT_DP ? 0 : (size_t)rank * s->shard;
+  size_t r0 = gpt_slice_row0(op->rows, k, i), r1 = gpt_slice_row0(op->rows, k, i + 1);
+  s->rows_n = (r1 - r0) * op->width;
+  s->tail_decay = op->tail_decay;
+  s->bwd_uses = opi == 0 ? 2 : 1; /* wte is used by the embedding and the tied LM head */
+}
+
+/* Groups the dp gradients into buckets in the order backward finishes them (last op first,
+** embed last) and allocates each bucket as one block, so a bucket is all-reduced in one call. */
+static int build_buckets(Engine* e) {
+  const GptDesc* d = e->d;
+  size_t cap = e->opt.bucket_bytes / sizeof(float);
+  e->buckets = calloc((size_t)d->nops * GPT_MAX_SLICES, sizeof *e->buckets);
+  if (!e->buckets) return osdp_fail("out of memory");
+  int cur = -1;
+  for (int opi = d->nops - 1; opi >= 0; opi--) {
+    if (!e->slices[opi]) continue;
+    for (int i = 0; i < e->slice_counts[opi]; i++) {
+      SliceState* s = &e->slices[opi][i];
+      if (s->strat != STRAT_DP) continue;
+      if (cur < 0 || (e->buckets[cur].n + s->n > cap && e->buckets[cur].n > 0)) cur = e->nbuckets++;
+      s->bucket = cur;
+      e->buckets[cur].n += s->n;
+      e->buckets[cur].members++;
+    }
+  }
+  for (int b = 0; b < e->nbuckets; b++) {
+    e->buckets[b].buf = arena_alloc(&e->arena, e->buckets[b].n * sizeof(float), MEM_GRADS,
+                                    "dp gradient bucket");
+    if (!e->buckets[b].buf) return -1;
+    e->buckets[b].n = 0; /* refilled below as offsets are assigned */
+  }
+  for (int opi = d->nops - 1; opi >= 0; opi--) {
+    if (!e->slices[opi]) continue;
+    for (int i = 0; i < e->slice_counts[opi]; i++) {
+      SliceState* s = &e->slices[opi][i];
+      if (s->strat != STRAT_DP) continue;
+      GradBucket* b = &e->buckets[s->bucket];
+      s->g = b->buf + b->n;
+      b->n += s->n;
+    }
+  }
+  return 0;
+}
+
+/* Allocates a slice's weight, shard gradient and optimizer state and initialises the
+** weights this rank holds. */
+static int alloc_slice(Engine* e, int opi, int i, SliceState* s) {
+  size_t held_w = s->strat == STRAT_ZERO3 ? s->shard : s->n_pad;
+  s->w = arena_alloc(&e->arena, held_w * sizeof(float), MEM_PARAMS, e->d->ops[opi].name);
+  if (!s->w) return -1;
+  if (s->strat != STRAT_DP) {
+    s->g = arena_alloc(&e->arena, s->shard * sizeof(float), MEM_GRADS, e->d->ops[opi].name);
+    if (!s->g) return -1;
+  }
+  s->m = arena_alloc(&e->arena, s->shard * sizeof(float), MEM_OPTIM, e->d->ops[opi].name);
+  s->v = s->m ? arena_alloc(&e->arena, s->shard * sizeof(float), MEM_OPTIM, e->d->ops[opi].name) : NULL;
+  if (!s->v) return -1;
+  size_t base = gpt_slice_offset(&e->d->ops[opi], e->slice_counts[opi], i);
+  size_t first = s->strat == STRAT_ZERO3 ? s->off : 0;
+  size_t count = first < s->n ? s->n - first : 0;
+  if (count > held_w) count = held_w;
+#pragma omp parallel for schedule(static)
+  for (long j = 0; j < (long)count; j++)
+    s->w[j] = gpt_init_value(e->d, opi, base + first + (size_t)j, e->opt.seed);
+  return 0;
+}
+
+/* Says why a plan does not fit the memory limit, with the least memory it needs. */
+static int memory_limit_error(const Engine* e) {
+  char need[32], lim[32], pa[32], ac[32], tr[32];
+  const MemPrediction* m = &e->predicted;
+  return osdp_fail("--mem-limit: %s is too small: this plan needs %s per rank at micro-batch %d, "
+                   "seq %d (states %s, activations %s, transient %s); raise --mem-limit to at "
+                   "least %s, or lower --batch / --seq, or shard more",
+                   format_bytes((double)e->opt.mem_limit, lim), format_bytes((double)m->peak, need),
+                   e->plan.micro_batch, e->plan.seq,
+                   format_bytes((double)(m->params + m->grads + m->optim), pa),
+                   format_bytes((double)(m->acts + m->scratch), ac),
+                   format_bytes((double)m->transient, tr), need);
+}
+
+int engine_create(Engine* e, const GptDesc* d, const Plan* p, const TrainOptions* opt) {
+  memset(e, 0, sizeof *e);
+  e->d = d;
+  e->opt = *opt;
+  e->rank = comm_rank();
+  e->world = comm_size();
+  if (plan_validate(p, d, e->world) || plan_copy(&e->plan, p)) return -1;
+  kernels_set_threads(opt->threads);
+  plan_predict_memory(d, p, opt->threads, &e->predicted);
+  if (opt->mem_limit && e->predicted.peak > opt->mem_limit) return memory_limit_error(e);
+  if (arena_init(&e->arena, opt->mem_limit)) return -1;
+  e->slices = calloc((size_t)d->nops, sizeof *e->slices);
+  e->slice_counts = calloc((size_t)d->nops, sizeof *e->slice_counts);
+  e->act_ptrs = calloc((size_t)d->nops, sizeof *e->act_ptrs);
+  if (!e->slices || !e->slice_counts || !e->act_ptrs) return osdp_fail("out of memory");
+  plan_slice_counts(p, e->slice_counts);
+  for (int opi = 0; opi < d->nops; opi++) {
+    if (!d->ops[opi].n_params) continue;
+    e->slices[opi] = calloc((size_t)e->slice_counts[opi], sizeof(SliceState));
+    if (!e->slices[opi]) return osdp_fail("out of memory");
+    for (int i = 0; i < e->slice_counts[opi]; i++) {
+      slice_geometry(d, p, e->world, e->rank, opi, i, &e->slices[opi][i]);
+      if (alloc_slice(e, opi, i, &e->slices[opi][i])) return -1;
+    }
+  }
+  if (build_buckets(e)) return -1;
+  e->acts = (GptActs){.B = p->micro_batch, .T = p->seq, .elem = sizeof(float), .op_acts = e->act_ptrs};
+  for (int opi = 0; opi < d->nops; opi++) {
+    size_t bytes = gpt_op_act_bytes(d, &d->ops[opi], p->micro_batch, p->seq, sizeof(float));
+    e->act_ptrs[opi] = arena_alloc(&e->arena, bytes, MEM_ACTS, d->ops[opi].name);
+    if (!e->act_ptrs[opi]) return -1;
+  }
+  e->acts.scratch = arena_alloc(&e->arena,
+                                gpt_scratch_bytes(d, p->micro_batch, p->seq, sizeof(float), opt->threads),
+                                MEM_SCRATCH, "backward scratch");
+  if (!e->acts.scratch) return -1;
+  e->hooks = (GptParamHooks){e, hook_acquire_weight, hook_release_weight, hook_acquire_grad,
+                             hook_release_grad};
+  arena_reset_peak(&e->arena);
+  return 0;
+}
+
+void engine_destroy(Engine* e) {
+  if (e->slices)
+    for (int i = 0; i < e->d->nops; i++) free(e->slices[i]);
+  free(e->slices);
+  free(e->slice_counts);
+  free(e->act_ptrs);
+  free(e->buckets);
+  arena_destroy(&e->arena);
+  plan_free(&e->plan);
+  memset(e, 0, sizeof *e);
+}
+
+int* engine_tokens(Engine* e) { return gpt_acts_tokens(e->d, &e->acts); }
+int* engine_targets(Engine* e) { return gpt_acts_targets(e->d, &e->acts); }
+
+/* ---- The training step ------------------------------------------------------------- */
+
+/* Zeroes the gradients the rank keeps and re-arms the per-step counters. */
+static void zero_grads(Engine* e) {
+  for (int b = 0; b < e->nbuckets; b++) {
+    memset(e->buckets[b].buf, 0, e->buckets[b].n * sizeof(float));
+    e->buckets[b].pending = e->buckets[b].members;
+  }
+  for (int opi = 0; opi < e->d->nops; opi++)
+    for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++) {
+      SliceState* s = &e->slices[opi][i];
+      s->bwd_done = 0;
+      if (s->strat != STRAT_DP) memset(s->g, 0, s->shard * sizeof(float));
+    }
+}
+
+/* Sum of squares of the gradient elements this rank accounts for: its shard of sharded slices
+** and its 1/N part of replicated ones, so the global sum counts each element once. */
+static double owned_grad_sumsq(Engine* e) {
+  double acc = 0;
+  for (int opi = 0; opi < e->d->nops; opi++)
+    for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++) {
+      SliceState* s = &e->slices[opi][i];
+      if (s->strat != STRAT_DP) { acc += sum_squares_f32(s->g, s->shard); continue; }
+      size_t a = s->n * (size_t)e->rank / (size_t)e->world;
+      size_t b = s->n * (size_t)(e->rank + 1) / (size_t)e->world;
+      acc += sum_squares_f32(s->g + a, b - a);
+    }
+  return acc;
+}
+
+/* AdamW on the part of a slice this rank owns, with weight decay on the rows part and on the
+** tail only where the op says so. Then zero2 slices share their updated shards. */
+static void update_slice(Engine* e, SliceState* s, float lr, float scale) {
+  size_t first = s->off, count = s->strat == STRAT_DP ? s->n : s->shard;
+  if (first >= s->n) count = 0;
+  else if (first + count > s->n) count = s->n - first;
+  float* w = s->strat == STRAT_ZERO3 ? s->w : s->w + first;
+  float wd = (float)e->opt.weight_decay;
+  size_t split = s->rows_n > first ? s->rows_n - first : 0;
+  if (split > count) split = count;
+  int t = (int)e->step;
+  float b1 = (float)e->opt.beta1, b2 = (float)e->opt.beta2, eps = (float)e->opt.eps;
+  if (split) adamw_update_f32(w, s->g, s->m, s->v, split, lr, b1, b2, eps, wd, t, scale);
+  if (count > split)
+    adamw_update_f32(w + split, s->g + split, s->m + split, s->v + split, count - split, lr, b1,
+                     b2, eps, s->tail_decay ? wd : 0.0f, t, scale);
+  if (s->strat == STRAT_ZERO2) comm_allgather_f32(s->w, s->shard);
+}
+
+void engine_step(Engine* e, long global_targets, StepResult* r) {
+  double t0 = now_seconds();
+  zero_grads(e);
+  double scale = 1.0 / (double)(global_targets > 0 ? global_targets : 1);
+  double loss = gpt_forward_f32(e->d, &e->acts, &e->hooks, e->slice_counts, scale, NULL);
+  gpt_backward_f32(e->d, &e->acts, &e->hooks, e->slice_counts);
+  for (int b = 0; b < e->nbuckets; b++) comm_wait(&e->buckets[b].req);
+  double sums[2] = {loss, owned_grad_sumsq(e)};
+  comm_allreduce_f64_array(sums, 2);
+  double norm = sqrt(sums[1]);
+  float clip = 1.0f;
+  if (e->opt.grad_clip > 0 && norm > e->opt.grad_clip) clip = (float)(e->opt.grad_clip / norm);
+  e->step++;
+  double lr = e->opt.lr;
+  if (e->opt.warmup > 0 && e->step <= e->opt.warmup) lr *= (double)e->step / e->opt.warmup;
+  for (int opi = 0; opi < e->d->nops; opi++)
+    for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++)
+      update_slice(e, &e->slices[opi][i], (float)lr, clip);
+  r->loss = sums[0] * scale;
+  r->grad_norm = norm;
+  r->lr = lr;
+  r->seconds = now_seconds() - t0;
+}
+
+double engine_eval(Engine* e, const int* problem, long* problems_total, long* problems_ok) {
+  int BT = e->acts.B * e->acts.T;
+  int* argmax = (int*)((char*)e->acts.scratch +
+                       gpt_scratch_bytes(e->d, e->acts.B, e->acts.T, sizeof(float), e->opt.threads) -
+                       2 * (size_t)BT * sizeof(int));
+  double loss = gpt_forward_f32(e->d, &e->acts, &e->hooks, e->slice_counts, 1.0, argmax);
+  double sums[3] = {loss, 0, 0};
+  if (problem) {
+    /* A problem is right when all of its answer positions are; ids are contiguous runs. */
+    const int* tg = engine_targets(e);
+    for (int i = 0; i < BT;) {
+      if (problem[i] < 0) { i++; continue; }
+      int id = problem[i], ok = 1;
+      for (; i < BT && problem[i] == id; i++) ok &= argmax[i] == tg[i];
+      sums[1] += 1;
+      sums[2] += ok;
+    }
+  }
+  comm_allreduce_f64_array(sums, 3);
+  if (problems_total) *problems_total = (long)sums[1];
+  if (problems_ok) *problems_ok = (long)sums[2];
+  return sums[0];
+}
+
+void engine_get_params(Engine* e, float* full) {
+  size_t base = 0;
+  for (int opi = 0; opi < e->d->nops; opi++) {
+    for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++) {
+      SliceState* s = &e->slices[opi][i];
+      float* dst = full + base + gpt_slice_offset(&e->d->ops[opi], e->slice_counts[opi], i);
+      if (s->strat != STRAT_ZERO3) { memcpy(dst, s->w, s->n * sizeof(float)); continue; }
+      float* tmp = malloc(s->n_pad * sizeof(float));
+      if (!tmp) { fprintf(stderr, "osdp: error: out of host memory\n"); comm_abort(2); }
+      comm_allgather_into_f32(s->w, tmp, s->shard);
+      memcpy(dst, tmp, s->n * sizeof(float));
+      free(tmp);
+    }
+    base += e->d->ops[opi].n_params;
+  }
+}
+
+void engine_set_params(Engine* e, const float* full) {
+  size_t base = 0;
+  for (int opi = 0; opi < e->d->nops; opi++) {
+    for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++) {
+      SliceState* s = &e->slices[opi][i];
+      const float* src = full + base + gpt_slice_offset(&e->d->ops[opi], e->slice_counts[opi], i);
+      if (s->strat != STRAT_ZERO3) memcpy(s->w, src, s->n * sizeof(float));
+      else {
+        size_t first = s->off < s->n ? s->off : s->n;
+        size_t cnt = s->n - first < s->shard ? s->n - first : s->shard;
+        memset(s->w, 0, s->shard * sizeof(float));
+        memcpy(s->w, src + first, cnt * sizeof(float));
+      }
+      memset(s->m, 0, s->shard * sizeof(float));
+      memset(s->v, 0, s->shard * sizeof(float));
+    }
+    base += e->d->ops[opi].n_params;
+  }
+  e->step = 0;
+}

@@ -1,0 +1,104 @@
+/*
+** engine.h: the training runtime. It executes a plan on this rank: owns the arena with every
+** tensor, answers the model's parameter hooks (gathering, freeing and reducing as each
+** slice's strategy says), and runs the optimizer on what the rank owns.
+**
+** One process is the world-size-1 case of the same code: the single-process engine and
+** the sharded runtime are one implementation, so a plan can only change where bytes live
+** and how they travel, never the math.
+*/
+#ifndef OSDP_ENGINE_H
+#define OSDP_ENGINE_H
+
+#include <stddef.h>
+
+#include "comm/comm.h"
+#include "core/arena.h"
+#include "model/gpt.h"
+#include "model/gpt_step.h"
+#include "model/plan.h"
+
+typedef struct TrainOptions {
+  double lr, beta1, beta2, eps, weight_decay, grad_clip;
+  int warmup;                 /* linear learning-rate warmup steps (0: none) */
+  unsigned long long seed;    /* weight initialisation seed */
+  int threads;                /* kernel threads per rank */
+  size_t mem_limit;           /* arena capacity in bytes (0: unlimited) */
+  size_t bucket_bytes;        /* dp gradient bucket size */
+} TrainOptions;
+
+/* Defaults: AdamW lr 1e-3, betas (0.9, 0.95), eps 1e-8, weight decay 0.1, clip 1.0. */
+void train_options_default(TrainOptions* o);
+
+/* State of one parameter slice on this rank (see plan.h for the strategies). */
+typedef struct SliceState {
+  Strategy strat;
+  size_t n, n_pad, shard, off;  /* elements, padded, owned by a rank, this rank's first */
+  size_t rows_n;                /* elements of the slice before the tail (weight-decayed) */
+  int tail_decay;
+  float* w;      /* dp, zero2: full weight (n_pad); zero3: this rank's shard */
+  float* g;      /* dp: full gradient (view into a bucket); zero2/zero3: shard */
+  float *m, *v;  /* optimizer state of what the rank owns (n for dp, shard otherwise) */
+  float* gathered;  /* zero3 while acquired: the full weight */
+  float* gfull;     /* zero2/zero3 while acquired: the full gradient */
+  int bwd_uses, bwd_done;  /* backward uses per step (2 for the tied wte), done so far */
+  int bucket;              /* dp: bucket index */
+} SliceState;
+
+typedef struct GradBucket {
+  float* buf;
+  size_t n;
+  int members, pending;
+  CommRequest req;
+} GradBucket;
+
+typedef struct Engine {
+  const GptDesc* d;
+  Plan plan;
+  TrainOptions opt;
+  int rank, world;
+  Arena arena;
+  SliceState** slices;     /* [op][slice], NULL for ops without parameters */
+  int* slice_counts;       /* [op] */
+  GradBucket* buckets;
+  int nbuckets;
+  GptActs acts;
+  void** act_ptrs;
+  GptParamHooks hooks;
+  long step;               /* optimizer steps taken */
+  MemPrediction predicted;
+} Engine;
+
+typedef struct StepResult {
+  double loss;        /* global mean loss of the step */
+  double grad_norm;   /* global gradient norm before clipping */
+  double seconds;
+  double lr;
+} StepResult;
+
+/* Builds the engine for plan p on this rank: checks the plan and the memory limit, reserves
+** the arena and initialises the weights from opt->seed. Returns 0 or -1 with an error. */
+int engine_create(Engine* e, const GptDesc* d, const Plan* p, const TrainOptions* opt);
+void engine_destroy(Engine* e);
+
+/* Token and target buffers of this rank's micro-batch ([B*T] each), to be filled before a step. */
+int* engine_tokens(Engine* e);
+int* engine_targets(Engine* e);
+
+/* One training step on the micro-batch in engine_tokens/targets. global_targets is the number
+** of targets in the whole global batch (the loss is their mean). Collective. */
+void engine_step(Engine* e, long global_targets, StepResult* r);
+
+/* Forward pass only (evaluation): returns the global sum of losses over the global batch and,
+** if problem is not NULL, counts the problems whose every answer token is predicted right
+** (argmax); problem[i] is the problem id of target i or -1. *problems_total and *problems_ok
+** are global. Collective. */
+double engine_eval(Engine* e, const int* problem, long* problems_total, long* problems_ok);
+
+/* Copies all parameters, in op-block order (gpt.h), into full[d->n_params] on every rank. Collective. */
+void engine_get_params(Engine* e, float* full);
+/* Sets all parameters from full[d->n_params] (each rank keeps what it owns) and resets the
+** optimizer. */
+void engine_set_params(Engine* e, const float* full);
+
+#endif
