@@ -168,16 +168,17 @@ static void train_evaluate(TrainRun* r, double* val_loss, double* acc, long* npr
 /* Prints the end-of-run summary (text or JSON) and the summary log line (rank 0). */
 static void train_summary(TrainRun* r, double first_loss, double last_loss, double tps,
                           double val_loss, double acc, long nprob) {
-  if (comm_rank() != 0) return;
   size_t peak = r->eng.arena.peak_total;
+  double off = comm_allreduce_f64(peak != r->eng.predicted.peak ? 1.0 : 0.0);
+  if (comm_rank() != 0) return;
   char js[1024];
   snprintf(js, sizeof js,
            "{\"summary\":true,\"model\":\"%s\",\"data\":\"%s\",\"ranks\":%d,\"micro_batch\":%d,"
            "\"seq\":%d,\"steps\":%ld,\"first_loss\":%.6f,\"final_loss\":%.6f,\"val_loss\":%.6f,"
            "\"val_accuracy\":%.6f,\"val_problems\":%ld,\"tokens_per_s\":%.1f,\"peak_bytes\":%zu,"
-           "\"predicted_peak_bytes\":%zu}",
+           "\"predicted_peak_bytes\":%zu,\"ranks_off_prediction\":%.0f}",
            r->d.cfg.name, data_describe(r->data), comm_size(), r->B, r->T, r->steps, first_loss,
-           last_loss, val_loss, acc, nprob, tps, peak, r->eng.predicted.peak);
+           last_loss, val_loss, acc, nprob, tps, peak, r->eng.predicted.peak, off);
   if (r->log) fprintf(r->log, "%s\n", js);
   if (r->json) { printf("%s\n", js); return; }
   char pk[32], pr[32];

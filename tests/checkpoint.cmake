@@ -1,0 +1,2 @@
+osdp_add_test_exe(test_checkpoint ${PROJECT_SOURCE_DIR}/tests/test_checkpoint.c)
+add_test(NAME checkpoint COMMAND test_checkpoint)

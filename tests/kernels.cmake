@@ -1,0 +1,3 @@
+# Kernel tests: finite-difference gradient checks in fp64, fp32 vs fp64, determinism.
+osdp_add_test_exe(test_kernels ${PROJECT_SOURCE_DIR}/tests/test_kernels.c)
+add_test(NAME kernels_gradcheck COMMAND test_kernels)

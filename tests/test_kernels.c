@@ -1,0 +1,697 @@
+/*
+** test_kernels.c: tests of the CPU kernels (src/kernels).
+**
+**  1. Forward references: each forward kernel against a naive loop implementation of the
+**     GPT-2 (llm.c) semantics, in double.
+**  2. Gradient checks: the backward of every kernel against central finite differences of
+**     L = sum(out * R) for a fixed random R, in double precision (_f64 kernels), at odd
+**     sizes, for every entry of every input and parameter. Gradient buffers are pre-filled
+**     with random values, so the checks also prove that backward kernels accumulate.
+**  3. fp32 vs fp64: each _f32 kernel agrees with its _f64 twin on the same inputs.
+**  4. Determinism: with 2 threads, two runs of the parallel backward kernels are
+**     bit-identical.
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/util.h"
+#include "kernels/cpu_kernels.h"
+
+#define FD_H 1e-6      /* central-difference step */
+/* Rounding noise of a central difference is ~ 1e-16 * |L| / FD_H ~ 1e-8 here, so gradient
+** entries smaller than FD_FLOOR are compared in absolute terms (to FD_TOL * FD_FLOOR). */
+#define FD_FLOOR 1e-2
+#define FD_TOL 1e-6    /* max relative error of an analytic gradient */
+#define F32_TOL 1e-4   /* max error of fp32 relative to the largest fp64 value */
+
+static Rng rng;
+
+// ----------------------------------------------------------------------------
+// small helpers
+
+/* calloc that aborts the test on failure. */
+static void* xcalloc(size_t n, size_t size) {
+  void* p = calloc(n ? n : 1, size);
+  if (!p) { fprintf(stderr, "out of memory\n"); exit(2); }
+  return p;
+}
+static double* dalloc(size_t n) { return xcalloc(n, sizeof(double)); }
+static float* falloc(size_t n) { return xcalloc(n, sizeof(float)); }
+
+/* Returns a new array of n normal(0, sd) values (plus a constant offset). */
+static double* drandn(size_t n, double sd, double offset) {
+  double* a = dalloc(n);
+  for (size_t i = 0; i < n; i++) a[i] = offset + sd * rng_normal(&rng);
+  return a;
+}
+
+/* Returns a new copy of a[0..n). */
+static double* dcopy(const double* a, size_t n) {
+  double* c = dalloc(n);
+  memcpy(c, a, n * sizeof(double));
+  return c;
+}
+
+/* Returns a new float copy of a[0..n). */
+static float* to_f32(const double* a, size_t n) {
+  float* f = falloc(n);
+  for (size_t i = 0; i < n; i++) f[i] = (float)a[i];
+  return f;
+}
+
+/* sum_i a[i] * b[i]. */
+static double dot(const double* a, const double* b, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+/* a[i] -= b[i]: turns an accumulated gradient buffer back into the gradient alone. */
+static void subtract(double* a, const double* b, size_t n) {
+  for (size_t i = 0; i < n; i++) a[i] -= b[i];
+}
+
+/* max_i |a[i] - b[i]|. */
+static double max_abs_diff(const double* a, const double* b, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; i++) m = fmax(m, fabs(a[i] - b[i]));
+  return m;
+}
+
+/* max_i |a[i]|. */
+static double max_abs(const double* a, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; i++) m = fmax(m, fabs(a[i]));
+  return m;
+}
+
+/* Checks that the forward result a matches the reference ref to rel_tol of its scale. */
+static void check_close(const char* name, const double* a, const double* ref, size_t n,
+                        double rel_tol) {
+  double err = max_abs_diff(a, ref, n) / fmax(max_abs(ref, n), 1e-30);
+  CHECK_MSG(err <= rel_tol, "%s: relative error %.3g", name, err);
+}
+
+/* Checks that an fp32 result agrees with the fp64 one, relative to the fp64 scale. */
+static void check_f32(const char* name, const float* a, const double* ref, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - ref[i]));
+  double err = m / fmax(max_abs(ref, n), 1e-30);
+  CHECK_MSG(err <= F32_TOL, "%s: f32 vs f64 relative error %.3g", name, err);
+}
+
+// ----------------------------------------------------------------------------
+// finite-difference gradient check
+
+typedef double (*Objective)(void* ctx);
+
+/* Compares grad[0..n), the analytic gradient of f with respect to x[0..n), with central
+** differences (x is perturbed in place and restored). Returns the worst relative error,
+** measured against max(|numeric|, |analytic|, FD_FLOOR). */
+static double fd_max_error(Objective f, void* ctx, double* x, const double* grad, size_t n) {
+  double worst = 0;
+  for (size_t i = 0; i < n; i++) {
+    double saved = x[i];
+    x[i] = saved + FD_H;
+    double fp = f(ctx);
+    x[i] = saved - FD_H;
+    double fm = f(ctx);
+    x[i] = saved;
+    double num = (fp - fm) / (2 * FD_H);
+    double denom = fmax(fmax(fabs(num), fabs(grad[i])), FD_FLOOR);
+    worst = fmax(worst, fabs(num - grad[i]) / denom);
+  }
+  return worst;
+}
+
+/* One CHECK per tensor: every entry of its gradient must match finite differences. */
+static void check_grad(const char* name, Objective f, void* ctx, double* x, const double* grad,
+                       size_t n) {
+  double err = fd_max_error(f, ctx, x, grad, n);
+  printf("  grad %-26s %4zu entries, max rel err %.2e\n", name, n, err);
+  CHECK_MSG(err < FD_TOL, "%s: max relative error %.3g", name, err);
+}
+
+/* Runs a backward into grad pre-filled with random values g0 and leaves the gradient alone
+** in grad: the helpers below pair it with subtract(). Returns g0 (caller frees). */
+static double* prefill(double* grad, size_t n) {
+  double* g0 = drandn(n, 1.0, 0.0);
+  memcpy(grad, g0, n * sizeof(double));
+  return g0;
+}
+
+// ----------------------------------------------------------------------------
+// embeddings
+
+typedef struct { double *wpe, *out, *R; int B, T, C; } PosCtx;
+
+/* L = sum(embed_pos_forward(wpe) * R). */
+static double pos_objective(void* p) {
+  PosCtx* c = p;
+  embed_pos_forward_f64(c->out, c->wpe, c->B, c->T, c->C);
+  return dot(c->out, c->R, (size_t)c->B * c->T * c->C);
+}
+
+/* embed_pos: forward copies rows, backward sums over the batch (rows >= T get nothing). */
+static void test_embed_pos(void) {
+  int B = 2, T = 5, C = 12, maxT = 7;
+  size_t nout = (size_t)B * T * C, nw = (size_t)maxT * C;
+  PosCtx c = { drandn(nw, 1, 0), dalloc(nout), drandn(nout, 1, 0), B, T, C };
+  pos_objective(&c);
+  int ok = 1;
+  for (int b = 0; b < B; b++)
+    ok &= memcmp(c.out + (size_t)b * T * C, c.wpe, (size_t)T * C * sizeof(double)) == 0;
+  CHECK(ok);
+  double* dwpe = dalloc(nw);
+  double* g0 = prefill(dwpe, nw);
+  embed_pos_backward_f64(dwpe, c.R, B, T, C);
+  subtract(dwpe, g0, nw);
+  check_grad("embed_pos.dwpe", pos_objective, &c, c.wpe, dwpe, nw);
+
+  float *wpe32 = to_f32(c.wpe, nw), *out32 = falloc(nout), *R32 = to_f32(c.R, nout);
+  float* dwpe32 = falloc(nw);
+  double* dwpe64 = dalloc(nw);
+  embed_pos_forward_f32(out32, wpe32, B, T, C);
+  check_f32("embed_pos_forward", out32, c.out, nout);
+  embed_pos_backward_f32(dwpe32, R32, B, T, C);
+  embed_pos_backward_f64(dwpe64, c.R, B, T, C);
+  check_f32("embed_pos_backward", dwpe32, dwpe64, nw);
+  free(wpe32); free(out32); free(R32); free(dwpe32); free(dwpe64);
+  free(c.wpe); free(c.out); free(c.R); free(dwpe); free(g0);
+}
+
+typedef struct { double *table, *out0, *out, *R; const int* tok; int BT, C, Vp, c0, nrows; } TokCtx;
+
+/* L = sum((out0 + embedding of rows c0..c0+nrows) * R). */
+static double tok_objective(void* p) {
+  TokCtx* c = p;
+  size_t n = (size_t)c->BT * c->C;
+  memcpy(c->out, c->out0, n * sizeof(double));
+  embed_tok_forward_f64(c->out + c->c0, c->C, c->tok, c->BT, c->table + (size_t)c->c0 * c->Vp,
+                        c->nrows, c->Vp);
+  return dot(c->out, c->R, n);
+}
+
+/* embed_tok on a slice of rows: forward adds only the slice, backward scatters into the
+** right rows and columns, repeated tokens add up. */
+static void test_embed_tok(void) {
+  int BT = 10, C = 12, Vp = 16, c0 = 3, nrows = 7;
+  int tok[10] = { 3, 15, 0, 3, 7, 7, 11, 3, 2, 15 };
+  size_t nt = (size_t)C * Vp, nout = (size_t)BT * C;
+  TokCtx c = { drandn(nt, 1, 0), drandn(nout, 1, 0), dalloc(nout), drandn(nout, 1, 0), tok,
+               BT, C, Vp, c0, nrows };
+  tok_objective(&c);
+  double worst = 0;
+  for (int i = 0; i < BT; i++)
+    for (int r = 0; r < C; r++) {
+      double want = c.out0[i * C + r] + (r >= c0 && r < c0 + nrows ? c.table[r * Vp + tok[i]] : 0);
+      worst = fmax(worst, fabs(c.out[i * C + r] - want));
+    }
+  CHECK_MSG(worst == 0, "embed_tok_forward error %.3g", worst);
+  double* dt = dalloc(nt);
+  double* g0 = prefill(dt, nt);
+  embed_tok_backward_f64(dt + (size_t)c0 * Vp, c.R + c0, C, tok, BT, nrows, Vp);
+  subtract(dt, g0, nt);
+  check_grad("embed_tok.dtable", tok_objective, &c, c.table, dt, nt);
+
+  float *t32 = to_f32(c.table, nt), *out32 = to_f32(c.out0, nout), *R32 = to_f32(c.R, nout);
+  float* dt32 = falloc(nt);
+  double* dt64 = dalloc(nt);
+  embed_tok_forward_f32(out32 + c0, C, tok, BT, t32 + (size_t)c0 * Vp, nrows, Vp);
+  check_f32("embed_tok_forward", out32, c.out, nout);
+  embed_tok_backward_f32(dt32 + (size_t)c0 * Vp, R32 + c0, C, tok, BT, nrows, Vp);
+  embed_tok_backward_f64(dt64 + (size_t)c0 * Vp, c.R + c0, C, tok, BT, nrows, Vp);
+  check_f32("embed_tok_backward", dt32, dt64, nt);
+  free(t32); free(out32); free(R32); free(dt32); free(dt64);
+  free(c.table); free(c.out0); free(c.out); free(c.R); free(dt); free(g0);
+}
+
+// ----------------------------------------------------------------------------
+// matmul
+
+typedef struct { double *inp, *w, *bias, *out0, *out, *R; int BT, K, OC, ldinp; } MatmulCtx;
+
+/* L = sum((out0 + inp @ w + bias) * R), using accumulate = 1 on a strided input. */
+static double matmul_objective(void* p) {
+  MatmulCtx* c = p;
+  size_t n = (size_t)c->BT * c->OC;
+  memcpy(c->out, c->out0, n * sizeof(double));
+  matmul_forward_f64(c->out, c->inp, c->ldinp, c->w, c->bias, c->BT, c->K, c->OC, 1);
+  return dot(c->out, c->R, n);
+}
+
+/* Naive out = inp @ w (+ bias). */
+static void matmul_reference(double* out, const double* inp, int ldinp, const double* w,
+                             const double* bias, int BT, int K, int OC) {
+  for (int i = 0; i < BT; i++)
+    for (int o = 0; o < OC; o++) {
+      double s = bias ? bias[o] : 0;
+      for (int k = 0; k < K; k++) s += inp[i * ldinp + k] * w[k * OC + o];
+      out[i * OC + o] = s;
+    }
+}
+
+/* matmul forward (accumulate 0/1, with and without bias, strided input) and backward
+** (+= semantics, dinp / dbias optional, padding columns of dinp untouched). */
+static void test_matmul(void) {
+  int BT = 10, K = 18, OC = 13, ld = 23;
+  size_t ni = (size_t)BT * ld, nw = (size_t)K * OC, no = (size_t)BT * OC;
+  MatmulCtx c = { drandn(ni, 1, 0), drandn(nw, 1, 0), drandn(OC, 1, 0), drandn(no, 1, 0),
+                  dalloc(no), drandn(no, 1, 0), BT, K, OC, ld };
+  double* ref = dalloc(no);
+  double* out = dalloc(no);
+  matmul_reference(ref, c.inp, ld, c.w, c.bias, BT, K, OC);
+  matmul_forward_f64(out, c.inp, ld, c.w, c.bias, BT, K, OC, 0);
+  check_close("matmul_forward bias", out, ref, no, 1e-14);
+  matmul_reference(ref, c.inp, ld, c.w, NULL, BT, K, OC);
+  matmul_forward_f64(out, c.inp, ld, c.w, NULL, BT, K, OC, 0);
+  check_close("matmul_forward nobias", out, ref, no, 1e-14);
+  memcpy(out, c.out0, no * sizeof(double));
+  matmul_forward_f64(out, c.inp, ld, c.w, NULL, BT, K, OC, 1);
+  subtract(out, c.out0, no);
+  check_close("matmul_forward accumulate", out, ref, no, 1e-14);
+
+  double *dinp = dalloc(ni), *dw = dalloc(nw), *db = dalloc(OC);
+  double *gi = prefill(dinp, ni), *gw = prefill(dw, nw), *gb = prefill(db, OC);
+  matmul_backward_f64(dinp, dw, db, c.R, c.inp, ld, c.w, BT, K, OC);
+  subtract(dinp, gi, ni); subtract(dw, gw, nw); subtract(db, gb, OC);
+  int pad_ok = 1;  /* padding columns K..ld-1 of dinp must be untouched */
+  for (int i = 0; i < BT; i++)
+    for (int k = K; k < ld; k++) pad_ok &= dinp[i * ld + k] == 0;
+  CHECK(pad_ok);
+  check_grad("matmul.dinp (ld>K)", matmul_objective, &c, c.inp, dinp, ni);
+  check_grad("matmul.dw", matmul_objective, &c, c.w, dw, nw);
+  check_grad("matmul.dbias", matmul_objective, &c, c.bias, db, OC);
+
+  /* dinp == NULL and dbias == NULL are skipped, dw is the same. */
+  double* dw2 = dalloc(nw);
+  matmul_backward_f64(NULL, dw2, NULL, c.R, c.inp, ld, c.w, BT, K, OC);
+  CHECK(max_abs_diff(dw2, dw, nw) < 1e-12);
+
+  float *i32 = to_f32(c.inp, ni), *w32 = to_f32(c.w, nw), *b32 = to_f32(c.bias, OC);
+  float *o32 = falloc(no), *R32 = to_f32(c.R, no);
+  float *di32 = falloc(ni), *dw32 = falloc(nw), *db32 = falloc(OC);
+  double *di64 = dalloc(ni), *dw64 = dalloc(nw), *db64 = dalloc(OC);
+  matmul_reference(ref, c.inp, ld, c.w, c.bias, BT, K, OC);
+  matmul_forward_f32(o32, i32, ld, w32, b32, BT, K, OC, 0);
+  check_f32("matmul_forward", o32, ref, no);
+  matmul_backward_f32(di32, dw32, db32, R32, i32, ld, w32, BT, K, OC);
+  matmul_backward_f64(di64, dw64, db64, c.R, c.inp, ld, c.w, BT, K, OC);
+  check_f32("matmul_backward.dinp", di32, di64, ni);
+  check_f32("matmul_backward.dw", dw32, dw64, nw);
+  check_f32("matmul_backward.dbias", db32, db64, OC);
+  free(i32); free(w32); free(b32); free(o32); free(R32); free(di32); free(dw32); free(db32);
+  free(di64); free(dw64); free(db64);
+  free(c.inp); free(c.w); free(c.bias); free(c.out0); free(c.out); free(c.R);
+  free(ref); free(out); free(dinp); free(dw); free(db); free(gi); free(gw); free(gb); free(dw2);
+}
+
+// ----------------------------------------------------------------------------
+// layernorm
+
+typedef struct { double *inp, *w, *b, *out, *mean, *rstd, *R; int BT, C; } LnCtx;
+
+/* L = sum(layernorm(inp; w, b) * R). */
+static double ln_objective(void* p) {
+  LnCtx* c = p;
+  layernorm_forward_f64(c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->BT, c->C);
+  return dot(c->out, c->R, (size_t)c->BT * c->C);
+}
+
+/* Naive LayerNorm with eps 1e-5 and biased variance. */
+static void ln_reference(double* out, const double* inp, const double* w, const double* b,
+                         int BT, int C) {
+  for (int i = 0; i < BT; i++) {
+    const double* x = inp + (size_t)i * C;
+    double m = 0, v = 0;
+    for (int c = 0; c < C; c++) m += x[c] / C;
+    for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m) / C;
+    for (int c = 0; c < C; c++) out[i * C + c] = (x[c] - m) / sqrt(v + 1e-5) * w[c] + b[c];
+  }
+}
+
+/* layernorm forward against the formula, backward against finite differences. */
+static void test_layernorm(void) {
+  int BT = 14, C = 18;
+  size_t n = (size_t)BT * C;
+  LnCtx c = { drandn(n, 1.5, 0.7), drandn(C, 0.5, 1), drandn(C, 0.5, 0), dalloc(n),
+              dalloc(BT), dalloc(BT), drandn(n, 1, 0), BT, C };
+  double* ref = dalloc(n);
+  ln_reference(ref, c.inp, c.w, c.b, BT, C);
+  ln_objective(&c);
+  check_close("layernorm_forward", c.out, ref, n, 1e-13);
+  double *dinp = dalloc(n), *dw = dalloc(C), *db = dalloc(C);
+  double *gi = prefill(dinp, n), *gw = prefill(dw, C), *gb = prefill(db, C);
+  layernorm_backward_f64(dinp, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, BT, C);
+  subtract(dinp, gi, n); subtract(dw, gw, C); subtract(db, gb, C);
+  check_grad("layernorm.dinp", ln_objective, &c, c.inp, dinp, n);
+  check_grad("layernorm.dw", ln_objective, &c, c.w, dw, C);
+  check_grad("layernorm.db", ln_objective, &c, c.b, db, C);
+
+  float *x32 = to_f32(c.inp, n), *w32 = to_f32(c.w, C), *b32 = to_f32(c.b, C);
+  float *o32 = falloc(n), *m32 = falloc(BT), *r32 = falloc(BT), *R32 = to_f32(c.R, n);
+  float *dx32 = falloc(n), *dw32 = falloc(C), *db32 = falloc(C);
+  double *dx64 = dalloc(n), *dw64 = dalloc(C), *db64 = dalloc(C);
+  layernorm_forward_f32(o32, m32, r32, x32, w32, b32, BT, C);
+  check_f32("layernorm_forward", o32, c.out, n);
+  check_f32("layernorm_forward.rstd", r32, c.rstd, BT);
+  layernorm_backward_f32(dx32, dw32, db32, R32, x32, w32, m32, r32, BT, C);
+  layernorm_backward_f64(dx64, dw64, db64, c.R, c.inp, c.w, c.mean, c.rstd, BT, C);
+  check_f32("layernorm_backward.dinp", dx32, dx64, n);
+  check_f32("layernorm_backward.dw", dw32, dw64, C);
+  check_f32("layernorm_backward.db", db32, db64, C);
+  free(x32); free(w32); free(b32); free(o32); free(m32); free(r32); free(R32);
+  free(dx32); free(dw32); free(db32); free(dx64); free(dw64); free(db64);
+  free(c.inp); free(c.w); free(c.b); free(c.out); free(c.mean); free(c.rstd); free(c.R);
+  free(ref); free(dinp); free(dw); free(db); free(gi); free(gw); free(gb);
+}
+
+// ----------------------------------------------------------------------------
+// attention
+
+typedef struct { double *qkv, *out, *att, *R; int B, T, C, NH; } AttCtx;
+
+/* L = sum(attention(qkv) * R). */
+static double att_objective(void* p) {
+  AttCtx* c = p;
+  attention_forward_f64(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH);
+  return dot(c->out, c->R, (size_t)c->B * c->T * c->C);
+}
+
+/* Naive causal attention as in llm.c's attention_forward (loops, no GEMM). */
+static void att_reference(double* out, const double* qkv, int B, int T, int C, int NH) {
+  int hs = C / NH;
+  double scale = 1.0 / sqrt(hs);
+  double* w = dalloc(T);
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int h = 0; h < NH; h++) {
+        const double* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+        double maxv = -1e300, sum = 0;
+        for (int j = 0; j <= t; j++) {
+          const double* k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hs;
+          w[j] = scale * dot(q, k, hs);
+          maxv = fmax(maxv, w[j]);
+        }
+        for (int j = 0; j <= t; j++) { w[j] = exp(w[j] - maxv); sum += w[j]; }
+        double* o = out + ((size_t)b * T + t) * C + h * hs;
+        for (int d = 0; d < hs; d++) o[d] = 0;
+        for (int j = 0; j <= t; j++) {
+          const double* v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * hs;
+          for (int d = 0; d < hs; d++) o[d] += w[j] / sum * v[d];
+        }
+      }
+  free(w);
+}
+
+/* Causal mask: changing token t_change's q, k, v leaves the outputs of earlier positions
+** bit-identical and changes those at and after it. */
+static void check_causal(AttCtx* c, int t_change) {
+  int B = c->B, T = c->T, C = c->C;
+  size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
+  double* before = dalloc(no);
+  att_objective(c);
+  memcpy(before, c->out, no * sizeof(double));
+  double* saved = dcopy(c->qkv, nq);
+  for (int b = 0; b < B; b++)
+    for (int i = 0; i < 3 * C; i++) c->qkv[((size_t)b * T + t_change) * 3 * C + i] += 0.5;
+  att_objective(c);
+  int earlier_same = 1, later_changed = 1;
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      const double* x = c->out + ((size_t)b * T + t) * C;
+      const double* y = before + ((size_t)b * T + t) * C;
+      int same = memcmp(x, y, (size_t)C * sizeof(double)) == 0;
+      if (t < t_change) earlier_same &= same;
+      else later_changed &= !same;
+    }
+  CHECK_MSG(earlier_same, "attention: changing token %d changed an earlier output", t_change);
+  CHECK_MSG(later_changed, "attention: changing token %d left a later output", t_change);
+  memcpy(c->qkv, saved, nq * sizeof(double));
+  att_objective(c);
+  free(before); free(saved);
+}
+
+/* attention forward against the naive loops, probabilities causal and normalised, mask,
+** backward against finite differences on every entry of qkv. */
+static void test_attention(void) {
+  int B = 2, T = 5, C = 12, NH = 3;
+  size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+  AttCtx c = { drandn(nq, 1, 0), dalloc(no), dalloc(na), drandn(no, 1, 0), B, T, C, NH };
+  double* ref = dalloc(no);
+  att_reference(ref, c.qkv, B, T, C, NH);
+  att_objective(&c);
+  check_close("attention_forward", c.out, ref, no, 1e-13);
+  int causal = 1;
+  double rowsum_err = 0;
+  for (int bh = 0; bh < B * NH; bh++)
+    for (int t = 0; t < T; t++) {
+      const double* row = c.att + ((size_t)bh * T + t) * T;
+      double s = 0;
+      for (int j = 0; j < T; j++) { s += row[j]; if (j > t) causal &= row[j] == 0; }
+      rowsum_err = fmax(rowsum_err, fabs(s - 1));
+    }
+  CHECK(causal);
+  CHECK_NEAR(rowsum_err, 0, 1e-14);
+  check_causal(&c, T - 1);
+  check_causal(&c, 2);
+
+  double* dqkv = dalloc(nq);
+  double* g0 = prefill(dqkv, nq);
+  double* scratch = dalloc(attention_scratch_elems(T) * kernels_threads());
+  att_objective(&c);
+  attention_backward_f64(dqkv, c.R, c.qkv, c.att, scratch, B, T, C, NH);
+  subtract(dqkv, g0, nq);
+  check_grad("attention.dqkv", att_objective, &c, c.qkv, dqkv, nq);
+
+  float *q32 = to_f32(c.qkv, nq), *o32 = falloc(no), *a32 = falloc(na), *R32 = to_f32(c.R, no);
+  float *dq32 = falloc(nq), *s32 = falloc(attention_scratch_elems(T) * kernels_threads());
+  double* dq64 = dalloc(nq);
+  attention_forward_f32(o32, a32, q32, B, T, C, NH);
+  check_f32("attention_forward", o32, c.out, no);
+  check_f32("attention_forward.att", a32, c.att, na);
+  attention_backward_f32(dq32, R32, q32, a32, s32, B, T, C, NH);
+  attention_backward_f64(dq64, c.R, c.qkv, c.att, scratch, B, T, C, NH);
+  check_f32("attention_backward", dq32, dq64, nq);
+  free(q32); free(o32); free(a32); free(R32); free(dq32); free(s32); free(dq64);
+  free(c.qkv); free(c.out); free(c.att); free(c.R); free(ref); free(dqkv); free(g0);
+  free(scratch);
+}
+
+// ----------------------------------------------------------------------------
+// GELU and residual
+
+typedef struct { double *inp, *b, *out, *R; size_t n; } EwCtx;
+
+/* L = sum(gelu(inp) * R). */
+static double gelu_objective(void* p) {
+  EwCtx* c = p;
+  gelu_forward_f64(c->out, c->inp, c->n);
+  return dot(c->out, c->R, c->n);
+}
+
+/* L = sum((inp + b) * R). */
+static double residual_objective(void* p) {
+  EwCtx* c = p;
+  residual_forward_f64(c->out, c->inp, c->b, c->n);
+  return dot(c->out, c->R, c->n);
+}
+
+/* GELU against the tanh formula (including large |x|), residual add, both backwards. */
+static void test_elementwise(void) {
+  size_t n = 37;
+  EwCtx c = { drandn(n, 2, 0), drandn(n, 1, 0), dalloc(n), drandn(n, 1, 0), n };
+  c.inp[0] = 9.0; c.inp[1] = -9.0; c.inp[2] = 0.0;
+  double* ref = dalloc(n);
+  for (size_t i = 0; i < n; i++) {
+    double x = c.inp[i];
+    ref[i] = 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+  }
+  gelu_objective(&c);
+  check_close("gelu_forward", c.out, ref, n, 1e-15);
+  double* dx = dalloc(n);
+  double* g0 = prefill(dx, n);
+  gelu_backward_f64(dx, c.inp, c.R, n);
+  subtract(dx, g0, n);
+  check_grad("gelu.dinp", gelu_objective, &c, c.inp, dx, n);
+
+  double* db = dalloc(n);
+  double* g1 = prefill(db, n);
+  memcpy(dx, g0, n * sizeof(double));
+  residual_backward_f64(dx, db, c.R, n);
+  subtract(dx, g0, n); subtract(db, g1, n);
+  check_grad("residual.da", residual_objective, &c, c.inp, dx, n);
+  check_grad("residual.db", residual_objective, &c, c.b, db, n);
+
+  float *x32 = to_f32(c.inp, n), *b32 = to_f32(c.b, n), *o32 = falloc(n), *R32 = to_f32(c.R, n);
+  float *d32 = falloc(n), *e32 = falloc(n);
+  double *d64 = dalloc(n), *e64 = dalloc(n);
+  gelu_forward_f32(o32, x32, n);
+  check_f32("gelu_forward", o32, ref, n);
+  gelu_backward_f32(d32, x32, R32, n);
+  gelu_backward_f64(d64, c.inp, c.R, n);
+  check_f32("gelu_backward", d32, d64, n);
+  residual_forward_f32(o32, x32, b32, n);
+  residual_forward_f64(c.out, c.inp, c.b, n);
+  check_f32("residual_forward", o32, c.out, n);
+  memset(d32, 0, n * sizeof(float));
+  residual_backward_f32(d32, e32, R32, n);
+  residual_backward_f64(d64, e64, c.R, n);
+  check_f32("residual_backward", e32, c.R, n);
+  free(x32); free(b32); free(o32); free(R32); free(d32); free(e32); free(d64); free(e64);
+  free(c.inp); free(c.b); free(c.out); free(c.R); free(ref); free(dx); free(g0); free(db);
+  free(g1);
+}
+
+// ----------------------------------------------------------------------------
+// cross-entropy
+
+typedef struct { double *logits, *work, *losses; const int* targets; int BT, V, Vp; double scale; } CeCtx;
+
+/* L = scale * sum(losses), computed on a copy of the logits (the kernel overwrites them). */
+static double ce_objective(void* p) {
+  CeCtx* c = p;
+  size_t n = (size_t)c->BT * c->Vp;
+  memcpy(c->work, c->logits, n * sizeof(double));
+  double total = crossentropy_forward_backward_f64(c->work, c->losses, c->targets, c->BT, c->V,
+                                                   c->Vp, c->scale);
+  return c->scale * total;
+}
+
+/* Cross-entropy: losses against log-sum-exp, returned sum, ignored targets, and dlogits
+** (overwritten in place) against finite differences on every entry, padding included. */
+static void test_crossentropy(void) {
+  int BT = 10, V = 11, Vp = 16;
+  int targets[10] = { 3, -1, 0, 10, 5, -1, 7, 7, 1, 10 };
+  size_t n = (size_t)BT * Vp;
+  CeCtx c = { drandn(n, 2, 0), dalloc(n), dalloc(BT), targets, BT, V, Vp, 0.37 };
+  double total = ce_objective(&c) / c.scale;
+  double want_total = 0, loss_err = 0;
+  for (int i = 0; i < BT; i++) {
+    double want = 0;
+    if (targets[i] >= 0) {
+      double s = 0;
+      for (int v = 0; v < V; v++) s += exp(c.logits[i * Vp + v]);
+      want = log(s) - c.logits[i * Vp + targets[i]];
+    }
+    loss_err = fmax(loss_err, fabs(c.losses[i] - want));
+    want_total += c.losses[i];
+  }
+  CHECK_NEAR(loss_err, 0, 1e-13);
+  CHECK_NEAR(total, want_total, 1e-13);
+  double* dlogits = dcopy(c.work, n);
+  check_grad("crossentropy.dlogits", ce_objective, &c, c.logits, dlogits, n);
+
+  float *l32 = to_f32(c.logits, n), *loss32 = falloc(BT);
+  double total32 = crossentropy_forward_backward_f32(l32, loss32, targets, BT, V, Vp, c.scale);
+  CHECK_NEAR(total32, total, 1e-4 * fabs(total));
+  ce_objective(&c);
+  check_f32("crossentropy.losses", loss32, c.losses, BT);
+  check_f32("crossentropy.dlogits", l32, c.work, n);
+  free(l32); free(loss32);
+  free(c.logits); free(c.work); free(c.losses); free(dlogits);
+}
+
+// ----------------------------------------------------------------------------
+// sum of squares and AdamW
+
+/* sum_squares against a plain double sum, for sizes below and above the chunk count. */
+static void test_sum_squares(void) {
+  size_t sizes[3] = { 0, 5, 1001 };
+  for (int s = 0; s < 3; s++) {
+    size_t n = sizes[s];
+    double* g = drandn(n, 1, 0);
+    double want = dot(g, g, n);
+    CHECK_NEAR(sum_squares_f64(g, n), want, 1e-12 * fmax(want, 1));
+    float* g32 = to_f32(g, n);
+    CHECK_NEAR(sum_squares_f32(g32, n), want, 1e-5 * fmax(want, 1));
+    free(g); free(g32);
+  }
+}
+
+/* AdamW: three steps against the PyTorch formula written out in double. */
+static void test_adamw(void) {
+  size_t n = 50;
+  float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
+  double *w = drandn(n, 1, 0), *m = dalloc(n), *v = dalloc(n);
+  double *rw = dcopy(w, n), *rm = dalloc(n), *rv = dalloc(n);
+  float *w32 = to_f32(w, n), *m32 = falloc(n), *v32 = falloc(n);
+  for (int t = 1; t <= 3; t++) {
+    double* g = drandn(n, 1, 0);
+    float* g32 = to_f32(g, n);
+    adamw_update_f64(w, g, m, v, n, lr, b1, b2, eps, wd, t, gs);
+    adamw_update_f32(w32, g32, m32, v32, n, lr, b1, b2, eps, wd, t, gs);
+    for (size_t i = 0; i < n; i++) {
+      double gi = g[i] * (double)gs;
+      rm[i] = (double)b1 * rm[i] + (1 - (double)b1) * gi;
+      rv[i] = (double)b2 * rv[i] + (1 - (double)b2) * gi * gi;
+      double mhat = rm[i] / (1 - pow(b1, t)), vhat = rv[i] / (1 - pow(b2, t));
+      rw[i] -= (double)lr * (mhat / (sqrt(vhat) + (double)eps) + (double)wd * rw[i]);
+    }
+    free(g); free(g32);
+  }
+  check_close("adamw.w", w, rw, n, 1e-14);
+  check_close("adamw.m", m, rm, n, 1e-14);
+  check_close("adamw.v", v, rv, n, 1e-14);
+  check_f32("adamw_f32.w", w32, rw, n);
+  free(w); free(m); free(v); free(rw); free(rm); free(rv); free(w32); free(m32); free(v32);
+}
+
+// ----------------------------------------------------------------------------
+// determinism with 2 threads
+
+/* Runs the parallel backward kernels (fp32) twice with 2 threads at sizes that split work
+** among threads, and checks that both runs give bit-identical gradients. */
+static void test_determinism(void) {
+  int B = 2, T = 32, C = 200, NH = 4, Vp = 64, BT = B * T;
+  size_t nq = (size_t)BT * 3 * C, no = (size_t)BT * C, na = (size_t)B * NH * T * T;
+  int threads_before = kernels_threads();
+  kernels_set_threads(2);
+  double* d = drandn(nq, 1, 0);
+  float *qkv = to_f32(d, nq), *dout = to_f32(d, no), *att = falloc(na), *out = falloc(no);
+  float *scratch = falloc(attention_scratch_elems(T) * 2);
+  float *w = to_f32(d + no, C), *b = to_f32(d + no + C, C), *mean = falloc(BT), *rstd = falloc(BT);
+  int* tok = xcalloc(BT, sizeof(int));
+  for (int i = 0; i < BT; i++) tok[i] = (int)rng_below(&rng, 5);  /* many repeats */
+  float* res[2][4];
+  attention_forward_f32(out, att, qkv, B, T, C, NH);
+  layernorm_forward_f32(out, mean, rstd, qkv, w, b, BT, C);
+  for (int run = 0; run < 2; run++) {
+    res[run][0] = falloc(nq);
+    attention_backward_f32(res[run][0], dout, qkv, att, scratch, B, T, C, NH);
+    res[run][1] = falloc(no);
+    res[run][2] = falloc(2 * C);
+    layernorm_backward_f32(res[run][1], res[run][2], res[run][2] + C, dout, qkv, w, mean, rstd,
+                           BT, C);
+    res[run][3] = falloc((size_t)C * Vp);
+    embed_tok_backward_f32(res[run][3], dout, C, tok, BT, C, Vp);
+  }
+  CHECK(memcmp(res[0][0], res[1][0], nq * sizeof(float)) == 0);
+  CHECK(memcmp(res[0][1], res[1][1], no * sizeof(float)) == 0);
+  CHECK(memcmp(res[0][2], res[1][2], 2 * C * sizeof(float)) == 0);
+  CHECK(memcmp(res[0][3], res[1][3], (size_t)C * Vp * sizeof(float)) == 0);
+  for (int run = 0; run < 2; run++)
+    for (int k = 0; k < 4; k++) free(res[run][k]);
+  free(d); free(qkv); free(dout); free(att); free(out); free(scratch); free(w); free(b);
+  free(mean); free(rstd); free(tok);
+  kernels_set_threads(threads_before);
+}
+
+int main(void) {
+  rng_seed(&rng, 1234);
+  kernels_set_threads(1);
+  test_embed_pos();
+  test_embed_tok();
+  test_matmul();
+  test_layernorm();
+  test_attention();
+  test_elementwise();
+  test_crossentropy();
+  test_sum_squares();
+  test_adamw();
+  test_determinism();
+  return check_summary();
+}

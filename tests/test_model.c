@@ -1,0 +1,223 @@
+/*
+** test_model.c: the whole model, checked in double precision.
+**  1. Gradient of the loss with respect to every parameter tensor (sampled entries of every
+**     op's block) against central finite differences, at odd sizes, unsplit and split.
+**  2. Splitting operators into slices changes nothing but the summation order.
+**  3. The engine's arena peak equals the model description's prediction to the byte, for
+**     several configs and plans (one process; multi-rank plans are checked by plan_invariance).
+*/
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "comm/comm.h"
+#include "core/util.h"
+#include "kernels/cpu_kernels.h"
+#include "model/gpt.h"
+#include "model/gpt_step.h"
+#include "model/plan.h"
+#include "runtime/engine.h"
+
+/* Full local parameters and gradients in double: the hooks of a plain one-process run. */
+typedef struct LocalParams {
+  const GptDesc* d;
+  const int* slices;
+  double** w;   /* per op block */
+  double** g;
+} LocalParams;
+
+static void* lp_weight(void* ctx, int owner, int slice, GptPhase ph) {
+  LocalParams* lp = ctx;
+  return lp->w[owner] + gpt_slice_offset(&lp->d->ops[owner], lp->slices[owner], slice);
+}
+static void lp_release(void* ctx, int owner, int slice, GptPhase ph) {}
+static void* lp_grad(void* ctx, int owner, int slice) {
+  LocalParams* lp = ctx;
+  return lp->g[owner] + gpt_slice_offset(&lp->d->ops[owner], lp->slices[owner], slice);
+}
+static void lp_release_grad(void* ctx, int owner, int slice) {}
+
+typedef struct Fixture {
+  GptDesc d;
+  GptActs a;
+  LocalParams lp;
+  GptParamHooks h;
+  int* slices;
+  double scale;
+} Fixture;
+
+/* Builds a double-precision model with random weights and a random batch. */
+static void fixture_init(Fixture* f, const GptConfig* cfg, int B, int T, int ksplit) {
+  memset(f, 0, sizeof *f);
+  gpt_desc_build(&f->d, cfg);
+  const GptDesc* d = &f->d;
+  f->slices = calloc((size_t)d->nops, sizeof(int));
+  f->lp.w = calloc((size_t)d->nops, sizeof(double*));
+  f->lp.g = calloc((size_t)d->nops, sizeof(double*));
+  Rng r;
+  rng_seed(&r, 42);
+  for (int i = 0; i < d->nops; i++) {
+    f->slices[i] = d->ops[i].splittable ? ksplit : 1;
+    if (!d->ops[i].n_params) continue;
+    f->lp.w[i] = malloc(d->ops[i].n_params * sizeof(double));
+    f->lp.g[i] = calloc(d->ops[i].n_params, sizeof(double));
+    for (size_t j = 0; j < d->ops[i].n_params; j++) f->lp.w[i][j] = 0.3 * rng_normal(&r);
+    if (d->ops[i].kind == OP_LAYERNORM)
+      for (int c = 0; c < cfg->n_embd; c++) f->lp.w[i][c] += 1.0;
+  }
+  f->lp.d = d;
+  f->lp.slices = f->slices;
+  f->h = (GptParamHooks){&f->lp, lp_weight, lp_release, lp_grad, lp_release_grad};
+  f->a = (GptActs){.B = B, .T = T, .elem = sizeof(double)};
+  f->a.op_acts = calloc((size_t)d->nops, sizeof(void*));
+  for (int i = 0; i < d->nops; i++)
+    f->a.op_acts[i] = calloc(1, gpt_op_act_bytes(d, &d->ops[i], B, T, sizeof(double)));
+  f->a.scratch = calloc(1, gpt_scratch_bytes(d, B, T, sizeof(double), kernels_threads()));
+  int* tok = gpt_acts_tokens(d, &f->a);
+  int* tg = gpt_acts_targets(d, &f->a);
+  int n = 0;
+  for (int i = 0; i < B * T; i++) {
+    tok[i] = (int)rng_below(&r, (uint64_t)cfg->vocab_size);
+    tg[i] = i % 5 == 3 ? -1 : (int)rng_below(&r, (uint64_t)cfg->vocab_size);
+    n += tg[i] >= 0;
+  }
+  f->scale = 1.0 / n;
+}
+
+static void fixture_free(Fixture* f) {
+  for (int i = 0; i < f->d.nops; i++) { free(f->lp.w[i]); free(f->lp.g[i]); free(f->a.op_acts[i]); }
+  free(f->lp.w); free(f->lp.g); free(f->a.op_acts); free(f->a.scratch); free(f->slices);
+  gpt_desc_free(&f->d);
+}
+
+/* The scaled loss of the current weights. */
+static double fixture_loss(Fixture* f) {
+  return f->scale * gpt_forward_f64(&f->d, &f->a, &f->h, f->slices, f->scale, NULL);
+}
+
+/* Analytic gradients of the current weights into lp.g. */
+static double fixture_grads(Fixture* f) {
+  for (int i = 0; i < f->d.nops; i++)
+    if (f->lp.g[i]) memset(f->lp.g[i], 0, f->d.ops[i].n_params * sizeof(double));
+  double loss = fixture_loss(f);
+  gpt_backward_f64(&f->d, &f->a, &f->h, f->slices);
+  return loss;
+}
+
+/* Checks sampled entries of every op's gradient against central differences. */
+static void check_model_gradients(const GptConfig* cfg, int B, int T, int k) {
+  Fixture f;
+  fixture_init(&f, cfg, B, T, k);
+  fixture_grads(&f);
+  Rng r;
+  rng_seed(&r, 7);
+  double worst = 0;
+  for (int i = 0; i < f.d.nops; i++) {
+    size_t n = f.d.ops[i].n_params;
+    if (!n) continue;
+    int nonzero = 0;
+    for (int s = 0; s < 24; s++) {
+      /* Sample rows part and tail part; for wte, prefer entries of tokens in use. */
+      size_t j = rng_below(&r, n);
+      if (f.d.ops[i].kind == OP_EMBED && s % 2 == 0 && f.d.ops[i].rows) {
+        int tok = gpt_acts_tokens(&f.d, &f.a)[rng_below(&r, (uint64_t)(B * T))];
+        j = rng_below(&r, f.d.ops[i].rows) * f.d.ops[i].width + (size_t)tok;
+      }
+      double w0 = f.lp.w[i][j], eps = 1e-6;
+      f.lp.w[i][j] = w0 + eps;
+      double lp = fixture_loss(&f);
+      f.lp.w[i][j] = w0 - eps;
+      double lm = fixture_loss(&f);
+      f.lp.w[i][j] = w0;
+      double fd = (lp - lm) / (2 * eps), an = f.lp.g[i][j];
+      /* Central differences at eps 1e-6 carry about 1e-10 of rounding noise. */
+      double err = fabs(fd - an) / (fabs(fd) + fabs(an) + 1e-4);
+      if (fabs(an) > 1e-9) nonzero++;
+      if (err > worst) worst = err;
+      CHECK_MSG(err < 1e-5, "op %s entry %zu: analytic %.10g vs fd %.10g (k=%d)", f.d.ops[i].name, j,
+                an, fd, k);
+    }
+    CHECK_MSG(nonzero > 0, "op %s: every sampled gradient is zero", f.d.ops[i].name);
+  }
+  printf("model gradcheck L=%d C=%d NH=%d V=%d B=%d T=%d k=%d: worst relative error %.2e\n",
+         cfg->n_layer, cfg->n_embd, cfg->n_head, cfg->vocab_size, B, T, k, worst);
+  fixture_free(&f);
+}
+
+/* Splitting into k slices gives the same loss and gradients as unsplit (up to rounding). */
+static void check_split_equivalence(const GptConfig* cfg, int B, int T) {
+  Fixture a, b;
+  fixture_init(&a, cfg, B, T, 1);
+  fixture_init(&b, cfg, B, T, 3);
+  double la = fixture_grads(&a), lb = fixture_grads(&b);
+  CHECK_NEAR(la, lb, 1e-12 * fabs(la));
+  double worst = 0;
+  for (int i = 0; i < a.d.nops; i++)
+    for (size_t j = 0; j < a.d.ops[i].n_params; j++)
+      worst = fmax(worst, fabs(a.lp.g[i][j] - b.lp.g[i][j]));
+  CHECK_MSG(worst < 1e-12, "split changes gradients by %.3g", worst);
+  fixture_free(&a);
+  fixture_free(&b);
+}
+
+/* The engine's measured arena peak equals the prediction for a plan, after a real step. */
+static void check_memory(const char* model, int B, int T, Strategy s, int k, int threads) {
+  GptConfig cfg;
+  GptDesc d;
+  CHECK(gpt_config_load(model, &cfg) == 0);
+  gpt_desc_build(&d, &cfg);
+  Plan p;
+  plan_uniform(&p, &d, s, 1, B, T);
+  for (int i = 0; i < d.nops; i++)
+    if (d.ops[i].splittable) {
+      p.ops[i].k = k;
+      for (int j = 0; j < k; j++) p.ops[i].strat[j] = (Strategy)((s + j) % STRAT_COUNT);
+    }
+  TrainOptions o;
+  train_options_default(&o);
+  o.threads = threads;
+  Engine e;
+  CHECK(engine_create(&e, &d, &p, &o) == 0);
+  Rng r;
+  rng_seed(&r, 1);
+  for (int i = 0; i < B * T; i++) {
+    engine_tokens(&e)[i] = (int)rng_below(&r, (uint64_t)cfg.vocab_size);
+    engine_targets(&e)[i] = (int)rng_below(&r, (uint64_t)cfg.vocab_size);
+  }
+  StepResult sr;
+  engine_step(&e, (long)B * T, &sr);
+  CHECK(isfinite(sr.loss));
+  CHECK_MSG(e.arena.peak_total == e.predicted.peak,
+            "%s B=%d T=%d %s k=%d: arena peak %zu != predicted %zu", model, B, T,
+            strategy_name(s), k, e.arena.peak_total, e.predicted.peak);
+  size_t want[MEM_CATEGORY_COUNT] = {e.predicted.params, e.predicted.grads, e.predicted.optim,
+                                     e.predicted.acts, e.predicted.scratch, e.predicted.transient};
+  for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
+    CHECK_MSG(e.arena.peak_at[c] == want[c], "%s: category %s at peak %zu != predicted %zu", model,
+              mem_category_name(c), e.arena.peak_at[c], want[c]);
+  engine_destroy(&e);
+  plan_free(&p);
+  gpt_desc_free(&d);
+}
+
+int main(int argc, char** argv) {
+  comm_init(&argc, &argv);
+  kernels_set_threads(1);
+  GptConfig odd = {.name = "odd", .n_layer = 2, .n_embd = 18, .n_head = 3, .vocab_size = 37,
+                   .padded_vocab = 128, .max_seq = 16};
+  check_model_gradients(&odd, 2, 7, 1);
+  check_model_gradients(&odd, 2, 7, 3);
+  GptConfig odd2 = {.name = "odd2", .n_layer = 3, .n_embd = 20, .n_head = 5, .vocab_size = 129,
+                    .padded_vocab = 256, .max_seq = 9};
+  check_model_gradients(&odd2, 3, 9, 2);
+  check_split_equivalence(&odd, 2, 7);
+  check_memory("tiny", 4, 32, STRAT_DP, 1, 1);
+  check_memory("tiny", 3, 17, STRAT_ZERO2, 2, 1);
+  check_memory("tiny", 2, 64, STRAT_ZERO3, 4, 2);
+  check_memory("small", 1, 40, STRAT_ZERO3, 3, 1);
+  check_memory("small", 2, 33, STRAT_DP, 1, 2);
+  int rc = check_summary();
+  comm_finalize();
+  return rc;
+}
