@@ -34,5 +34,11 @@ for N in 1 2 3 4; do
     check "memory N=$N $plan" "$tool" memory "$run.sum"
   done
 done
+# A plan written for 3 ranks, launched on 2: refused with a clear error, no hang.
+"$tool" random "$model" 3 $B 20 5 "$work/three.json"
+if "${mpirun[@]}" -np 2 "$osdp" train "${common[@]}" --plan "$work/three.json" > "$work/mm.out" 2> "$work/mm.err"; then
+  fail=$((fail+1)); echo "FAIL: a 3-rank plan ran on 2 ranks"
+elif grep -q "world_size=3 but running on 2 ranks" "$work/mm.err"; then pass=$((pass+1))
+else fail=$((fail+1)); echo "FAIL: rank-count error message: $(cat "$work/mm.err")"; fi
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -201,6 +201,40 @@ static void check_memory(const char* model, int B, int T, Strategy s, int k, int
   gpt_desc_free(&d);
 }
 
+/* Predicted memory behaves as the strategies promise: zero3 on N ranks needs less than dp, and
+** splitting a zero3 model into k slices shrinks its transient peak to the largest slice. */
+static void check_prediction_order(void) {
+  GptConfig cfg;
+  GptDesc d;
+  gpt_config_load("small", &cfg);
+  gpt_desc_build(&d, &cfg);
+  Plan dp, z3, z3k;
+  plan_uniform(&dp, &d, STRAT_DP, 4, 2, 64);
+  plan_uniform(&z3, &d, STRAT_ZERO3, 4, 2, 64);
+  plan_uniform(&z3k, &d, STRAT_ZERO3, 4, 2, 64);
+  size_t largest = 0;
+  for (int i = 0; i < d.nops; i++)
+    if (d.ops[i].splittable) {
+      z3k.ops[i].k = 4;
+      for (int j = 0; j < 4; j++) {
+        z3k.ops[i].strat[j] = STRAT_ZERO3;
+        size_t n = slice_padded(gpt_slice_params(&d.ops[i], 4, j), STRAT_ZERO3, 4);
+        if (n > largest) largest = n;
+      }
+    }
+  MemPrediction a, b, c;
+  plan_predict_memory(&d, &dp, 1, &a);
+  plan_predict_memory(&d, &z3, 1, &b);
+  plan_predict_memory(&d, &z3k, 1, &c);
+  CHECK_MSG(b.peak < a.peak, "zero3 %zu should need less than dp %zu", b.peak, a.peak);
+  CHECK_MSG(c.transient < b.transient, "split transient %zu vs unsplit %zu", c.transient, b.transient);
+  CHECK_MSG(c.transient == 2 * sizeof(float) * largest, "split transient %zu, expected weight + "
+            "gradient of the largest slice %zu", c.transient, 2 * sizeof(float) * largest);
+  CHECK(b.params * 4 >= a.params && b.params * 4 < a.params + 4 * 4 * (size_t)d.nops * 4);
+  plan_free(&dp); plan_free(&z3); plan_free(&z3k);
+  gpt_desc_free(&d);
+}
+
 int main(int argc, char** argv) {
   comm_init(&argc, &argv);
   kernels_set_threads(1);
@@ -212,6 +246,7 @@ int main(int argc, char** argv) {
                     .padded_vocab = 256, .max_seq = 9};
   check_model_gradients(&odd2, 3, 9, 2);
   check_split_equivalence(&odd, 2, 7);
+  check_prediction_order();
   check_memory("tiny", 4, 32, STRAT_DP, 1, 1);
   check_memory("tiny", 3, 17, STRAT_ZERO2, 2, 1);
   check_memory("tiny", 2, 64, STRAT_ZERO3, 4, 2);
