@@ -135,8 +135,9 @@ static void check_grad(const char* name, Objective f, void* ctx, double* x, cons
   CHECK_MSG(err < FD_TOL, "%s: max relative error %.3g", name, err);
 }
 
-/* Runs a backward into grad pre-filled with random values g0 and leaves the gradient alone
-** in grad: the helpers below pair it with subtract(). Returns g0 (caller frees). */
+/* Fills grad with random values and returns a copy of them (caller frees). A backward kernel
+** then accumulates into grad, and subtract(grad, copy) leaves just the gradient, which the
+** finite-difference check can only match if the kernel really did +=. */
 static double* prefill(double* grad, size_t n) {
   double* g0 = drandn(n, 1.0, 0.0);
   memcpy(grad, g0, n * sizeof(double));
@@ -538,9 +539,11 @@ static void test_elementwise(void) {
   residual_forward_f64(c.out, c.inp, c.b, n);
   check_f32("residual_forward", o32, c.out, n);
   memset(d32, 0, n * sizeof(float));
+  memset(d64, 0, n * sizeof(double));
   residual_backward_f32(d32, e32, R32, n);
   residual_backward_f64(d64, e64, c.R, n);
-  check_f32("residual_backward", e32, c.R, n);
+  check_f32("residual_backward.da", d32, d64, n);
+  check_f32("residual_backward.db", e32, e64, n);
   free(x32); free(b32); free(o32); free(R32); free(d32); free(e32); free(d64); free(e64);
   free(c.inp); free(c.b); free(c.out); free(c.R); free(ref); free(dx); free(g0); free(db);
   free(g1);
@@ -641,6 +644,66 @@ static void test_adamw(void) {
 }
 
 // ----------------------------------------------------------------------------
+// fp32 math: the fp32 kernels use their own vectorisable exp / tanh / sqrt
+
+/* GELU (tanh) and its derivative on a dense grid of [-12, 12] plus inf and NaN, softmax
+** cross-entropy with logits far apart (exp near under/overflow), and AdamW with zero
+** gradients (sqrt(0)) and tiny ones, each against double precision. */
+static void test_fp32_math(void) {
+  enum { N = 4801 };
+  double* x = dalloc(N);
+  float *x32 = falloc(N), *y32 = falloc(N), *d32 = falloc(N), *one32 = falloc(N);
+  double gelu_err = 0, dgelu_err = 0;
+  for (int i = 0; i < N; i++) {
+    x[i] = -12.0 + 24.0 * i / (N - 1);
+    x32[i] = (float)x[i];
+    one32[i] = 1;
+  }
+  gelu_forward_f32(y32, x32, N);
+  gelu_backward_f32(d32, x32, one32, N);
+  for (int i = 0; i < N; i++) {
+    double xd = x32[i], u = sqrt(2 / M_PI) * (xd + 0.044715 * xd * xd * xd), th = tanh(u);
+    double y = 0.5 * xd * (1 + th);
+    double du = sqrt(2 / M_PI) * (1 + 3 * 0.044715 * xd * xd);
+    double dy = 0.5 * (1 + th) + 0.5 * xd * (1 - th * th) * du;
+    gelu_err = fmax(gelu_err, fabs(y32[i] - y) / fmax(fabs(y), 1));
+    dgelu_err = fmax(dgelu_err, fabs(d32[i] - dy) / fmax(fabs(dy), 1));
+  }
+  CHECK_MSG(gelu_err < 1e-6, "gelu_forward_f32 error %.3g", gelu_err);
+  /* 1 - tanh^2 cancels in fp32 for large |x| (as it does with libm's tanhf) */
+  CHECK_MSG(dgelu_err < 5e-6, "gelu_backward_f32 error %.3g", dgelu_err);
+  float special[2] = { INFINITY, NAN }, out[2];
+  gelu_forward_f32(out, special, 2);
+  CHECK(out[0] == INFINITY);
+  CHECK(isnan(out[1]));
+
+  /* cross-entropy: one row with logits spread over [-100, 100] */
+  int V = 1000, Vp = 1024, target = 777;
+  double* l = dalloc(Vp);
+  for (int v = 0; v < V; v++) l[v] = 100 * sin(v * 0.37);
+  float* l32 = to_f32(l, Vp);
+  float loss32;
+  double loss64;
+  crossentropy_forward_backward_f32(l32, &loss32, &target, 1, V, Vp, 1.0);
+  crossentropy_forward_backward_f64(l, &loss64, &target, 1, V, Vp, 1.0);
+  CHECK_NEAR(loss32, loss64, 1e-5 * fmax(1, fabs(loss64)));
+  check_f32("crossentropy wide logits", l32, l, Vp);
+
+  /* AdamW: zero and tiny gradients */
+  double g[4] = { 0, 1e-20, -3e-9, 0.5 }, w[4] = { 1, -1, 0.5, 2 }, m[4] = { 0 }, v[4] = { 0 };
+  float *g32 = to_f32(g, 4), *w32 = to_f32(w, 4), *m32 = falloc(4), *v32 = falloc(4);
+  for (int t = 1; t <= 2; t++) {
+    adamw_update_f64(w, g, m, v, 4, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, t, 1.0f);
+    adamw_update_f32(w32, g32, m32, v32, 4, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, t, 1.0f);
+  }
+  double aerr = 0;
+  for (int i = 0; i < 4; i++) aerr = fmax(aerr, fabs(w32[i] - w[i]));
+  CHECK_MSG(aerr < 1e-6, "adamw_f32 small-gradient error %.3g", aerr);
+  free(x); free(x32); free(y32); free(d32); free(one32); free(l); free(l32);
+  free(g32); free(w32); free(m32); free(v32);
+}
+
+// ----------------------------------------------------------------------------
 // determinism with 2 threads
 
 /* Runs the parallel backward kernels (fp32) twice with 2 threads at sizes that split work
@@ -692,6 +755,7 @@ int main(void) {
   test_crossentropy();
   test_sum_squares();
   test_adamw();
+  test_fp32_math();
   test_determinism();
   return check_summary();
 }

@@ -4,6 +4,7 @@
 ** cpu_kernels_impl.inc; this file only picks the type, suffix, BLAS routine and math.
 */
 #include <math.h>
+#include <stdint.h>
 #include <cblas.h>
 #include "cpu_kernels.h"
 
@@ -12,5 +13,8 @@
 #define GEMM cblas_dgemm
 #define EXP exp
 #define SQRT sqrt
+#define VSQRT sqrt
 #define TANH tanh
+#define KINT int64_t
+#define KINT_MAX INT64_MAX
 #include "cpu_kernels_impl.inc"

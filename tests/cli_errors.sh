@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# cli_errors.sh OSDP [MPIRUN...]: bad input to `osdp` is refused with exactly one line on stderr,
+# "osdp: error: ...", that names the offending field or value, a non-zero exit status and no
+# crash (no signal, so the status is below 128). With MPIRUN, the same holds on two ranks: one
+# error line (rank 0 prints it), not one per rank.
+set -u
+OSDP=${1:?usage: cli_errors.sh OSDP [MPIRUN...]}
+shift
+MPIRUN=("$@")
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+cd "$W" || exit 1
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+# expect_error NAME PATTERN... -- CMD...: CMD fails cleanly with one stderr line that starts with
+# "osdp: error:" and contains every (fixed-string) PATTERN.
+expect_error() {
+  local name=$1; shift
+  local pats=()
+  while [ "$1" != "--" ]; do pats+=("$1"); shift; done
+  shift
+  "$@" >out.txt 2>err.txt
+  local rc=$?
+  local lines
+  lines=$(wc -l <err.txt)
+  local first
+  first=$(head -n 1 err.txt)
+  local why=""
+  if [ "$rc" -eq 0 ]; then why="exit status 0"
+  elif [ "$rc" -ge 128 ]; then why="exit status $rc (killed by a signal: crash)"
+  elif [ "$lines" -ne 1 ]; then why="stderr has $lines lines, want 1"
+  elif [[ "$first" != "osdp: error: "* ]]; then why="stderr does not start with 'osdp: error: '"
+  else
+    local p
+    for p in "${pats[@]}"; do
+      if ! grep -qF -- "$p" err.txt; then why="error does not mention '$p'"; break; fi
+    done
+  fi
+  if [ -z "$why" ]; then ok
+  else
+    bad "$name: $why; command: $*"
+    sed 's/^/    stderr: /' err.txt | head -n 20
+  fi
+}
+
+printf '{"n_layer": 2,' >bad.json
+printf '{"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 256}\n' >missing.json
+printf '{"n_layer": 2, "n_embd": 64, "n_head": 5, "vocab_size": 256, "max_seq": 128}\n' >heads.json
+printf '{"model": {"n_layer": 2, "n_embd": 64,' >badplan.json
+# A valid plan for the tiny preset (checked below as a control), and the same plan claiming a
+# model of hidden size 256.
+printf '%s\n' '{"model": {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 256, "max_seq": 256},' \
+  ' "world_size": 1, "micro_batch": 4, "seq_len": 64, "ops": [{"name": "embed", "slices": ["zero3"]}]}' >tinyplan.json
+sed 's/"n_embd": 64/"n_embd": 256/' tinyplan.json >otherplan.json
+head -c 4096 /dev/urandom >corrupt.bin
+# A random file could start with the checkpoint magic by chance; make sure it does not.
+printf '\x01\x02\x03\x04' | dd of=corrupt.bin conv=notrunc status=none
+
+T=("$OSDP" train --steps 1 --quiet)
+expect_error "malformed JSON model" "bad.json" "malformed JSON" -- "${T[@]}" --model bad.json
+expect_error "JSON model missing a field" "missing.json" "max_seq" -- "${T[@]}" --model missing.json
+expect_error "unknown preset" "gpt5" -- "${T[@]}" --model gpt5
+expect_error "heads not dividing hidden" "n_head=5" "64" -- "${T[@]}" --model heads.json
+expect_error "seq longer than max_seq" "300" "256" -- "${T[@]}" --seq 300
+expect_error "memory limit too small" "mem-limit" "at least" -- "${T[@]}" --mem-limit 1MiB
+expect_error "unknown option" "--bogus" -- "${T[@]}" --bogus
+expect_error "option without its value" "--steps" -- "$OSDP" train --steps
+expect_error "non-numeric --steps" "--steps" "abc" -- "$OSDP" train --quiet --steps abc
+expect_error "negative --batch" "--batch" -- "${T[@]}" --batch -3
+expect_error "unknown data source" "foo" -- "${T[@]}" --data foo
+expect_error "missing text file" "/nonexistent" -- "${T[@]}" --data text:/nonexistent
+expect_error "missing checkpoint" "nonexistent.bin" -- "${T[@]}" --load "$W/nonexistent.bin"
+expect_error "corrupt checkpoint" "corrupt.bin" -- "${T[@]}" --load corrupt.bin
+expect_error "malformed plan" "badplan.json" -- "${T[@]}" --plan badplan.json
+expect_error "plan for another model" "otherplan.json" "n_embd" -- "${T[@]}" --plan otherplan.json
+expect_error "unknown command" "frobnicate" -- "$OSDP" frobnicate
+expect_error "describe: unknown preset" "gpt5" -- "$OSDP" describe --model gpt5
+expect_error "bench: malformed JSON model" "bad.json" -- "$OSDP" bench --model bad.json --steps 1
+
+# Controls: the same commands with good input succeed, so the failures above are about the input.
+if "$OSDP" train --steps 2 --quiet >out.txt 2>err.txt && [ ! -s err.txt ]; then ok
+else bad "control: osdp train --steps 2 --quiet failed or wrote to stderr"; sed 's/^/    /' err.txt; fi
+printf '{"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 256, "max_seq": 128}\n' >good.json
+if "$OSDP" train --model good.json --steps 1 --quiet >out.txt 2>err.txt; then ok
+else bad "control: a complete JSON model is refused"; sed 's/^/    /' err.txt; fi
+if "$OSDP" train --plan tinyplan.json --steps 1 --quiet >out.txt 2>err.txt; then ok
+else bad "control: a plan file for the tiny model is refused"; sed 's/^/    /' err.txt; fi
+
+# Under MPI: every rank meets the error, rank 0 alone reports it (mpirun adds its own lines, so
+# count ours).
+if [ ${#MPIRUN[@]} -gt 0 ]; then
+  "${MPIRUN[@]}" -np 2 "$OSDP" train --model gpt5 --steps 1 --quiet >out.txt 2>err.txt
+  rc=$?
+  n=$(grep -c '^osdp: error: ' err.txt)
+  if [ "$rc" -ne 0 ] && [ "$n" -eq 1 ] && grep -q "gpt5" err.txt; then ok
+  else bad "2 ranks, unknown preset: exit $rc, $n 'osdp: error:' lines (want non-zero, 1)"; sed 's/^/    /' err.txt | head -n 20; fi
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
