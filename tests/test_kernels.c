@@ -552,7 +552,12 @@ static void test_elementwise(void) {
 // ----------------------------------------------------------------------------
 // cross-entropy
 
-typedef struct { double *logits, *work, *losses; const int* targets; int BT, V, Vp; double scale; } CeCtx;
+typedef struct {
+  double *logits, *work, *losses;
+  const int* targets;
+  int BT, V, Vp;
+  double scale;
+} CeCtx;
 
 /* L = scale * sum(losses), computed on a copy of the logits (the kernel overwrites them). */
 static double ce_objective(void* p) {

@@ -106,8 +106,8 @@ int cmd_bench(int argc, char** argv) {
              d.cfg.name, args_get(&a, "plan", "ddp"), comm_size(), p.micro_batch, p.seq, opt.threads);
       printf("  %.1f ms/step (slowest %.1f), %.1f tokens/s global, %.1f GFLOP/s per rank\n", ms,
              1e3 * worst, tokens / (ms / 1e3), gflops);
-      printf("  sgemm at %d x %d x %d: %.1f GFLOP/s -> step reaches %.0f%% of sgemm\n", BT,
-             d.cfg.padded_vocab, d.cfg.n_embd, ref, 100 * gflops / ref);
+      printf("  sgemm at %d x %d x %d (OpenBLAS kernel %s): %.1f GFLOP/s -> step reaches %.0f%% of sgemm\n",
+             BT, d.cfg.padded_vocab, d.cfg.n_embd, openblas_get_corename(), ref, 100 * gflops / ref);
       printf("  peak memory %s per rank (predicted %s), communication %.1f ms/step (rank 0, blocking part)\n",
              format_bytes(peak_max, pk), format_bytes((double)e.predicted.peak, pr), 1e3 * comm_s / steps);
       printf("  time per operator kind (rank 0, forward+backward, ms/step):\n");

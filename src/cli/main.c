@@ -27,8 +27,8 @@ int main(int argc, char** argv) {
   else if (strcmp(cmd, "describe") == 0) rc = cmd_describe(argc - 2, argv + 2);
   else if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) { fputs(usage, stdout); rc = 0; }
   else if (comm_rank() == 0) {
-    if (*cmd) fprintf(stderr, "osdp: error: unknown command '%s'\n", cmd);
-    fputs(usage, stderr);
+    if (*cmd) fprintf(stderr, "osdp: error: unknown command '%s'; use train, bench or describe (see osdp --help)\n", cmd);
+    else fputs(usage, stderr);
   }
   comm_finalize();
   return rc;

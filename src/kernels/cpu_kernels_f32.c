@@ -3,10 +3,11 @@
 ** lives in cpu_kernels_impl.inc; this file only picks the type, the name suffix, the BLAS
 ** routine and the single-precision math functions.
 **
-** exp, tanh and the sqrt of AdamW are our own branch-free versions rather than libm's expf / tanhf: without
+** exp, tanh and AdamW's sqrt are our own branch-free versions rather than libm's: without
 ** -ffast-math the compiler cannot vectorise calls into libm, and scalar tanhf (~15 ns) made
-** GELU cost as much as a fifth of a GPT-2 step. These inline versions vectorise and are
-** accurate to a few ulp (exp, sqrt) and ~2e-7 absolute (tanh), enough for fp32 training.
+** GELU cost as much as a fifth of a GPT-2 step (expf ~3.5 ns, sqrtf with its errno check
+** tripled the cost of AdamW). These inline versions vectorise and are accurate to a few
+** ulp (exp, sqrt) and ~2e-7 absolute (tanh), which is enough for fp32 training.
 ** The fp64 kernels keep libm, so the gradient checks run on exact reference math.
 */
 #include <math.h>
@@ -30,9 +31,12 @@ static inline float kn_float(uint32_t u) { float x; memcpy(&x, &u, sizeof x); re
 static inline float kn_expf(float x0) {
   const float magic = 12582912.0f; /* 1.5 * 2^23 */
   uint32_t xb = kn_bits(x0);
-  uint32_t cb = xb > 0xC2AE0000u ? 0xC2AE0000u : xb;       /* x < -87 (as bits) -> -87 */
-  cb = (int32_t)cb > 0x42B00000 ? 0x42B00000u : cb;         /* x > 88 -> 88 */
-  float x = kn_float(cb);
+  uint32_t cb = xb > 0xC2AE0000u ? 0xC2AE0000u : xb; /* unsigned: x < -87 -> -87 */
+  int32_t ci;
+  memcpy(&ci, &cb, sizeof ci);
+  ci = ci > 0x42B00000 ? 0x42B00000 : ci;            /* signed: x > 88 -> 88 */
+  float x;
+  memcpy(&x, &ci, sizeof x);
   float t = x * 1.44269504088896341f + magic; /* n + magic, n = round(x / ln2) */
   float n = t - magic;
   float r = x - n * 0.693359375f;             /* ln2 split in two parts for accuracy */
@@ -56,13 +60,14 @@ static inline float kn_tanhf(float x) {
 }
 
 /* sqrt(x) for x >= 0, vectorisable (libm's sqrtf is not, without -fno-math-errno, since it
-** may have to set errno): the bit-trick estimate of 1/sqrt(x), two Newton steps (relative
-** error 3e-3 -> 2e-5 -> 5e-10, then float rounding: a few ulp), times x. sqrt(0) = 0;
-** subnormal x come out inexact, which is harmless where it is used (AdamW's denominator,
-** next to eps). */
+** may have to set errno): the bit-trick estimate of 1/sqrt(x), three Newton steps (relative
+** error 3.4e-2 -> 1.7e-3 -> 4.5e-6 -> 3e-11, then float rounding: ~2 ulp), times x.
+** sqrt(0) = 0; subnormal x come out inexact, which is harmless where it is used (AdamW's
+** denominator, next to eps). */
 static inline float kn_sqrtf(float x) {
   float y = kn_float(0x5F375A86u - (kn_bits(x) >> 1));
   float hx = 0.5f * x;
+  y = y * (1.5f - hx * y * y);
   y = y * (1.5f - hx * y * y);
   y = y * (1.5f - hx * y * y);
   return x * y;

@@ -1,0 +1,17 @@
+# End-to-end tests of the osdp command line: each tests/cli_*.sh gets the built binary (and, for
+# the ones that also run on two ranks, the mpirun command) as arguments and prints
+# "N passed, M failed".
+set(OSDP_CLI_TEST_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+
+add_test(NAME cli_errors
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_errors.sh $<TARGET_FILE:osdp> ${OSDP_MPIRUN})
+add_test(NAME cli_determinism
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_determinism.sh $<TARGET_FILE:osdp> ${OSDP_MPIRUN})
+add_test(NAME cli_checkpoint
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_checkpoint.sh $<TARGET_FILE:osdp> ${OSDP_MPIRUN})
+add_test(NAME cli_describe
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_describe.sh $<TARGET_FILE:osdp>)
+
+set_tests_properties(cli_errors cli_determinism cli_checkpoint cli_describe
+  PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli)
+set_tests_properties(cli_errors cli_determinism cli_checkpoint cli_describe PROPERTIES TIMEOUT 180)
