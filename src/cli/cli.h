@@ -36,5 +36,7 @@ int cli_report_error(void);
 int cmd_train(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_describe(int argc, char** argv);
+int cmd_profile(int argc, char** argv);
+int cmd_plan(int argc, char** argv);
 
 #endif

@@ -118,7 +118,7 @@ int cmd_bench(int argc, char** argv) {
       for (int k = 0; k < 7; k++) accounted += per_kind[k];
       for (int k = 0; k < 7; k++)
         if (per_kind[k] > 0) printf("    %-10s %8.1f\n", kinds[k], 1e3 * per_kind[k] / steps);
-      printf("    %-10s %8.1f (lm_head, loss, optimizer, gradient sync)\n", "other", ms - 1e3 * accounted / steps);
+      printf("    %-10s %8.1f (optimizer, gradient sync, zeroing)\n", "other", ms - 1e3 * accounted / steps);
     }
   }
   free(op_s);

@@ -15,6 +15,8 @@ static const char* usage =
     "  train     train a model (default: tiny GPT on the built-in addition task)\n"
     "  bench     time training steps on synthetic tokens and compare with sgemm\n"
     "  describe  print the model's operator list, sizes and predicted memory\n"
+    "  profile   measure this machine's ranks (collectives, operator times) into device.json\n"
+    "  plan      find the fastest per-operator plan that fits the memory limit\n"
     "run 'osdp <command> --help' for a command's options; under mpirun -np N every command\n"
     "runs on N ranks.\n";
 
@@ -25,9 +27,11 @@ int main(int argc, char** argv) {
   if (strcmp(cmd, "train") == 0) rc = cmd_train(argc - 2, argv + 2);
   else if (strcmp(cmd, "bench") == 0) rc = cmd_bench(argc - 2, argv + 2);
   else if (strcmp(cmd, "describe") == 0) rc = cmd_describe(argc - 2, argv + 2);
+  else if (strcmp(cmd, "profile") == 0) rc = cmd_profile(argc - 2, argv + 2);
+  else if (strcmp(cmd, "plan") == 0) rc = cmd_plan(argc - 2, argv + 2);
   else if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) { fputs(usage, stdout); rc = 0; }
   else if (comm_rank() == 0) {
-    if (*cmd) fprintf(stderr, "osdp: error: unknown command '%s'; use train, bench or describe (see osdp --help)\n", cmd);
+    if (*cmd) fprintf(stderr, "osdp: error: unknown command '%s'; use train, bench, describe, profile or plan (see osdp --help)\n", cmd);
     else fputs(usage, stderr);
   }
   comm_finalize();

@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "model/gpt.h"
 #include "model/plan.h"
+#include "planner/profile.h"
 #include "runtime/engine.h"
 
 /* The model of --model (a preset or JSON file), or of the --load checkpoint when --model is
@@ -17,6 +18,8 @@ int setup_model(const Args* a, const char* def, GptDesc* d);
 int setup_plan(const Args* a, const GptDesc* d, int B, int T, int B_given, int T_given, Plan* p);
 /* Optimizer, threads and memory options (--lr --seed --threads --mem-limit --warmup ...). */
 int setup_train_options(const Args* a, TrainOptions* o);
+/* Profiling options (--seq --threads --mem-limit --profile-steps) for profile and train --plan auto. */
+int profile_options_from_args(const Args* a, const GptDesc* d, ProfileOptions* o);
 /* The option names the three helpers read, for the subcommands' option lists. */
 #define SETUP_OPTIONS "model", "plan", "lr", "seed", "threads", "mem-limit", "warmup", \
   "weight-decay", "grad-clip", "batch", "seq", "load"

@@ -293,9 +293,11 @@ void engine_step(Engine* e, long global_targets, StepResult* r) {
   e->step++;
   double lr = e->opt.lr;
   if (e->opt.warmup > 0 && e->step <= e->opt.warmup) lr *= (double)e->step / e->opt.warmup;
+  double t_opt = now_seconds();
   for (int opi = 0; opi < e->d->nops; opi++)
     for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++)
       update_slice(e, &e->slices[opi][i], (float)lr, clip);
+  r->optim_seconds = now_seconds() - t_opt;
   r->loss = sums[0] * scale;
   r->grad_norm = norm;
   r->lr = lr;

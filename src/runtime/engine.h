@@ -73,6 +73,7 @@ typedef struct StepResult {
   double loss;        /* global mean loss of the step */
   double grad_norm;   /* global gradient norm before clipping */
   double seconds;
+  double optim_seconds; /* of which the optimizer (and zero2's all-gathers) */
   double lr;
 } StepResult;
 
