@@ -5,6 +5,8 @@ set(OSDP_CLI_TEST_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
 
 add_test(NAME cli_errors
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_errors.sh $<TARGET_FILE:osdp> ${OSDP_MPIRUN})
+add_test(NAME cli_learn
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_learn.sh $<TARGET_FILE:osdp>)
 add_test(NAME cli_determinism
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_determinism.sh $<TARGET_FILE:osdp> ${OSDP_MPIRUN})
 add_test(NAME cli_checkpoint
@@ -12,6 +14,7 @@ add_test(NAME cli_checkpoint
 add_test(NAME cli_describe
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_describe.sh $<TARGET_FILE:osdp>)
 
-set_tests_properties(cli_errors cli_determinism cli_checkpoint cli_describe
+set_tests_properties(cli_errors cli_learn cli_determinism cli_checkpoint cli_describe
   PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli)
 set_tests_properties(cli_errors cli_determinism cli_checkpoint cli_describe PROPERTIES TIMEOUT 180)
+set_tests_properties(cli_learn PROPERTIES TIMEOUT 300)

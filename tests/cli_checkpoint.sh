@@ -5,6 +5,8 @@
 # MPIRUN, the round trip also holds on two ranks under zero3 (gather on save, broadcast on load).
 set -u
 OSDP=${1:?usage: cli_checkpoint.sh OSDP [MPIRUN...]}
+# The work happens in a temporary directory: make a relative path to the binary absolute.
+[[ "$OSDP" == */* ]] && OSDP="$(cd "${OSDP%/*}" && pwd)/${OSDP##*/}"
 shift
 MPIRUN=("$@")
 W=$(mktemp -d)

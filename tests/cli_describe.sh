@@ -5,6 +5,8 @@
 # the peak: zero3 < zero2 < ddp on 4 ranks.
 set -u
 OSDP=${1:?usage: cli_describe.sh OSDP}
+# The work happens in a temporary directory: make a relative path to the binary absolute.
+[[ "$OSDP" == */* ]] && OSDP="$(cd "${OSDP%/*}" && pwd)/${OSDP##*/}"
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 cd "$W" || exit 1

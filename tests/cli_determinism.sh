@@ -5,6 +5,8 @@
 # ranks also agree with each other.
 set -u
 OSDP=${1:?usage: cli_determinism.sh OSDP [MPIRUN...]}
+# The work happens in a temporary directory: make a relative path to the binary absolute.
+[[ "$OSDP" == */* ]] && OSDP="$(cd "${OSDP%/*}" && pwd)/${OSDP##*/}"
 shift
 MPIRUN=("$@")
 W=$(mktemp -d)

@@ -5,6 +5,8 @@
 # error line (rank 0 prints it), not one per rank.
 set -u
 OSDP=${1:?usage: cli_errors.sh OSDP [MPIRUN...]}
+# The work happens in a temporary directory: make a relative path to the binary absolute.
+[[ "$OSDP" == */* ]] && OSDP="$(cd "${OSDP%/*}" && pwd)/${OSDP##*/}"
 shift
 MPIRUN=("$@")
 W=$(mktemp -d)

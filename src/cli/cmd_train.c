@@ -13,17 +13,19 @@
 #include "core/util.h"
 #include "data/data.h"
 #include "model/checkpoint.h"
+#include "planner/cost.h"
 #include "runtime/engine.h"
 
 static const char* train_help =
     "usage: [mpirun -np N] osdp train [options]\n"
     "  --model M        preset (tiny, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b) or JSON file [tiny]\n"
     "  --data D         addition | addition:N | text:FILE | tokens:FILE (llm.c .bin) [addition]\n"
-    "  --steps N        training steps [300]\n"
+    "  --steps N        training steps [2000]\n"
     "  --batch B        micro-batch per rank; the global batch is N*B [16]\n"
     "  --seq T          sequence length [64]\n"
-    "  --plan P         ddp | zero2 | zero3 | plan.json [ddp]\n"
-    "  --lr X --warmup N --weight-decay X --grad-clip X   AdamW settings [1e-3, 0, 0.1, 1.0]\n"
+    "  --plan P         ddp | zero2 | zero3 | plan.json | auto (profile, plan, train) [ddp]\n"
+    "  --max-batch B    with --plan auto: largest micro-batch to consider [512, or --batch]\n"
+    "  --lr X --warmup N --weight-decay X --grad-clip X   AdamW settings [1e-2, 100, 0.1, 1.0]\n"
     "  --seed S         weight-initialisation and data seed [1337]\n"
     "  --threads N      kernel threads per rank [1]\n"
     "  --mem-limit SIZE memory limit per rank, e.g. 512MiB [unlimited]\n"
@@ -43,6 +45,8 @@ typedef struct TrainRun {
   FILE* log;
   long steps, eval_batches;
   int B, T, quiet, json;
+  int auto_plan;
+  PlanCost predicted;   /* --plan auto: the planner's prediction */
 } TrainRun;
 
 /* Reads every option, builds the model, data source, plan and engine. */
@@ -53,16 +57,25 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
   if (args_parse(&r->args, "train", argc, argv, opts, sws)) return -1;
   long B, T, steps, evb;
   if (args_int(&r->args, "batch", 16, 1, 1 << 20, &B) || args_int(&r->args, "seq", 64, 1, 65536, &T) ||
-      args_int(&r->args, "steps", 300, 0, 1L << 40, &steps) ||
+      args_int(&r->args, "steps", 2000, 0, 1L << 40, &steps) ||
       args_int(&r->args, "eval-batches", 8, 0, 1 << 20, &evb) || setup_train_options(&r->args, &r->opt))
     return -1;
   r->steps = steps; r->eval_batches = evb;
   r->quiet = args_has(&r->args, "quiet");
   r->json = args_has(&r->args, "json");
   if (setup_model(&r->args, "tiny", &r->d)) return -1;
-  if (setup_plan(&r->args, &r->d, (int)B, (int)T, args_has(&r->args, "batch"),
-                 args_has(&r->args, "seq"), &r->plan))
+  r->auto_plan = strcmp(args_get(&r->args, "plan", "ddp"), "auto") == 0;
+  if (r->auto_plan) {
+    if (T > r->d.cfg.max_seq)
+      return osdp_fail("--seq %ld is longer than model %s's maximum sequence %d; use --seq <= %d", T,
+                       r->d.cfg.name, r->d.cfg.max_seq, r->d.cfg.max_seq);
+    long maxb = args_has(&r->args, "batch") ? B : 512;
+    if (setup_auto_plan(&r->args, &r->d, (int)T, (int)maxb, r->quiet || r->json, &r->plan, &r->predicted))
+      return -1;
+  } else if (setup_plan(&r->args, &r->d, (int)B, (int)T, args_has(&r->args, "batch"),
+                        args_has(&r->args, "seq"), &r->plan)) {
     return -1;
+  }
   r->B = r->plan.micro_batch; r->T = r->plan.seq;
   if (r->T > r->d.cfg.max_seq)
     return osdp_fail("--seq %d is longer than model %s's maximum sequence %d; use --seq <= %d", r->T,
@@ -167,24 +180,30 @@ static void train_evaluate(TrainRun* r, double* val_loss, double* acc, long* npr
 
 /* Prints the end-of-run summary (text or JSON) and the summary log line (rank 0). */
 static void train_summary(TrainRun* r, double first_loss, double last_loss, double tps,
-                          double val_loss, double acc, long nprob) {
+                          double step_s, double val_loss, double acc, long nprob) {
   size_t peak = r->eng.arena.peak_total;
   double off = comm_allreduce_f64(peak != r->eng.predicted.peak ? 1.0 : 0.0);
   if (comm_rank() != 0) return;
-  char js[1024];
+  char js[2048];
   snprintf(js, sizeof js,
            "{\"summary\":true,\"model\":\"%s\",\"data\":\"%s\",\"ranks\":%d,\"micro_batch\":%d,"
            "\"seq\":%d,\"steps\":%ld,\"first_loss\":%.6f,\"final_loss\":%.6f,\"val_loss\":%.6f,"
            "\"val_accuracy\":%.6f,\"val_problems\":%ld,\"tokens_per_s\":%.1f,\"peak_bytes\":%zu,"
-           "\"predicted_peak_bytes\":%zu,\"ranks_off_prediction\":%.0f}",
+           "\"predicted_peak_bytes\":%zu,\"ranks_off_prediction\":%.0f,\"step_s\":%.6f,"
+           "\"predicted_step_s\":%.6f}",
            r->d.cfg.name, data_describe(r->data), comm_size(), r->B, r->T, r->steps, first_loss,
-           last_loss, val_loss, acc, nprob, tps, peak, r->eng.predicted.peak, off);
+           last_loss, val_loss, acc, nprob, tps, peak, r->eng.predicted.peak, off, step_s,
+           r->auto_plan ? r->predicted.step_s : 0.0);
   if (r->log) fprintf(r->log, "%s\n", js);
   if (r->json) { printf("%s\n", js); return; }
   char pk[32], pr[32];
   printf("done: %ld steps, loss %.4f -> %.4f, %.0f tok/s, peak memory %s per rank (predicted %s)\n",
          r->steps, first_loss, last_loss, tps, format_bytes((double)peak, pk),
          format_bytes((double)r->eng.predicted.peak, pr));
+  if (r->auto_plan)
+    printf("auto plan: predicted %.4f s/step, measured %.4f s/step (%+.1f%%); predicted peak %zu "
+           "bytes, measured %zu bytes\n", r->predicted.step_s, step_s,
+           100.0 * (step_s - r->predicted.step_s) / r->predicted.step_s, r->predicted.mem.peak, peak);
   printf("held-out: loss %.4f", val_loss);
   if (acc >= 0) printf(", exact-match accuracy %.1f%% of %ld problems", 100 * acc, nprob);
   printf("\n");
@@ -223,7 +242,8 @@ int cmd_train(int argc, char** argv) {
   long nprob = 0;
   train_evaluate(&r, &val_loss, &acc, &nprob);
   int rc = train_save(&r);
-  train_summary(&r, first, last, tps, val_loss, acc, nprob);
+  double step_s = train_s > 0 ? train_s / (double)timed : 0;
+  train_summary(&r, first, last, tps, step_s, val_loss, acc, nprob);
   if (r.log) fclose(r.log);
   engine_destroy(&r.eng);
   data_close(r.data);

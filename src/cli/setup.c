@@ -6,6 +6,8 @@
 #include "comm/comm.h"
 #include "core/util.h"
 #include "model/checkpoint.h"
+#include "planner/cost.h"
+#include "planner/search.h"
 
 int setup_model(const Args* a, const char* def, GptDesc* d) {
   const char* name = args_get(a, "model", NULL);
@@ -46,9 +48,11 @@ int setup_plan(const Args* a, const GptDesc* d, int B, int T, int B_given, int T
 int setup_train_options(const Args* a, TrainOptions* o) {
   train_options_default(o);
   long threads, seed, warmup;
-  if (args_double(a, "lr", o->lr, &o->lr) || args_int(a, "seed", (long)o->seed, 0, 1L << 62, &seed) ||
+  /* The command line's defaults (lr 1e-2, 100 warm-up steps) suit the built-in tiny demo;
+  ** GPT-2-sized models want about 6e-4. */
+  if (args_double(a, "lr", 1e-2, &o->lr) || args_int(a, "seed", (long)o->seed, 0, 1L << 62, &seed) ||
       args_int(a, "threads", 1, 1, 256, &threads) || args_size(a, "mem-limit", 0, &o->mem_limit) ||
-      args_int(a, "warmup", 0, 0, 1L << 30, &warmup) ||
+      args_int(a, "warmup", 100, 0, 1L << 30, &warmup) ||
       args_double(a, "weight-decay", o->weight_decay, &o->weight_decay) ||
       args_double(a, "grad-clip", o->grad_clip, &o->grad_clip))
     return -1;
@@ -60,4 +64,27 @@ int setup_train_options(const Args* a, TrainOptions* o) {
   o->threads = (int)threads;
   o->warmup = (int)warmup;
   return 0;
+}
+
+/* Declared in cmd_plan.c. */
+int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so, int json,
+                    int quiet, Plan* p, PlanCost* c);
+
+int setup_auto_plan(const Args* a, const GptDesc* d, int T, int max_batch, int quiet, Plan* p,
+                    PlanCost* cost) {
+  ProfileOptions po;
+  DeviceInfo dev;
+  if (profile_options_from_args(a, d, &po)) return -1;
+  po.seq = T;
+  po.verbose = !quiet;
+  if (profile_device(d, &po, &dev)) return -1;
+  SearchOptions so;
+  memset(&so, 0, sizeof so);
+  so.seq = T;
+  so.max_batch = max_batch;
+  so.max_slices = GPT_MAX_SLICES;
+  for (int s = 0; s < STRAT_COUNT; s++) so.allow[s] = 1;
+  int rc = plan_and_report(d, &dev, &so, 0, quiet, p, cost);
+  device_free(&dev);
+  return rc;
 }

@@ -20,8 +20,14 @@ int setup_plan(const Args* a, const GptDesc* d, int B, int T, int B_given, int T
 int setup_train_options(const Args* a, TrainOptions* o);
 /* Profiling options (--seq --threads --mem-limit --profile-steps) for profile and train --plan auto. */
 int profile_options_from_args(const Args* a, const GptDesc* d, ProfileOptions* o);
+/* `--plan auto`: profiles this run's ranks for model d at sequence T, searches the fastest plan
+** under --mem-limit (micro-batch at most max_batch) and returns it with its predicted cost.
+** Prints the plan table on rank 0 unless quiet. */
+struct PlanCost;
+int setup_auto_plan(const Args* a, const GptDesc* d, int T, int max_batch, int quiet, Plan* p,
+                    struct PlanCost* cost);
 /* The option names the three helpers read, for the subcommands' option lists. */
 #define SETUP_OPTIONS "model", "plan", "lr", "seed", "threads", "mem-limit", "warmup", \
-  "weight-decay", "grad-clip", "batch", "seq", "load"
+  "weight-decay", "grad-clip", "batch", "seq", "load", "profile-steps", "max-batch"
 
 #endif

@@ -1,0 +1,292 @@
+/* device.c: device information files (JSON), validation, collective and operator times; see
+** device.h. */
+#include "planner/device.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+
+/* JSON names of the collectives, indexed by COLL_*. */
+static const char* coll_names[COLL_COUNT] = {"allreduce", "allgather", "reduce_scatter"};
+
+double device_collective_s(const DeviceInfo* dev, int kind, double bytes) {
+  if (dev->ranks <= 1 || bytes <= 0) return 0;
+  const CollectiveModel* c = &dev->coll[kind];
+  return c->latency_s + bytes / c->bandwidth_Bps;
+}
+
+/* Whether the device's measured compute times are for model d at sequence length T. */
+static int device_measured_for(const DeviceInfo* dev, const GptDesc* d, int T) {
+  return dev->n_op_times > 0 && dev->compute_seq == T && strcmp(dev->compute_model, d->cfg.name) == 0;
+}
+
+/* Index of the measured entry called `name`, or -1. */
+static int device_find_op(const DeviceInfo* dev, const char* name) {
+  for (int i = 0; i < dev->n_op_times; i++)
+    if (strcmp(dev->op_names[i], name) == 0) return i;
+  return -1;
+}
+
+double device_op_time_s(const DeviceInfo* dev, const GptDesc* d, int op, int B, int T) {
+  if (device_measured_for(dev, d, T)) {
+    int j = device_find_op(dev, d->ops[op].name);
+    if (j >= 0) return dev->op_fixed_s[j] + (double)B * dev->op_per_sample_s[j];
+  }
+  return 3.0 * gpt_op_flops_per_token(d, &d->ops[op], T) * (double)B * (double)T / dev->flops;
+}
+
+void device_free(DeviceInfo* dev) {
+  free(dev->op_names);
+  free(dev->op_fixed_s);
+  free(dev->op_per_sample_s);
+  dev->op_names = NULL;
+  dev->op_fixed_s = NULL;
+  dev->op_per_sample_s = NULL;
+  dev->n_op_times = 0;
+}
+
+/* ---- Validation ------------------------------------------------------------------------ */
+
+/* Checks that a time or speed is finite and > 0 (or >= 0 when zero_ok). */
+static int check_number(double v, int zero_ok, const char* where, const char* field, const char* hint) {
+  if (isfinite(v) && (v > 0 || (zero_ok && v == 0))) return 0;
+  return osdp_fail("%s: field \"%s\" = %g must be %s; %s", where, field, v,
+                   zero_ok ? "a finite number >= 0" : "a finite number > 0", hint);
+}
+
+/* Checks the measured compute section, if any. */
+static int validate_compute(const DeviceInfo* dev, const char* where) {
+  if (dev->n_op_times == 0) return 0;
+  if (dev->n_op_times < 0) return osdp_fail("%s: \"compute.ops\" has a negative count", where);
+  if (dev->compute_seq < 1)
+    return osdp_fail("%s: field \"compute.seq\" = %d must be >= 1 (the sequence length the times "
+                     "were measured at)", where, dev->compute_seq);
+  char field[64];
+  for (int i = 0; i < dev->n_op_times; i++) {
+    snprintf(field, sizeof field, "compute.ops[%d].fixed_s", i);
+    if (check_number(dev->op_fixed_s[i], 1, where, field, "give seconds, e.g. 1e-4")) return -1;
+    snprintf(field, sizeof field, "compute.ops[%d].per_sample_s", i);
+    if (check_number(dev->op_per_sample_s[i], 1, where, field, "give seconds, e.g. 2e-3")) return -1;
+  }
+  return 0;
+}
+
+int device_validate(const DeviceInfo* dev, const char* where) {
+  if (dev->ranks < 1)
+    return osdp_fail("%s: field \"ranks\" = %d must be >= 1 (the number of ranks)", where, dev->ranks);
+  if (dev->mem_limit == 0)
+    return osdp_fail("%s: field \"mem_limit\" = 0 must be > 0; give bytes per rank such as \"8GiB\"",
+                     where);
+  if (dev->threads < 1)
+    return osdp_fail("%s: field \"threads\" = %d must be >= 1 (kernel threads per rank)", where,
+                     dev->threads);
+  if (check_number(dev->flops, 0, where, "flops", "give FLOP/s per rank such as 9.4e10") ||
+      check_number(dev->optimizer_s_per_param, 1, where, "optimizer_s_per_param",
+                   "give seconds per parameter such as 1.5e-9, or 0"))
+    return -1;
+  char field[64];
+  for (int k = 0; k < COLL_COUNT; k++) {
+    snprintf(field, sizeof field, "collectives.%s.latency_s", coll_names[k]);
+    if (check_number(dev->coll[k].latency_s, 1, where, field, "give seconds such as 2e-5")) return -1;
+    snprintf(field, sizeof field, "collectives.%s.bandwidth_Bps", coll_names[k]);
+    if (check_number(dev->coll[k].bandwidth_Bps, 0, where, field, "give bytes per second such as 3e8"))
+      return -1;
+  }
+  return validate_compute(dev, where);
+}
+
+/* ---- Loading ----------------------------------------------------------------------------- */
+
+/* Reads a whole small file into a heap string. */
+static char* device_read_file(const char* path) {
+  FILE* f = fopen(path, "rb");
+  if (!f) { osdp_fail("--devices: cannot open '%s': %s", path, strerror(errno)); return NULL; }
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char* s = (n >= 0 && n < (1 << 26)) ? malloc((size_t)n + 1) : NULL;
+  if (!s) { fclose(f); osdp_fail("%s: unreadable device file (size)", path); return NULL; }
+  size_t got = fread(s, 1, (size_t)n, f);
+  fclose(f);
+  s[got] = 0;
+  return s;
+}
+
+/* Reads a number member `key` of object o into *out. Missing: error if required, else
+** *out keeps its default. `field` is the dotted name used in messages. */
+static int json_number(const cJSON* o, const char* key, const char* field, int required,
+                       const char* path, double* out) {
+  const cJSON* v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (!v) return required ? osdp_fail("%s: missing field \"%s\" (a number)", path, field) : 0;
+  if (!cJSON_IsNumber(v)) return osdp_fail("%s: field \"%s\" must be a number", path, field);
+  *out = v->valuedouble;
+  return 0;
+}
+
+/* Reads an integer member, as json_number but rejecting fractions and out-of-range values. */
+static int json_integer(const cJSON* o, const char* key, const char* field, int required,
+                        const char* path, int* out) {
+  double v = *out;
+  if (json_number(o, key, field, required, path, &v)) return -1;
+  if (v != floor(v) || fabs(v) > 2e9)
+    return osdp_fail("%s: field \"%s\" = %g must be an integer", path, field, v);
+  *out = (int)v;
+  return 0;
+}
+
+/* Reads "mem_limit": a number of bytes or a size string such as "8GiB". */
+static int json_mem_limit(const cJSON* root, const char* path, size_t* out) {
+  const cJSON* v = cJSON_GetObjectItemCaseSensitive(root, "mem_limit");
+  char field[300];
+  snprintf(field, sizeof field, "%s: field \"mem_limit\"", path);
+  if (!v) return osdp_fail("%s: missing field \"mem_limit\" (bytes per rank, or a size such as \"8GiB\")", path);
+  if (cJSON_IsString(v)) return parse_size(v->valuestring, field, out);
+  if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 1 || v->valuedouble > 1e18 ||
+      v->valuedouble != floor(v->valuedouble))
+    return osdp_fail("%s: field \"mem_limit\" must be a positive whole number of bytes or a size "
+                     "such as \"8GiB\"", path);
+  *out = (size_t)v->valuedouble;
+  return 0;
+}
+
+/* Reads the "collectives" object: all three collectives, each with latency and bandwidth. */
+static int json_collectives(const cJSON* root, const char* path, DeviceInfo* dev) {
+  const cJSON* c = cJSON_GetObjectItemCaseSensitive(root, "collectives");
+  if (!cJSON_IsObject(c))
+    return osdp_fail("%s: missing object \"collectives\" with allreduce, allgather and "
+                     "reduce_scatter, each {\"latency_s\": .., \"bandwidth_Bps\": ..}", path);
+  char field[64];
+  for (int k = 0; k < COLL_COUNT; k++) {
+    const cJSON* o = cJSON_GetObjectItemCaseSensitive(c, coll_names[k]);
+    if (!cJSON_IsObject(o))
+      return osdp_fail("%s: missing object \"collectives.%s\" ({\"latency_s\": .., "
+                       "\"bandwidth_Bps\": ..})", path, coll_names[k]);
+    snprintf(field, sizeof field, "collectives.%s.latency_s", coll_names[k]);
+    if (json_number(o, "latency_s", field, 1, path, &dev->coll[k].latency_s)) return -1;
+    snprintf(field, sizeof field, "collectives.%s.bandwidth_Bps", coll_names[k]);
+    if (json_number(o, "bandwidth_Bps", field, 1, path, &dev->coll[k].bandwidth_Bps)) return -1;
+  }
+  return 0;
+}
+
+/* Reads one entry of "compute.ops" into slot i. */
+static int json_op_time(const cJSON* e, int i, const char* path, DeviceInfo* dev) {
+  char field[64];
+  const cJSON* name = cJSON_GetObjectItemCaseSensitive(e, "name");
+  if (!cJSON_IsString(name) || strlen(name->valuestring) >= sizeof dev->op_names[0])
+    return osdp_fail("%s: field \"compute.ops[%d].name\" must be an operator name (see osdp "
+                     "describe) of at most %zu characters", path, i, sizeof dev->op_names[0] - 1);
+  snprintf(dev->op_names[i], sizeof dev->op_names[i], "%s", name->valuestring);
+  snprintf(field, sizeof field, "compute.ops[%d].fixed_s", i);
+  if (json_number(e, "fixed_s", field, 1, path, &dev->op_fixed_s[i])) return -1;
+  snprintf(field, sizeof field, "compute.ops[%d].per_sample_s", i);
+  return json_number(e, "per_sample_s", field, 1, path, &dev->op_per_sample_s[i]);
+}
+
+/* Reads the optional "compute" section of measured operator times. */
+static int json_compute(const cJSON* root, const char* path, DeviceInfo* dev) {
+  const cJSON* c = cJSON_GetObjectItemCaseSensitive(root, "compute");
+  if (!c) return 0;
+  if (!cJSON_IsObject(c))
+    return osdp_fail("%s: field \"compute\" must be an object {\"model\", \"seq\", \"ops\"}", path);
+  const cJSON* model = cJSON_GetObjectItemCaseSensitive(c, "model");
+  if (!cJSON_IsString(model) || strlen(model->valuestring) >= sizeof dev->compute_model)
+    return osdp_fail("%s: field \"compute.model\" must be the model's name (at most %zu characters)",
+                     path, sizeof dev->compute_model - 1);
+  snprintf(dev->compute_model, sizeof dev->compute_model, "%s", model->valuestring);
+  if (json_integer(c, "seq", "compute.seq", 1, path, &dev->compute_seq)) return -1;
+  const cJSON* ops = cJSON_GetObjectItemCaseSensitive(c, "ops");
+  if (!cJSON_IsArray(ops))
+    return osdp_fail("%s: missing array \"compute.ops\" of {\"name\", \"fixed_s\", \"per_sample_s\"}", path);
+  int n = cJSON_GetArraySize(ops);
+  if (n == 0) return 0;
+  dev->op_names = calloc((size_t)n, sizeof *dev->op_names);
+  dev->op_fixed_s = calloc((size_t)n, sizeof *dev->op_fixed_s);
+  dev->op_per_sample_s = calloc((size_t)n, sizeof *dev->op_per_sample_s);
+  if (!dev->op_names || !dev->op_fixed_s || !dev->op_per_sample_s) return osdp_fail("out of memory");
+  dev->n_op_times = n;
+  for (int i = 0; i < n; i++)
+    if (json_op_time(cJSON_GetArrayItem(ops, i), i, path, dev)) return -1;
+  return 0;
+}
+
+/* Fills dev from a parsed device file. */
+static int device_from_json(const cJSON* root, const char* path, DeviceInfo* dev) {
+  dev->threads = 1;
+  if (json_integer(root, "ranks", "ranks", 1, path, &dev->ranks) ||
+      json_mem_limit(root, path, &dev->mem_limit) ||
+      json_integer(root, "threads", "threads", 0, path, &dev->threads) ||
+      json_number(root, "flops", "flops", 1, path, &dev->flops) ||
+      json_number(root, "optimizer_s_per_param", "optimizer_s_per_param", 0, path,
+                  &dev->optimizer_s_per_param) ||
+      json_collectives(root, path, dev) || json_compute(root, path, dev))
+    return -1;
+  return device_validate(dev, path);
+}
+
+int device_load(DeviceInfo* dev, const char* path) {
+  memset(dev, 0, sizeof *dev);
+  char* text = device_read_file(path);
+  if (!text) return -1;
+  cJSON* root = cJSON_Parse(text);
+  free(text);
+  if (!cJSON_IsObject(root)) {
+    cJSON_Delete(root);
+    return osdp_fail("%s: malformed JSON; a device file is an object with ranks, mem_limit, flops "
+                     "and collectives (see osdp profile --out)", path);
+  }
+  int rc = device_from_json(root, path, dev);
+  cJSON_Delete(root);
+  if (rc) device_free(dev);
+  return rc;
+}
+
+/* ---- Saving ------------------------------------------------------------------------------ */
+
+/* Builds the JSON object of a device. */
+static cJSON* device_to_json(const DeviceInfo* dev) {
+  cJSON* root = cJSON_CreateObject();
+  cJSON_AddNumberToObject(root, "ranks", dev->ranks);
+  cJSON_AddNumberToObject(root, "mem_limit", (double)dev->mem_limit);
+  cJSON_AddNumberToObject(root, "threads", dev->threads);
+  cJSON_AddNumberToObject(root, "flops", dev->flops);
+  cJSON_AddNumberToObject(root, "optimizer_s_per_param", dev->optimizer_s_per_param);
+  cJSON* c = cJSON_AddObjectToObject(root, "collectives");
+  for (int k = 0; k < COLL_COUNT; k++) {
+    cJSON* o = cJSON_AddObjectToObject(c, coll_names[k]);
+    cJSON_AddNumberToObject(o, "latency_s", dev->coll[k].latency_s);
+    cJSON_AddNumberToObject(o, "bandwidth_Bps", dev->coll[k].bandwidth_Bps);
+  }
+  if (dev->n_op_times > 0) {
+    cJSON* comp = cJSON_AddObjectToObject(root, "compute");
+    cJSON_AddStringToObject(comp, "model", dev->compute_model);
+    cJSON_AddNumberToObject(comp, "seq", dev->compute_seq);
+    cJSON* ops = cJSON_AddArrayToObject(comp, "ops");
+    for (int i = 0; i < dev->n_op_times; i++) {
+      cJSON* e = cJSON_CreateObject();
+      cJSON_AddStringToObject(e, "name", dev->op_names[i]);
+      cJSON_AddNumberToObject(e, "fixed_s", dev->op_fixed_s[i]);
+      cJSON_AddNumberToObject(e, "per_sample_s", dev->op_per_sample_s[i]);
+      cJSON_AddItemToArray(ops, e);
+    }
+  }
+  return root;
+}
+
+int device_save(const DeviceInfo* dev, const char* path) {
+  cJSON* root = device_to_json(dev);
+  char* s = cJSON_Print(root);
+  cJSON_Delete(root);
+  if (!s) return osdp_fail("out of memory");
+  FILE* f = fopen(path, "w");
+  if (!f) { free(s); return osdp_fail("--out: cannot write '%s': %s", path, strerror(errno)); }
+  int ok = fputs(s, f) >= 0 && fputc('\n', f) != EOF;
+  ok = (fclose(f) == 0) && ok;
+  free(s);
+  return ok ? 0 : osdp_fail("--out: error writing '%s'", path);
+}

@@ -1,0 +1,68 @@
+/*
+** device.h: device information, the planner's view of the hardware.
+**
+** Number of ranks, memory per rank, how fast the ranks compute, and how long each collective
+** takes on the real communicator. `osdp profile` measures all of it on the ranks it runs on;
+** hand-written files (or command-line flags) describe hardware osdp is not running on.
+**
+** On disk (JSON):
+**   {"ranks": 8, "mem_limit": 8589934592 (bytes, or a string such as "8GiB"),
+**    "threads": 1,                      kernel threads per rank (sizes the attention scratch)
+**    "flops": 9.4e10,                   FLOP/s per rank, used for ops without measured times
+**    "optimizer_s_per_param": 1.5e-9,   AdamW time per parameter a rank updates (optional, 0)
+**    "collectives": {                   t(bytes) = latency_s + bytes / bandwidth_Bps, where
+**      "allreduce":      {"latency_s": 2e-5, "bandwidth_Bps": 3e8},   bytes is the size of the
+**      "allgather":      {"latency_s": 2e-5, "bandwidth_Bps": 3e8},   full (unsharded) buffer
+**      "reduce_scatter": {"latency_s": 2e-5, "bandwidth_Bps": 3e8}},
+**    "compute": {                       optional: measured forward+backward time per op
+**      "model": "gpt2-124m", "seq": 256,
+**      "ops": [{"name": "h0.qkv", "fixed_s": 1e-4, "per_sample_s": 2e-3}, ...]}}
+** An op's time at micro-batch B is fixed_s + B * per_sample_s when measured; otherwise
+** 3 * forward FLOPs / flops.
+*/
+#ifndef OSDP_DEVICE_H
+#define OSDP_DEVICE_H
+
+#include <stddef.h>
+
+#include "model/gpt.h"
+
+typedef struct CollectiveModel {
+  double latency_s;      /* alpha */
+  double bandwidth_Bps;  /* beta: bytes per second of the full buffer */
+} CollectiveModel;
+
+enum { COLL_ALLREDUCE = 0, COLL_ALLGATHER = 1, COLL_REDUCE_SCATTER = 2, COLL_COUNT = 3 };
+
+typedef struct DeviceInfo {
+  int ranks;
+  size_t mem_limit;
+  int threads;
+  double flops;
+  double optimizer_s_per_param;
+  CollectiveModel coll[COLL_COUNT];
+  /* Measured compute (optional): valid for the model named and sequence seq only. */
+  char compute_model[48];
+  int compute_seq;
+  int n_op_times;             /* 0 when not measured */
+  char (*op_names)[24];       /* n_op_times names */
+  double* op_fixed_s;         /* n_op_times */
+  double* op_per_sample_s;    /* n_op_times */
+} DeviceInfo;
+
+/* Time of one collective over a full buffer of `bytes` (0 on one rank). */
+double device_collective_s(const DeviceInfo* dev, int kind, double bytes);
+/* Forward+backward time of op i of model d at micro-batch B and sequence T: measured when
+** the device holds times for this model and T, else from FLOPs and dev->flops. */
+double device_op_time_s(const DeviceInfo* dev, const GptDesc* d, int op, int B, int T);
+
+/* Reads and validates a device file; -1 with a one-line error naming the file and field. */
+int device_load(DeviceInfo* dev, const char* path);
+/* Writes a device file. */
+int device_save(const DeviceInfo* dev, const char* path);
+/* Checks the values (ranks >= 1, limit > 0, speeds > 0, latencies >= 0, ...). */
+int device_validate(const DeviceInfo* dev, const char* where);
+/* Frees the measured op times. */
+void device_free(DeviceInfo* dev);
+
+#endif

@@ -1,0 +1,652 @@
+/*
+** test_planner.c: the planner (device files, cost model, search), without MPI.
+**  1. Device files: load/save round trip, and one clear error per kind of bad input.
+**  2. Cost model: plan_cost's memory equals plan_predict_memory; its time equals formulas
+**     written out independently here; measured compute times and "overhead" are used.
+**  3. Per-operator configurations: planner_op_configs covers every one of the 3^k
+**     assignments of every slice count (nothing lost by grouping equal slices or by pruning).
+**  4. Search = brute force over ALL plans (every configuration of every op, every
+**     micro-batch up to a cap) on small models, ranks 1..4, several limits; the chosen plan
+**     fits, its peak equals plan_predict_memory, and it beats every uniform plan.
+**  5. Limits too small: -1, the message names the minimum, and the minimum is exact.
+**  6. Speed: gpt2-1.5b on 8 ranks, 16 GiB, seq 1024, every option: well under a second.
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "core/util.h"
+#include "model/gpt.h"
+#include "model/plan.h"
+#include "planner/cost.h"
+#include "planner/device.h"
+#include "planner/search.h"
+
+/* ---- Helpers ----------------------------------------------------------------------------- */
+
+/* A model config built in code (like a JSON config file). */
+static GptConfig make_config(const char* name, int L, int C, int H, int V, int maxT) {
+  GptConfig c;
+  memset(&c, 0, sizeof c);
+  snprintf(c.name, sizeof c.name, "%s", name);
+  c.n_layer = L;
+  c.n_embd = C;
+  c.n_head = H;
+  c.vocab_size = V;
+  c.padded_vocab = (V + 127) / 128 * 128;
+  c.max_seq = maxT;
+  return c;
+}
+
+/* A device with different figures per collective, so that mix-ups show. */
+static DeviceInfo make_device(int ranks, size_t limit, double flops) {
+  DeviceInfo dev;
+  memset(&dev, 0, sizeof dev);
+  dev.ranks = ranks;
+  dev.mem_limit = limit;
+  dev.threads = 1;
+  dev.flops = flops;
+  dev.optimizer_s_per_param = 1e-9;
+  dev.coll[COLL_ALLREDUCE] = (CollectiveModel){3e-5, 2e8};
+  dev.coll[COLL_ALLGATHER] = (CollectiveModel){1e-5, 5e8};
+  dev.coll[COLL_REDUCE_SCATTER] = (CollectiveModel){2e-5, 3e8};
+  return dev;
+}
+
+/* Relative difference of two positive numbers. */
+static double rel_diff(double a, double b) { return fabs(a - b) / fmax(fabs(a), fabs(b)); }
+
+/* Writes text to a temporary file and returns its path (static buffer). */
+static const char* write_temp(const char* text) {
+  static char path[64];
+  snprintf(path, sizeof path, "/tmp/osdp_test_planner_%d.json", (int)getpid());
+  FILE* f = fopen(path, "w");
+  fputs(text, f);
+  fclose(f);
+  return path;
+}
+
+/* ---- 1. Device files ----------------------------------------------------------------------- */
+
+static const char* good_device =
+    "{\"ranks\": 4, \"mem_limit\": \"8GiB\", \"threads\": 2, \"flops\": 9.4e10,"
+    " \"optimizer_s_per_param\": 1.5e-9,"
+    " \"collectives\": {\"allreduce\": {\"latency_s\": 2e-5, \"bandwidth_Bps\": 3e8},"
+    "   \"allgather\": {\"latency_s\": 1e-5, \"bandwidth_Bps\": 4e8},"
+    "   \"reduce_scatter\": {\"latency_s\": 3e-5, \"bandwidth_Bps\": 5e8}},"
+    " \"compute\": {\"model\": \"tiny\", \"seq\": 64, \"ops\": ["
+    "   {\"name\": \"h0.qkv\", \"fixed_s\": 1e-4, \"per_sample_s\": 2e-3},"
+    "   {\"name\": \"overhead\", \"fixed_s\": 0.25, \"per_sample_s\": 0.125}]}}";
+
+/* Loads `text` as a device file expecting failure; checks the error names `field`. */
+static void expect_device_error(const char* text, const char* field) {
+  DeviceInfo dev;
+  osdp_clear_error();
+  int rc = device_load(&dev, write_temp(text));
+  CHECK_MSG(rc == -1, "expected an error naming %s", field);
+  CHECK_MSG(strstr(osdp_last_error(), field) != NULL, "error '%s' should name '%s'",
+            osdp_last_error(), field);
+  CHECK_MSG(strchr(osdp_last_error(), '\n') == NULL, "one line: '%s'", osdp_last_error());
+}
+
+/* Replaces the first occurrence of `from` in good_device by `to`. */
+static const char* device_variant(const char* from, const char* to) {
+  static char buf[2048];
+  const char* at = strstr(good_device, from);
+  if (!at) { fprintf(stderr, "bad variant %s\n", from); return good_device; }
+  snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - good_device), good_device, to, at + strlen(from));
+  return buf;
+}
+
+/* Checks that two devices hold the same values. */
+static void check_same_device(const DeviceInfo* a, const DeviceInfo* b) {
+  CHECK(a->ranks == b->ranks && a->mem_limit == b->mem_limit && a->threads == b->threads);
+  CHECK(a->flops == b->flops && a->optimizer_s_per_param == b->optimizer_s_per_param);
+  for (int k = 0; k < COLL_COUNT; k++)
+    CHECK(a->coll[k].latency_s == b->coll[k].latency_s &&
+          a->coll[k].bandwidth_Bps == b->coll[k].bandwidth_Bps);
+  CHECK(strcmp(a->compute_model, b->compute_model) == 0 && a->compute_seq == b->compute_seq);
+  CHECK(a->n_op_times == b->n_op_times);
+  for (int i = 0; i < a->n_op_times && i < b->n_op_times; i++)
+    CHECK(strcmp(a->op_names[i], b->op_names[i]) == 0 && a->op_fixed_s[i] == b->op_fixed_s[i] &&
+          a->op_per_sample_s[i] == b->op_per_sample_s[i]);
+}
+
+/* Round trip and the errors of device files. */
+static void test_device_files(void) {
+  DeviceInfo a, b;
+  CHECK(device_load(&a, write_temp(good_device)) == 0);
+  CHECK(a.ranks == 4 && a.mem_limit == ((size_t)8 << 30) && a.threads == 2);
+  CHECK(a.coll[COLL_ALLGATHER].bandwidth_Bps == 4e8 && a.n_op_times == 2);
+  CHECK(strcmp(a.compute_model, "tiny") == 0 && a.compute_seq == 64);
+  a.flops = 1.0 / 3.0; /* a value that needs all 17 digits */
+  const char* path = write_temp("");
+  CHECK(device_save(&a, path) == 0);
+  CHECK(device_load(&b, path) == 0);
+  check_same_device(&a, &b);
+  device_free(&a);
+  device_free(&b);
+  CHECK(a.n_op_times == 0 && a.op_names == NULL);
+
+  expect_device_error("{\"ranks\": 4,", "malformed");
+  expect_device_error("[1, 2]", "malformed");
+  expect_device_error(device_variant("\"ranks\": 4", "\"ranks\": 0"), "ranks");
+  expect_device_error(device_variant("\"ranks\": 4", "\"ranks\": 2.5"), "ranks");
+  expect_device_error(device_variant("\"ranks\": 4,", ""), "ranks");
+  expect_device_error(device_variant("\"mem_limit\": \"8GiB\"", "\"mem_limit\": -5"), "mem_limit");
+  expect_device_error(device_variant("\"mem_limit\": \"8GiB\"", "\"mem_limit\": \"8 parsecs\""), "mem_limit");
+  expect_device_error(device_variant("\"mem_limit\": \"8GiB\",", ""), "mem_limit");
+  expect_device_error(device_variant("\"threads\": 2", "\"threads\": 0"), "threads");
+  expect_device_error(device_variant("\"flops\": 9.4e10,", ""), "flops");
+  expect_device_error(device_variant("\"flops\": 9.4e10", "\"flops\": -1"), "flops");
+  expect_device_error(device_variant("\"flops\": 9.4e10", "\"flops\": \"fast\""), "flops");
+  expect_device_error(device_variant("1.5e-9", "-1e-9"), "optimizer_s_per_param");
+  expect_device_error(device_variant("\"allgather\"", "\"all_gather\""), "collectives.allgather");
+  expect_device_error(device_variant("\"bandwidth_Bps\": 5e8", "\"bandwidth_Bps\": -5e8"),
+                      "collectives.reduce_scatter.bandwidth_Bps");
+  expect_device_error(device_variant("\"bandwidth_Bps\": 5e8", "\"bandwidth_Bps\": 0"),
+                      "collectives.reduce_scatter.bandwidth_Bps");
+  expect_device_error(device_variant("\"latency_s\": 2e-5", "\"latency_s\": -2e-5"),
+                      "collectives.allreduce.latency_s");
+  expect_device_error(device_variant("\"latency_s\": 1e-5, ", ""), "collectives.allgather.latency_s");
+  expect_device_error(device_variant("\"collectives\"", "\"collective\""), "collectives");
+  expect_device_error(device_variant("\"seq\": 64", "\"seq\": 0"), "compute.seq");
+  expect_device_error(device_variant("\"fixed_s\": 1e-4", "\"fixed_s\": -1e-4"), "compute.ops[0].fixed_s");
+  expect_device_error(device_variant("\"per_sample_s\": 0.125", "\"per_sample_s\": \"x\""),
+                      "compute.ops[1].per_sample_s");
+  osdp_clear_error();
+  CHECK(device_load(&a, "/nonexistent/dev.json") == -1 && strstr(osdp_last_error(), "/nonexistent/dev.json"));
+
+  /* The same checks apply to devices built in code (command-line flags). */
+  DeviceInfo f = make_device(2, 1 << 20, 1e9);
+  CHECK(device_validate(&f, "flags") == 0);
+  f.coll[COLL_ALLGATHER].bandwidth_Bps = NAN;
+  CHECK(device_validate(&f, "flags") == -1 && strstr(osdp_last_error(), "allgather.bandwidth_Bps"));
+  f = make_device(2, 0, 1e9);
+  CHECK(device_validate(&f, "flags") == -1 && strstr(osdp_last_error(), "mem_limit"));
+}
+
+/* Collective and operator times. */
+static void test_device_times(void) {
+  GptConfig cfg;
+  GptDesc d;
+  CHECK(gpt_config_load("tiny", &cfg) == 0 && gpt_desc_build(&d, &cfg) == 0);
+  DeviceInfo dev;
+  CHECK(device_load(&dev, write_temp(good_device)) == 0);
+  CHECK(device_collective_s(&dev, COLL_ALLGATHER, 4e8) == 1e-5 + 1.0);
+  dev.ranks = 1;
+  CHECK(device_collective_s(&dev, COLL_ALLGATHER, 4e8) == 0);
+  dev.ranks = 4;
+  int qkv = gpt_op_layer(0, GPT_QKV), proj = gpt_op_layer(0, GPT_PROJ);
+  CHECK(device_op_time_s(&dev, &d, qkv, 3, 64) == 1e-4 + 3 * 2e-3);
+  double flops_time = 3.0 * gpt_op_flops_per_token(&d, &d.ops[proj], 64) * 3 * 64 / dev.flops;
+  CHECK(device_op_time_s(&dev, &d, proj, 3, 64) == flops_time); /* not measured: FLOPs */
+  double other_seq = 3.0 * gpt_op_flops_per_token(&d, &d.ops[qkv], 32) * 3 * 32 / dev.flops;
+  CHECK(device_op_time_s(&dev, &d, qkv, 3, 32) == other_seq);   /* measured at another seq */
+  /* Compute time: every op + the overhead entry, only where the measurements apply. */
+  double sum = 0, sum32 = 0;
+  for (int i = 0; i < d.nops; i++) {
+    sum += device_op_time_s(&dev, &d, i, 3, 64);
+    sum32 += device_op_time_s(&dev, &d, i, 3, 32);
+  }
+  CHECK_NEAR(cost_compute_s(&d, &dev, 3, 64), sum + 0.25 + 3 * 0.125, 1e-15);
+  CHECK_NEAR(cost_compute_s(&d, &dev, 3, 32), sum32, 1e-15);
+  device_free(&dev);
+  gpt_desc_free(&d);
+}
+
+/* ---- 2. Cost model, written out independently ------------------------------------------------- */
+
+/* n rounded up to a multiple of N. */
+static size_t pad_to(size_t n, int N) { return (n + (size_t)N - 1) / (size_t)N * (size_t)N; }
+
+/* The cost of one slice, from the formulas of the design (not from cost.c). */
+static void ref_slice(const DeviceInfo* dev, int op, size_t n, Strategy s, size_t* mem, size_t* tr,
+                      double* t) {
+  int N = dev->ranks;
+  size_t np = s == STRAT_DP ? n : pad_to(n, N), sh = s == STRAT_DP ? n : np / (size_t)N;
+  double bytes = 4.0 * (double)np;
+  int fw = op == 0 ? 2 : 1, bw = 1, bg = op == 0 ? 2 : 1;
+  const CollectiveModel *ar = &dev->coll[COLL_ALLREDUCE], *ag = &dev->coll[COLL_ALLGATHER],
+                        *rs = &dev->coll[COLL_REDUCE_SCATTER];
+  double comm = 0;
+  if (N > 1 && s == STRAT_DP) comm = bytes / ar->bandwidth_Bps + ar->latency_s * bytes / (16.0 * 1048576.0);
+  if (N > 1 && s == STRAT_ZERO2)
+    comm = bg * (rs->latency_s + bytes / rs->bandwidth_Bps) + ag->latency_s + bytes / ag->bandwidth_Bps;
+  if (N > 1 && s == STRAT_ZERO3)
+    comm = (fw + bw) * (ag->latency_s + bytes / ag->bandwidth_Bps) +
+           bg * (rs->latency_s + bytes / rs->bandwidth_Bps);
+  *t = comm + (double)sh * dev->optimizer_s_per_param;
+  *mem = s == STRAT_DP ? 16 * n : s == STRAT_ZERO2 ? 4 * np + 12 * sh : 16 * sh;
+  *tr = s == STRAT_DP ? 0 : s == STRAT_ZERO2 ? 4 * np : 8 * np;
+}
+
+/* The cost of one op configuration from the reference formulas. */
+static void ref_op(const GptDesc* d, const DeviceInfo* dev, int op, const OpPlan* o, size_t* mem,
+                   size_t* tr, double* t) {
+  *mem = 0;
+  *tr = 0;
+  *t = 0;
+  for (int s = 0; s < o->k; s++) {
+    size_t m, r;
+    double x;
+    ref_slice(dev, op, gpt_slice_params(&d->ops[op], o->k, s), o->strat[s], &m, &r, &x);
+    *mem += m;
+    *t += x;
+    if (r > *tr) *tr = r;
+  }
+}
+
+/* Activations + scratch and compute time at micro-batch B, from the model description. */
+static void ref_batch(const GptDesc* d, const DeviceInfo* dev, int B, int T, size_t* bytes, double* comp) {
+  *bytes = gpt_scratch_bytes(d, B, T, sizeof(float), dev->threads);
+  *comp = 0;
+  for (int i = 0; i < d->nops; i++) {
+    *bytes += gpt_op_act_bytes(d, &d->ops[i], B, T, sizeof(float));
+    *comp += 3.0 * gpt_op_flops_per_token(d, &d->ops[i], T) * B * T / dev->flops;
+  }
+}
+
+/* plan_cost of plan p against plan_predict_memory and the reference formulas. */
+static void check_plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p) {
+  PlanCost c;
+  MemPrediction m;
+  plan_cost(d, dev, p, &c);
+  plan_predict_memory(d, p, dev->threads, &m);
+  CHECK(memcmp(&c.mem, &m, sizeof m) == 0);
+  size_t mem = 0, tr = 0, bytes;
+  double t = 0, comp;
+  for (int i = 0; i < d->nops; i++) {
+    if (!d->ops[i].n_params) continue;
+    size_t a, r;
+    double x;
+    ref_op(d, dev, i, &p->ops[i], &a, &r, &x);
+    mem += a;
+    t += x;
+    if (r > tr) tr = r;
+  }
+  ref_batch(d, dev, p->micro_batch, p->seq, &bytes, &comp);
+  CHECK(c.mem.peak == mem + tr + bytes);
+  CHECK_MSG(rel_diff(c.comm_s + c.optim_s, t) < 1e-12, "%.17g vs %.17g", c.comm_s + c.optim_s, t);
+  CHECK(rel_diff(c.compute_s, comp) < 1e-12);
+  CHECK(rel_diff(c.samples_per_s, dev->ranks * p->micro_batch / (comp + t)) < 1e-12);
+  CHECK(c.micro_batch == p->micro_batch);
+}
+
+/* A random plan: random slice count and strategies per op. */
+static void random_plan(const GptDesc* d, int world, int B, int T, Rng* r, Plan* p) {
+  plan_uniform(p, d, STRAT_DP, world, B, T);
+  for (int i = 0; i < d->nops; i++) {
+    if (!d->ops[i].n_params) continue;
+    int k = 1 << rng_below(r, 4);
+    while (k > 1 && (!d->ops[i].splittable || (size_t)k > d->ops[i].rows)) k /= 2;
+    p->ops[i].k = k;
+    for (int s = 0; s < k; s++) p->ops[i].strat[s] = (Strategy)rng_below(r, 3);
+  }
+}
+
+/* plan_cost on random plans of several models and rank counts. */
+static void test_cost_model(void) {
+  GptConfig cfgs[] = {make_config("odd", 1, 6, 2, 20, 8), make_config("two", 2, 8, 2, 50, 16)};
+  Rng r;
+  rng_seed(&r, 7);
+  for (int c = 0; c < 2; c++) {
+    GptDesc d;
+    CHECK(gpt_desc_build(&d, &cfgs[c]) == 0);
+    for (int N = 1; N <= 5; N++)
+      for (int trial = 0; trial < 20; trial++) {
+        DeviceInfo dev = make_device(N, (size_t)1 << 30, 1e8);
+        Plan p;
+        random_plan(&d, N, 1 + (int)rng_below(&r, 4), cfgs[c].max_seq, &r, &p);
+        check_plan_cost(&d, &dev, &p);
+        plan_free(&p);
+      }
+    gpt_desc_free(&d);
+  }
+}
+
+/* ---- 3. Per-operator configurations ----------------------------------------------------------- */
+
+/* Every configuration of op: all slice counts allowed, all assignments of the allowed
+** strategies. Returns the count; *out malloc'ed. */
+static int all_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int op,
+                       OpConfig** out) {
+  Strategy al[STRAT_COUNT];
+  int na = 0, n = 0, cap = 64;
+  for (int s = 0; s < STRAT_COUNT; s++) if (o->allow[s]) al[na++] = (Strategy)s;
+  OpConfig* v = malloc((size_t)cap * sizeof *v);
+  for (int k = 1; k <= GPT_MAX_SLICES; k *= 2) {
+    if (k > 1 && (!d->ops[op].splittable || (size_t)k > d->ops[op].rows || k > o->max_slices)) continue;
+    long total = 1;
+    for (int s = 0; s < k; s++) total *= na;
+    for (long code = 0; code < total; code++) {
+      if (n == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+      OpConfig* c = &v[n++];
+      memset(c, 0, sizeof *c);
+      c->plan.k = k;
+      long x = code;
+      for (int s = 0; s < k; s++, x /= na) c->plan.strat[s] = al[x % na];
+      ref_op(d, dev, op, &c->plan, &c->mem, &c->transient, &c->time_s);
+    }
+  }
+  *out = v;
+  return n;
+}
+
+/* Whether a is no worse than b in every cost (time within 1e-12). */
+static int covers(const OpConfig* a, const OpConfig* b) {
+  return a->mem <= b->mem && a->transient <= b->transient && a->time_s <= b->time_s * (1 + 1e-12);
+}
+
+/* planner_op_configs of every op against the full enumeration. */
+static void check_op_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o) {
+  for (int op = 0; op < d->nops; op++) {
+    if (!d->ops[op].n_params) continue;
+    OpConfig *mine, *all;
+    int n = planner_op_configs(d, dev, o, op, &mine), na = all_configs(d, dev, o, op, &all);
+    CHECK(n >= 1);
+    for (int i = 0; i < n; i++) { /* real configurations with their true costs */
+      size_t m, tr;
+      double t;
+      ref_op(d, dev, op, &mine[i].plan, &m, &tr, &t);
+      CHECK(m == mine[i].mem && tr == mine[i].transient && rel_diff(t, mine[i].time_s) < 1e-12);
+      for (int s = 0; s < mine[i].plan.k; s++) CHECK(o->allow[mine[i].plan.strat[s]]);
+      for (int j = 0; j < n; j++)
+        if (j != i) CHECK_MSG(!covers(&mine[j], &mine[i]) || !covers(&mine[i], &mine[j]) ? 1 : 0,
+                              "op %d: configs %d and %d are equivalent", op, i, j);
+    }
+    int lost = 0;
+    for (int a = 0; a < na; a++) {
+      int ok = 0;
+      for (int i = 0; i < n && !ok; i++) ok = covers(&mine[i], &all[a]);
+      lost += !ok;
+    }
+    CHECK_MSG(lost == 0, "op %s: %d of %d configurations not covered", d->ops[op].name, lost, na);
+    free(mine);
+    free(all);
+  }
+}
+
+/* Configurations on models with uneven slices (rows 6 in 4 slices, 24 in 8), several N. */
+static void test_op_configs(void) {
+  GptConfig cfg = make_config("odd", 1, 6, 2, 20, 8);
+  GptDesc d;
+  CHECK(gpt_desc_build(&d, &cfg) == 0);
+  SearchOptions o;
+  planner_default_options(&o, 8);
+  for (int N = 1; N <= 4; N++) {
+    DeviceInfo dev = make_device(N, 1 << 30, 1e8);
+    check_op_configs(&d, &dev, &o);
+    o.allow[STRAT_DP] = 0;
+    check_op_configs(&d, &dev, &o);
+    o.allow[STRAT_DP] = 1;
+    o.max_slices = 2;
+    check_op_configs(&d, &dev, &o);
+    o.max_slices = 8;
+  }
+  gpt_desc_free(&d);
+}
+
+/* ---- 4. Search against brute force ------------------------------------------------------------- */
+
+#define BF_MAX_OPS 32
+#define BF_MAX_LIMITS 8
+#define BF_MAX_B 16
+
+/* The brute-force search: every configuration of every op, every micro-batch. */
+typedef struct Brute {
+  int nops, op[BF_MAX_OPS];          /* parameter ops */
+  OpConfig* cfg[BF_MAX_OPS];         /* all configurations of each */
+  int ncfg[BF_MAX_OPS];
+  int cur[BF_MAX_OPS];
+  int N, maxb, nlim;
+  size_t lim[BF_MAX_LIMITS];
+  size_t batch[BF_MAX_B + 1];
+  double comp[BF_MAX_B + 1];
+  double best[BF_MAX_LIMITS];        /* samples/s, 0: nothing fits */
+  size_t best_peak[BF_MAX_LIMITS];
+  int best_B[BF_MAX_LIMITS], best_cfg[BF_MAX_LIMITS][BF_MAX_OPS];
+  size_t min_need;                   /* least persistent + transient of any plan */
+  long leaves;
+} Brute;
+
+/* Evaluates one complete assignment at every micro-batch for every limit. */
+static void brute_leaf(Brute* b, size_t mem, size_t tr, double t) {
+  b->leaves++;
+  if (mem + tr < b->min_need) b->min_need = mem + tr;
+  for (int l = 0; l < b->nlim; l++)
+    for (int B = 1; B <= b->maxb; B++) {
+      size_t peak = mem + tr + b->batch[B];
+      if (peak > b->lim[l]) break;
+      double sps = (double)b->N * B / (b->comp[B] + t);
+      int better = b->best[l] == 0 || sps > b->best[l] * (1 + 1e-13) ||
+                   (sps >= b->best[l] * (1 - 1e-13) && peak < b->best_peak[l]);
+      if (!better) continue;
+      b->best[l] = sps;
+      b->best_peak[l] = peak;
+      b->best_B[l] = B;
+      memcpy(b->best_cfg[l], b->cur, sizeof b->cur);
+    }
+}
+
+/* Tries every configuration of op i and recurses. */
+static void brute_rec(Brute* b, int i, size_t mem, size_t tr, double t) {
+  if (i == b->nops) { brute_leaf(b, mem, tr, t); return; }
+  for (int j = 0; j < b->ncfg[i]; j++) {
+    const OpConfig* c = &b->cfg[i][j];
+    b->cur[i] = j;
+    brute_rec(b, i + 1, mem + c->mem, c->transient > tr ? c->transient : tr, t + c->time_s);
+  }
+}
+
+/* The plan the brute force found for limit l. */
+static void brute_plan(const Brute* b, const GptDesc* d, int l, int T, Plan* p) {
+  plan_uniform(p, d, STRAT_DP, b->N, b->best_B[l], T);
+  for (int i = 0; i < b->nops; i++) p->ops[b->op[i]] = b->cfg[i][b->best_cfg[l][i]].plan;
+}
+
+/* One instance: model cfg, options o, N ranks, limits placed between the least memory and
+** the all-dp plan at the largest micro-batch. */
+static void check_against_brute(const GptConfig* cfg, const SearchOptions* o, int N) {
+  GptDesc d;
+  CHECK(gpt_desc_build(&d, cfg) == 0);
+  DeviceInfo dev = make_device(N, (size_t)1 << 40, 1e8);
+  Brute* b = calloc(1, sizeof *b);
+  b->N = N;
+  b->maxb = o->max_batch;
+  b->min_need = (size_t)-1;
+  for (int B = 1; B <= b->maxb; B++) ref_batch(&d, &dev, B, o->seq, &b->batch[B], &b->comp[B]);
+  for (int i = 0; i < d.nops; i++)
+    if (d.ops[i].n_params) {
+      b->op[b->nops] = i;
+      b->ncfg[b->nops] = all_configs(&d, &dev, o, i, &b->cfg[b->nops]);
+      b->nops++;
+    }
+  /* Limits: from just below the least that fits to beyond the fastest plan at max_batch. */
+  Plan dp;
+  PlanCost dpc;
+  plan_uniform(&dp, &d, STRAT_DP, N, b->maxb, o->seq);
+  plan_cost(&d, &dev, &dp, &dpc);
+  plan_free(&dp);
+  size_t lo = 0, hi = dpc.mem.peak + dpc.mem.peak / 10;
+  {
+    Plan p;
+    PlanCost c;
+    dev.mem_limit = 1;
+    CHECK(planner_search(&d, &dev, o, &p, &c, &lo, NULL) == -1);
+  }
+  static const double frac[] = {0.0, 0.02, 0.1, 0.3, 0.55, 0.8, 1.0};
+  b->nlim = 7;
+  for (int l = 0; l < b->nlim; l++) b->lim[l] = lo + (size_t)(frac[l] * (double)(hi - lo));
+  brute_rec(b, 0, 0, 0, 0);
+  CHECK_MSG(b->min_need + b->batch[1] == lo, "min_bytes %zu, brute force %zu", lo,
+            b->min_need + b->batch[1]);
+  for (int l = 0; l < b->nlim; l++) {
+    dev.mem_limit = b->lim[l];
+    Plan p;
+    PlanCost c;
+    size_t minb;
+    int rc = planner_search(&d, &dev, o, &p, &c, &minb, NULL);
+    CHECK_MSG(rc == 0 && b->best[l] > 0, "%s N=%d limit %zu: search rc %d (%s), brute %.6g", cfg->name,
+              N, b->lim[l], rc, osdp_last_error(), b->best[l]);
+    if (rc) continue;
+    CHECK_MSG(rel_diff(c.samples_per_s, b->best[l]) <= 1e-12,
+              "%s N=%d limit %zu: search %.15g samples/s (B=%d, peak %zu), brute force %.15g "
+              "(B=%d, peak %zu)", cfg->name, N, b->lim[l], c.samples_per_s, c.micro_batch,
+              c.mem.peak, b->best[l], b->best_B[l], b->best_peak[l]);
+    CHECK(c.mem.peak <= dev.mem_limit && plan_validate(&p, &d, N) == 0);
+    check_plan_cost(&d, &dev, &p);
+    for (int i = 0; i < d.nops; i++) {
+      CHECK(p.ops[i].k <= o->max_slices);
+      for (int s = 0; s < p.ops[i].k && d.ops[i].n_params; s++) CHECK(o->allow[p.ops[i].strat[s]]);
+    }
+    Plan bp;
+    brute_plan(b, &d, l, o->seq, &bp);
+    PlanCost bc;
+    plan_cost(&d, &dev, &bp, &bc);
+    CHECK(bc.mem.peak == b->best_peak[l] && rel_diff(bc.samples_per_s, b->best[l]) < 1e-12);
+    plan_free(&bp);
+    for (int s = 0; s < STRAT_COUNT; s++) { /* never slower than a uniform plan */
+      Plan up;
+      PlanCost uc;
+      if (!o->allow[s] || planner_best_uniform(&d, &dev, o, (Strategy)s, &up, &uc) != 0) continue;
+      CHECK(uc.mem.peak <= dev.mem_limit && up.micro_batch == uc.micro_batch);
+      CHECK_MSG(c.samples_per_s >= uc.samples_per_s * (1 - 1e-12), "uniform %s %.9g > %.9g",
+                strategy_name((Strategy)s), uc.samples_per_s, c.samples_per_s);
+      plan_free(&up);
+    }
+    for (int i = 0; i < d.nops; i++) { /* explanations for sharded ops */
+      int sharded = 0;
+      for (int s = 0; s < p.ops[i].k; s++) sharded |= p.ops[i].strat[s] != STRAT_DP;
+      if (!sharded || !d.ops[i].n_params) continue;
+      char why[256];
+      planner_explain(&d, &dev, o, &p, i, why, sizeof why);
+      CHECK_MSG(strstr(why, "saves") != NULL, "explanation: '%s'", why);
+    }
+    plan_free(&p);
+  }
+  for (int i = 0; i < b->nops; i++) free(b->cfg[i]);
+  free(b);
+  gpt_desc_free(&d);
+}
+
+/* Brute-force instances: 1 and 2 layers, uneven slices, restricted option sets, N = 1..4. */
+static void test_search_brute_force(void) {
+  GptConfig one = make_config("one-layer", 1, 4, 2, 20, 8);
+  GptConfig thin = make_config("thin", 1, 2, 1, 20, 8);
+  GptConfig odd = make_config("odd", 1, 6, 2, 20, 8);
+  GptConfig two = make_config("two-layer", 2, 4, 2, 20, 8);
+  SearchOptions o;
+  double t0 = now_seconds();
+  long leaves = 0;
+  for (int N = 1; N <= 4; N++) {
+    planner_default_options(&o, 8);
+    o.max_batch = 6;
+    o.max_slices = 2; /* 12 configurations per linear, 3 per LayerNorm */
+    if (N > 1) check_against_brute(&one, &o, N);
+    o.max_slices = 8; /* fcproj in 8 slices; dp or zero3 per slice */
+    o.allow[STRAT_ZERO2] = 0;
+    check_against_brute(&thin, &o, N);
+    o.allow[STRAT_ZERO2] = 1;
+    o.allow[STRAT_DP] = 0; /* uneven slices, sharded only */
+    o.max_slices = 2;
+    check_against_brute(&odd, &o, N);
+    o.max_slices = 4;
+    o.allow[STRAT_ZERO2] = 0;
+    check_against_brute(&odd, &o, N);
+    o.allow[STRAT_DP] = o.allow[STRAT_ZERO2] = 1;
+    if (N == 2 || N == 3) {
+      o.max_slices = 1; /* two layers, unsplit, all strategies */
+      check_against_brute(&two, &o, N);
+    }
+  }
+  (void)leaves;
+  printf("brute force comparisons: %.2f s\n", now_seconds() - t0);
+}
+
+/* ---- 5. Limits too small -------------------------------------------------------------------- */
+
+/* -1 below the minimum, with the minimum in the message; success exactly at it. */
+static void test_too_small(void) {
+  GptConfig cfg;
+  GptDesc d;
+  CHECK(gpt_config_load("small", &cfg) == 0 && gpt_desc_build(&d, &cfg) == 0);
+  DeviceInfo dev = make_device(4, 1 << 20, 1e10);
+  SearchOptions o;
+  planner_default_options(&o, 128);
+  Plan p;
+  PlanCost c;
+  size_t minb = 0;
+  CHECK(planner_search(&d, &dev, &o, &p, &c, &minb, NULL) == -1);
+  char num[32];
+  snprintf(num, sizeof num, "%zu", minb);
+  CHECK_MSG(strstr(osdp_last_error(), num) && strstr(osdp_last_error(), "smallest limit"),
+            "message '%s' should name %s", osdp_last_error(), num);
+  dev.mem_limit = minb;
+  CHECK(planner_search(&d, &dev, &o, &p, &c, NULL, NULL) == 0);
+  CHECK(c.mem.peak == minb && c.micro_batch == 1);
+  plan_free(&p);
+  dev.mem_limit = minb - 1;
+  CHECK(planner_search(&d, &dev, &o, &p, &c, NULL, NULL) == -1);
+  Plan up;
+  PlanCost uc;
+  CHECK(planner_best_uniform(&d, &dev, &o, STRAT_DP, &up, &uc) == -1);
+  CHECK(strstr(osdp_last_error(), "dp") != NULL);
+  gpt_desc_free(&d);
+}
+
+/* ---- 6. Speed ------------------------------------------------------------------------------- */
+
+/* Times one search on a GPT-2 preset and prints its figures. */
+static double time_search(const char* model, int N, size_t limit, int T, int print) {
+  GptConfig cfg;
+  GptDesc d;
+  CHECK(gpt_config_load(model, &cfg) == 0 && gpt_desc_build(&d, &cfg) == 0);
+  DeviceInfo dev = make_device(N, limit, 1e14);
+  dev.optimizer_s_per_param = 0;
+  for (int k = 0; k < COLL_COUNT; k++) dev.coll[k] = (CollectiveModel){2e-5, 1.25e10};
+  SearchOptions o;
+  planner_default_options(&o, T);
+  Plan p;
+  PlanCost c;
+  double s = 0;
+  char lim[32];
+  int rc = planner_search(&d, &dev, &o, &p, &c, NULL, &s);
+  CHECK_MSG(rc == 0, "%s", osdp_last_error());
+  if (rc == 0) {
+    CHECK(c.mem.peak <= limit);
+    PlannerStats st = planner_last_stats();
+    if (print)
+      printf("search %-9s N=%-2d limit %-9s seq %4d: %.3f s  B=%d %.2f samples/s  (classes %d, "
+             "configs %d, caps %d, candidates %ld, programs %ld, states max %ld total %ld)\n",
+             model, N, format_bytes((double)limit, lim), T, s, c.micro_batch, c.samples_per_s,
+             st.classes, st.configs, st.taus, st.candidates, st.exact_solves, st.states_max,
+             st.states_total);
+    plan_free(&p);
+  }
+  gpt_desc_free(&d);
+  return s;
+}
+
+/* gpt2-1.5b on 8 ranks, 16 GiB, seq 1024, every option: < 1 s. */
+static void test_speed(void) {
+  double s = time_search("gpt2-1.5b", 8, (size_t)16 << 30, 1024, 1);
+  CHECK_MSG(s < 1.0, "gpt2-1.5b search took %.3f s", s);
+  time_search("gpt2-124m", 2, (size_t)2 << 30, 256, 1);
+  time_search("gpt2-350m", 16, (size_t)4 << 30, 512, 1);
+}
+
+int main(void) {
+  test_device_files();
+  test_device_times();
+  test_cost_model();
+  test_op_configs();
+  test_too_small();
+  test_search_brute_force();
+  test_speed();
+  unlink(write_temp(""));
+  return check_summary();
+}
