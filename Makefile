@@ -17,9 +17,12 @@ build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# The main job on its built-in default: a tiny GPT learns 3-digit addition.
+# The main job on its built-in default: on 2 ranks with 12 MiB each, osdp profiles the ranks,
+# plans the fastest per-operator sharding that fits, and trains a tiny GPT on 3-digit addition.
+DEMO_RANKS ?= 2
+DEMO_MEM ?= 12MiB
 demo: build
-	$(BUILD)/osdp train
+	mpirun --oversubscribe --bind-to none -np $(DEMO_RANKS) $(BUILD)/osdp train --plan auto --mem-limit $(DEMO_MEM)
 
 # The whole suite, then the unit tests again under AddressSanitizer + UBSan.
 test: build
@@ -32,7 +35,8 @@ asan: deps
 	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j $(JOBS) -L sanitize
 
 bench: build
-	bench/compare_plans.sh
+	bench/compare_plans.sh $(BUILD)
+	bench/auto_vs_uniform.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan
