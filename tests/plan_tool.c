@@ -36,6 +36,7 @@ static int tool_random(char** argv) {
     p.ops[i].k = d.ops[i].splittable ? ks[rng_below(&r, 5)] : 1;
     for (int s = 0; s < p.ops[i].k; s++) p.ops[i].strat[s] = (Strategy)rng_below(&r, STRAT_COUNT);
   }
+  p.prefetch = (int)rng_below(&r, 2);
   int rc = plan_save(&p, &d, argv[5]);
   plan_free(&p);
   gpt_desc_free(&d);

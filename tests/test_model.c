@@ -25,15 +25,24 @@ typedef struct LocalParams {
   const int* slices;
   double** w;   /* per op block */
   double** g;
+  GptParamUse rec[4096];   /* the uses the hooks saw, in order */
+  int nrec;
 } LocalParams;
 
 static void* lp_weight(void* ctx, int owner, int slice, GptPhase ph) {
   LocalParams* lp = ctx;
+  if (lp->nrec < 4096) lp->rec[lp->nrec++] = (GptParamUse){owner, slice, ph, 1, 0};
   return lp->w[owner] + gpt_slice_offset(&lp->d->ops[owner], lp->slices[owner], slice);
 }
 static void lp_release(void* ctx, int owner, int slice, GptPhase ph) {}
 static void* lp_grad(void* ctx, int owner, int slice) {
   LocalParams* lp = ctx;
+  GptParamUse* last = lp->nrec ? &lp->rec[lp->nrec - 1] : NULL;
+  if (last && last->owner == owner && last->slice == slice && last->weight && !last->grad &&
+      last->phase == GPT_BACKWARD)
+    last->grad = 1;
+  else if (lp->nrec < 4096)
+    lp->rec[lp->nrec++] = (GptParamUse){owner, slice, GPT_BACKWARD, 0, 1};
   return lp->g[owner] + gpt_slice_offset(&lp->d->ops[owner], lp->slices[owner], slice);
 }
 static void lp_release_grad(void* ctx, int owner, int slice) {}
@@ -145,6 +154,24 @@ static void check_model_gradients(const GptConfig* cfg, int B, int T, int k) {
   fixture_free(&f);
 }
 
+/* gpt_param_schedule lists exactly the uses the step makes, in order. */
+static void check_schedule(const GptConfig* cfg, int k) {
+  Fixture f;
+  fixture_init(&f, cfg, 1, 5, k);
+  f.lp.nrec = 0;
+  fixture_grads(&f);
+  int n = gpt_param_schedule(&f.d, f.slices, NULL);
+  GptParamUse* want = calloc((size_t)n, sizeof *want);
+  gpt_param_schedule(&f.d, f.slices, want);
+  CHECK_MSG(n == f.lp.nrec, "schedule has %d uses, the step made %d", n, f.lp.nrec);
+  int same = n == f.lp.nrec;
+  for (int i = 0; same && i < n; i++)
+    same = memcmp(&want[i], &f.lp.rec[i], sizeof want[i]) == 0;
+  CHECK_MSG(same, "schedule order differs from the step's (k=%d)", k);
+  free(want);
+  fixture_free(&f);
+}
+
 /* Splitting into k slices gives the same loss and gradients as unsplit (up to rounding). */
 static void check_split_equivalence(const GptConfig* cfg, int B, int T) {
   Fixture a, b;
@@ -246,6 +273,8 @@ int main(int argc, char** argv) {
                     .padded_vocab = 256, .max_seq = 9};
   check_model_gradients(&odd2, 3, 9, 2);
   check_split_equivalence(&odd, 2, 7);
+  check_schedule(&odd, 1);
+  check_schedule(&odd, 3);
   check_prediction_order();
   check_memory("tiny", 4, 32, STRAT_DP, 1, 1);
   check_memory("tiny", 3, 17, STRAT_ZERO2, 2, 1);

@@ -8,6 +8,7 @@
 **  4. Search = brute force over ALL plans (every configuration of every op, every
 **     micro-batch up to a cap) on small models, ranks 1..4, several limits; the chosen plan
 **     fits, its peak equals plan_predict_memory, and it beats every uniform plan.
+**     And = an exact textbook reference (full Pareto frontiers) on the tiny preset.
 **  5. Limits too small: -1, the message names the minimum, and the minimum is exact.
 **  6. Speed: gpt2-1.5b on 8 ranks, 16 GiB, seq 1024, every option: well under a second.
 */
@@ -567,6 +568,116 @@ static void test_search_brute_force(void) {
   printf("brute force comparisons: %.2f s\n", now_seconds() - t0);
 }
 
+/* ---- 4b. Search against an exact reference on a bigger model -------------------------------- */
+
+/* A (memory, time) point of a frontier. */
+typedef struct Point {
+  size_t m;
+  double t;
+} Point;
+
+/* Orders points by memory, then time. */
+static int cmp_point(const void* a, const void* b) {
+  const Point *x = a, *y = b;
+  if (x->m != y->m) return x->m < y->m ? -1 : 1;
+  return x->t < y->t ? -1 : x->t > y->t;
+}
+
+/* Sorts points and keeps the Pareto ones (memory ascending, time strictly descending). */
+static long pareto(Point* p, long n) {
+  qsort(p, (size_t)n, sizeof *p, cmp_point);
+  long w = 0;
+  for (long i = 0; i < n; i++)
+    if (w == 0 || p[i].t < p[w - 1].t) p[w++] = p[i];
+  return w;
+}
+
+/* The exact best samples/s by the textbook method: for every transient cap, the full Pareto
+** frontier of the sum over ops (merged op by op), then a lookup per micro-batch. Slow, but
+** independent of the search's bounds. */
+static double reference_search(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o) {
+  int nops = 0, idx[BF_MAX_OPS], ncfg[BF_MAX_OPS];
+  OpConfig* cfg[BF_MAX_OPS];
+  for (int i = 0; i < d->nops && nops < BF_MAX_OPS; i++)
+    if (d->ops[i].n_params) {
+      idx[nops] = i;
+      ncfg[nops] = planner_op_configs(d, dev, o, i, &cfg[nops]);
+      nops++;
+    }
+  double best = 0;
+  for (int a = 0; a < nops; a++)
+    for (int j = 0; j < ncfg[a]; j++) {
+      size_t tau = cfg[a][j].transient;
+      Point* f = malloc(sizeof *f);
+      long nf = 1;
+      f[0] = (Point){0, 0};
+      for (int b = 0; b < nops && f; b++) {
+        Point* g = malloc((size_t)(nf * ncfg[b] + 1) * sizeof *g);
+        long ng = 0;
+        for (long x = 0; x < nf; x++)
+          for (int y = 0; y < ncfg[b]; y++)
+            if (cfg[b][y].transient <= tau && f[x].m + cfg[b][y].mem <= dev->mem_limit)
+              g[ng++] = (Point){f[x].m + cfg[b][y].mem, f[x].t + cfg[b][y].time_s};
+        free(f);
+        f = ng ? g : NULL;
+        if (!ng) free(g);
+        nf = ng ? pareto(g, ng) : 0;
+      }
+      for (int B = 1; f && B <= o->max_batch; B++) {
+        size_t bytes = cost_batch_bytes(d, dev, B, o->seq);
+        long k = -1;
+        while (k + 1 < nf && f[k + 1].m + tau + bytes <= dev->mem_limit) k++;
+        if (k < 0) break;
+        double sps = (double)dev->ranks * B / (cost_compute_s(d, dev, B, o->seq) + f[k].t);
+        if (sps > best) best = sps;
+      }
+      free(f);
+    }
+  for (int a = 0; a < nops; a++) free(cfg[a]);
+  (void)idx;
+  return best;
+}
+
+/* The tiny preset (2 layers, hidden 64, 8 slices) on random devices and limits. */
+static void test_search_reference(void) {
+  GptConfig cfg;
+  GptDesc d;
+  CHECK(gpt_config_load("tiny", &cfg) == 0 && gpt_desc_build(&d, &cfg) == 0);
+  Rng r;
+  rng_seed(&r, 2024);
+  double t0 = now_seconds();
+  for (int trial = 0; trial < 12; trial++) {
+    DeviceInfo dev = make_device(1 + (int)rng_below(&r, 8), 1, pow(10, 8 + 4 * rng_uniform(&r)));
+    dev.optimizer_s_per_param = rng_uniform(&r) < 0.5 ? 0 : 1e-8 * rng_uniform(&r);
+    for (int k = 0; k < COLL_COUNT; k++)
+      dev.coll[k] = (CollectiveModel){pow(10, -6 + 2 * rng_uniform(&r)), pow(10, 8 + 3 * rng_uniform(&r))};
+    SearchOptions o;
+    planner_default_options(&o, 64);
+    o.max_batch = 8;
+    if (trial % 3 == 2) o.allow[rng_below(&r, 3)] = 0;
+    Plan p, dp;
+    PlanCost c, dc;
+    size_t lo;
+    CHECK(planner_search(&d, &dev, &o, &p, &c, &lo, NULL) == -1);
+    plan_uniform(&dp, &d, STRAT_DP, dev.ranks, o.max_batch, o.seq);
+    plan_cost(&d, &dev, &dp, &dc);
+    plan_free(&dp);
+    dev.mem_limit = lo + (size_t)(rng_uniform(&r) * 1.2 * (double)(dc.mem.peak - lo));
+    int rc = planner_search(&d, &dev, &o, &p, &c, NULL, NULL);
+    double ref = reference_search(&d, &dev, &o);
+    CHECK_MSG(rc == 0 && rel_diff(c.samples_per_s, ref) <= 1e-12,
+              "tiny N=%d limit %zu: search %.15g, reference %.15g", dev.ranks, dev.mem_limit,
+              rc ? 0 : c.samples_per_s, ref);
+    if (rc == 0) {
+      CHECK(c.mem.peak <= dev.mem_limit);
+      check_plan_cost(&d, &dev, &p);
+      plan_free(&p);
+    }
+  }
+  printf("reference comparisons: %.2f s\n", now_seconds() - t0);
+  gpt_desc_free(&d);
+}
+
 /* ---- 5. Limits too small -------------------------------------------------------------------- */
 
 /* -1 below the minimum, with the minimum in the message; success exactly at it. */
@@ -646,6 +757,7 @@ int main(void) {
   test_op_configs();
   test_too_small();
   test_search_brute_force();
+  test_search_reference();
   test_speed();
   unlink(write_temp(""));
   return check_summary();

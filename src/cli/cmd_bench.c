@@ -21,7 +21,7 @@
 
 static const char* bench_help =
     "usage: [mpirun -np N] osdp bench [--model M] [--batch B] [--seq T] [--steps N] [--threads N]\n"
-    "                         [--plan ddp|zero2|zero3|FILE] [--mem-limit SIZE] [--json]\n"
+    "                         [--plan ddp|zero2|zero3|FILE] [--prefetch] [--mem-limit SIZE] [--json]\n"
     "  times N training steps (after one warm-up step) on random tokens.\n";
 
 /* GFLOP/s of cblas_sgemm for an M x K times K x N product (best of a few runs). */
@@ -54,7 +54,7 @@ static void random_batch(Engine* e, const GptDesc* d, long step) {
 int cmd_bench(int argc, char** argv) {
   if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(bench_help, stdout); return 0; }
   static const char* const opts[] = {SETUP_OPTIONS, "steps", NULL};
-  static const char* const sws[] = {"json", NULL};
+  static const char* const sws[] = {"json", "prefetch", NULL};
   Args a;
   GptDesc d;
   Plan p;

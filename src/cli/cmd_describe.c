@@ -78,7 +78,7 @@ static void describe_json(const GptDesc* d, int T, const MemPrediction* m) {
 int cmd_describe(int argc, char** argv) {
   if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(describe_help, stdout); return 0; }
   static const char* const opts[] = {"model", "batch", "seq", "plan", "ranks", "threads", "load", NULL};
-  static const char* const sws[] = {"json", NULL};
+  static const char* const sws[] = {"json", "prefetch", NULL};
   Args a;
   GptDesc d;
   long B, T, ranks, threads;
@@ -96,6 +96,7 @@ int cmd_describe(int argc, char** argv) {
   int rc = s >= 0 ? plan_uniform(&p, &d, (Strategy)s, (int)ranks, (int)B, (int)T)
                   : plan_load(&p, &d, pname);
   if (rc || plan_validate(&p, &d, p.world)) return cli_report_error();
+  if (args_has(&a, "prefetch")) p.prefetch = 1;
   plan_predict_memory(&d, &p, (int)threads, &m);
   if (comm_rank() == 0) {
     if (args_has(&a, "json")) describe_json(&d, p.seq, &m);

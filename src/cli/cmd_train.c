@@ -24,6 +24,7 @@ static const char* train_help =
     "  --batch B        micro-batch per rank; the global batch is N*B [16]\n"
     "  --seq T          sequence length [64]\n"
     "  --plan P         ddp | zero2 | zero3 | plan.json | auto (profile, plan, train) [ddp]\n"
+    "  --prefetch       gather the next zero3 weight while the current one computes\n"
     "  --max-batch B    with --plan auto: largest micro-batch to consider [512, or --batch]\n"
     "  --lr X --warmup N --weight-decay X --grad-clip X   AdamW settings [1e-2, 100, 0.1, 1.0]\n"
     "  --seed S         weight-initialisation and data seed [1337]\n"
@@ -53,7 +54,7 @@ typedef struct TrainRun {
 static int train_setup(TrainRun* r, int argc, char** argv) {
   static const char* const opts[] = {SETUP_OPTIONS, "data", "steps", "log", "save",
                                      "eval-batches", NULL};
-  static const char* const sws[] = {"json", "quiet", NULL};
+  static const char* const sws[] = {"json", "quiet", "prefetch", NULL};
   if (args_parse(&r->args, "train", argc, argv, opts, sws)) return -1;
   long B, T, steps, evb;
   if (args_int(&r->args, "batch", 16, 1, 1 << 20, &B) || args_int(&r->args, "seq", 64, 1, 65536, &T) ||

@@ -34,8 +34,13 @@ int setup_plan(const Args* a, const GptDesc* d, int B, int T, int B_given, int T
   const char* spec = args_get(a, "plan", "ddp");
   int world = comm_size();
   int s = strategy_parse(strcmp(spec, "ddp") == 0 ? "dp" : spec);
-  if (s >= 0) return plan_uniform(p, d, (Strategy)s, world, B, T) || plan_validate(p, d, world);
+  if (s >= 0) {
+    if (plan_uniform(p, d, (Strategy)s, world, B, T)) return -1;
+    p->prefetch = args_has(a, "prefetch");
+    return plan_validate(p, d, world);
+  }
   if (plan_load(p, d, spec)) return -1;
+  if (args_has(a, "prefetch")) p->prefetch = 1;
   if (B_given && p->micro_batch != B)
     return osdp_fail("--batch %d differs from micro_batch=%d of plan %s; drop --batch or re-plan",
                      B, p->micro_batch, spec);

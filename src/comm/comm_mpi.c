@@ -112,6 +112,19 @@ void comm_allgather_into_f32(const float* shard, float* full, size_t shard_n) {
   count(COMM_ALLGATHER, t0, 4.0 * (double)shard_n * g_size);
 }
 
+void comm_iallgather_into_f32(const float* shard, float* full, size_t shard_n, CommRequest* r) {
+  memset(r, 0, sizeof *r);
+  if (g_size == 1) { memcpy(full, shard, shard_n * sizeof(float)); return; }
+  MPI_Request* req = malloc(sizeof *req);
+  if (!req) { fprintf(stderr, "osdp: error: out of host memory\n"); comm_abort(2); }
+  MPI_Iallgather(shard, to_count(shard_n), MPI_FLOAT, full, to_count(shard_n), MPI_FLOAT,
+                 MPI_COMM_WORLD, req);
+  r->mpi = req;
+  r->active = 1;
+  r->kind = COMM_ALLGATHER;
+  r->bytes = 4.0 * (double)shard_n * g_size;
+}
+
 void comm_reduce_scatter_add_f32(float* full, float* shard_acc, size_t shard_n) {
   const float* mine = full;
   if (g_size > 1) {

@@ -43,6 +43,20 @@ typedef struct GptActs {
   double* op_seconds; /* NULL, or nops counters that receive each op's forward+backward time */
 } GptActs;
 
+/* One use of a parameter slice by the step: its weight (acquire_weight), its gradient
+** (acquire_grad), or both (backward of an op with weights). */
+typedef struct GptParamUse {
+  int owner, slice;
+  GptPhase phase;
+  int weight, grad;
+} GptParamUse;
+
+/* The parameter uses of one training step (forward, then backward) in exactly the order
+** gpt_forward and gpt_backward make them, so a runtime can prefetch the next weight and the
+** memory model can replay the step. Writes up to the returned count into out (NULL: count
+** only). A test checks it against the order the hooks really see. */
+int gpt_param_schedule(const GptDesc* d, const int* slices, GptParamUse* out);
+
 /* The token ids and targets of the micro-batch, which live in embed's activation block. */
 int* gpt_acts_tokens(const GptDesc* d, const GptActs* a);
 int* gpt_acts_targets(const GptDesc* d, const GptActs* a);

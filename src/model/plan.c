@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "model/gpt_step.h"
 
 static const char* strategy_names[STRAT_COUNT] = {"dp", "zero2", "zero3"};
 
@@ -159,6 +160,9 @@ int plan_load(Plan* p, const GptDesc* d, const char* path) {
   if (!rc) rc = plan_json_int(root, path, "seq_len", &T);
   if (!rc && world < 1) rc = osdp_fail("%s: world_size=%d must be >= 1", path, world);
   if (!rc) rc = plan_uniform(p, d, STRAT_DP, world, B, T);
+  const cJSON* pf = cJSON_GetObjectItemCaseSensitive(root, "prefetch");
+  if (!rc && pf && !cJSON_IsBool(pf)) rc = osdp_fail("%s: field \"prefetch\" must be true or false", path);
+  if (!rc) p->prefetch = cJSON_IsTrue(pf);
   if (!rc) rc = plan_read_ops(p, d, cJSON_GetObjectItemCaseSensitive(root, "ops"), path);
   cJSON_Delete(root);
   if (rc) plan_free(p);
@@ -177,6 +181,7 @@ char* plan_to_json(const Plan* p, const GptDesc* d) {
   cJSON_AddNumberToObject(root, "world_size", p->world);
   cJSON_AddNumberToObject(root, "micro_batch", p->micro_batch);
   cJSON_AddNumberToObject(root, "seq_len", p->seq);
+  cJSON_AddBoolToObject(root, "prefetch", p->prefetch);
   cJSON* ops = cJSON_AddArrayToObject(root, "ops");
   for (int i = 0; i < d->nops; i++) {
     if (!d->ops[i].n_params) continue;
@@ -229,6 +234,53 @@ size_t slice_transient_backward(size_t n, Strategy s, int world, int needs_weigh
   return full + (s == STRAT_ZERO3 && needs_weight ? full : 0);
 }
 
+/* Full (padded) bytes of a slice's gathered weight or full gradient. */
+static size_t slice_full_bytes(const GptDesc* d, const Plan* p, int owner, int slice) {
+  const OpPlan* o = &p->ops[owner];
+  size_t n = gpt_slice_params(&d->ops[owner], o->k, slice);
+  return sizeof(float) * slice_padded(n, o->strat[slice], p->world);
+}
+
+/* Index of the next use after i whose weight is fully sharded (what the runtime prefetches),
+** or -1. */
+static int next_zero3_use(const Plan* p, const GptParamUse* u, int n, int i) {
+  for (int j = i + 1; j < n; j++)
+    if (u[j].weight && p->ops[u[j].owner].strat[u[j].slice] == STRAT_ZERO3) return j;
+  return -1;
+}
+
+/* Largest transient bytes live at once when zero3 weights are prefetched: replays the step's
+** parameter uses as the runtime executes them. At a zero3 weight use, its gathered buffer is
+** live (prefetched earlier or gathered now) and the next zero3 weight is allocated for its
+** prefetch; a sharded gradient adds its full buffer; the weight is freed before the gradient. */
+static size_t replay_transient_with_prefetch(const GptDesc* d, const Plan* p) {
+  int* slices = malloc((size_t)d->nops * sizeof(int));
+  plan_slice_counts(p, slices);
+  int n = gpt_param_schedule(d, slices, NULL);
+  GptParamUse* u = malloc((size_t)n * sizeof *u);
+  gpt_param_schedule(d, slices, u);
+  size_t live = 0, peak = 0;
+  int pending = -1; /* use index whose weight has been prefetched */
+  for (int i = 0; i < n; i++) {
+    Strategy st = p->ops[u[i].owner].strat[u[i].slice];
+    size_t full = slice_full_bytes(d, p, u[i].owner, u[i].slice);
+    int gathered = u[i].weight && st == STRAT_ZERO3;
+    if (gathered) {
+      if (pending != i) live += full;      /* not prefetched: gathered now */
+      int nx = next_zero3_use(p, u, n, i);
+      pending = nx;
+      if (nx >= 0) live += slice_full_bytes(d, p, u[nx].owner, u[nx].slice);
+    }
+    if (u[i].grad && st != STRAT_DP) live += full;
+    if (live > peak) peak = live;
+    if (gathered) live -= full;
+    if (u[i].grad && st != STRAT_DP) live -= full;
+  }
+  free(u);
+  free(slices);
+  return peak;
+}
+
 void plan_predict_memory(const GptDesc* d, const Plan* p, int threads, MemPrediction* m) {
   memset(m, 0, sizeof *m);
   int B = p->micro_batch, T = p->seq, N = p->world;
@@ -249,6 +301,7 @@ void plan_predict_memory(const GptDesc* d, const Plan* p, int threads, MemPredic
       if (tb > m->transient) m->transient = tb;
     }
   }
+  if (p->prefetch) m->transient = replay_transient_with_prefetch(d, p);
   m->scratch = gpt_scratch_bytes(d, B, T, sizeof(float), threads);
   m->peak = m->params + m->grads + m->optim + m->acts + m->scratch + m->transient;
 }

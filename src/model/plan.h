@@ -13,9 +13,12 @@
 **
 ** On disk a plan is JSON:
 **   {"model": {"name":..,"n_layer":..,"n_embd":..,"n_head":..,"vocab_size":..,"max_seq":..},
-**    "world_size": N, "micro_batch": B, "seq_len": T,
+**    "world_size": N, "micro_batch": B, "seq_len": T, "prefetch": false,
 **    "ops": [{"name": "embed", "slices": ["zero3", "zero3", "dp", "dp"]}, ...]}
 ** listing every operator that owns parameters (ops not listed default to one dp slice).
+** With "prefetch" the runtime starts gathering the next fully sharded weight as soon as the
+** current one is in place, so two gathered weights can be live at once; the memory model
+** replays the step to account for that exactly. The planner plans without prefetch.
 */
 #ifndef OSDP_PLAN_H
 #define OSDP_PLAN_H
@@ -33,6 +36,7 @@ typedef struct OpPlan {
 
 typedef struct Plan {
   int world, micro_batch, seq;
+  int prefetch;                       /* zero3: gather the next weight while this one computes */
   int nops;
   OpPlan* ops;                        /* nops entries, one per op (parameterless ops: k = 1) */
 } Plan;
@@ -77,7 +81,7 @@ void slice_persistent_bytes(size_t n, Strategy s, int world, size_t* params, siz
 size_t slice_transient_forward(size_t n, Strategy s, int world);
 size_t slice_transient_backward(size_t n, Strategy s, int world, int needs_weight);
 /* Predicts every rank's memory for plan p with `threads` kernel threads. Uses the plan's
-** micro_batch and seq. */
+** micro_batch and seq; with prefetch, replays the step's parameter uses (gpt_param_schedule). */
 void plan_predict_memory(const GptDesc* d, const Plan* p, int threads, MemPrediction* m);
 
 #endif

@@ -12,25 +12,27 @@
 **  1. Configurations. Slices of equal size are interchangeable, so per op we enumerate
 **     counts of strategies per group of equal slices (not 3^k assignments) and drop the
 **     dominated ones (no less memory, transient and time). Identical operators (the same
-**     block shape in every layer) form one class and share the list.
+**     block in every layer) form one class and share the list.
 **  2. The max over transients: for every distinct transient cap tau, restrict each op to
-**     configurations with tr <= tau; the plan then fits at B iff
+**     configurations with tr <= tau; a plan then fits at B iff
 **       sum_i m(x_i) <= b = limit - batch_bytes(B) - tau.
 **     Every plan is found under the cap equal to its own largest transient, so maximising
 **     over tau is exact.
-**  3. For each (tau, B) the remaining problem is a multiple-choice knapsack: minimise
-**     sum t(x_i) subject to sum m(x_i) <= b. Its linear relaxation (greedy over the convex
-**     hulls of the ops' (m, t) frontiers, merged by slope) gives a lower bound LB on the
-**     time, hence an upper bound on samples/s, and a feasible rounding gives an upper bound
-**     on the time. All (tau, B) pairs are bounded (cheap) and then solved exactly in order
-**     of decreasing bound, until the bound cannot beat the best exact answer.
-**  4. Exact solve of one pair: with the relaxation's multiplier lambda, every plan obeys
-**       time >= LB + sum_i rc_i(x_i),   rc_i(x) = t(x) + lambda m(x) - min_y (t(y) + lambda m(y)) >= 0
-**     (Lagrangian duality), so a plan with time <= LB + g uses only options with rc <= g and
-**     has sum rc <= g. A dynamic program over the ops keeps the exact Pareto list of
-**     (memory, time) partial sums, pruned by that reduced-cost budget and by the capacity.
-**     If its best time is <= LB + g it is optimal; otherwise g grows (x4). g stays small in
-**     practice, so only a few ops have more than one option and the lists stay short.
+**  3. For each (tau, B) what remains is a multiple-choice knapsack: minimise sum t(x_i)
+**     subject to sum m(x_i) <= b. Its linear relaxation (greedy over the convex hulls of the
+**     classes' (m, t) frontiers, merged by slope) gives a lower bound LB on the time, hence an
+**     upper bound on samples/s; rounding it gives a feasible plan. All (tau, B) pairs are
+**     bounded (cheap), then solved exactly in order of decreasing bound until no bound can
+**     beat the best exact answer.
+**  4. Exact solve of one pair, given a time T that a plan must not exceed to matter: a
+**     dynamic program over the ops keeps the exact Pareto list of (memory, time) partial
+**     plans. A partial plan survives only if its time plus the linear relaxation of the ops
+**     still to come (with the memory left) is <= T, and only options with reduced cost
+**     t(x) + lambda m(x) - min_y (t(y) + lambda m(y)) <= T - LB are considered (Lagrangian
+**     duality: time >= LB + the sum of the reduced costs). A first pass keeping only the 256
+**     best partial plans per op finds a good plan quickly, which lowers T for the exact pass.
+**     Ops are visited class by class, largest blocks first, so the small ops come last and
+**     fill the memory that is left.
 ** Memory is exact integer bytes throughout; times are doubles, compared with a tolerance
 ** of ~1e-13 relative only where floating-point summation order could matter.
 */
@@ -257,6 +259,9 @@ static void search_free(Search* s) {
   memset(s, 0, sizeof *s);
 }
 
+/* Parameters of one op of class c. */
+static size_t class_params(const Search* s, int c) { return s->d->ops[s->cls[c].rep].n_params; }
+
 /* Groups the ops into classes and enumerates each class's configurations once. */
 static int build_classes(Search* s) {
   const GptDesc* d = s->d;
@@ -282,14 +287,18 @@ static int build_classes(Search* s) {
   }
   /* The exact program visits the ops class by class, largest blocks first, so that the
   ** small ops come last and fine-tune the memory. */
-  int order[s->ncls > 0 ? s->ncls : 1];
+  int* order = malloc((size_t)(s->ncls ? s->ncls : 1) * sizeof *order);
+  if (!order) return osdp_fail("out of memory");
   for (int c = 0; c < s->ncls; c++) order[c] = c;
-  for (int a = 1; a < s->ncls; a++)
-    for (int b = a; b > 0 && d->ops[s->cls[order[b]].rep].n_params > d->ops[s->cls[order[b - 1]].rep].n_params; b--) {
-      int x = order[b]; order[b] = order[b - 1]; order[b - 1] = x;
+  for (int a = 1; a < s->ncls; a++) /* insertion sort by block size, descending */
+    for (int b = a; b > 0 && class_params(s, order[b]) > class_params(s, order[b - 1]); b--) {
+      int x = order[b];
+      order[b] = order[b - 1];
+      order[b - 1] = x;
     }
   for (int k = 0; k < s->ncls; k++)
     for (int i = 0; i < d->nops; i++) if (s->op_class[i] == order[k]) s->param_op[s->nparam++] = i;
+  free(order);
   return 0;
 }
 
@@ -510,13 +519,18 @@ static void cap_bounds(const CapProblem* p, size_t b, double* lb, double* ub, do
 
 /* ---- 4. Exact solve of one (cap, budget) pair -------------------------------------------- */
 
-/* A partial plan in the dynamic program: the ops so far with more than one candidate. */
+/* A partial plan in the dynamic program: memory and time of the multi-candidate ops so far.
+** Only the current and the previous level keep these. */
 typedef struct DpNode {
-  size_t m;           /* their memory */
-  double t;           /* their time */
-  int prev;           /* node of the previous level */
-  int cand;           /* candidate chosen at this level */
+  size_t m;
+  double t;
 } DpNode;
+
+/* How a node was reached: kept for every level, to rebuild the plan. */
+typedef struct DpLink {
+  int prev;           /* link of the node it extends (-1: the root) */
+  int cand;           /* candidate chosen for this level's op */
+} DpLink;
 
 /* One shifted copy of a level during the merge: candidate j added to the level's nodes
 ** from position pos on. */
@@ -530,8 +544,11 @@ typedef struct MergeHead {
 
 /* Working memory of the exact solver, reused across solves. */
 typedef struct Solver {
-  DpNode* pool;       /* all levels' nodes */
-  long npool, cappool;
+  DpNode* level[2];   /* previous and current level */
+  long cap_level;
+  DpLink* link;       /* every level's links, level after level */
+  long nlink, cap_link;
+  double *key, *sorted; /* [cap_level] scratch of the beam */
   MergeHead* heap;    /* merge heads, one per candidate */
   int* cand_off;      /* per class: first candidate in cand[] */
   int* ncand;         /* per class */
@@ -539,32 +556,21 @@ typedef struct Solver {
   Segment* seg;       /* hull steps of the multi-candidate classes, slope ascending */
   int nseg;
   int* hull;          /* scratch for class_hull */
+  int* remain;        /* scratch: ops left per class */
   size_t* cum_dm;     /* [(nparam + 1) * (nseg + 1)]: per level L, prefix sums of the hull */
   double* cum_dt;     /* steps of the multi-candidate ops from L on */
   size_t* min_rest;   /* [nparam + 1] least memory of the multi-candidate ops from L on */
   size_t* max_rest;   /* [nparam + 1] most memory of the multi-candidate ops from L on */
   double* tmin_rest;  /* [nparam + 1] their time at the most memory */
-  double *key, *sorted; /* [cappool] scratch of the beam */
   int* choice;        /* result: configuration index per parameter op (in param order) */
 } Solver;
 
 /* Frees a solver. */
 static void solver_free(Solver* v) {
-  free(v->pool);
-  free(v->heap);
-  free(v->cand_off);
-  free(v->ncand);
-  free(v->cand);
-  free(v->seg);
-  free(v->hull);
-  free(v->cum_dm);
-  free(v->cum_dt);
-  free(v->min_rest);
-  free(v->max_rest);
-  free(v->tmin_rest);
-  free(v->key);
-  free(v->sorted);
-  free(v->choice);
+  void* p[] = {v->level[0], v->level[1], v->link, v->key, v->sorted, v->heap, v->cand_off,
+               v->ncand, v->cand, v->seg, v->hull, v->remain, v->cum_dm, v->cum_dt,
+               v->min_rest, v->max_rest, v->tmin_rest, v->choice};
+  for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
   memset(v, 0, sizeof *v);
 }
 
@@ -579,32 +585,42 @@ static int solver_init(Solver* v, const Search* s) {
   v->cand = malloc(total * sizeof *v->cand);
   v->seg = malloc(total * sizeof *v->seg);
   v->hull = malloc(total * sizeof *v->hull);
+  v->remain = malloc((size_t)s->ncls * sizeof *v->remain);
   v->cum_dm = malloc(levels * (total + 1) * sizeof *v->cum_dm);
   v->cum_dt = malloc(levels * (total + 1) * sizeof *v->cum_dt);
   v->min_rest = malloc(levels * sizeof *v->min_rest);
   v->max_rest = malloc(levels * sizeof *v->max_rest);
   v->tmin_rest = malloc(levels * sizeof *v->tmin_rest);
   v->choice = malloc(levels * sizeof *v->choice);
-  if (!v->heap || !v->cand_off || !v->ncand || !v->cand || !v->seg || !v->hull || !v->cum_dm ||
-      !v->cum_dt || !v->min_rest || !v->max_rest || !v->tmin_rest || !v->choice)
+  if (!v->heap || !v->cand_off || !v->ncand || !v->cand || !v->seg || !v->hull || !v->remain ||
+      !v->cum_dm || !v->cum_dt || !v->min_rest || !v->max_rest || !v->tmin_rest || !v->choice)
     return osdp_fail("out of memory");
   return 0;
 }
 
-/* Makes room for `more` nodes in the pool (and in the beam's scratch). */
-static int solver_reserve(Solver* v, long more) {
-  if (v->npool + more <= v->cappool) return 0;
-  long cap = v->cappool ? v->cappool : 1024;
-  while (cap < v->npool + more) cap *= 2;
-  DpNode* p = realloc(v->pool, (size_t)cap * sizeof *p);
-  if (p) v->pool = p;
-  double* k = realloc(v->key, (size_t)cap * sizeof *k);
-  if (k) v->key = k;
-  double* o = realloc(v->sorted, (size_t)cap * sizeof *o);
-  if (o) v->sorted = o;
-  if (!p || !k || !o) return osdp_fail("out of memory");
-  v->cappool = cap;
+/* Grows *p (elements of `size` bytes, capacity *cap) to hold at least `need`. */
+static int grow(void** p, long* cap, long need, size_t size) {
+  if (need <= *cap) return 0;
+  long c = *cap ? *cap : 1024;
+  while (c < need) c *= 2;
+  void* q = realloc(*p, (size_t)c * size);
+  if (!q) return osdp_fail("out of memory");
+  *p = q;
+  *cap = c;
   return 0;
+}
+
+/* Makes room for a level of n nodes (both level buffers, the beam's scratch, the links). */
+static int solver_reserve(Solver* v, long n) {
+  if (v->nlink + n > 0x7fffffffL) return osdp_fail("planner: the search grew too large");
+  long cap = v->cap_level, c1 = cap, c2 = cap, c3 = cap;
+  if (grow((void**)&v->level[0], &cap, n, sizeof(DpNode)) ||
+      grow((void**)&v->level[1], &c1, n, sizeof(DpNode)) ||
+      grow((void**)&v->key, &c2, n, sizeof(double)) ||
+      grow((void**)&v->sorted, &c3, n, sizeof(double)))
+    return -1;
+  v->cap_level = cap;
+  return grow((void**)&v->link, &v->cap_link, v->nlink + n, sizeof(DpLink));
 }
 
 /* One query: cap problem p, memory budget b, the relaxation's price lambda, and the time a
@@ -660,22 +676,20 @@ static void rest_sums(Solver* v, const Search* s, Query* q) {
 static void rest_relaxation(Solver* v, const Search* s) {
   v->nseg = 0;
   for (int c = 0; c < s->ncls; c++) {
-    if (v->ncand[c] < 2) continue;
-    int from = v->nseg;
-    v->nseg = class_hull(v->cand + v->cand_off[c], v->ncand[c], c, v->seg, v->nseg, v->hull);
-    for (int j = from; j < v->nseg; j++) v->seg[j].count = c;
+    v->remain[c] = 0;
+    if (v->ncand[c] > 1)
+      v->nseg = class_hull(v->cand + v->cand_off[c], v->ncand[c], c, v->seg, v->nseg, v->hull);
   }
   qsort(v->seg, (size_t)v->nseg, sizeof *v->seg, cmp_segment);
-  int S = v->nseg, remain[s->ncls > 0 ? s->ncls : 1];
-  memset(remain, 0, sizeof remain);
+  int S = v->nseg;
   for (int L = s->nparam; L >= 0; L--) {
-    if (L < s->nparam) remain[s->op_class[s->param_op[L]]]++;
+    if (L < s->nparam) v->remain[s->op_class[s->param_op[L]]]++;
     size_t* dm = v->cum_dm + (size_t)L * (size_t)(S + 1);
     double* dt = v->cum_dt + (size_t)L * (size_t)(S + 1);
     dm[0] = 0;
     dt[0] = 0;
     for (int j = 0; j < S; j++) {
-      int k = remain[v->seg[j].count];
+      int k = v->remain[v->seg[j].count];
       dm[j + 1] = dm[j] + (size_t)k * v->seg[j].dm;
       dt[j + 1] = dt[j] + k * v->seg[j].dt;
     }
@@ -684,7 +698,7 @@ static void rest_relaxation(Solver* v, const Search* s) {
 
 /* Least time of the multi-candidate ops from level L on with r bytes, relaxed (a lower bound
 ** on any choice of their candidates). *k is a hint: the hull step where the last call with
-** at least as many bytes ended; calls with fewer and fewer bytes move it forward only. */
+** at least as many bytes ended; calls with fewer and fewer bytes only move it forward. */
 static double rest_time(const Solver* v, int L, size_t r, int* k) {
   if (r >= v->max_rest[L]) return v->tmin_rest[L];
   size_t need = v->max_rest[L] - r;
@@ -692,7 +706,7 @@ static double rest_time(const Solver* v, int L, size_t r, int* k) {
   const double* dt = v->cum_dt + (size_t)L * (size_t)(v->nseg + 1);
   if (need > dm[v->nseg]) return INFINITY;
   int j = *k;
-  while (dm[j + 1] < need) j++; /* first step that covers `need` */
+  while (dm[j + 1] < need) j++; /* the first step that covers `need` */
   *k = j;
   return v->tmin_rest[L] + dt[j] + (double)(need - dm[j]) * v->seg[j].slope;
 }
@@ -761,16 +775,18 @@ static int head_advance(MergeHead* h, const LevelCtx* x, double best) {
   return 0;
 }
 
-/* Expands level `from` (nfrom nodes) by op i's candidates into the pool: a heap merge of
-** the shifted copies of the level, one per candidate, keeping the Pareto nodes that pass
-** head_advance. Returns the new level's size, or -1. */
+/* Extends the previous level (nfrom nodes in v->level[0], their links from link index
+** `from`) by op i's candidates into v->level[1]: a heap merge of the shifted copies of the
+** level, one per candidate, keeping the Pareto nodes that pass head_advance. Appends their
+** links. Returns the new level's size, or -1. */
 static long dp_level(Solver* v, const Search* s, const Query* q, int i, long from, long nfrom) {
   int c = s->op_class[s->param_op[i]], nc = v->ncand[c], nh = 0;
   if (solver_reserve(v, nfrom * nc)) return -1;
   size_t left = q->b - q->fixed_m; /* >= min_rest[0] */
-  LevelCtx x = {v, v->pool + from, nfrom, v->cand + v->cand_off[c], i + 1, left,
+  LevelCtx x = {v, v->level[0], nfrom, v->cand + v->cand_off[c], i + 1, left,
                 left - v->min_rest[i + 1], q->fixed_t, q->t_limit};
-  DpNode* out = v->pool + v->npool;
+  DpNode* out = v->level[1];
+  DpLink* link = v->link + v->nlink;
   double best = INFINITY;
   MergeHead* h = v->heap;
   for (int j = 0; j < nc; j++) {
@@ -783,13 +799,14 @@ static long dp_level(Solver* v, const Search* s, const Query* q, int i, long fro
     MergeHead* top = &h[0];
     if (top->t < best) {
       best = top->t;
-      out[w++] = (DpNode){top->m, top->t, (int)(from + top->pos), top->j};
+      link[w] = (DpLink){(int)(from + top->pos), top->j};
+      out[w++] = (DpNode){top->m, top->t};
     }
     top->pos++;
     if (!head_advance(top, &x, best)) h[0] = h[--nh];
     heap_down(h, nh, 0);
   }
-  v->npool += w;
+  v->nlink += w;
   return w;
 }
 
@@ -799,24 +816,36 @@ static int cmp_double(const void* a, const void* b) {
   return x < y ? -1 : x > y;
 }
 
-/* Keeps the `beam` nodes of the level at pool[start..start+n) (after op i) with the
-** smallest bounds, in order. Returns the new level size. A heuristic, for a good plan fast. */
-static long dp_thin(Solver* v, const Query* q, int i, long start, long n, long beam) {
+/* Keeps the `beam` nodes of the new level (n nodes in v->level[1], links ending at
+** v->nlink) with the smallest bounds, in order. Returns the new level size. A heuristic,
+** to find a good plan fast. */
+static long dp_thin(Solver* v, const Query* q, int i, long n, long beam) {
   if (n <= beam) return n;
-  size_t left = q->b - q->fixed_m;
-  LevelCtx x = {.v = v, .next = i + 1, .left = left, .base_t = q->fixed_t};
+  LevelCtx x = {.v = v, .next = i + 1, .left = q->b - q->fixed_m, .base_t = q->fixed_t};
+  DpNode* d = v->level[1];
+  DpLink* link = v->link + v->nlink - n;
   int step = 0;
-  for (long a = 0; a < n; a++) {
-    const DpNode* d = &v->pool[start + a];
-    v->key[a] = v->sorted[a] = node_bound(&x, d->m, d->t, &step);
-  }
+  for (long a = 0; a < n; a++) v->key[a] = v->sorted[a] = node_bound(&x, d[a].m, d[a].t, &step);
   qsort(v->sorted, (size_t)n, sizeof *v->sorted, cmp_double);
   double cut = v->sorted[beam - 1];
   long w = 0;
   for (long a = 0; a < n && w < beam; a++)
-    if (v->key[a] <= cut) v->pool[start + w++] = v->pool[start + a];
-  v->npool = start + w;
+    if (v->key[a] <= cut) {
+      d[w] = d[a];
+      link[w++] = link[a];
+    }
+  v->nlink -= n - w;
   return w;
+}
+
+/* Rebuilds the choices (v->choice) from the last node of the last level (link index k). */
+static void dp_trace(Solver* v, const Search* s, int k) {
+  for (int i = s->nparam - 1; i >= 0; i--) {
+    int c = s->op_class[s->param_op[i]];
+    if (v->ncand[c] == 1) { v->choice[i] = v->cand[v->cand_off[c]].cfg; continue; }
+    v->choice[i] = v->cand[v->cand_off[c] + v->link[k].cand].cfg;
+    k = v->link[k].prev;
+  }
 }
 
 /* Runs the dynamic program of query q: exact when beam is 0, else keeping at most beam
@@ -827,31 +856,27 @@ static double dp_run(Solver* v, const Search* s, Query* q, long beam) {
   rest_sums(v, s, q);
   if (q->fixed_m + v->min_rest[0] > q->b) return INFINITY;
   rest_relaxation(v, s);
-  v->npool = 0;
+  v->nlink = 0;
   if (solver_reserve(v, 1)) return NAN;
-  v->pool[v->npool++] = (DpNode){0, 0, -1, 0};
+  v->level[0][0] = (DpNode){0, 0};
+  v->link[v->nlink++] = (DpLink){-1, 0};
   long from = 0, nfrom = 1;
   for (int i = 0; i < s->nparam; i++) {
     if (v->ncand[s->op_class[s->param_op[i]]] == 1) continue;
-    long start = v->npool, n = dp_level(v, s, q, i, from, nfrom);
+    long start = v->nlink, n = dp_level(v, s, q, i, from, nfrom);
     if (n < 0) return NAN;
-    if (beam > 0) n = dp_thin(v, q, i, start, n, beam);
-    if (beam > 0 && getenv("PLANNER_DEBUG") && (n == 0 || i % 20 == 0)) fprintf(stderr, "  beam level %d op %d cls %d n %ld\n", i, s->param_op[i], s->op_class[s->param_op[i]], n);
+    if (beam > 0) n = dp_thin(v, q, i, n, beam);
     last_stats.states_total += n;
     if (n > last_stats.states_max) last_stats.states_max = n;
+    if (n == 0) return INFINITY;
+    DpNode* x = v->level[0];
+    v->level[0] = v->level[1];
+    v->level[1] = x;
     from = start;
     nfrom = n;
-    if (n == 0) return INFINITY;
   }
-  long node = from + nfrom - 1; /* Pareto: the last is the fastest */
-  double best = q->fixed_t + v->pool[node].t;
-  for (int i = s->nparam - 1; i >= 0; i--) {
-    int c = s->op_class[s->param_op[i]];
-    if (v->ncand[c] == 1) { v->choice[i] = v->cand[v->cand_off[c]].cfg; continue; }
-    v->choice[i] = v->cand[v->cand_off[c] + v->pool[node].cand].cfg;
-    node = v->pool[node].prev;
-  }
-  return best;
+  dp_trace(v, s, (int)(from + nfrom - 1)); /* Pareto: the last node is the fastest */
+  return q->fixed_t + v->level[0][nfrom - 1].t;
 }
 
 /* Sum over classes of count * min_x (t(x) + lambda m(x)) - lambda b: a lower bound on the
@@ -892,10 +917,6 @@ static int solve_exact(Solver* v, const Search* s, const CapProblem* p, size_t b
   q.t_limit = cap + q.tol;
   last_stats.exact_solves++;
   double best = dp_run(v, s, &q, 0);
-  if (getenv("PLANNER_DEBUG")) {
-    fprintf(stderr, "solve tau=%zu b=%zu lb=%.10g ub=%.10g tcap=%.10g h=%.10g best=%.10g g=%.3g\n", p->tau, b, lb, ub, t_cap, h, best, q.g);
-    for (int c = 0; c < s->ncls; c++) fprintf(stderr, "   class %d count %d opts %d cands %d\n", c, s->cls[c].count, p->nopt[c], v->ncand[c]);
-  }
   if (isnan(best)) return -1;
   if (isinf(best)) return 0; /* nothing with time <= cap */
   *t = best;

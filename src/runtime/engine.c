@@ -30,15 +30,61 @@ static void progress_buckets(Engine* e) {
     if (e->buckets[b].req.active) comm_test(&e->buckets[b].req);
 }
 
-/* Returns the full weights of a slice, gathering them if the slice is fully sharded. */
+/* Advances the prefetch cursor to the schedule entry of this weight use. The schedule is the
+** step's own order (gpt_param_schedule, checked by the tests), so a mismatch is a bug. */
+static int schedule_find(Engine* e, int owner, int slice, GptPhase phase) {
+  while (e->cursor < e->nsched && !e->sched[e->cursor].weight) e->cursor++;
+  const GptParamUse* u = e->cursor < e->nsched ? &e->sched[e->cursor] : NULL;
+  if (!u || u->owner != owner || u->slice != slice || u->phase != phase) {
+    fprintf(stderr, "osdp: internal error: parameter use out of schedule\n");
+    comm_abort(4);
+  }
+  return e->cursor++;
+}
+
+/* Starts gathering the weight of the next zero3 use after use i, if any. */
+static void prefetch_after(Engine* e, int i) {
+  e->pending = -1;
+  for (int j = i + 1; j < e->nsched; j++) {
+    const GptParamUse* u = &e->sched[j];
+    SliceState* s = &e->slices[u->owner][u->slice];
+    if (!u->weight || s->strat != STRAT_ZERO3) continue;
+    e->pending_buf = arena_alloc(&e->arena, s->n_pad * sizeof(float), MEM_GATHER, "prefetched weight");
+    if (!e->pending_buf) { fprintf(stderr, "osdp: error: %s\n", osdp_last_error()); comm_abort(3); }
+    comm_iallgather_into_f32(s->w, e->pending_buf, s->shard, &e->pending_req);
+    e->pending = j;
+    return;
+  }
+}
+
+/* Finishes and frees a prefetch nobody will use (after a forward-only evaluation). */
+static void prefetch_drain(Engine* e) {
+  if (e->pending >= 0) {
+    comm_wait(&e->pending_req);
+    arena_free(&e->arena, e->pending_buf);
+  }
+  e->pending = -1;
+  e->pending_buf = NULL;
+  e->cursor = 0;
+}
+
+/* Returns the full weights of a slice, gathering them if the slice is fully sharded (or
+** taking them from the prefetch started at the previous zero3 use). */
 static void* hook_acquire_weight(void* ctx, int owner, int slice, GptPhase phase) {
   Engine* e = ctx;
   SliceState* s = &e->slices[owner][slice];
   progress_buckets(e);
+  int i = e->plan.prefetch ? schedule_find(e, owner, slice, phase) : -1;
   if (s->strat != STRAT_ZERO3) return s->w;
-  s->gathered = arena_alloc(&e->arena, s->n_pad * sizeof(float), MEM_GATHER, "gathered weight");
-  if (!s->gathered) { fprintf(stderr, "osdp: error: %s\n", osdp_last_error()); comm_abort(3); }
-  comm_allgather_into_f32(s->w, s->gathered, s->shard);
+  if (i >= 0 && e->pending == i) {
+    comm_wait(&e->pending_req);
+    s->gathered = e->pending_buf;
+  } else {
+    s->gathered = arena_alloc(&e->arena, s->n_pad * sizeof(float), MEM_GATHER, "gathered weight");
+    if (!s->gathered) { fprintf(stderr, "osdp: error: %s\n", osdp_last_error()); comm_abort(3); }
+    comm_allgather_into_f32(s->w, s->gathered, s->shard);
+  }
+  if (i >= 0) prefetch_after(e, i);
   return s->gathered;
 }
 
@@ -207,6 +253,13 @@ int engine_create(Engine* e, const GptDesc* d, const Plan* p, const TrainOptions
                                 gpt_scratch_bytes(d, p->micro_batch, p->seq, sizeof(float), opt->threads),
                                 MEM_SCRATCH, "backward scratch");
   if (!e->acts.scratch) return -1;
+  e->pending = -1;
+  if (p->prefetch) {
+    e->nsched = gpt_param_schedule(d, e->slice_counts, NULL);
+    e->sched = malloc((size_t)e->nsched * sizeof *e->sched);
+    if (!e->sched) return osdp_fail("out of memory");
+    gpt_param_schedule(d, e->slice_counts, e->sched);
+  }
   e->hooks = (GptParamHooks){e, hook_acquire_weight, hook_release_weight, hook_acquire_grad,
                              hook_release_grad};
   arena_reset_peak(&e->arena);
@@ -220,6 +273,7 @@ void engine_destroy(Engine* e) {
   free(e->slice_counts);
   free(e->act_ptrs);
   free(e->buckets);
+  free(e->sched);
   arena_destroy(&e->arena);
   plan_free(&e->plan);
   memset(e, 0, sizeof *e);
@@ -280,6 +334,7 @@ static void update_slice(Engine* e, SliceState* s, float lr, float scale) {
 
 void engine_step(Engine* e, long global_targets, StepResult* r) {
   double t0 = now_seconds();
+  prefetch_drain(e);
   zero_grads(e);
   double scale = 1.0 / (double)(global_targets > 0 ? global_targets : 1);
   double loss = gpt_forward_f32(e->d, &e->acts, &e->hooks, e->slice_counts, scale, NULL);
@@ -309,7 +364,9 @@ double engine_eval(Engine* e, const int* problem, long* problems_total, long* pr
   int* argmax = (int*)((char*)e->acts.scratch +
                        gpt_scratch_bytes(e->d, e->acts.B, e->acts.T, sizeof(float), e->opt.threads) -
                        2 * (size_t)BT * sizeof(int));
+  prefetch_drain(e);
   double loss = gpt_forward_f32(e->d, &e->acts, &e->hooks, e->slice_counts, 1.0, argmax);
+  prefetch_drain(e);
   double sums[3] = {loss, 0, 0};
   if (problem) {
     /* A problem is right when all of its answer positions are; ids are contiguous runs. */

@@ -66,6 +66,12 @@ typedef struct Engine {
   void** act_ptrs;
   GptParamHooks hooks;
   long step;               /* optimizer steps taken */
+  /* zero3 prefetch (plan.prefetch): the step's parameter uses, the next one to come, and the
+  ** use whose weight is being gathered ahead into pending_buf. */
+  GptParamUse* sched;
+  int nsched, cursor, pending;
+  float* pending_buf;
+  CommRequest pending_req;
   MemPrediction predicted;
 } Engine;
 
