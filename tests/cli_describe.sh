@@ -28,7 +28,7 @@ want_tiny=$(gpt2_params 2 64 256 256)
 
 if "$OSDP" describe --model gpt2-124m --json >g.json 2>err.txt; then ok
 else bad "osdp describe --model gpt2-124m --json failed"; sed 's/^/    /' err.txt; fi
-if grep -q "\"n_params\":$want124[,}]" g.json; then ok
+if grep -q "\"n_params\":${want124}[,}]" g.json; then ok
 else bad "describe --json for gpt2-124m: $(grep -o '"n_params":[0-9]*' g.json), want \"n_params\":$want124"; fi
 if [ "$(wc -l <g.json)" -eq 1 ] && grep -q '^{.*}$' g.json && grep -q '"padded_vocab":50304' g.json; then ok
 else bad "describe --json is not one JSON object line with padded_vocab 50304"; head -c 300 g.json; echo; fi

@@ -65,11 +65,11 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
   r->quiet = args_has(&r->args, "quiet");
   r->json = args_has(&r->args, "json");
   if (setup_model(&r->args, "tiny", &r->d)) return -1;
+  if (T > r->d.cfg.max_seq)
+    return osdp_fail("--seq %ld is longer than model %s's maximum sequence %d; use --seq <= %d", T,
+                     r->d.cfg.name, r->d.cfg.max_seq, r->d.cfg.max_seq);
   r->auto_plan = strcmp(args_get(&r->args, "plan", "ddp"), "auto") == 0;
   if (r->auto_plan) {
-    if (T > r->d.cfg.max_seq)
-      return osdp_fail("--seq %ld is longer than model %s's maximum sequence %d; use --seq <= %d", T,
-                       r->d.cfg.name, r->d.cfg.max_seq, r->d.cfg.max_seq);
     long maxb = args_has(&r->args, "batch") ? B : 512;
     if (setup_auto_plan(&r->args, &r->d, (int)T, (int)maxb, r->quiet || r->json, &r->plan, &r->predicted))
       return -1;
@@ -78,9 +78,6 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
     return -1;
   }
   r->B = r->plan.micro_batch; r->T = r->plan.seq;
-  if (r->T > r->d.cfg.max_seq)
-    return osdp_fail("--seq %d is longer than model %s's maximum sequence %d; use --seq <= %d", r->T,
-                     r->d.cfg.name, r->d.cfg.max_seq, r->d.cfg.max_seq);
   if (data_open(&r->data, args_get(&r->args, "data", "addition"), r->T, r->opt.seed)) return -1;
   if (data_vocab_size(r->data) > r->d.cfg.vocab_size)
     return osdp_fail("--data: %s needs a vocabulary of %d tokens but model %s has %d; use a model "
