@@ -18,7 +18,8 @@
 **   optimizer      elements the rank updates (n for dp, n_pad / N sharded) times
 **                  dev->optimizer_s_per_param.
 ** Communication and optimizer time do not depend on the micro-batch; compute does not
-** depend on the plan. samples/s = N * B / step time.
+** depend on the plan. samples/s = N * B / step time. Nothing overlaps in this model: a plan
+** with "prefetch" gets its exact (larger) memory from plan_predict_memory, but no time credit.
 */
 #ifndef OSDP_COST_H
 #define OSDP_COST_H

@@ -90,7 +90,8 @@ typedef struct Enumerator {
   const SearchOptions* o;
   int op, k, ngroups;
   SliceGroup g[GPT_MAX_SLICES];
-  Strategy strat[GPT_MAX_SLICES];
+  size_t n[GPT_MAX_SLICES];       /* parameters of each slice */
+  Strategy strat[GPT_MAX_SLICES]; /* the assignment being enumerated */
   ConfigList* out;
 } Enumerator;
 
@@ -126,18 +127,11 @@ static int enum_evaluate(Enumerator* e) {
   memset(&c, 0, sizeof c);
   c.plan.k = e->k;
   int N = e->dev->ranks;
-  for (int gi = 0; gi < e->ngroups; gi++)
-    for (int j = 0; j < e->g[gi].count; j++) {
-      int s = e->g[gi].slot[j];
-      size_t n = e->g[gi].n, tr = cost_slice_transient(n, e->strat[s], N);
-      c.plan.strat[s] = e->strat[s];
-      c.mem += cost_slice_persistent(n, e->strat[s], N);
-      if (tr > c.transient) c.transient = tr;
-    }
   for (int s = 0; s < e->k; s++) {
-    size_t n = 0;
-    for (int gi = 0; gi < e->ngroups; gi++)
-      for (int j = 0; j < e->g[gi].count; j++) if (e->g[gi].slot[j] == s) n = e->g[gi].n;
+    size_t n = e->n[s], tr = cost_slice_transient(n, e->strat[s], N);
+    c.plan.strat[s] = e->strat[s];
+    c.mem += cost_slice_persistent(n, e->strat[s], N);
+    if (tr > c.transient) c.transient = tr;
     c.time_s += cost_slice_comm_s(e->dev, e->op, n, e->strat[s]) +
                 cost_slice_optim_s(e->dev, n, e->strat[s]);
   }
@@ -196,6 +190,7 @@ static int op_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOptio
     if (k > 1 && (!g->splittable || (size_t)k > g->rows || k > o->max_slices)) continue;
     Enumerator e = {.dev = dev, .o = o, .op = op, .k = k, .out = l};
     e.ngroups = slice_groups(g, k, e.g);
+    for (int s = 0; s < k; s++) e.n[s] = gpt_slice_params(g, k, s);
     if (enum_group(&e, 0)) return -1;
   }
   config_prune(l);
@@ -357,6 +352,10 @@ static int search_build(Search* s, const GptDesc* d, const DeviceInfo* dev, cons
   s->d = d;
   s->dev = dev;
   s->o = normalized_options(d, o);
+  if (device_validate(dev, "device")) return -1;
+  if (s->o.seq > d->cfg.max_seq)
+    return osdp_fail("planner: seq %d exceeds the model's max_seq %d; lower --seq", s->o.seq,
+                     d->cfg.max_seq);
   if (build_classes(s) || build_taus(s) || build_batches(s)) return -1;
   last_stats.classes = s->ncls;
   for (int c = 0; c < s->ncls; c++) last_stats.configs += s->cls[c].ncfg;
@@ -969,35 +968,66 @@ static size_t smallest_limit(const Search* s, const CapProblem* caps) {
   return best + cost_batch_bytes(s->d, s->dev, 1, s->o.seq);
 }
 
-/* Bounds every (cap, B) pair that fits; returns the number of candidates (in *out, sorted)
-** and the best feasible samples/s of the roundings in *floor_sps. */
-static long collect_candidates(const Search* s, const CapProblem* caps, Candidate** out,
-                               double* floor_sps) {
-  long n = 0, cap = 0;
-  Candidate* c = NULL;
+/* Calls visit(ctx, cap k, B, bound, feasible) for every (cap, B) pair that fits, with the
+** samples/s bound of the relaxation and that of its rounding (a real plan). */
+static void for_each_pair(const Search* s, const CapProblem* caps,
+                          void (*visit)(void*, int, int, double, double), void* ctx) {
   int N = s->dev->ranks;
-  *floor_sps = 0;
   for (int k = 0; k < s->ntaus; k++)
     for (int B = 1; B <= s->nbatch; B++) {
       size_t fixed = s->batch_bytes[B] + caps[k].tau;
       if (fixed > s->dev->mem_limit || s->dev->mem_limit - fixed < caps[k].minmem) break;
       double lb, ub, lambda;
       cap_bounds(&caps[k], s->dev->mem_limit - fixed, &lb, &ub, &lambda);
-      double bound = (double)N * B / (s->compute_s[B] + lb);
-      double feasible = (double)N * B / (s->compute_s[B] + ub);
-      if (feasible > *floor_sps) *floor_sps = feasible;
-      if (n == cap) {
-        cap = cap ? 2 * cap : 256;
-        Candidate* g = realloc(c, (size_t)cap * sizeof *g);
-        if (!g) { free(c); return osdp_fail("out of memory"); }
-        c = g;
-      }
-      c[n++] = (Candidate){k, B, bound};
+      visit(ctx, k, B, (double)N * B / (s->compute_s[B] + lb), (double)N * B / (s->compute_s[B] + ub));
     }
-  if (n) qsort(c, (size_t)n, sizeof *c, cmp_candidate);
-  *out = c;
-  last_stats.candidates = n;
-  return n;
+}
+
+/* The candidates being collected. */
+typedef struct CandidateList {
+  Candidate* v;
+  long n, cap;
+  double floor_sps;   /* best samples/s of a real plan seen (the roundings) */
+  int failed;
+} CandidateList;
+
+/* First pass: the best rounding. */
+static void visit_floor(void* ctx, int k, int B, double bound, double feasible) {
+  CandidateList* l = ctx;
+  if (feasible > l->floor_sps) l->floor_sps = feasible;
+  last_stats.pairs++;
+  (void)k, (void)B, (void)bound;
+}
+
+/* Second pass: keeps the pairs whose bound reaches the best rounding. */
+static void visit_keep(void* ctx, int k, int B, double bound, double feasible) {
+  CandidateList* l = ctx;
+  if (l->failed || bound < l->floor_sps * (1 - 1e-13)) return;
+  if (l->n == l->cap) {
+    long cap = l->cap ? 2 * l->cap : 256;
+    Candidate* g = realloc(l->v, (size_t)cap * sizeof *g);
+    if (!g) { l->failed = osdp_fail("out of memory"); return; }
+    l->v = g;
+    l->cap = cap;
+  }
+  l->v[l->n++] = (Candidate){k, B, bound};
+  (void)feasible;
+}
+
+/* Bounds every (cap, B) pair that fits and keeps, sorted by bound, those that could beat the
+** best rounding. Returns their number (or -1); the list is in *out, the best rounding's
+** samples/s in *floor_sps. */
+static long collect_candidates(const Search* s, const CapProblem* caps, Candidate** out,
+                               double* floor_sps) {
+  CandidateList l = {0};
+  for_each_pair(s, caps, visit_floor, &l);
+  for_each_pair(s, caps, visit_keep, &l);
+  *out = l.v;
+  *floor_sps = l.floor_sps;
+  if (l.failed) return -1;
+  if (l.n) qsort(l.v, (size_t)l.n, sizeof *l.v, cmp_candidate);
+  last_stats.candidates = l.n;
+  return l.n;
 }
 
 /* Whether (sps, peak) beats the best so far: faster, or as fast (1e-13) with less memory. */
@@ -1014,8 +1044,7 @@ static int solve_candidates(const Search* s, const CapProblem* caps, const Candi
   if (solver_init(&v, s)) { solver_free(&v); return -1; }
   int N = s->dev->ranks, rc = 0;
   for (long i = 0; i < n && rc == 0; i++) {
-    if (best->sps > 0 && c[i].bound < best->sps * (1 - 1e-13)) break;
-    if (c[i].bound < floor_sps * (1 - 1e-13)) break;
+    if (best->sps > 0 && c[i].bound < best->sps * (1 - 1e-13)) break; /* sorted: none can */
     const CapProblem* p = &caps[c[i].tau];
     int B = c[i].B;
     double target = fmax(best->sps, floor_sps) * (1 - 1e-13);
@@ -1144,33 +1173,32 @@ static int largest_fitting_batch(const GptDesc* d, const DeviceInfo* dev, Plan* 
 void planner_explain(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
                      const Plan* p, int op, char* buf, size_t n) {
   Plan q;
-  PlanCost cp, cq;
-  char saved[32], peak[32], lim[32];
+  PlanCost cp, cq, cb;
+  char saved[32], over[32], cost[48];
   if (n) buf[0] = 0;
   if (!d->ops[op].n_params || plan_copy(&q, p)) return;
-  q.ops[op].k = 1;
+  q.ops[op].k = 1; /* the same plan with only this op replicated */
   q.ops[op].strat[0] = STRAT_DP;
   plan_cost(d, dev, p, &cp);
   plan_cost(d, dev, &q, &cq);
   size_t mine = op_kept_bytes(d, p, op, dev->ranks), dp = op_kept_bytes(d, &q, op, dev->ranks);
   format_bytes((double)(dp > mine ? dp - mine : 0), saved);
-  format_bytes((double)dev->mem_limit, lim);
   double dt = (cp.comm_s + cp.optim_s) - (cq.comm_s + cq.optim_s);
-  if (cq.mem.peak > dev->mem_limit) {
-    format_bytes((double)cq.mem.peak, peak);
-    PlanCost cb;
+  if (dt >= 0) snprintf(cost, sizeof cost, "costs %.3g ms per step", 1e3 * dt);
+  else snprintf(cost, sizeof cost, "and is %.3g ms per step faster", -1e3 * dt);
+  if (cq.mem.peak <= dev->mem_limit) {
+    snprintf(buf, n, "saves %s %s than replicating it (which would also fit)", saved,
+             dt >= 0 ? "but is slower" : "and is faster");
+  } else {
+    format_bytes((double)(cq.mem.peak - dev->mem_limit), over);
     int b = largest_fitting_batch(d, dev, &q, p->micro_batch - 1, &cb);
     if (b > 0)
-      snprintf(buf, n, "saves %s; replicated, micro-batch %d would need %s > %s, so only micro-batch "
-               "%d would fit (%.2f instead of %.2f samples/s)", saved, p->micro_batch, peak, lim, b,
-               cb.samples_per_s, cp.samples_per_s);
+      snprintf(buf, n, "saves %s (%s); replicated, micro-batch %d would exceed the limit by %s "
+               "and micro-batch %d would give %.5g instead of %.5g samples/s", saved, cost,
+               p->micro_batch, over, b, cb.samples_per_s, cp.samples_per_s);
     else
-      snprintf(buf, n, "saves %s; replicated, the plan would need %s > %s", saved, peak, lim);
-  } else if (dt < 0) {
-    snprintf(buf, n, "saves %s and is faster than replicating (%.3g ms less per step)", saved, -1e3 * dt);
-  } else {
-    snprintf(buf, n, "saves %s at a cost of %.3g ms per step (replicating would also fit: peak %s)",
-             saved, 1e3 * dt, format_bytes((double)cq.mem.peak, peak));
+      snprintf(buf, n, "saves %s (%s); replicated, the plan would exceed the limit by %s at "
+               "every micro-batch", saved, cost, over);
   }
   plan_free(&q);
   (void)o;

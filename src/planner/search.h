@@ -35,8 +35,9 @@ typedef struct PlannerStats {
   int classes;            /* groups of identical operators */
   int configs;            /* non-dominated configurations, summed over classes */
   int taus;               /* distinct transient caps examined */
-  long candidates;        /* (cap, micro-batch) pairs bounded */
-  long exact_solves;      /* pairs solved exactly (dynamic programs run, retries included) */
+  long pairs;             /* (cap, micro-batch) pairs that fit, each bounded */
+  long candidates;        /* of those, the pairs whose bound reaches the best rounding */
+  long exact_solves;      /* exact dynamic programs run (a pair's beam pass not counted) */
   long states_max;        /* largest Pareto state list of any one program step */
   long states_total;      /* states created over all programs */
 } PlannerStats;
