@@ -10,7 +10,7 @@ models=${MODELS:-"tiny small"}
 ranks=${RANKS:-"2 4"}
 steps=${STEPS:-3}
 batch=${BATCH:-4}
-seq=${SEQ:-128}
+seq=${SEQ:-256}
 field() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p"; }
 printf "%-10s %5s %-6s %10s %12s %14s %14s %10s\n" model ranks plan ms/step tokens/s "peak MiB" "predicted MiB" "comm ms"
 for m in $models; do
@@ -27,3 +27,9 @@ for m in $models; do
     done
   done
 done
+cat <<'REF'
+For comparison (../shared/osdp-method.md section 6, same machine, PyTorch 1.13 with gloo, 2 ranks x
+1 thread): small (4 layers, hidden 256, vocab 8192), micro-batch 4: DDP 4084 tokens/s, FULL_SHARD
+3590. gpt2-124m, micro-batch 2, seq 256: DDP 149, FULL_SHARD 150, SHARD_GRAD_OP 154; llm.c 47.
+(MODELS=gpt2-124m BATCH=2 bench/compare_plans.sh measures osdp on the latter.)
+REF

@@ -18,3 +18,8 @@ set_tests_properties(cli_errors cli_learn cli_determinism cli_checkpoint cli_des
   PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli)
 set_tests_properties(cli_errors cli_determinism cli_checkpoint cli_describe PROPERTIES TIMEOUT 180)
 set_tests_properties(cli_learn PROPERTIES TIMEOUT 300)
+
+# The planning path: profile, plan, train --plan FILE and --plan auto on 2 ranks.
+add_test(NAME cli_auto
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_auto.sh $<TARGET_FILE:osdp> ${OSDP_MPIRUN})
+set_tests_properties(cli_auto PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 300)

@@ -17,7 +17,8 @@ static const char* profile_help =
     "usage: [mpirun -np N] osdp profile [--model M] [--seq T] [--threads N] [--mem-limit SIZE]\n"
     "                                   [--steps N] --out device.json\n"
     "  measures all-reduce / all-gather / reduce-scatter latency and bandwidth on the N ranks,\n"
-    "  the forward+backward time of every operator at micro-batch 1 and 2, the optimizer's\n"
+    "  the forward+backward time of every operator at micro-batch 1, 2, 4, ... (until a step\n"
+    "  takes 0.25 s), the optimizer's\n"
     "  time per parameter and the sgemm rate, and writes them to device.json.\n";
 
 /* Parses the profile options shared with `train --plan auto`. */
@@ -25,7 +26,7 @@ int profile_options_from_args(const Args* a, const GptDesc* d, ProfileOptions* o
   long T, threads, steps;
   memset(o, 0, sizeof *o);
   if (args_int(a, "seq", d->cfg.max_seq < 256 ? d->cfg.max_seq : 256, 1, d->cfg.max_seq, &T) ||
-      args_int(a, "threads", 1, 1, 256, &threads) || args_int(a, "profile-steps", 2, 1, 100, &steps) ||
+      args_int(a, "threads", 1, 1, 256, &threads) || args_int(a, "profile-steps", 3, 1, 100, &steps) ||
       args_size(a, "mem-limit", 0, &o->mem_limit))
     return -1;
   o->seq = (int)T;

@@ -138,6 +138,20 @@ static size_t default_mem_limit(void) {
   return (size_t)pages * (size_t)psz / (size_t)comm_size();
 }
 
+#define PROFILE_MAX_POINTS 7
+
+/* Least-squares fit t = fixed + per * B of one op over the measured micro-batches, with both
+** coefficients kept non-negative. */
+static void fit_op_time(const int* B, const double* t, int n, double* fixed, double* per) {
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (int i = 0; i < n; i++) { sx += B[i]; sy += t[i]; sxx += (double)B[i] * B[i]; sxy += B[i] * t[i]; }
+  double den = n * sxx - sx * sx;
+  *per = den > 0 ? (n * sxy - sx * sy) / den : t[n - 1] / B[n - 1];
+  *fixed = (sy - *per * sx) / n;
+  if (*per < 0) { *per = 0; *fixed = sy / n; }
+  if (*fixed < 0) { *fixed = 0; *per = sxy / sxx; }
+}
+
 int profile_device(const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev) {
   memset(dev, 0, sizeof *dev);
   dev->ranks = comm_size();
@@ -147,35 +161,46 @@ int profile_device(const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev) {
   profile_collectives(dev, o->verbose);
   dev->flops = 1e9 * profile_sgemm(d, o->seq);
   int n = d->nops + 1;
-  double* t1 = calloc((size_t)n, sizeof(double));
-  double* t2 = calloc((size_t)n, sizeof(double));
+  double* t = calloc((size_t)n * PROFILE_MAX_POINTS, sizeof(double));
   dev->op_names = calloc((size_t)n, sizeof *dev->op_names);
   dev->op_fixed_s = calloc((size_t)n, sizeof(double));
   dev->op_per_sample_s = calloc((size_t)n, sizeof(double));
-  if (!t1 || !t2 || !dev->op_names || !dev->op_fixed_s || !dev->op_per_sample_s)
+  if (!t || !dev->op_names || !dev->op_fixed_s || !dev->op_per_sample_s)
     return osdp_fail("out of host memory");
-  double opt1, opt2, oh1, oh2;
-  if (o->verbose && comm_rank() == 0) { printf("profile: timing %s at micro-batch 1 and 2, seq %d\n", d->cfg.name, o->seq); fflush(stdout); }
-  int rc = profile_batch(d, o, 1, t1, &opt1, &oh1) || profile_batch(d, o, 2, t2, &opt2, &oh2);
-  if (rc) {
-    free(t1); free(t2);
-    return osdp_fail("profile: cannot run %s here to time it (%s); describe the device with "
-                     "--flops instead", d->cfg.name, osdp_last_error());
+  /* Micro-batches 1, 2, 4, ... until a step takes a quarter second (or 64): the fit then covers
+  ** the batches a plan is likely to use without spending long on large models. */
+  int Bs[PROFILE_MAX_POINTS], np = 0;
+  double optim = 0;
+  for (int B = 1; np < PROFILE_MAX_POINTS && B <= 64; B *= 2) {
+    double* tb = t + (size_t)np * n, opt, oh;
+    if (o->verbose && comm_rank() == 0) {
+      printf("profile: timing %s at micro-batch %d, seq %d\n", d->cfg.name, B, o->seq);
+      fflush(stdout);
+    }
+    if (profile_batch(d, o, B, tb, &opt, &oh)) {
+      if (np >= 2) break; /* out of memory at a large batch: fit what we have */
+      free(t);
+      return osdp_fail("profile: cannot run %s here to time it (%s); describe the device with "
+                       "--flops instead", d->cfg.name, osdp_last_error());
+    }
+    tb[d->nops] = oh;
+    Bs[np++] = B;
+    optim += opt;
+    double step = 0;
+    for (int i = 0; i < n; i++) step += tb[i];
+    if (np >= 2 && step > 0.25) break;
   }
-  t1[d->nops] = oh1;
-  t2[d->nops] = oh2;
-  for (int i = 0; i < n; i++) {
+  double* col = malloc((size_t)np * sizeof(double));
+  for (int i = 0; i < n && col; i++) {
     snprintf(dev->op_names[i], sizeof dev->op_names[i], "%s", i < d->nops ? d->ops[i].name : "overhead");
-    double per = t2[i] - t1[i], fixed = t1[i] - per;
-    if (per < 0) { per = 0; fixed = 0.5 * (t1[i] + t2[i]); }
-    if (fixed < 0) { fixed = 0; per = 0.5 * (t1[i] + t2[i] / 2); }
-    dev->op_fixed_s[i] = fixed;
-    dev->op_per_sample_s[i] = per;
+    for (int j = 0; j < np; j++) col[j] = t[(size_t)j * n + i];
+    fit_op_time(Bs, col, np, &dev->op_fixed_s[i], &dev->op_per_sample_s[i]);
   }
+  free(col);
   dev->n_op_times = n;
-  dev->optimizer_s_per_param = 0.5 * (opt1 + opt2);
+  dev->optimizer_s_per_param = optim / np;
   snprintf(dev->compute_model, sizeof dev->compute_model, "%s", d->cfg.name);
   dev->compute_seq = o->seq;
-  free(t1); free(t2);
+  free(t);
   return 0;
 }

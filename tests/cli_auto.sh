@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# cli_auto.sh OSDP MPIRUN...: the planning path end to end on 2 ranks.
+#  - `osdp profile` writes a device file that `osdp plan` accepts;
+#  - `osdp plan --json` gives a plan whose predicted peak fits the limit, is never slower than the
+#    best uniform plan, and `--out` writes a plan `osdp train --plan FILE` runs;
+#  - `osdp train --plan auto` measures exactly the predicted peak on every rank, within the limit;
+#  - a limit too small for any plan gives one error line naming the smallest limit that fits,
+#    and planning at exactly that limit succeeds.
+set -u
+OSDP=${1:?usage: cli_auto.sh OSDP MPIRUN...}; shift
+mpirun=("$@")
+[[ "$OSDP" == */* ]] && OSDP="$(cd "${OSDP%/*}" && pwd)/${OSDP##*/}"
+W=$(mktemp -d); trap 'rm -rf "$W"' EXIT; cd "$W" || exit 1
+pass=0; fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+num() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p" | head -1; }
+limit=12582912   # 12 MiB
+
+if "${mpirun[@]}" -np 2 "$OSDP" profile --model tiny --seq 64 --mem-limit $limit --out dev.json --quiet 2>err.txt \
+   && [ -s dev.json ]; then ok; else bad "profile failed: $(cat err.txt)"; fi
+if "$OSDP" plan --model tiny --devices dev.json --seq 64 --out plan.json --json >plan.out 2>err.txt; then ok
+else bad "plan failed: $(cat err.txt)"; fi
+peak=$(sed -n 's/.*"predicted":{[^}]*"peak_bytes":\([0-9.e+]*\).*/\1/p' plan.out)
+sps=$(sed -n 's/.*"predicted":{[^}]*"samples_per_s":\([0-9.e+]*\).*/\1/p' plan.out)
+if [ -n "$peak" ] && awk -v p="$peak" -v l=$limit 'BEGIN{exit !(p <= l)}'; then ok
+else bad "predicted peak '$peak' is not within the limit $limit"; fi
+for s in ddp zero2 zero3; do
+  u=$(sed -n "s/.*\"$s\":{[^}]*\"samples_per_s\":\([0-9.e+]*\).*/\1/p" plan.out)
+  if [ -z "$u" ] || awk -v a="$sps" -v u="$u" 'BEGIN{exit !(a >= u * (1 - 1e-12))}'; then ok
+  else bad "auto plan ($sps samples/s) predicted slower than uniform $s ($u)"; fi
+done
+for key in '"plan":' '"micro_batch":' '"search_s":' '"uniform":'; do
+  if grep -q "$key" plan.out; then ok; else bad "plan --json lacks $key"; fi
+done
+if "${mpirun[@]}" -np 2 "$OSDP" train --plan plan.json --steps 2 --mem-limit $limit --json --quiet --eval-batches 1 >run.out 2>err.txt \
+   && [ "$(echo "$(num peak_bytes <run.out)" | awk '{printf "%.0f", $1}')" = "$(awk -v p="$peak" 'BEGIN{printf "%.0f", p}')" ]; then ok
+else bad "train --plan plan.json: peak $(num peak_bytes <run.out) vs predicted $peak: $(cat err.txt)"; fi
+
+"${mpirun[@]}" -np 2 "$OSDP" train --plan auto --mem-limit $limit --steps 3 --json --quiet --eval-batches 1 >auto.out 2>err.txt
+pk=$(num peak_bytes <auto.out); pr=$(num predicted_peak_bytes <auto.out); off=$(num ranks_off_prediction <auto.out)
+pst=$(num predicted_step_s <auto.out)
+if [ -n "$pk" ] && [ "$pk" = "$pr" ] && [ "$off" = 0 ] && [ "$pk" -le $limit ]; then ok
+else bad "train --plan auto: peak '$pk' predicted '$pr' ranks off '$off' (limit $limit): $(cat err.txt)"; fi
+if [ -n "$pst" ] && awk -v p="$pst" 'BEGIN{exit !(p > 0)}'; then ok; else bad "auto run reports no predicted step time"; fi
+
+# Far too little memory: one line naming the smallest limit that fits; that limit then works.
+if "$OSDP" plan --model tiny --devices dev.json --seq 64 --mem-limit 100000 >/dev/null 2>err.txt; then
+  bad "plan with a 100000-byte limit succeeded"
+else
+  if [ "$(wc -l <err.txt)" = 1 ] && grep -q "smallest limit" err.txt; then ok; else bad "too-small limit message: $(cat err.txt)"; fi
+  min=$(grep -o '([0-9]* bytes' err.txt | grep -o '[0-9]*' | head -1)
+  if [ -n "$min" ] && "$OSDP" plan --model tiny --devices dev.json --seq 64 --mem-limit "$min" >/dev/null 2>&1; then ok
+  else bad "planning at the reported minimum '$min' failed: $(cat err.txt)"; fi
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
