@@ -21,8 +21,9 @@ build: deps
 # plans the fastest per-operator sharding that fits, and trains a tiny GPT on 3-digit addition.
 DEMO_RANKS ?= 2
 DEMO_MEM ?= 12MiB
+DEMO_STEPS ?= 4000
 demo: build
-	mpirun --oversubscribe --bind-to none -np $(DEMO_RANKS) $(BUILD)/osdp train --plan auto --mem-limit $(DEMO_MEM)
+	mpirun --oversubscribe --bind-to none -np $(DEMO_RANKS) $(BUILD)/osdp train --plan auto --mem-limit $(DEMO_MEM) --steps $(DEMO_STEPS)
 
 # The whole suite, then the unit tests again under AddressSanitizer + UBSan.
 test: build

@@ -27,6 +27,7 @@ static const char* train_help =
     "  --prefetch       gather the next zero3 weight while the current one computes\n"
     "  --max-batch B    with --plan auto: largest micro-batch to consider [512, or --batch]\n"
     "  --lr X --warmup N --weight-decay X --grad-clip X   AdamW settings [1e-2, 100, 0.1, 1.0]\n"
+    "  --lr-schedule S  constant, or cosine (decay to lr/10 at the last step) [constant]\n"
     "  --seed S         weight-initialisation and data seed [1337]\n"
     "  --threads N      kernel threads per rank [1]\n"
     "  --mem-limit SIZE memory limit per rank, e.g. 512MiB [unlimited]\n"
@@ -52,7 +53,7 @@ typedef struct TrainRun {
 
 /* Reads every option, builds the model, data source, plan and engine. */
 static int train_setup(TrainRun* r, int argc, char** argv) {
-  static const char* const opts[] = {SETUP_OPTIONS, "data", "steps", "log", "save",
+  static const char* const opts[] = {SETUP_OPTIONS, "data", "steps", "log", "save", "lr-schedule",
                                      "eval-batches", NULL};
   static const char* const sws[] = {"json", "quiet", "prefetch", NULL};
   if (args_parse(&r->args, "train", argc, argv, opts, sws)) return -1;
@@ -62,6 +63,10 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
       args_int(&r->args, "eval-batches", 8, 0, 1 << 20, &evb) || setup_train_options(&r->args, &r->opt))
     return -1;
   r->steps = steps; r->eval_batches = evb;
+  const char* sched = args_get(&r->args, "lr-schedule", "constant");
+  if (strcmp(sched, "cosine") == 0) r->opt.decay_steps = steps;
+  else if (strcmp(sched, "constant") != 0)
+    return osdp_fail("--lr-schedule: '%s' is not a schedule; use cosine or constant", sched);
   r->quiet = args_has(&r->args, "quiet");
   r->json = args_has(&r->args, "json");
   if (setup_model(&r->args, "tiny", &r->d)) return -1;

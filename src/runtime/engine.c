@@ -17,6 +17,7 @@ void train_options_default(TrainOptions* o) {
   o->eps = 1e-8;
   o->weight_decay = 0.1;
   o->grad_clip = 1.0;
+  o->lr_min_ratio = 0.1;
   o->seed = 1337;
   o->threads = 1;
   o->bucket_bytes = (size_t)16 << 20;
@@ -332,6 +333,17 @@ static void update_slice(Engine* e, SliceState* s, float lr, float scale) {
   if (s->strat == STRAT_ZERO2) comm_allgather_f32(s->w, s->shard);
 }
 
+/* The learning rate of (1-based) step t: linear warmup, then constant or cosine decay from lr
+** to lr_min_ratio * lr at decay_steps. */
+static double learning_rate(const TrainOptions* o, long t) {
+  if (o->warmup > 0 && t <= o->warmup) return o->lr * (double)t / o->warmup;
+  if (o->decay_steps <= o->warmup) return o->lr;
+  double progress = (double)(t - o->warmup) / (double)(o->decay_steps - o->warmup);
+  if (progress > 1) progress = 1;
+  double cosine = 0.5 * (1.0 + cos(M_PI * progress));
+  return o->lr * (o->lr_min_ratio + (1.0 - o->lr_min_ratio) * cosine);
+}
+
 void engine_step(Engine* e, long global_targets, StepResult* r) {
   double t0 = now_seconds();
   prefetch_drain(e);
@@ -346,8 +358,7 @@ void engine_step(Engine* e, long global_targets, StepResult* r) {
   float clip = 1.0f;
   if (e->opt.grad_clip > 0 && norm > e->opt.grad_clip) clip = (float)(e->opt.grad_clip / norm);
   e->step++;
-  double lr = e->opt.lr;
-  if (e->opt.warmup > 0 && e->step <= e->opt.warmup) lr *= (double)e->step / e->opt.warmup;
+  double lr = learning_rate(&e->opt, e->step);
   double t_opt = now_seconds();
   for (int opi = 0; opi < e->d->nops; opi++)
     for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++)

@@ -21,6 +21,8 @@
 typedef struct TrainOptions {
   double lr, beta1, beta2, eps, weight_decay, grad_clip;
   int warmup;                 /* linear learning-rate warmup steps (0: none) */
+  long decay_steps;           /* cosine decay to lr_min_ratio*lr at this step (0: constant) */
+  double lr_min_ratio;
   unsigned long long seed;    /* weight initialisation seed */
   int threads;                /* kernel threads per rank */
   size_t mem_limit;           /* arena capacity in bytes (0: unlimited) */
