@@ -9,11 +9,7 @@
 set -u
 OSDP=${1:?usage: cli_auto.sh OSDP MPIRUN...}; shift
 mpirun=("$@")
-[[ "$OSDP" == */* ]] && OSDP="$(cd "${OSDP%/*}" && pwd)/${OSDP##*/}"
-W=$(mktemp -d); trap 'rm -rf "$W"' EXIT; cd "$W" || exit 1
-pass=0; fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+source "${BASH_SOURCE%/*}/cli_common.sh"
 num() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p" | head -1; }
 limit=12582912   # 12 MiB
 

@@ -5,17 +5,9 @@
 # MPIRUN, the round trip also holds on two ranks under zero3 (gather on save, broadcast on load).
 set -u
 OSDP=${1:?usage: cli_checkpoint.sh OSDP [MPIRUN...]}
-# The work happens in a temporary directory: make a relative path to the binary absolute.
-[[ "$OSDP" == */* ]] && OSDP="$(cd "${OSDP%/*}" && pwd)/${OSDP##*/}"
 shift
 MPIRUN=("$@")
-W=$(mktemp -d)
-trap 'rm -rf "$W"' EXIT
-cd "$W" || exit 1
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+source "${BASH_SOURCE%/*}/cli_common.sh"
 
 # run CMD...: runs CMD, failing the check (and showing stderr) when it exits non-zero.
 run() {

@@ -5,15 +5,7 @@
 # the peak: zero3 < zero2 < ddp on 4 ranks.
 set -u
 OSDP=${1:?usage: cli_describe.sh OSDP}
-# The work happens in a temporary directory: make a relative path to the binary absolute.
-[[ "$OSDP" == */* ]] && OSDP="$(cd "${OSDP%/*}" && pwd)/${OSDP##*/}"
-W=$(mktemp -d)
-trap 'rm -rf "$W"' EXIT
-cd "$W" || exit 1
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+source "${BASH_SOURCE%/*}/cli_common.sh"
 
 # GPT-2 parameters from the shapes: wte Vp*C + wpe T*C + L * (ln1 2C + qkv C*3C+3C + proj C*C+C
 # + ln2 2C + fc C*4C+4C + fcproj 4C*C+C) + final layernorm 2C; the LM head is tied to wte.

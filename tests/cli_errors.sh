@@ -5,17 +5,9 @@
 # error line (rank 0 prints it), not one per rank.
 set -u
 OSDP=${1:?usage: cli_errors.sh OSDP [MPIRUN...]}
-# The work happens in a temporary directory: make a relative path to the binary absolute.
-[[ "$OSDP" == */* ]] && OSDP="$(cd "${OSDP%/*}" && pwd)/${OSDP##*/}"
 shift
 MPIRUN=("$@")
-W=$(mktemp -d)
-trap 'rm -rf "$W"' EXIT
-cd "$W" || exit 1
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+source "${BASH_SOURCE%/*}/cli_common.sh"
 
 # expect_error NAME PATTERN... -- CMD...: CMD fails cleanly with one stderr line that starts with
 # "osdp: error:" and contains every (fixed-string) PATTERN.

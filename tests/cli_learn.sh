@@ -16,15 +16,7 @@
 # both builds (step ~300-850). The LEARN_* variables override the settings.
 set -u
 OSDP=${1:?usage: cli_learn.sh OSDP}
-# The work happens in a temporary directory: make a relative path to the binary absolute.
-[[ "$OSDP" == */* ]] && OSDP="$(cd "${OSDP%/*}" && pwd)/${OSDP##*/}"
-W=$(mktemp -d)
-trap 'rm -rf "$W"' EXIT
-cd "$W" || exit 1
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+source "${BASH_SOURCE%/*}/cli_common.sh"
 
 STEPS=${LEARN_STEPS:-1250}
 BATCH=${LEARN_BATCH:-16}

@@ -7,7 +7,6 @@
 ** and the LM head, and 4*T*C per token per layer for attention's two T x T products (the full
 ** square, which is what the kernels compute). Elementwise work is not counted.
 */
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,22 +22,6 @@ static const char* bench_help =
     "usage: [mpirun -np N] osdp bench [--model M] [--batch B] [--seq T] [--steps N] [--threads N]\n"
     "                         [--plan ddp|zero2|zero3|FILE] [--prefetch] [--mem-limit SIZE] [--json]\n"
     "  times N training steps (after one warm-up step) on random tokens.\n";
-
-/* GFLOP/s of cblas_sgemm for an M x K times K x N product (best of a few runs). */
-static double sgemm_gflops(int M, int N, int K) {
-  float* a = calloc((size_t)M * K, sizeof(float));
-  float* b = calloc((size_t)K * N, sizeof(float));
-  float* c = calloc((size_t)M * N, sizeof(float));
-  double best = 1e30;
-  for (int i = 0; a && b && c && i < 4; i++) {
-    double t0 = now_seconds();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a, K, b, N, 0.0f, c, N);
-    double t = now_seconds() - t0;
-    if (i > 0 && t < best) best = t;
-  }
-  free(a); free(b); free(c);
-  return 2.0 * M * N * K / best / 1e9;
-}
 
 /* Fills this rank's tokens and targets with random tokens (next-token targets). */
 static void random_batch(Engine* e, const GptDesc* d, long step) {
@@ -88,7 +71,7 @@ int cmd_bench(int argc, char** argv) {
   double flops = gpt_step_flops(&d, p.micro_batch, p.seq);
   double gflops = flops / (total / steps) / 1e9; /* per rank */
   int BT = p.micro_batch * p.seq;
-  double ref = comm_rank() == 0 ? sgemm_gflops(BT, d.cfg.padded_vocab, d.cfg.n_embd) : 0;
+  double ref = comm_rank() == 0 ? kernels_sgemm_gflops(BT, d.cfg.padded_vocab, d.cfg.n_embd) : 0;
   double peak_max = comm_allreduce_max_f64((double)e.arena.peak_total);
   double comm_s = cs.seconds[0] + cs.seconds[1] + cs.seconds[2];
   if (comm_rank() == 0) {
@@ -107,7 +90,7 @@ int cmd_bench(int argc, char** argv) {
       printf("  %.1f ms/step (slowest %.1f), %.1f tokens/s global, %.1f GFLOP/s per rank\n", ms,
              1e3 * worst, tokens / (ms / 1e3), gflops);
       printf("  sgemm at %d x %d x %d (OpenBLAS kernel %s): %.1f GFLOP/s -> step reaches %.0f%% of sgemm\n",
-             BT, d.cfg.padded_vocab, d.cfg.n_embd, openblas_get_corename(), ref, 100 * gflops / ref);
+             BT, d.cfg.padded_vocab, d.cfg.n_embd, kernels_blas_core(), ref, 100 * gflops / ref);
       printf("  peak memory %s per rank (predicted %s), communication %.1f ms/step (rank 0, blocking part)\n",
              format_bytes(peak_max, pk), format_bytes((double)e.predicted.peak, pr), 1e3 * comm_s / steps);
       printf("  time per operator kind (rank 0, forward+backward, ms/step):\n");

@@ -35,9 +35,9 @@ static void describe_table(const GptDesc* d, int T) {
            op->n_params, f / 1e6, format_bytes((double)a, ab),
            op->splittable ? "yes" : (op->kind == OP_LMHEAD ? "tied to embed" : "no"));
   }
-  printf("total: %zu parameters (%s fp32), %.3f GFLOP/token forward (x3 for a training step), "
+  printf("total: %zu parameters (%s fp32), %.3f MFLOP/token forward (x3 for a training step), "
          "%s of activations per sample at seq %d\n", d->n_params,
-         format_bytes(4.0 * (double)d->n_params, ab), flops / 1e9,
+         format_bytes(4.0 * (double)d->n_params, ab), flops / 1e6,
          format_bytes((double)acts, (char[32]){0}), T);
 }
 

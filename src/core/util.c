@@ -90,6 +90,19 @@ char* format_bytes(double bytes, char buf[32]) {
   return buf;
 }
 
+char* read_text_file(const char* path, const char* field) {
+  FILE* f = fopen(path, "rb");
+  if (!f) { osdp_fail("%s: cannot open '%s': %s", field, path, strerror(errno)); return NULL; }
+  long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+  char* s = (n >= 0 && n < (1L << 26)) ? malloc((size_t)n + 1) : NULL;
+  if (!s) { fclose(f); osdp_fail("%s: '%s' is not a readable text file of at most 64 MiB", field, path); return NULL; }
+  fseek(f, 0, SEEK_SET);
+  size_t got = fread(s, 1, (size_t)n, f);
+  fclose(f);
+  s[got] = 0;
+  return s;
+}
+
 double now_seconds(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

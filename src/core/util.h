@@ -28,6 +28,10 @@ int parse_double(const char* s, const char* field, double* out);
 /* Formats a byte count for people, e.g. "1.50 GiB" or "812 B". Returns buf. */
 char* format_bytes(double bytes, char buf[32]);
 
+/* Reads a whole text file (at most 64 MiB) into a NUL-terminated heap string the caller
+** frees; NULL with an error naming `field` and the file when it cannot be read. */
+char* read_text_file(const char* path, const char* field);
+
 /* Monotonic wall-clock time in seconds. */
 double now_seconds(void);
 

@@ -4,7 +4,9 @@
 */
 #include <omp.h>
 #include <cblas.h>
+#include <stdlib.h>
 #include "cpu_kernels.h"
+#include "core/util.h"
 
 static int g_threads = 1;
 
@@ -29,3 +31,22 @@ int kernels_threads(void) {
 size_t attention_scratch_elems(int T) {
   return (size_t)T * (size_t)T;
 }
+
+double kernels_sgemm_gflops(int M, int N, int K) {
+  float* a = calloc((size_t)M * K, sizeof(float));
+  float* b = calloc((size_t)K * N, sizeof(float));
+  float* c = calloc((size_t)M * N, sizeof(float));
+  double best = 1e30;
+  for (int i = 0; a && b && c && i < 4; i++) {
+    double t0 = now_seconds();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a, K, b, N, 0.0f, c, N);
+    double t = now_seconds() - t0;
+    if (i > 0 && t < best) best = t; /* the first run warms caches and threads */
+  }
+  free(a);
+  free(b);
+  free(c);
+  return best < 1e30 ? 2.0 * M * N * K / best / 1e9 : 0.0;
+}
+
+const char* kernels_blas_core(void) { return openblas_get_corename(); }

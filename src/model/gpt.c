@@ -38,6 +38,9 @@ int gpt_config_validate(const GptConfig* c) {
                      c->n_head, c->n_embd);
   if (c->vocab_size < 2 || c->vocab_size > (1 << 24))
     return osdp_fail("model: vocab_size=%d must be in [2, 16777216]", c->vocab_size);
+  if (c->padded_vocab && (c->padded_vocab < c->vocab_size || c->padded_vocab % 128 != 0))
+    return osdp_fail("model: padded_vocab=%d must be a multiple of 128 and >= vocab_size=%d",
+                     c->padded_vocab, c->vocab_size);
   if (c->max_seq < 1 || c->max_seq > 65536)
     return osdp_fail("model: max_seq=%d must be in [1, 65536]", c->max_seq);
   return 0;
@@ -53,25 +56,9 @@ static int json_int_field(const cJSON* o, const char* path, const char* key, int
   return 0;
 }
 
-/* Reads a whole small file into a NUL-terminated heap string. */
-static char* read_text_file(const char* path) {
-  FILE* f = fopen(path, "rb");
-  if (!f) { osdp_fail("%s: cannot open: %s", path, strerror(errno)); return NULL; }
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  if (n < 0 || n > (1 << 24)) { fclose(f); osdp_fail("%s: not a model config (size)", path); return NULL; }
-  char* s = malloc((size_t)n + 1);
-  if (!s) { fclose(f); osdp_fail("out of memory"); return NULL; }
-  size_t got = fread(s, 1, (size_t)n, f);
-  fclose(f);
-  s[got] = 0;
-  return s;
-}
-
 /* Parses a JSON model config file. */
 static int config_from_json(const char* path, GptConfig* c) {
-  char* text = read_text_file(path);
+  char* text = read_text_file(path, "--model");
   if (!text) return -1;
   cJSON* o = cJSON_Parse(text);
   free(text);
@@ -156,6 +143,9 @@ int gpt_desc_build(GptDesc* d, const GptConfig* cfg) {
   memset(d, 0, sizeof *d);
   if (gpt_config_validate(cfg)) return -1;
   d->cfg = *cfg;
+  if (cfg->padded_vocab < cfg->vocab_size)
+    return osdp_fail("model: padded_vocab=%d is smaller than vocab_size=%d", cfg->padded_vocab,
+                     cfg->vocab_size);
   int L = cfg->n_layer, C = cfg->n_embd;
   d->ops = calloc((size_t)(GPT_OPS_PER_LAYER * L + 4), sizeof *d->ops);
   if (!d->ops) return osdp_fail("out of memory");

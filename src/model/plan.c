@@ -127,24 +127,9 @@ static int plan_read_ops(Plan* p, const GptDesc* d, const cJSON* ops, const char
   return 0;
 }
 
-/* Reads a whole file into a heap string. */
-static char* plan_read_file(const char* path) {
-  FILE* f = fopen(path, "rb");
-  if (!f) { osdp_fail("--plan: cannot open '%s': %s", path, strerror(errno)); return NULL; }
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char* s = (n >= 0 && n < (1 << 26)) ? malloc((size_t)n + 1) : NULL;
-  if (!s) { fclose(f); osdp_fail("%s: unreadable plan file", path); return NULL; }
-  size_t got = fread(s, 1, (size_t)n, f);
-  fclose(f);
-  s[got] = 0;
-  return s;
-}
-
 int plan_load(Plan* p, const GptDesc* d, const char* path) {
   memset(p, 0, sizeof *p);
-  char* text = plan_read_file(path);
+  char* text = read_text_file(path, "--plan");
   if (!text) return -1;
   cJSON* root = cJSON_Parse(text);
   free(text);

@@ -102,21 +102,6 @@ int device_validate(const DeviceInfo* dev, const char* where) {
 
 /* ---- Loading ----------------------------------------------------------------------------- */
 
-/* Reads a whole small file into a heap string. */
-static char* device_read_file(const char* path) {
-  FILE* f = fopen(path, "rb");
-  if (!f) { osdp_fail("--devices: cannot open '%s': %s", path, strerror(errno)); return NULL; }
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char* s = (n >= 0 && n < (1 << 26)) ? malloc((size_t)n + 1) : NULL;
-  if (!s) { fclose(f); osdp_fail("%s: unreadable device file (size)", path); return NULL; }
-  size_t got = fread(s, 1, (size_t)n, f);
-  fclose(f);
-  s[got] = 0;
-  return s;
-}
-
 /* Reads a number member `key` of object o into *out. Missing: error if required, else
 ** *out keeps its default. `field` is the dotted name used in messages. */
 static int json_number(const cJSON* o, const char* key, const char* field, int required,
@@ -231,7 +216,7 @@ static int device_from_json(const cJSON* root, const char* path, DeviceInfo* dev
 
 int device_load(DeviceInfo* dev, const char* path) {
   memset(dev, 0, sizeof *dev);
-  char* text = device_read_file(path);
+  char* text = read_text_file(path, "--devices");
   if (!text) return -1;
   cJSON* root = cJSON_Parse(text);
   free(text);

@@ -1,7 +1,6 @@
 /* profile.c: measuring device information on the real ranks; see profile.h. */
 #include "planner/profile.h"
 
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,22 +69,11 @@ static void profile_collectives(DeviceInfo* dev, int verbose) {
   free(shard);
 }
 
-/* sgemm GFLOP/s at the model's MLP shape (a stand-in FLOP rate for unmeasured ops). */
+/* sgemm GFLOP/s at the model's MLP shape on the slowest rank (a stand-in FLOP rate for
+** unmeasured ops). */
 static double profile_sgemm(const GptDesc* d, int T) {
   int M = T < 256 ? 256 : T, K = d->cfg.n_embd, N = 4 * d->cfg.n_embd;
-  float* a = calloc((size_t)M * K, sizeof(float));
-  float* b = calloc((size_t)K * N, sizeof(float));
-  float* c = calloc((size_t)M * N, sizeof(float));
-  double best = 1e30;
-  for (int i = 0; a && b && c && i < 4; i++) {
-    double t0 = now_seconds();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a, K, b, N, 0.0f, c, N);
-    double t = now_seconds() - t0;
-    if (i > 0 && t < best) best = t;
-  }
-  free(a); free(b); free(c);
-  /* The slowest rank's rate: the maximum of the negated rates. */
-  return -comm_allreduce_max_f64(-2.0 * M * N * K / best / 1e9);
+  return -comm_allreduce_max_f64(-kernels_sgemm_gflops(M, N, K));
 }
 
 /* Per-op times (slowest rank, mean of steps) of a dp engine at micro-batch B; also the
