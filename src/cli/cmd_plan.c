@@ -23,7 +23,7 @@ static const char* plan_help =
     "  device.json comes from `osdp profile` or is written by hand for hardware you do not have.\n";
 
 /* Device information from --devices, or from the flags that stand in for a file. */
-int device_from_args(const Args* a, DeviceInfo* dev) {
+static int device_from_args(const Args* a, DeviceInfo* dev) {
   memset(dev, 0, sizeof *dev);
   const char* path = args_get(a, "devices", NULL);
   if (path) {
@@ -55,28 +55,30 @@ static void slices_text(const OpPlan* o, char* buf, size_t n) {
     off += (size_t)snprintf(buf + off, n - off, "%s%s", s ? " " : "", strategy_name(o->strat[s]));
 }
 
-/* Prints the chosen plan per operator with its memory and the reason for sharding. */
+/* Prints the chosen plan per operator: its slices, the bytes it keeps between steps, its
+** largest transient, its communication + optimizer time per step, and why it is sharded. */
 static void print_plan_table(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
                              const Plan* p) {
-  printf("%-12s %-40s %12s %12s  %s\n", "operator", "slices", "kept", "transient", "why");
+  printf("%-12s %-40s %12s %12s %9s  %s\n", "operator", "slices", "kept", "transient", "comm+opt",
+         "why");
   for (int i = 0; i < d->nops; i++) {
     if (!d->ops[i].n_params) continue;
     const OpPlan* o = &p->ops[i];
     size_t kept = 0, tr = 0;
+    double time_s = 0;
     int sharded = 0;
     for (int s = 0; s < o->k; s++) {
-      size_t n = gpt_slice_params(&d->ops[i], o->k, s), pa, gr, op;
-      slice_persistent_bytes(n, o->strat[s], p->world, &pa, &gr, &op);
-      kept += pa + gr + op;
-      size_t t = slice_transient_backward(n, o->strat[s], p->world, 1);
+      size_t n = gpt_slice_params(&d->ops[i], o->k, s), t = cost_slice_transient(n, o->strat[s], p->world);
+      kept += cost_slice_persistent(n, o->strat[s], p->world);
       if (t > tr) tr = t;
+      time_s += cost_slice_comm_s(dev, i, n, o->strat[s]) + cost_slice_optim_s(dev, n, o->strat[s]);
       sharded |= o->strat[s] != STRAT_DP;
     }
     char sl[200], kb[32], tb[32], why[256] = "";
     slices_text(o, sl, sizeof sl);
     if (sharded) planner_explain(d, dev, so, p, i, why, sizeof why);
-    printf("%-12s %-40s %12s %12s  %s\n", d->ops[i].name, sl, format_bytes((double)kept, kb),
-           format_bytes((double)tr, tb), why);
+    printf("%-12s %-40s %12s %12s %6.2f ms  %s\n", d->ops[i].name, sl, format_bytes((double)kept, kb),
+           format_bytes((double)tr, tb), 1e3 * time_s, why);
   }
 }
 
@@ -98,7 +100,6 @@ static void cost_json(cJSON* parent, const char* name, int ok, const PlanCost* c
   cJSON_AddNumberToObject(o, "peak_bytes", (double)c->mem.peak);
 }
 
-/* Runs the search and prints everything; returns 0 or -1 (nothing fits). */
 int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so, int json,
                     int quiet, Plan* p, PlanCost* c) {
   size_t min_bytes = 0;
@@ -144,18 +145,17 @@ int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions
   return 0;
 }
 
-/* Search options from the flags. */
-int search_options_from_args(const Args* a, const GptDesc* d, const DeviceInfo* dev, SearchOptions* so) {
+/* Search options from the flags (--seq defaults to the sequence the device's op times were
+** measured at for this model, else the model's maximum). */
+static int search_options_from_args(const Args* a, const GptDesc* d, const DeviceInfo* dev,
+                                    SearchOptions* so) {
   long T, maxb;
   int def_T = dev->n_op_times && strcmp(dev->compute_model, d->cfg.name) == 0 ? dev->compute_seq
                                                                              : d->cfg.max_seq;
-  memset(so, 0, sizeof *so);
   if (args_int(a, "seq", def_T, 1, d->cfg.max_seq, &T) || args_int(a, "max-batch", 512, 1, 1 << 20, &maxb))
     return -1;
-  so->seq = (int)T;
+  planner_default_options(so, (int)T);
   so->max_batch = (int)maxb;
-  so->max_slices = GPT_MAX_SLICES;
-  for (int s = 0; s < STRAT_COUNT; s++) so->allow[s] = 1;
   return 0;
 }
 

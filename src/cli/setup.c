@@ -6,8 +6,6 @@
 #include "comm/comm.h"
 #include "core/util.h"
 #include "model/checkpoint.h"
-#include "planner/cost.h"
-#include "planner/search.h"
 
 int setup_model(const Args* a, const char* def, GptDesc* d) {
   const char* name = args_get(a, "model", NULL);
@@ -71,10 +69,6 @@ int setup_train_options(const Args* a, TrainOptions* o) {
   return 0;
 }
 
-/* Declared in cmd_plan.c. */
-int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so, int json,
-                    int quiet, Plan* p, PlanCost* c);
-
 int setup_auto_plan(const Args* a, const GptDesc* d, int T, int max_batch, int quiet, Plan* p,
                     PlanCost* cost) {
   ProfileOptions po;
@@ -84,11 +78,8 @@ int setup_auto_plan(const Args* a, const GptDesc* d, int T, int max_batch, int q
   po.verbose = !quiet;
   if (profile_device(d, &po, &dev)) return -1;
   SearchOptions so;
-  memset(&so, 0, sizeof so);
-  so.seq = T;
+  planner_default_options(&so, T);
   so.max_batch = max_batch;
-  so.max_slices = GPT_MAX_SLICES;
-  for (int s = 0; s < STRAT_COUNT; s++) so.allow[s] = 1;
   int rc = plan_and_report(d, &dev, &so, 0, quiet, p, cost);
   device_free(&dev);
   return rc;

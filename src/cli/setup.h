@@ -7,6 +7,7 @@
 #include "model/gpt.h"
 #include "model/plan.h"
 #include "planner/profile.h"
+#include "planner/search.h"
 #include "runtime/engine.h"
 
 /* The model of --model (a preset or JSON file), or of the --load checkpoint when --model is
@@ -23,9 +24,12 @@ int profile_options_from_args(const Args* a, const GptDesc* d, ProfileOptions* o
 /* `--plan auto`: profiles this run's ranks for model d at sequence T, searches the fastest plan
 ** under --mem-limit (micro-batch at most max_batch) and returns it with its predicted cost.
 ** Prints the plan table on rank 0 unless quiet. */
-struct PlanCost;
 int setup_auto_plan(const Args* a, const GptDesc* d, int T, int max_batch, int quiet, Plan* p,
-                    struct PlanCost* cost);
+                    PlanCost* cost);
+/* Runs the plan search and prints the plan beside the uniform plans on rank 0 (as a table, or
+** with json as one object; nothing when quiet). Returns 0, or -1 when nothing fits. */
+int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so, int json,
+                    int quiet, Plan* p, PlanCost* c);
 /* The option names the three helpers read, for the subcommands' option lists. */
 #define SETUP_OPTIONS "model", "plan", "lr", "seed", "threads", "mem-limit", "warmup", \
   "weight-decay", "grad-clip", "batch", "seq", "load", "profile-steps", "max-batch"

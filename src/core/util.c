@@ -1,6 +1,8 @@
 /* util.c: error reporting, size parsing, clocks and random numbers; see util.h. */
 #include "core/util.h"
 
+#include <cjson/cJSON.h>
+
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -90,7 +92,9 @@ char* format_bytes(double bytes, char buf[32]) {
   return buf;
 }
 
-char* read_text_file(const char* path, const char* field) {
+/* Reads a whole text file (at most 64 MiB) into a NUL-terminated heap string the caller
+** frees; NULL with an error naming `field` and the file when it cannot be read. */
+static char* read_text_file(const char* path, const char* field) {
   FILE* f = fopen(path, "rb");
   if (!f) { osdp_fail("%s: cannot open '%s': %s", field, path, strerror(errno)); return NULL; }
   long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
@@ -101,6 +105,17 @@ char* read_text_file(const char* path, const char* field) {
   fclose(f);
   s[got] = 0;
   return s;
+}
+
+cJSON* read_json_object(const char* path, const char* field, const char* shape) {
+  char* text = read_text_file(path, field);
+  if (!text) return NULL;
+  cJSON* root = cJSON_Parse(text);
+  free(text);
+  if (cJSON_IsObject(root)) return root;
+  cJSON_Delete(root);
+  osdp_fail("%s: malformed JSON; %s", path, shape);
+  return NULL;
 }
 
 double now_seconds(void) {

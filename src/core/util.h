@@ -28,9 +28,10 @@ int parse_double(const char* s, const char* field, double* out);
 /* Formats a byte count for people, e.g. "1.50 GiB" or "812 B". Returns buf. */
 char* format_bytes(double bytes, char buf[32]);
 
-/* Reads a whole text file (at most 64 MiB) into a NUL-terminated heap string the caller
-** frees; NULL with an error naming `field` and the file when it cannot be read. */
-char* read_text_file(const char* path, const char* field);
+/* Reads a JSON file whose top level must be an object. Returns the parsed cJSON object (the
+** caller cJSON_Delete's it), or NULL with an error naming the file: unreadable (naming
+** `field`), or "malformed JSON; <shape>" where shape says what the file should hold. */
+struct cJSON* read_json_object(const char* path, const char* field, const char* shape);
 
 /* Monotonic wall-clock time in seconds. */
 double now_seconds(void);

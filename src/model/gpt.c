@@ -58,15 +58,9 @@ static int json_int_field(const cJSON* o, const char* path, const char* key, int
 
 /* Parses a JSON model config file. */
 static int config_from_json(const char* path, GptConfig* c) {
-  char* text = read_text_file(path, "--model");
-  if (!text) return -1;
-  cJSON* o = cJSON_Parse(text);
-  free(text);
-  if (!o || !cJSON_IsObject(o)) {
-    cJSON_Delete(o);
-    return osdp_fail("%s: malformed JSON; expected an object such as {\"n_layer\":2,\"n_embd\":64,"
-                     "\"n_head\":4,\"vocab_size\":256,\"max_seq\":128}", path);
-  }
+  cJSON* o = read_json_object(path, "--model", "expected an object such as {\"n_layer\":2,"
+                              "\"n_embd\":64,\"n_head\":4,\"vocab_size\":256,\"max_seq\":128}");
+  if (!o) return -1;
   memset(c, 0, sizeof *c);
   int rc = json_int_field(o, path, "n_layer", &c->n_layer) ||
            json_int_field(o, path, "n_embd", &c->n_embd) ||

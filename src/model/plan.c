@@ -129,15 +129,9 @@ static int plan_read_ops(Plan* p, const GptDesc* d, const cJSON* ops, const char
 
 int plan_load(Plan* p, const GptDesc* d, const char* path) {
   memset(p, 0, sizeof *p);
-  char* text = read_text_file(path, "--plan");
-  if (!text) return -1;
-  cJSON* root = cJSON_Parse(text);
-  free(text);
-  if (!cJSON_IsObject(root)) {
-    cJSON_Delete(root);
-    return osdp_fail("%s: malformed JSON; a plan is an object with model, world_size, "
-                     "micro_batch, seq_len and ops (see osdp plan --out)", path);
-  }
+  cJSON* root = read_json_object(path, "--plan", "a plan is an object with model, world_size, "
+                                 "micro_batch, seq_len and ops (see osdp plan --out)");
+  if (!root) return -1;
   int world = 0, B = 0, T = 0;
   int rc = plan_check_model(cJSON_GetObjectItemCaseSensitive(root, "model"), d, path);
   if (!rc) rc = plan_json_int(root, path, "world_size", &world);

@@ -216,15 +216,9 @@ static int device_from_json(const cJSON* root, const char* path, DeviceInfo* dev
 
 int device_load(DeviceInfo* dev, const char* path) {
   memset(dev, 0, sizeof *dev);
-  char* text = read_text_file(path, "--devices");
-  if (!text) return -1;
-  cJSON* root = cJSON_Parse(text);
-  free(text);
-  if (!cJSON_IsObject(root)) {
-    cJSON_Delete(root);
-    return osdp_fail("%s: malformed JSON; a device file is an object with ranks, mem_limit, flops "
-                     "and collectives (see osdp profile --out)", path);
-  }
+  cJSON* root = read_json_object(path, "--devices", "a device file is an object with ranks, "
+                                 "mem_limit, flops and collectives (see osdp profile --out)");
+  if (!root) return -1;
   int rc = device_from_json(root, path, dev);
   cJSON_Delete(root);
   if (rc) device_free(dev);
