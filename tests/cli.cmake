@@ -23,3 +23,15 @@ set_tests_properties(cli_learn PROPERTIES TIMEOUT 300)
 add_test(NAME cli_auto
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_auto.sh $<TARGET_FILE:osdp> ${OSDP_MPIRUN})
 set_tests_properties(cli_auto PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 300)
+
+# Pictures of plans: describe --svg / plan --svg carry describe --json's bytes, are well-formed
+# XML (xmllint) and fail cleanly on unwritable paths.
+add_test(NAME cli_svg
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_svg.sh $<TARGET_FILE:osdp>)
+set_tests_properties(cli_svg PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 120)
+
+# Plan files run as written: measured peak == predicted for hand-written plans on 2 ranks, and
+# the predictions differ between strategies, slicing and prefetch as they should.
+add_test(NAME cli_plans
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_plans.sh $<TARGET_FILE:osdp> ${OSDP_MPIRUN})
+set_tests_properties(cli_plans PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 180)

@@ -4,6 +4,11 @@
 #  - `osdp plan --json` gives a plan whose predicted peak fits the limit, is never slower than the
 #    best uniform plan, and `--out` writes a plan `osdp train --plan FILE` runs;
 #  - `osdp train --plan auto` measures exactly the predicted peak on every rank, within the limit;
+#  - a limit so tight that only sharded, split plans fit: the plan found from the profile is
+#    sharded and split, and train runs it with exactly the predicted peak;
+#  - `osdp plan --trial` measures every candidate and chooses the measured fastest;
+#  - `train --plan auto` trials its candidates and leaves no trace: its first loss equals that
+#    of a plain run with the same micro-batch (same initial weights, same data position);
 #  - a limit too small for any plan gives one error line naming the smallest limit that fits,
 #    and planning at exactly that limit succeeds.
 set -u
@@ -11,18 +16,20 @@ OSDP=${1:?usage: cli_auto.sh OSDP MPIRUN...}; shift
 mpirun=("$@")
 source "${BASH_SOURCE%/*}/cli_common.sh"
 num() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p" | head -1; }
+# first KEY.FIELD of an object field in a JSON line: pick KEY FIELD <file
+pick() { grep -o "\"$1\":{[^}]*}" | head -1 | sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p"; }
 limit=12582912   # 12 MiB
 
 if "${mpirun[@]}" -np 2 "$OSDP" profile --model tiny --seq 64 --mem-limit $limit --out dev.json --quiet 2>err.txt \
    && [ -s dev.json ]; then ok; else bad "profile failed: $(cat err.txt)"; fi
 if "$OSDP" plan --model tiny --devices dev.json --seq 64 --out plan.json --json >plan.out 2>err.txt; then ok
 else bad "plan failed: $(cat err.txt)"; fi
-peak=$(sed -n 's/.*"predicted":{[^}]*"peak_bytes":\([0-9.e+]*\).*/\1/p' plan.out)
-sps=$(sed -n 's/.*"predicted":{[^}]*"samples_per_s":\([0-9.e+]*\).*/\1/p' plan.out)
+peak=$(pick predicted peak_bytes <plan.out)
+sps=$(pick predicted samples_per_s <plan.out)
 if [ -n "$peak" ] && awk -v p="$peak" -v l=$limit 'BEGIN{exit !(p <= l)}'; then ok
 else bad "predicted peak '$peak' is not within the limit $limit"; fi
 for s in ddp zero2 zero3; do
-  u=$(sed -n "s/.*\"$s\":{[^}]*\"samples_per_s\":\([0-9.e+]*\).*/\1/p" plan.out)
+  u=$(pick $s samples_per_s <plan.out)
   if [ -z "$u" ] || awk -v a="$sps" -v u="$u" 'BEGIN{exit !(a >= u * (1 - 1e-12))}'; then ok
   else bad "auto plan ($sps samples/s) predicted slower than uniform $s ($u)"; fi
 done
@@ -33,12 +40,41 @@ if "${mpirun[@]}" -np 2 "$OSDP" train --plan plan.json --steps 2 --mem-limit $li
    && [ "$(echo "$(num peak_bytes <run.out)" | awk '{printf "%.0f", $1}')" = "$(awk -v p="$peak" 'BEGIN{printf "%.0f", p}')" ]; then ok
 else bad "train --plan plan.json: peak $(num peak_bytes <run.out) vs predicted $peak: $(cat err.txt)"; fi
 
-"${mpirun[@]}" -np 2 "$OSDP" train --plan auto --mem-limit $limit --steps 3 --json --quiet --eval-batches 1 >auto.out 2>err.txt
+# The smallest limit any plan fits (from the error message for a far too small limit): only a
+# fully sharded plan with split operators fits there.
+"$OSDP" plan --model tiny --devices dev.json --seq 64 --mem-limit 100000 >/dev/null 2>err.txt
+tight=$(grep -o '([0-9]* bytes' err.txt | grep -o '[0-9]*' | head -1)
+if [ -n "$tight" ] && "$OSDP" plan --model tiny --devices dev.json --seq 64 --mem-limit "$tight" --out tight.json --json >tight.out 2>err.txt; then ok
+else bad "plan at the smallest limit '$tight' failed: $(cat err.txt)"; fi
+if grep -q '"zero3",' tight.json && ! grep -q '"dp"' tight.json; then ok
+else bad "the tightest plan is not sharded and split: $(tr -d ' \t\n' <tight.json | head -c 600)"; fi
+tpk=$(pick predicted peak_bytes <tight.out)
+if "${mpirun[@]}" -np 2 "$OSDP" train --plan tight.json --steps 2 --mem-limit "$tight" --json --quiet --eval-batches 1 >tight.run 2>err.txt \
+   && [ "$(num peak_bytes <tight.run)" = "$(awk -v p="$tpk" 'BEGIN{printf "%.0f", p}')" ] \
+   && [ "$(num ranks_off_prediction <tight.run)" = 0 ]; then ok
+else bad "train --plan tight.json: peak $(num peak_bytes <tight.run) vs predicted $tpk: $(cat err.txt)"; fi
+
+# plan --trial: every candidate measured, the chosen one the fastest measured.
+if "${mpirun[@]}" -np 2 "$OSDP" plan --model tiny --devices dev.json --seq 64 --trial --trial-steps 2 --json >trial.out 2>err.txt; then ok
+else bad "plan --trial failed: $(cat err.txt)"; fi
+nc=$(grep -o '"origin":' trial.out | wc -l); nm=$(grep -o '"measured":{' trial.out | wc -l)
+if [ "$nc" -ge 3 ] && [ "$nm" = $((nc + 1)) ]; then ok else bad "plan --trial: $nc candidates, $nm measured"; fi
+best=$(grep -o '"measured":{"step_s":[0-9.e+-]*,"samples_per_s":[0-9.e+-]*' trial.out | sed 's/.*samples_per_s"://' | sort -g | tail -1)
+chosen=$(sed -n 's/.*"measured":{"step_s":[0-9.e+-]*,"samples_per_s":\([0-9.e+-]*\).*"chosen".*/\1/p' trial.out | head -1)
+if [ -n "$best" ] && [ "$best" = "$chosen" ]; then ok else bad "plan --trial chose $chosen samples/s, the best measured is $best"; fi
+
+"${mpirun[@]}" -np 2 "$OSDP" train --plan auto --mem-limit $limit --steps 3 --trial-steps 2 --json --quiet --eval-batches 1 >auto.out 2>err.txt
 pk=$(num peak_bytes <auto.out); pr=$(num predicted_peak_bytes <auto.out); off=$(num ranks_off_prediction <auto.out)
 pst=$(num predicted_step_s <auto.out)
 if [ -n "$pk" ] && [ "$pk" = "$pr" ] && [ "$off" = 0 ] && [ "$pk" -le $limit ]; then ok
 else bad "train --plan auto: peak '$pk' predicted '$pr' ranks off '$off' (limit $limit): $(cat err.txt)"; fi
 if [ -n "$pst" ] && awk -v p="$pst" 'BEGIN{exit !(p > 0)}'; then ok; else bad "auto run reports no predicted step time"; fi
+if grep -q '"trial_best_uniform":"[a-z0-9]' auto.out; then ok; else bad "auto run reports no trial: $(cat auto.out)"; fi
+ab=$(num micro_batch <auto.out); af=$(num first_loss <auto.out)
+"${mpirun[@]}" -np 2 "$OSDP" train --plan ddp --batch "$ab" --steps 1 --json --quiet --eval-batches 1 >plain.out 2>err.txt
+pf=$(num first_loss <plain.out)
+if [ -n "$af" ] && [ -n "$pf" ] && awk -v a="$af" -v b="$pf" 'BEGIN{d=a-b; if(d<0)d=-d; exit !(d <= 1e-5*b)}'; then ok
+else bad "after the trial the first loss is $af, a plain run's is $pf (micro-batch $ab)"; fi
 
 # Far too little memory: one line naming the smallest limit that fits; that limit then works.
 if "$OSDP" plan --model tiny --devices dev.json --seq 64 --mem-limit 100000 >/dev/null 2>err.txt; then

@@ -2,7 +2,8 @@
 # Plan invariance: with 1..4 ranks, the uniform plans (zero3 also with prefetch) and random
 # mixed plans (random slices, strategies and prefetch) reproduce the
 # single-process loss curve of the same global batch over 20 steps (1e-5 relative), end with
-# the same weights, and each rank's peak memory equals the prediction to the byte.
+# the same weights (6e-6 absolute, see wtol), and each rank's peak memory equals the
+# prediction to the byte.
 # usage: plan_invariance.sh OSDP PLAN_TOOL MPIRUN...
 set -u
 osdp=$1; tool=$2; shift 2; mpirun=("$@")
@@ -16,6 +17,17 @@ JSON
 model=$work/odd.json
 common=(--model "$model" --data addition:2 --seq 20 --steps 20 --lr 3e-3 --quiet --json)
 B=2
+# Final-weight tolerance (absolute). Measured over every run below (run with tolerance 0):
+# the worst difference from the single-process run was 1.34e-6 (N=1, random plan 2; all
+# others 4.1e-7 .. 8.8e-7). 6e-6 is about 4.5x that. A weight-decay slip is larger: decay
+# moves a weight by lr*wd*|w| per step, here sum(lr) * 0.1 * |w| = 6.3e-4 * |w| over the 20
+# steps (lr warms up to 3e-3 over 100 steps), so 1.3e-5 .. 5.7e-5 for |w| ~ 0.02 .. 0.09 (init
+# std 0.02) and 6.3e-4 for a LayerNorm scale of 1; the old 1e-4 saw only the last. (Tried:
+# an engine that skipped decay on zero3 slices ended 3.9e-5 .. 5.3e-5 off in every plan with
+# zero3 slices, which passed 1e-4 and fails 6e-6.)
+# To re-measure, run with OSDP_WEIGHT_TOL=0: every weights check then fails and prints its
+# worst difference.
+wtol=${OSDP_WEIGHT_TOL:-6e-6}
 for N in 1 2 3 4; do
   ref=$work/ref$N
   "$osdp" train "${common[@]}" --batch $((N * B)) --log "$ref.jsonl" --save "$ref.bin" > "$ref.sum" 2>&1 \
@@ -32,7 +44,7 @@ for N in 1 2 3 4; do
       fail=$((fail+1)); echo "FAIL N=$N plan=$plan: $(tail -3 "$run.err")"; continue
     fi
     check "losses N=$N $plan" "$tool" losses "$ref.jsonl" "$run.jsonl" 1e-5
-    check "weights N=$N $plan" "$tool" weights "$ref.bin" "$run.bin" 1e-4
+    check "weights N=$N $plan" "$tool" weights "$ref.bin" "$run.bin" $wtol
     check "memory N=$N $plan" "$tool" memory "$run.sum"
   done
 done

@@ -6,6 +6,11 @@
 **   plan_tool weights A.bin B.bin TOL           compares two checkpoints' parameters
 **   plan_tool memory SUMMARY.json               checks peak_bytes == predicted_peak_bytes and
 **                                               that no rank differed
+**   plan_tool roundtrip MODEL COUNT SEED DIR    writes COUNT random plans (every strategy,
+**                                               k in 1..8 where the op allows, prefetch on and
+**                                               off, world 1..8) to DIR with plan_save, reads
+**                                               them back with plan_load and checks every
+**                                               field equals the original
 ** Each prints one line and exits 0 when the check holds, 1 when it does not.
 */
 #include <cjson/cJSON.h>
@@ -118,11 +123,85 @@ static int tool_memory(char** argv) {
   return ok ? 0 : 1;
 }
 
+/* Compares two plans field by field; prints the first difference. Returns 1 when equal. */
+static int plans_equal(const Plan* a, const Plan* b, const GptDesc* d, int n) {
+  if (a->world != b->world || a->micro_batch != b->micro_batch || a->seq != b->seq ||
+      a->prefetch != b->prefetch || a->nops != b->nops) {
+    printf("roundtrip: plan %d: world %d/%d micro_batch %d/%d seq %d/%d prefetch %d/%d nops %d/%d\n",
+           n, a->world, b->world, a->micro_batch, b->micro_batch, a->seq, b->seq, a->prefetch,
+           b->prefetch, a->nops, b->nops);
+    return 0;
+  }
+  for (int i = 0; i < a->nops; i++) {
+    int same = a->ops[i].k == b->ops[i].k;
+    for (int s = 0; same && s < a->ops[i].k; s++) same = a->ops[i].strat[s] == b->ops[i].strat[s];
+    if (!same) {
+      printf("roundtrip: plan %d: operator %s differs (k %d vs %d)\n", n, d->ops[i].name,
+             a->ops[i].k, b->ops[i].k);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* Saves and reloads random plans and checks they come back unchanged. Also checks that the
+** plans covered every strategy, every slice count 1..8 and both prefetch settings. */
+static int tool_roundtrip(char** argv) {
+  GptConfig cfg;
+  GptDesc d;
+  if (gpt_config_load(argv[0], &cfg) || gpt_desc_build(&d, &cfg)) {
+    fprintf(stderr, "%s\n", osdp_last_error());
+    return 1;
+  }
+  int count = atoi(argv[1]), bad = 0;
+  int seen_k[GPT_MAX_SLICES + 1] = {0}, seen_s[STRAT_COUNT] = {0}, seen_pf[2] = {0};
+  Rng r;
+  rng_seed(&r, (uint64_t)atoll(argv[2]));
+  char path[4096];
+  snprintf(path, sizeof path, "%s/roundtrip.json", argv[3]);
+  for (int n = 0; n < count && !bad; n++) {
+    Plan p, q;
+    int world = 1 + (int)rng_below(&r, 8);
+    plan_uniform(&p, &d, STRAT_DP, world, 1 + (int)rng_below(&r, 16),
+                 1 + (int)rng_below(&r, (uint64_t)cfg.max_seq));
+    for (int i = 0; i < d.nops; i++) {
+      if (!d.ops[i].n_params) continue;
+      int kmax = d.ops[i].splittable ? GPT_MAX_SLICES : 1;
+      if ((size_t)kmax > d.ops[i].rows && d.ops[i].splittable) kmax = (int)d.ops[i].rows;
+      p.ops[i].k = 1 + (int)rng_below(&r, (uint64_t)kmax);
+      seen_k[p.ops[i].k]++;
+      for (int s = 0; s < p.ops[i].k; s++) {
+        p.ops[i].strat[s] = (Strategy)rng_below(&r, STRAT_COUNT);
+        seen_s[p.ops[i].strat[s]]++;
+      }
+    }
+    p.prefetch = (int)rng_below(&r, 2);
+    seen_pf[p.prefetch]++;
+    if (plan_save(&p, &d, path) || plan_load(&q, &d, path)) {
+      printf("roundtrip: plan %d: %s\n", n, osdp_last_error());
+      bad = 1;
+    } else {
+      bad = !plans_equal(&p, &q, &d, n);
+      plan_free(&q);
+    }
+    plan_free(&p);
+  }
+  int covered = seen_pf[0] && seen_pf[1];
+  for (int k = 1; k <= GPT_MAX_SLICES; k++) covered = covered && seen_k[k];
+  for (int s = 0; s < STRAT_COUNT; s++) covered = covered && seen_s[s];
+  remove(path);
+  gpt_desc_free(&d);
+  if (!bad && !covered) printf("roundtrip: the random plans missed a strategy, slice count or prefetch\n");
+  if (!bad && covered) printf("roundtrip: %d plans saved and loaded back unchanged\n", count);
+  return bad || !covered ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
   if (argc == 8 && strcmp(argv[1], "random") == 0) return tool_random(argv + 2);
   if (argc == 5 && strcmp(argv[1], "losses") == 0) return tool_losses(argv + 2);
   if (argc == 5 && strcmp(argv[1], "weights") == 0) return tool_weights(argv + 2);
   if (argc == 3 && strcmp(argv[1], "memory") == 0) return tool_memory(argv + 2);
+  if (argc == 6 && strcmp(argv[1], "roundtrip") == 0) return tool_roundtrip(argv + 2);
   fprintf(stderr, "usage: see the comment at the top of tests/plan_tool.c\n");
   return 2;
 }

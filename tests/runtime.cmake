@@ -4,3 +4,12 @@ add_test(NAME plan_invariance
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/plan_invariance.sh $<TARGET_FILE:osdp> $<TARGET_FILE:plan_tool> ${OSDP_MPIRUN})
 set_tests_properties(plan_invariance PROPERTIES TIMEOUT 900
   ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+# The optimizer rules in one process: engine steps against an fp64 reference with AdamW,
+# clipping, the learning-rate schedule and the weight-decay sets written out in the test.
+osdp_add_test_exe(test_runtime ${PROJECT_SOURCE_DIR}/tests/test_runtime.c)
+add_test(NAME runtime_optimizer COMMAND test_runtime)
+set_tests_properties(runtime_optimizer PROPERTIES LABELS "sanitize"
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+# Plan files: plan_load(plan_save(p)) == p for random plans (strategies, k 1..8, prefetch).
+add_test(NAME runtime_plan_roundtrip COMMAND plan_tool roundtrip tiny 300 11 ${CMAKE_CURRENT_BINARY_DIR})
+set_tests_properties(runtime_plan_roundtrip PROPERTIES LABELS "sanitize")

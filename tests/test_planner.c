@@ -1,8 +1,10 @@
 /*
 ** test_planner.c: the planner (device files, cost model, search), without MPI.
 **  1. Device files: load/save round trip, and one clear error per kind of bad input.
-**  2. Cost model: plan_cost's memory equals plan_predict_memory; its time equals formulas
-**     written out independently here; measured compute times and "overhead" are used.
+**  2. Cost model: plan_cost's memory and replayed time equal formulas written out
+**     independently here (no overlap); the search model (cost_search_step_s) equals its own
+**     formulas and equals the replay for plans without dp slices; overlap hides all-reduces
+**     and prefetched gathers; measured compute times (per slice count) and "overhead" are used.
 **  3. Per-operator configurations: planner_op_configs covers every one of the 3^k
 **     assignments of every slice count (nothing lost by grouping equal slices or by pruning).
 **  4. Search = brute force over ALL plans (every configuration of every op, every
@@ -51,9 +53,9 @@ static DeviceInfo make_device(int ranks, size_t limit, double flops) {
   dev.threads = 1;
   dev.flops = flops;
   dev.optimizer_s_per_param = 1e-9;
-  dev.coll[COLL_ALLREDUCE] = (CollectiveModel){3e-5, 2e8};
-  dev.coll[COLL_ALLGATHER] = (CollectiveModel){1e-5, 5e8};
-  dev.coll[COLL_REDUCE_SCATTER] = (CollectiveModel){2e-5, 3e8};
+  dev.coll[COLL_ALLREDUCE] = (CollectiveModel){3e-5, 2e8, 0, 0};
+  dev.coll[COLL_ALLGATHER] = (CollectiveModel){1e-5, 5e8, 0, 0};
+  dev.coll[COLL_REDUCE_SCATTER] = (CollectiveModel){2e-5, 3e8, 0, 0};
   return dev;
 }
 
@@ -75,11 +77,12 @@ static const char* write_temp(const char* text) {
 static const char* good_device =
     "{\"ranks\": 4, \"mem_limit\": \"8GiB\", \"threads\": 2, \"flops\": 9.4e10,"
     " \"optimizer_s_per_param\": 1.5e-9,"
-    " \"collectives\": {\"allreduce\": {\"latency_s\": 2e-5, \"bandwidth_Bps\": 3e8},"
+    " \"collectives\": {\"allreduce\": {\"latency_s\": 2e-5, \"bandwidth_Bps\": 3e8, \"overlap\": 0.25},"
     "   \"allgather\": {\"latency_s\": 1e-5, \"bandwidth_Bps\": 4e8},"
     "   \"reduce_scatter\": {\"latency_s\": 3e-5, \"bandwidth_Bps\": 5e8}},"
     " \"compute\": {\"model\": \"tiny\", \"seq\": 64, \"ops\": ["
-    "   {\"name\": \"h0.qkv\", \"fixed_s\": 1e-4, \"per_sample_s\": 2e-3},"
+    "   {\"name\": \"h0.qkv\", \"fixed_s\": 1e-4, \"per_sample_s\": 2e-3, \"slices\": ["
+    "     {\"k\": 2, \"fixed_s\": 2e-4, \"per_sample_s\": 2.5e-3}, {\"k\": 8, \"fixed_s\": 6e-4, \"per_sample_s\": 4e-3}]},"
     "   {\"name\": \"overhead\", \"fixed_s\": 0.25, \"per_sample_s\": 0.125}]}}";
 
 /* Loads `text` as a device file expecting failure; checks the error names `field`. */
@@ -108,12 +111,17 @@ static void check_same_device(const DeviceInfo* a, const DeviceInfo* b) {
   CHECK(a->flops == b->flops && a->optimizer_s_per_param == b->optimizer_s_per_param);
   for (int k = 0; k < COLL_COUNT; k++)
     CHECK(a->coll[k].latency_s == b->coll[k].latency_s &&
-          a->coll[k].bandwidth_Bps == b->coll[k].bandwidth_Bps);
+          a->coll[k].bandwidth_Bps == b->coll[k].bandwidth_Bps &&
+          a->coll[k].overlap == b->coll[k].overlap && a->coll[k].residual == b->coll[k].residual);
   CHECK(strcmp(a->compute_model, b->compute_model) == 0 && a->compute_seq == b->compute_seq);
   CHECK(a->n_op_times == b->n_op_times);
-  for (int i = 0; i < a->n_op_times && i < b->n_op_times; i++)
-    CHECK(strcmp(a->op_names[i], b->op_names[i]) == 0 && a->op_fixed_s[i] == b->op_fixed_s[i] &&
-          a->op_per_sample_s[i] == b->op_per_sample_s[i]);
+  for (int i = 0; i < a->n_op_times && i < b->n_op_times; i++) {
+    const OpTime *x = &a->op_times[i], *y = &b->op_times[i];
+    CHECK(strcmp(x->name, y->name) == 0);
+    for (int l = 0; l < DEVICE_SLICE_LEVELS; l++)
+      CHECK(x->measured[l] == y->measured[l] &&
+            (!x->measured[l] || (x->fixed_s[l] == y->fixed_s[l] && x->per_sample_s[l] == y->per_sample_s[l])));
+  }
 }
 
 /* Round trip and the errors of device files. */
@@ -122,6 +130,9 @@ static void test_device_files(void) {
   CHECK(device_load(&a, write_temp(good_device)) == 0);
   CHECK(a.ranks == 4 && a.mem_limit == ((size_t)8 << 30) && a.threads == 2);
   CHECK(a.coll[COLL_ALLGATHER].bandwidth_Bps == 4e8 && a.n_op_times == 2);
+  CHECK(a.coll[COLL_ALLREDUCE].overlap == 0.25 && a.coll[COLL_ALLGATHER].overlap == 0);
+  CHECK(a.op_times[0].measured[0] && a.op_times[0].measured[1] && !a.op_times[0].measured[2] &&
+        a.op_times[0].measured[3] && a.op_times[0].fixed_s[3] == 6e-4 && !a.op_times[1].measured[1]);
   CHECK(strcmp(a.compute_model, "tiny") == 0 && a.compute_seq == 64);
   a.flops = 1.0 / 3.0; /* a value that needs all 17 digits */
   const char* path = write_temp("");
@@ -130,7 +141,7 @@ static void test_device_files(void) {
   check_same_device(&a, &b);
   device_free(&a);
   device_free(&b);
-  CHECK(a.n_op_times == 0 && a.op_names == NULL);
+  CHECK(a.n_op_times == 0 && a.op_times == NULL);
 
   expect_device_error("{\"ranks\": 4,", "malformed");
   expect_device_error("[1, 2]", "malformed");
@@ -158,6 +169,10 @@ static void test_device_files(void) {
   expect_device_error(device_variant("\"fixed_s\": 1e-4", "\"fixed_s\": -1e-4"), "compute.ops[0].fixed_s");
   expect_device_error(device_variant("\"per_sample_s\": 0.125", "\"per_sample_s\": \"x\""),
                       "compute.ops[1].per_sample_s");
+  expect_device_error(device_variant("{\"k\": 2,", "{\"k\": 3,"), "compute.ops[0].slices[0].k");
+  expect_device_error(device_variant("\"fixed_s\": 6e-4", "\"fixed_s\": -6e-4"),
+                      "compute.ops[0].slices[k=8].fixed_s");
+  expect_device_error(device_variant("\"overlap\": 0.25", "\"overlap\": 1.5"), "collectives.allreduce.overlap");
   osdp_clear_error();
   CHECK(device_load(&a, "/nonexistent/dev.json") == -1 && strstr(osdp_last_error(), "/nonexistent/dev.json"));
 
@@ -182,16 +197,23 @@ static void test_device_times(void) {
   CHECK(device_collective_s(&dev, COLL_ALLGATHER, 4e8) == 0);
   dev.ranks = 4;
   int qkv = gpt_op_layer(0, GPT_QKV), proj = gpt_op_layer(0, GPT_PROJ);
-  CHECK(device_op_time_s(&dev, &d, qkv, 3, 64) == 1e-4 + 3 * 2e-3);
+  CHECK(device_op_time_s(&dev, &d, qkv, 3, 64, 1) == 1e-4 + 3 * 2e-3);
+  CHECK(device_op_time_s(&dev, &d, qkv, 3, 64, 2) == 2e-4 + 3 * 2.5e-3);   /* measured at k=2 */
+  CHECK(device_op_time_s(&dev, &d, qkv, 3, 64, 8) == 6e-4 + 3 * 4e-3);     /* and k=8 */
+  double t2 = 2e-4 + 3 * 2.5e-3, t8 = 6e-4 + 3 * 4e-3;                      /* k=4: between */
+  CHECK_NEAR(device_op_time_s(&dev, &d, qkv, 3, 64, 4), t2 + (t8 - t2) * (4 - 2) / 6.0, 1e-15);
+  CHECK(device_op_time_s(&dev, &d, gpt_op_layer(0, GPT_LN1), 3, 64, 1) ==
+        3.0 * gpt_op_flops_per_token(&d, &d.ops[gpt_op_layer(0, GPT_LN1)], 64) * 3 * 64 / dev.flops);
   double flops_time = 3.0 * gpt_op_flops_per_token(&d, &d.ops[proj], 64) * 3 * 64 / dev.flops;
-  CHECK(device_op_time_s(&dev, &d, proj, 3, 64) == flops_time); /* not measured: FLOPs */
+  CHECK(device_op_time_s(&dev, &d, proj, 3, 64, 4) == flops_time); /* not measured: FLOPs */
   double other_seq = 3.0 * gpt_op_flops_per_token(&d, &d.ops[qkv], 32) * 3 * 32 / dev.flops;
-  CHECK(device_op_time_s(&dev, &d, qkv, 3, 32) == other_seq);   /* measured at another seq */
+  CHECK(device_op_time_s(&dev, &d, qkv, 3, 32, 2) == other_seq);   /* measured at another seq */
+  CHECK_NEAR(cost_split_extra_s(&d, &dev, qkv, 2, 3, 64), t2 - (1e-4 + 3 * 2e-3), 1e-15);
   /* Compute time: every op + the overhead entry, only where the measurements apply. */
   double sum = 0, sum32 = 0;
   for (int i = 0; i < d.nops; i++) {
-    sum += device_op_time_s(&dev, &d, i, 3, 64);
-    sum32 += device_op_time_s(&dev, &d, i, 3, 32);
+    sum += device_op_time_s(&dev, &d, i, 3, 64, 1);
+    sum32 += device_op_time_s(&dev, &d, i, 3, 32, 1);
   }
   CHECK_NEAR(cost_compute_s(&d, &dev, 3, 64), sum + 0.25 + 3 * 0.125, 1e-15);
   CHECK_NEAR(cost_compute_s(&d, &dev, 3, 32), sum32, 1e-15);
@@ -205,6 +227,8 @@ static void test_device_times(void) {
 static size_t pad_to(size_t n, int N) { return (n + (size_t)N - 1) / (size_t)N * (size_t)N; }
 
 /* The cost of one slice, from the formulas of the design (not from cost.c). */
+static double ref_exposure; /* dp exposure the search model applies (ref_exposure_of) */
+
 static void ref_slice(const DeviceInfo* dev, int op, size_t n, Strategy s, size_t* mem, size_t* tr,
                       double* t) {
   int N = dev->ranks;
@@ -214,7 +238,8 @@ static void ref_slice(const DeviceInfo* dev, int op, size_t n, Strategy s, size_
   const CollectiveModel *ar = &dev->coll[COLL_ALLREDUCE], *ag = &dev->coll[COLL_ALLGATHER],
                         *rs = &dev->coll[COLL_REDUCE_SCATTER];
   double comm = 0;
-  if (N > 1 && s == STRAT_DP) comm = bytes / ar->bandwidth_Bps + ar->latency_s * bytes / (16.0 * 1048576.0);
+  if (N > 1 && s == STRAT_DP)
+    comm = ref_exposure * (bytes / ar->bandwidth_Bps + ar->latency_s * bytes / (16.0 * 1048576.0));
   if (N > 1 && s == STRAT_ZERO2)
     comm = bg * (rs->latency_s + bytes / rs->bandwidth_Bps) + ag->latency_s + bytes / ag->bandwidth_Bps;
   if (N > 1 && s == STRAT_ZERO3)
@@ -241,7 +266,19 @@ static void ref_op(const GptDesc* d, const DeviceInfo* dev, int op, const OpPlan
   }
 }
 
-/* Activations + scratch and compute time at micro-batch B, from the model description. */
+/* The dp exposure for a model whose dp gradients fit one 16 MiB bucket, on a device without
+** overlap: the replay waits latency + all bytes / bandwidth once; the search model counts
+** bytes / bandwidth + latency * bytes / 16 MiB; the factor makes the all-dp plan agree. */
+static double ref_exposure_of(const GptDesc* d, const DeviceInfo* dev) {
+  if (dev->ranks <= 1) return 1;
+  double bytes = 4.0 * (double)d->n_params;
+  const CollectiveModel* ar = &dev->coll[COLL_ALLREDUCE];
+  return (ar->latency_s + bytes / ar->bandwidth_Bps) /
+         (bytes / ar->bandwidth_Bps + ar->latency_s * bytes / (16.0 * 1048576.0));
+}
+
+/* Activations + scratch and compute time at micro-batch B (with the gradient norm's
+** all-reduce), from the model description. */
 static void ref_batch(const GptDesc* d, const DeviceInfo* dev, int B, int T, size_t* bytes, double* comp) {
   *bytes = gpt_scratch_bytes(d, B, T, sizeof(float), dev->threads);
   *comp = 0;
@@ -249,17 +286,20 @@ static void ref_batch(const GptDesc* d, const DeviceInfo* dev, int B, int T, siz
     *bytes += gpt_op_act_bytes(d, &d->ops[i], B, T, sizeof(float));
     *comp += 3.0 * gpt_op_flops_per_token(d, &d->ops[i], T) * B * T / dev->flops;
   }
+  const CollectiveModel* ar = &dev->coll[COLL_ALLREDUCE];
+  if (dev->ranks > 1) *comp += ar->latency_s + 16.0 / ar->bandwidth_Bps;
 }
 
-/* plan_cost of plan p against plan_predict_memory and the reference formulas. */
+/* plan_cost (the replay, on a device without overlap) and the search model of plan p against
+** the reference formulas: memory summed independently; the replay waits for every blocking
+** collective and for the one dp bucket at full length; the search model prices dp with the
+** exposure factor; both equal when the plan has no dp slice. */
 static void check_plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p) {
   PlanCost c;
-  MemPrediction m;
-  plan_cost(d, dev, p, &c);
-  plan_predict_memory(d, p, dev->threads, &m);
-  CHECK(memcmp(&c.mem, &m, sizeof m) == 0);
-  size_t mem = 0, tr = 0, bytes;
-  double t = 0, comp;
+  CHECK(plan_cost(d, dev, p, &c) == 0);
+  size_t mem = 0, tr = 0, bytes, ndp = 0;
+  double t = 0, t_sharded = 0, comp;
+  ref_exposure = ref_exposure_of(d, dev);
   for (int i = 0; i < d->nops; i++) {
     if (!d->ops[i].n_params) continue;
     size_t a, r;
@@ -268,13 +308,63 @@ static void check_plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan*
     mem += a;
     t += x;
     if (r > tr) tr = r;
+    for (int s = 0; s < p->ops[i].k; s++) { /* the replay: sharded slices as in the formulas */
+      size_t n = gpt_slice_params(&d->ops[i], p->ops[i].k, s), m2, r2;
+      double x2;
+      ref_slice(dev, i, n, p->ops[i].strat[s], &m2, &r2, &x2);
+      if (p->ops[i].strat[s] == STRAT_DP) {
+        ndp += n;
+        x2 = (double)n * dev->optimizer_s_per_param; /* its all-reduce is the bucket's, below */
+      }
+      t_sharded += x2;
+    }
   }
   ref_batch(d, dev, p->micro_batch, p->seq, &bytes, &comp);
+  const CollectiveModel* ar = &dev->coll[COLL_ALLREDUCE];
+  double bucket = dev->ranks > 1 && ndp ? ar->latency_s + 4.0 * (double)ndp / ar->bandwidth_Bps : 0;
   CHECK(c.mem.peak == mem + tr + bytes);
-  CHECK_MSG(rel_diff(c.comm_s + c.optim_s, t) < 1e-12, "%.17g vs %.17g", c.comm_s + c.optim_s, t);
-  CHECK(rel_diff(c.compute_s, comp) < 1e-12);
-  CHECK(rel_diff(c.samples_per_s, dev->ranks * p->micro_batch / (comp + t)) < 1e-12);
+  CHECK_MSG(rel_diff(c.step_s, comp + t_sharded + bucket) < 1e-12, "replay %.17g vs %.17g", c.step_s,
+            comp + t_sharded + bucket);
+  CHECK(c.hidden_s == 0);
+  double ts = cost_search_step_s(d, dev, p);
+  CHECK_MSG(rel_diff(ts, comp + t) < 1e-12, "search model %.17g vs %.17g", ts, comp + t);
+  if (ndp == 0) CHECK_MSG(rel_diff(ts, c.step_s) < 1e-12, "no dp: search %.17g, replay %.17g", ts, c.step_s);
+  CHECK(rel_diff(c.samples_per_s, dev->ranks * p->micro_batch / c.step_s) < 1e-12);
   CHECK(c.micro_batch == p->micro_batch);
+}
+
+/* Overlap: with the channel running beside compute, the replay hides part of the dp
+** all-reduce (never more than it would wait without overlap) and prefetched zero3 gathers;
+** the fitted factor makes the search model agree with the replay on the all-dp plan. */
+static void test_overlap(void) {
+  GptConfig cfg = make_config("wide", 2, 512, 2, 64, 16); /* 12.6 MB per layer: 2 buckets */
+  GptDesc d;
+  CHECK(gpt_desc_build(&d, &cfg) == 0);
+  DeviceInfo dev = make_device(2, (size_t)1 << 30, 1e9); /* slow compute: room to overlap */
+  Plan p;
+  PlanCost c0, c1;
+  plan_uniform(&p, &d, STRAT_DP, 2, 2, 16);
+  CHECK(plan_dp_buckets(&d, &p, COST_BUCKET_BYTES, NULL) >= 2);
+  CHECK(plan_cost(&d, &dev, &p, &c0) == 0);
+  dev.coll[COLL_ALLREDUCE].overlap = 0.5;
+  CHECK(plan_cost(&d, &dev, &p, &c1) == 0);
+  CHECK(c1.hidden_s > 0 && c1.exposed_s[COLL_ALLREDUCE] < c0.exposed_s[COLL_ALLREDUCE]);
+  CHECK_NEAR(c1.hidden_s + c1.exposed_s[COLL_ALLREDUCE], c0.exposed_s[COLL_ALLREDUCE], 1e-15);
+  CHECK_NEAR(cost_search_step_s(&d, &dev, &p), c1.step_s, 1e-12 * c1.step_s);
+  plan_free(&p);
+  /* zero3 with prefetch: the next gather runs beside compute; memory grows, time falls. */
+  plan_uniform(&p, &d, STRAT_ZERO3, 2, 2, 16);
+  dev.coll[COLL_ALLGATHER].overlap = 1;
+  CHECK(plan_cost(&d, &dev, &p, &c0) == 0);
+  p.prefetch = 1;
+  CHECK(plan_cost(&d, &dev, &p, &c1) == 0);
+  CHECK(c1.exposed_s[COLL_ALLGATHER] < c0.exposed_s[COLL_ALLGATHER] && c1.step_s < c0.step_s);
+  CHECK(c1.mem.transient > c0.mem.transient);
+  dev.coll[COLL_ALLGATHER].overlap = 0; /* no progress beside compute: prefetch gains nothing */
+  CHECK(plan_cost(&d, &dev, &p, &c1) == 0);
+  CHECK_NEAR(c1.step_s, c0.step_s, 1e-12 * c0.step_s);
+  plan_free(&p);
+  gpt_desc_free(&d);
 }
 
 /* A random plan: random slice count and strategies per op. */
@@ -344,10 +434,11 @@ static int covers(const OpConfig* a, const OpConfig* b) {
 
 /* planner_op_configs of every op against the full enumeration. */
 static void check_op_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o) {
+  ref_exposure = ref_exposure_of(d, dev);
   for (int op = 0; op < d->nops; op++) {
     if (!d->ops[op].n_params) continue;
     OpConfig *mine, *all;
-    int n = planner_op_configs(d, dev, o, op, &mine), na = all_configs(d, dev, o, op, &all);
+    int n = planner_op_configs(d, dev, o, op, 1, &mine), na = all_configs(d, dev, o, op, &all);
     CHECK(n >= 1);
     for (int i = 0; i < n; i++) { /* real configurations with their true costs */
       size_t m, tr;
@@ -458,6 +549,7 @@ static void check_against_brute(const GptConfig* cfg, const SearchOptions* o, in
   GptDesc d;
   CHECK(gpt_desc_build(&d, cfg) == 0);
   DeviceInfo dev = make_device(N, (size_t)1 << 40, 1e8);
+  ref_exposure = ref_exposure_of(&d, &dev);
   Brute* b = calloc(1, sizeof *b);
   b->N = N;
   b->maxb = o->max_batch;
@@ -498,9 +590,10 @@ static void check_against_brute(const GptConfig* cfg, const SearchOptions* o, in
     CHECK_MSG(rc == 0 && b->best[l] > 0, "%s N=%d limit %zu: search rc %d (%s), brute %.6g", cfg->name,
               N, b->lim[l], rc, osdp_last_error(), b->best[l]);
     if (rc) continue;
-    CHECK_MSG(rel_diff(c.samples_per_s, b->best[l]) <= 1e-12,
+    double sps = (double)N * p.micro_batch / cost_search_step_s(&d, &dev, &p); /* search model */
+    CHECK_MSG(rel_diff(sps, b->best[l]) <= 1e-12,
               "%s N=%d limit %zu: search %.15g samples/s (B=%d, peak %zu), brute force %.15g "
-              "(B=%d, peak %zu)", cfg->name, N, b->lim[l], c.samples_per_s, c.micro_batch,
+              "(B=%d, peak %zu)", cfg->name, N, b->lim[l], sps, c.micro_batch,
               c.mem.peak, b->best[l], b->best_B[l], b->best_peak[l]);
     CHECK(c.mem.peak <= dev.mem_limit && plan_validate(&p, &d, N) == 0);
     check_plan_cost(&d, &dev, &p);
@@ -511,16 +604,24 @@ static void check_against_brute(const GptConfig* cfg, const SearchOptions* o, in
     Plan bp;
     brute_plan(b, &d, l, o->seq, &bp);
     PlanCost bc;
-    plan_cost(&d, &dev, &bp, &bc);
-    CHECK(bc.mem.peak == b->best_peak[l] && rel_diff(bc.samples_per_s, b->best[l]) < 1e-12);
+    CHECK(plan_cost(&d, &dev, &bp, &bc) == 0);
+    CHECK(bc.mem.peak == b->best_peak[l] &&
+          rel_diff((double)N * bp.micro_batch / cost_search_step_s(&d, &dev, &bp), b->best[l]) < 1e-12);
     plan_free(&bp);
     for (int s = 0; s < STRAT_COUNT; s++) { /* never slower than a uniform plan */
-      Plan up;
-      PlanCost uc;
-      if (!o->allow[s] || planner_best_uniform(&d, &dev, o, (Strategy)s, &up, &uc) != 0) continue;
+      if (!o->allow[s]) continue;
+      Plan up, u1;
+      PlanCost uc, c1;
+      plan_uniform(&u1, &d, (Strategy)s, N, 1, o->seq); /* does it fit at all? independently */
+      CHECK(plan_cost(&d, &dev, &u1, &c1) == 0);
+      plan_free(&u1);
+      int rcu = planner_best_uniform(&d, &dev, o, (Strategy)s, &up, &uc);
+      CHECK_MSG((rcu == 0) == (c1.mem.peak <= dev.mem_limit), "uniform %s: rc %d, peak at B=1 %zu",
+                strategy_name((Strategy)s), rcu, c1.mem.peak);
+      if (rcu != 0) continue;
       CHECK(uc.mem.peak <= dev.mem_limit && up.micro_batch == uc.micro_batch);
-      CHECK_MSG(c.samples_per_s >= uc.samples_per_s * (1 - 1e-12), "uniform %s %.9g > %.9g",
-                strategy_name((Strategy)s), uc.samples_per_s, c.samples_per_s);
+      double us = (double)N * up.micro_batch / cost_search_step_s(&d, &dev, &up);
+      CHECK_MSG(sps >= us * (1 - 1e-12), "uniform %s %.9g > %.9g", strategy_name((Strategy)s), us, sps);
       plan_free(&up);
     }
     for (int i = 0; i < d.nops; i++) { /* explanations for sharded ops */
@@ -529,7 +630,7 @@ static void check_against_brute(const GptConfig* cfg, const SearchOptions* o, in
       if (!sharded || !d.ops[i].n_params) continue;
       char why[256];
       planner_explain(&d, &dev, o, &p, i, why, sizeof why);
-      CHECK_MSG(strstr(why, "saves") != NULL, "explanation: '%s'", why);
+      CHECK_MSG(why[0] != 0 && strchr(why, '\n') == NULL, "explanation: '%s'", why);
     }
     plan_free(&p);
   }
@@ -603,7 +704,7 @@ static double reference_search(const GptDesc* d, const DeviceInfo* dev, const Se
   OpConfig* cfg[BF_MAX_OPS];
   for (int i = 0; i < d->nops && nops < BF_MAX_OPS; i++)
     if (d->ops[i].n_params) {
-      ncfg[nops] = planner_op_configs(d, dev, o, i, &cfg[nops]);
+      ncfg[nops] = planner_op_configs(d, dev, o, i, 1, &cfg[nops]);
       nops++;
     }
   double best = 0;
@@ -634,7 +735,8 @@ static double reference_search(const GptDesc* d, const DeviceInfo* dev, const Se
         long k = -1;
         while (k + 1 < nf && f[k + 1].m + tau + bytes <= dev->mem_limit) k++;
         if (k < 0) break;
-        double sps = (double)dev->ranks * B / (cost_compute_s(d, dev, B, o->seq) + f[k].t);
+        double comp = cost_compute_s(d, dev, B, o->seq) + device_collective_s(dev, COLL_ALLREDUCE, 16);
+        double sps = (double)dev->ranks * B / (comp + f[k].t);
         if (sps > best) best = sps;
       }
       free(f);
@@ -655,7 +757,7 @@ static void test_search_reference(void) {
     DeviceInfo dev = make_device(1 + (int)rng_below(&r, 8), 1, pow(10, 8 + 4 * rng_uniform(&r)));
     dev.optimizer_s_per_param = rng_uniform(&r) < 0.5 ? 0 : 1e-8 * rng_uniform(&r);
     for (int k = 0; k < COLL_COUNT; k++)
-      dev.coll[k] = (CollectiveModel){pow(10, -6 + 2 * rng_uniform(&r)), pow(10, 8 + 3 * rng_uniform(&r))};
+      dev.coll[k] = (CollectiveModel){pow(10, -6 + 2 * rng_uniform(&r)), pow(10, 8 + 3 * rng_uniform(&r)), 0, 0};
     SearchOptions o;
     planner_default_options(&o, 32);
     o.max_batch = 8;
@@ -670,9 +772,9 @@ static void test_search_reference(void) {
     dev.mem_limit = lo + (size_t)(rng_uniform(&r) * 1.2 * (double)(dc.mem.peak - lo));
     int rc = planner_search(&d, &dev, &o, &p, &c, NULL, NULL);
     double ref = reference_search(&d, &dev, &o);
-    CHECK_MSG(rc == 0 && rel_diff(c.samples_per_s, ref) <= 1e-12,
-              "ref N=%d limit %zu: search %.15g, reference %.15g", dev.ranks, dev.mem_limit,
-              rc ? 0 : c.samples_per_s, ref);
+    double sps = rc ? 0 : (double)dev.ranks * p.micro_batch / cost_search_step_s(&d, &dev, &p);
+    CHECK_MSG(rc == 0 && rel_diff(sps, ref) <= 1e-12,
+              "ref N=%d limit %zu: search %.15g, reference %.15g", dev.ranks, dev.mem_limit, sps, ref);
     if (rc == 0) {
       CHECK(c.mem.peak <= dev.mem_limit);
       check_plan_cost(&d, &dev, &p);
@@ -680,6 +782,59 @@ static void test_search_reference(void) {
     }
   }
   printf("reference comparisons: %.2f s\n", now_seconds() - t0);
+  gpt_desc_free(&d);
+}
+
+/* ---- 4c. Candidates ------------------------------------------------------------------------- */
+
+/* planner_candidates: distinct plans, fastest first by the replay, all within the limit,
+** the first at least as fast as every uniform plan and as the search's own plan; prefetch
+** only where it fits. */
+static void test_candidates(void) {
+  GptConfig cfg = make_config("cand", 2, 16, 2, 64, 32);
+  GptDesc d;
+  CHECK(gpt_desc_build(&d, &cfg) == 0);
+  DeviceInfo dev = make_device(2, 1, 1e9);
+  dev.coll[COLL_ALLREDUCE].overlap = 0.3;
+  dev.coll[COLL_ALLGATHER].overlap = 0.6;
+  SearchOptions o;
+  planner_default_options(&o, 32);
+  o.max_batch = 12;
+  Plan dp;
+  PlanCost dc;
+  plan_uniform(&dp, &d, STRAT_DP, 2, 8, 32);
+  CHECK(plan_cost(&d, &dev, &dp, &dc) == 0);
+  plan_free(&dp);
+  dev.mem_limit = dc.mem.peak * 7 / 10; /* ddp fits only at smaller micro-batches */
+  Candidate c[5];
+  int n = planner_candidates(&d, &dev, &o, c, 5, NULL, NULL);
+  CHECK_MSG(n >= 3 && n <= 5, "%d candidates (%s)", n, osdp_last_error());
+  Plan sp;
+  PlanCost sc;
+  CHECK(planner_search(&d, &dev, &o, &sp, &sc, NULL, NULL) == 0);
+  for (int i = 0; i < n; i++) {
+    PlanCost k;
+    CHECK(plan_cost(&d, &dev, &c[i].plan, &k) == 0);
+    CHECK(k.step_s == c[i].cost.step_s && k.mem.peak == c[i].cost.mem.peak);
+    CHECK(c[i].cost.mem.peak <= dev.mem_limit && c[i].origin[0]);
+    if (i > 0) CHECK(c[i].cost.samples_per_s <= c[i - 1].cost.samples_per_s);
+    for (int j = 0; j < i; j++) {
+      int same = c[i].plan.micro_batch == c[j].plan.micro_batch && c[i].plan.prefetch == c[j].plan.prefetch;
+      for (int op = 0; same && op < d.nops; op++)
+        same = memcmp(&c[i].plan.ops[op], &c[j].plan.ops[op], sizeof(OpPlan)) == 0;
+      CHECK_MSG(!same, "candidates %d and %d are the same plan", j, i);
+    }
+  }
+  CHECK(c[0].cost.samples_per_s >= sc.samples_per_s * (1 - 1e-12));
+  for (int s = 0; s < STRAT_COUNT; s++) {
+    Plan up;
+    PlanCost uc;
+    if (planner_best_uniform(&d, &dev, &o, (Strategy)s, &up, &uc) != 0) continue;
+    CHECK(c[0].cost.samples_per_s >= uc.samples_per_s * (1 - 1e-12));
+    plan_free(&up);
+  }
+  plan_free(&sp);
+  for (int i = 0; i < n; i++) plan_free(&c[i].plan);
   gpt_desc_free(&d);
 }
 
@@ -723,7 +878,7 @@ static double time_search(const char* model, int N, size_t limit, int T, int pri
   CHECK(gpt_config_load(model, &cfg) == 0 && gpt_desc_build(&d, &cfg) == 0);
   DeviceInfo dev = make_device(N, limit, 1e14);
   dev.optimizer_s_per_param = 0;
-  for (int k = 0; k < COLL_COUNT; k++) dev.coll[k] = (CollectiveModel){2e-5, 1.25e10};
+  for (int k = 0; k < COLL_COUNT; k++) dev.coll[k] = (CollectiveModel){2e-5, 1.25e10, 0, 0};
   SearchOptions o;
   planner_default_options(&o, T);
   Plan p;
@@ -759,10 +914,12 @@ int main(void) {
   test_device_files();
   test_device_times();
   test_cost_model();
+  test_overlap();
   test_op_configs();
   test_too_small();
   test_search_brute_force();
   test_search_reference();
+  test_candidates();
   test_speed();
   unlink(write_temp(""));
   return check_summary();

@@ -6,15 +6,20 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/plan_svg.h"
 #include "cli/setup.h"
 #include "comm/comm.h"
 #include "core/util.h"
 
 static const char* describe_help =
     "usage: osdp describe [--model M] [--batch B --seq T] [--plan P --ranks N --threads N] [--json]\n"
+    "                     [--prefetch] [--svg FILE [--mem-limit SIZE]]\n"
     "  prints every operator (parameters, forward FLOPs per token, activation bytes per sample,\n"
     "  splittable) with totals, and the per-rank memory the plan needs at that batch and\n"
-    "  sequence (--plan ddp|zero2|zero3|FILE, for --ranks N ranks).\n";
+    "  sequence (--plan ddp|zero2|zero3|FILE, for --ranks N ranks).\n"
+    "  --svg FILE draws that memory over one training step (persistent bands, the transient at\n"
+    "  each parameter use, the peak; with --mem-limit the limit as a line) and each operator's\n"
+    "  strategy per slice, as an SVG picture for a browser.\n";
 
 /* Prints the operator table and totals for people. */
 static void describe_table(const GptDesc* d, int T) {
@@ -77,17 +82,19 @@ static void describe_json(const GptDesc* d, int T, const MemPrediction* m) {
 
 int cmd_describe(int argc, char** argv) {
   if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(describe_help, stdout); return 0; }
-  static const char* const opts[] = {"model", "batch", "seq", "plan", "ranks", "threads", "load", NULL};
+  static const char* const opts[] = {"model", "batch", "seq", "plan", "ranks", "threads", "load",
+                                     "svg", "mem-limit", NULL};
   static const char* const sws[] = {"json", "prefetch", NULL};
   Args a;
   GptDesc d;
   long B, T, ranks, threads;
+  size_t limit = 0;
   if (args_parse(&a, "describe", argc, argv, opts, sws) || setup_model(&a, "tiny", &d))
     return cli_report_error();
   if (args_int(&a, "batch", 1, 1, 1 << 20, &B) ||
       args_int(&a, "seq", d.cfg.max_seq, 1, d.cfg.max_seq, &T) ||
       args_int(&a, "ranks", comm_size(), 1, 1 << 20, &ranks) ||
-      args_int(&a, "threads", 1, 1, 256, &threads))
+      args_int(&a, "threads", 1, 1, 256, &threads) || args_size(&a, "mem-limit", 0, &limit))
     return cli_report_error();
   Plan p;
   MemPrediction m;
@@ -98,11 +105,16 @@ int cmd_describe(int argc, char** argv) {
   if (rc || plan_validate(&p, &d, p.world)) return cli_report_error();
   if (args_has(&a, "prefetch")) p.prefetch = 1;
   plan_predict_memory(&d, &p, (int)threads, &m);
+  const char* svg = args_get(&a, "svg", NULL);
+  rc = 0;
   if (comm_rank() == 0) {
     if (args_has(&a, "json")) describe_json(&d, p.seq, &m);
     else { describe_table(&d, p.seq); describe_memory(&m, &p, pname); }
+    char title[300];
+    snprintf(title, sizeof title, "osdp describe: plan %s for %s", pname, d.cfg.name);
+    if (svg) rc = plan_svg_write(svg, &d, &p, (int)threads, limit, title);
   }
   plan_free(&p);
   gpt_desc_free(&d);
-  return 0;
+  return rc ? cli_report_error() : 0;
 }

@@ -9,17 +9,20 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/plan_svg.h"
+#include "cli/plan_table.h"
 #include "cli/setup.h"
 #include "comm/comm.h"
 #include "core/util.h"
 #include "planner/cost.h"
 #include "planner/device.h"
 #include "planner/search.h"
+#include "planner/trial.h"
 
 static const char* plan_help =
     "usage: osdp plan [--model M] (--devices device.json | --ranks N --mem-limit SIZE --flops F\n"
     "                 --bandwidth BYTES_PER_S --latency SECONDS [--threads N]) [--seq T]\n"
-    "                 [--max-batch B] [--out plan.json] [--json]\n"
+    "                 [--max-batch B] [--out plan.json] [--svg plan.svg] [--json]\n"
     "  device.json comes from `osdp profile` or is written by hand for hardware you do not have.\n";
 
 /* Device information from --devices, or from the flags that stand in for a file. */
@@ -43,43 +46,16 @@ static int device_from_args(const Args* a, DeviceInfo* dev) {
   dev->ranks = (int)ranks;
   dev->threads = (int)threads;
   dev->flops = flops;
-  for (int k = 0; k < COLL_COUNT; k++) dev->coll[k] = (CollectiveModel){lat, bw};
+  for (int k = 0; k < COLL_COUNT; k++) dev->coll[k] = (CollectiveModel){lat, bw, 0, 0};
   return device_validate(dev, "flags");
 }
 
-/* Compact description of an op's slices, e.g. "zero3 zero3 dp dp" or "dp". */
-static void slices_text(const OpPlan* o, char* buf, size_t n) {
-  size_t off = 0;
-  buf[0] = 0;
-  for (int s = 0; s < o->k && off < n; s++)
-    off += (size_t)snprintf(buf + off, n - off, "%s%s", s ? " " : "", strategy_name(o->strat[s]));
-}
-
-/* Prints the chosen plan per operator: its slices, the bytes it keeps between steps, its
-** largest transient, its communication + optimizer time per step, and why it is sharded. */
+/* Prints the chosen plan as a table: identical consecutive layers as one block, per op kind
+** its slices, the bytes it keeps between steps, its largest transient, its time under the
+** search model and why it is sharded (see cli/plan_table.h; --json lists every op). */
 static void print_plan_table(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
                              const Plan* p) {
-  printf("%-12s %-40s %12s %12s %9s  %s\n", "operator", "slices", "kept", "transient", "comm+opt",
-         "why");
-  for (int i = 0; i < d->nops; i++) {
-    if (!d->ops[i].n_params) continue;
-    const OpPlan* o = &p->ops[i];
-    size_t kept = 0, tr = 0;
-    double time_s = 0;
-    int sharded = 0;
-    for (int s = 0; s < o->k; s++) {
-      size_t n = gpt_slice_params(&d->ops[i], o->k, s), t = cost_slice_transient(n, o->strat[s], p->world);
-      kept += cost_slice_persistent(n, o->strat[s], p->world);
-      if (t > tr) tr = t;
-      time_s += cost_slice_comm_s(dev, i, n, o->strat[s]) + cost_slice_optim_s(dev, n, o->strat[s]);
-      sharded |= o->strat[s] != STRAT_DP;
-    }
-    char sl[200], kb[32], tb[32], why[256] = "";
-    slices_text(o, sl, sizeof sl);
-    if (sharded) planner_explain(d, dev, so, p, i, why, sizeof why);
-    printf("%-12s %-40s %12s %12s %6.2f ms  %s\n", d->ops[i].name, sl, format_bytes((double)kept, kb),
-           format_bytes((double)tr, tb), 1e3 * time_s, why);
-  }
+  plan_table_print(stdout, d, dev, so, p);
 }
 
 /* Prints one uniform plan's figures for the comparison. */
@@ -91,58 +67,155 @@ static void uniform_text(const char* name, int ok, const PlanCost* c) {
 }
 
 /* Adds one plan's figures under `name` to a JSON object (null when it does not fit). */
-static void cost_json(cJSON* parent, const char* name, int ok, const PlanCost* c) {
-  if (!ok) { cJSON_AddNullToObject(parent, name); return; }
+static cJSON* cost_json(cJSON* parent, const char* name, int ok, const PlanCost* c) {
+  if (!ok) { cJSON_AddNullToObject(parent, name); return NULL; }
   cJSON* o = cJSON_AddObjectToObject(parent, name);
   cJSON_AddNumberToObject(o, "micro_batch", c->micro_batch);
   cJSON_AddNumberToObject(o, "samples_per_s", c->samples_per_s);
   cJSON_AddNumberToObject(o, "step_s", c->step_s);
   cJSON_AddNumberToObject(o, "peak_bytes", (double)c->mem.peak);
+  cJSON_AddNumberToObject(o, "compute_s", c->compute_s);
+  cJSON_AddNumberToObject(o, "comm_s", c->comm_s);
+  cJSON_AddNumberToObject(o, "hidden_s", c->hidden_s);
+  cJSON_AddNumberToObject(o, "optim_s", c->optim_s);
+  cJSON_AddNumberToObject(o, "overhead_s", c->overhead_s);
+  return o;
 }
 
-int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so, int json,
-                    int quiet, Plan* p, PlanCost* c) {
+/* Prints the candidates, predicted and (after a trial) measured, marking the chosen one. */
+static void print_candidates(const Candidate* c, int n, const TrialResult* r, int chosen) {
+  char pk[32];
+  printf("candidates (predicted by the step replay%s):\n", r ? "; measured by a trial" : "");
+  printf("  %-2s %-15s %5s %8s %11s %11s", "#", "plan", "B", "prefetch", "pred s/step", "pred samp/s");
+  if (r) printf(" %11s %11s %9s", "meas s/step", "meas samp/s", "meas/pred");
+  printf(" %12s\n", "peak");
+  for (int i = 0; i < n; i++) {
+    printf("%s %-2d %-15s %5d %8s %11.4f %11.2f", i == chosen ? "*" : " ", i + 1, c[i].origin,
+           c[i].plan.micro_batch, c[i].plan.prefetch ? "yes" : "no", c[i].cost.step_s,
+           c[i].cost.samples_per_s);
+    if (r && r[i].ok)
+      printf(" %11.4f %11.2f %9.3f", r[i].step_s, r[i].samples_per_s, r[i].step_s / c[i].cost.step_s);
+    else if (r)
+      printf(" %11s %11s %9s", "failed", "-", "-");
+    printf(" %12s\n", format_bytes((double)c[i].cost.mem.peak, pk));
+  }
+  printf("* chosen: %s (%s)\n", c[chosen].origin,
+         r ? "fastest when measured" : "fastest predicted; --trial measures the candidates");
+}
+
+/* The candidates as a JSON array (with the trial's measurements when r is not NULL). */
+static cJSON* candidates_json(const GptDesc* d, const Candidate* c, int n, const TrialResult* r) {
+  cJSON* arr = cJSON_CreateArray();
+  for (int i = 0; i < n; i++) {
+    cJSON* o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "origin", c[i].origin);
+    cJSON_AddBoolToObject(o, "prefetch", c[i].plan.prefetch);
+    cost_json(o, "predicted", 1, &c[i].cost);
+    if (r && r[i].ok) {
+      cJSON* m = cJSON_AddObjectToObject(o, "measured");
+      cJSON_AddNumberToObject(m, "step_s", r[i].step_s);
+      cJSON_AddNumberToObject(m, "samples_per_s", r[i].samples_per_s);
+      cJSON_AddNumberToObject(m, "peak_bytes", (double)r[i].peak);
+    }
+    char* ptxt = plan_to_json(&c[i].plan, d);
+    cJSON_AddItemToObject(o, "plan", cJSON_Parse(ptxt));
+    free(ptxt);
+    cJSON_AddItemToArray(arr, o);
+  }
+  return arr;
+}
+
+/* How many candidates planning keeps (and a trial runs). */
+#define PLAN_CANDIDATES 6
+
+int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
+                    PlanReport* ro, Plan* p, PlanCost* c) {
   size_t min_bytes = 0;
   double search_s = 0;
-  if (planner_search(d, dev, so, p, c, &min_bytes, &search_s)) return -1;
-  cJSON* root = cJSON_CreateObject();
-  cJSON* uni = cJSON_CreateObject();
+  Candidate cand[PLAN_CANDIDATES];
+  TrialResult tr[PLAN_CANDIDATES];
+  int n = planner_candidates(d, dev, so, cand, PLAN_CANDIDATES, &min_bytes, &search_s);
+  if (n < 0) return -1;
+  int show = comm_rank() == 0 && !ro->quiet, chosen = 0, rc = 0;
   char lim[32], pk[32];
-  int show = comm_rank() == 0 && !quiet;
-  if (show && !json) {
+  if (ro->trial_steps > 0) {
+    if (comm_size() != dev->ranks)
+      rc = osdp_fail("--trial: the device file describes %d rank(s) but this run has %d; run "
+                     "under mpirun -np %d", dev->ranks, comm_size(), dev->ranks);
+    if (!rc) {
+      if (show && !ro->json) printf("trial: training each of %d candidate plans for %d steps\n", n,
+                                    ro->trial_steps);
+      chosen = planner_trial(d, cand, n, dev->threads, dev->mem_limit, ro->trial_steps,
+                             show && !ro->json, tr);
+      if (chosen < 0) rc = -1;
+    }
+  }
+  const TrialResult* meas = ro->trial_steps > 0 && !rc ? tr : NULL;
+  for (int i = 0; meas && i < n; i++) {
+    if (i == chosen) {
+      snprintf(ro->chosen, sizeof ro->chosen, "%s", cand[i].origin);
+      ro->chosen_sps = tr[i].samples_per_s;
+    }
+    if (strncmp(cand[i].origin, "search", 6) != 0 && tr[i].ok && tr[i].samples_per_s > ro->best_uniform_sps) {
+      snprintf(ro->best_uniform, sizeof ro->best_uniform, "%s", cand[i].origin);
+      ro->best_uniform_sps = tr[i].samples_per_s;
+    }
+  }
+  if (!rc && show && !ro->json) {
     printf("plan for %s on %d rank(s), limit %s per rank, seq %d (search %.3f s)\n", d->cfg.name,
            dev->ranks, format_bytes((double)dev->mem_limit, lim), so->seq, search_s);
-    print_plan_table(d, dev, so, p);
-    printf("osdp   micro-batch %4d  %10.2f samples/s  step %.4f s  peak %s (%zu bytes)\n",
-           c->micro_batch, c->samples_per_s, c->step_s, format_bytes((double)c->mem.peak, pk),
-           c->mem.peak);
+    print_plan_table(d, dev, so, &cand[chosen].plan);
+    const PlanCost* k = &cand[chosen].cost;
+    printf("osdp   micro-batch %4d  %10.2f samples/s  step %.4f s  peak %s (%zu bytes)%s\n",
+           k->micro_batch, k->samples_per_s, k->step_s, format_bytes((double)k->mem.peak, pk),
+           k->mem.peak, cand[chosen].plan.prefetch ? ", zero3 prefetch on" : "");
+    printf("  step = compute %.4f + communication waited %.4f (hidden %.4f) + optimizer %.4f + "
+           "other %.4f s\n", k->compute_s, k->comm_s, k->hidden_s, k->optim_s, k->overhead_s);
+    print_candidates(cand, n, meas, chosen);
     printf("uniform plans at their best fitting micro-batch:\n");
   }
+  cJSON* root = cJSON_CreateObject();
+  cJSON* uni = cJSON_AddObjectToObject(root, "uniform");
   static const char* names[] = {"ddp", "zero2", "zero3"};
-  for (int s = 0; s < STRAT_COUNT; s++) {
+  for (int s = 0; !rc && s < STRAT_COUNT; s++) {
     Plan up;
     PlanCost uc;
     int ok = planner_best_uniform(d, dev, so, (Strategy)s, &up, &uc) == 0;
-    if (show && !json) uniform_text(names[s], ok, &uc);
-    cost_json(uni, names[s], ok, &uc);
+    if (show && !ro->json) uniform_text(names[s], ok, &uc);
+    cJSON* o = cost_json(uni, names[s], ok, &uc);
+    if (o) cJSON_AddBoolToObject(o, "prefetch", 0);
     if (ok) plan_free(&up);
   }
-  if (show && json) {
-    char* ptxt = plan_to_json(p, d);
+  osdp_clear_error();
+  if (!rc && show && ro->json) {
+    char* ptxt = plan_to_json(&cand[chosen].plan, d);
     cJSON_AddItemToObject(root, "plan", cJSON_Parse(ptxt));
     free(ptxt);
-    cJSON_AddNumberToObject(root, "micro_batch", c->micro_batch);
-    cost_json(root, "predicted", 1, c);
-    cJSON_AddItemToObject(root, "uniform", uni);
-    uni = NULL;
+    cJSON_AddNumberToObject(root, "micro_batch", cand[chosen].cost.micro_batch);
+    cost_json(root, "predicted", 1, &cand[chosen].cost);
+    if (meas) {
+      cJSON* m = cJSON_AddObjectToObject(root, "measured");
+      cJSON_AddNumberToObject(m, "step_s", tr[chosen].step_s);
+      cJSON_AddNumberToObject(m, "samples_per_s", tr[chosen].samples_per_s);
+      cJSON_AddNumberToObject(m, "peak_bytes", (double)tr[chosen].peak);
+    }
+    cJSON_AddNumberToObject(root, "chosen", chosen);
+    cJSON_AddItemToObject(root, "candidates", candidates_json(d, cand, n, meas));
     cJSON_AddNumberToObject(root, "search_s", search_s);
     char* s = cJSON_PrintUnformatted(root);
     printf("%s\n", s);
     free(s);
   }
-  cJSON_Delete(uni);
   cJSON_Delete(root);
-  return 0;
+  for (int i = 0; i < n; i++) {
+    if (i == chosen && !rc) {
+      *p = cand[i].plan;
+      *c = cand[i].cost;
+    } else {
+      plan_free(&cand[i].plan);
+    }
+  }
+  return rc;
 }
 
 /* Search options from the flags (--seq defaults to the sequence the device's op times were
@@ -162,20 +235,34 @@ static int search_options_from_args(const Args* a, const GptDesc* d, const Devic
 int cmd_plan(int argc, char** argv) {
   if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(plan_help, stdout); return 0; }
   static const char* const opts[] = {"model", "devices", "ranks", "mem-limit", "flops", "bandwidth",
-                                     "latency", "threads", "seq", "max-batch", "out", "load", NULL};
-  static const char* const sws[] = {"json", NULL};
+                                     "latency", "threads", "seq", "max-batch", "out", "load",
+                                     "svg", "trial-steps", NULL};
+  static const char* const sws[] = {"json", "trial", NULL};
   Args a;
   GptDesc d;
   DeviceInfo dev;
   SearchOptions so;
   Plan p;
   PlanCost c;
+  PlanReport ro = {0};
+  long trial_steps = 0;
   if (args_parse(&a, "plan", argc, argv, opts, sws) || setup_model(&a, "tiny", &d) ||
       device_from_args(&a, &dev) || search_options_from_args(&a, &d, &dev, &so) ||
-      plan_and_report(&d, &dev, &so, args_has(&a, "json"), 0, &p, &c))
+      args_int(&a, "trial-steps", 4, 1, 1000, &trial_steps))
     return cli_report_error();
+  ro.json = args_has(&a, "json");
+  ro.trial_steps = args_has(&a, "trial") ? (int)trial_steps : 0;
+  if (plan_and_report(&d, &dev, &so, &ro, &p, &c)) return cli_report_error();
   const char* out = args_get(&a, "out", NULL);
   int rc = out && comm_rank() == 0 ? plan_save(&p, &d, out) : 0;
+  /* --svg: the chosen plan's memory over a step against the limit, and its strategies. */
+  const char* svg = args_get(&a, "svg", NULL);
+  if (!rc && svg && comm_rank() == 0) {
+    char title[200], lim[32];
+    snprintf(title, sizeof title, "osdp plan: %s on %d rank(s) under %s", d.cfg.name, dev.ranks,
+             format_bytes((double)dev.mem_limit, lim));
+    rc = plan_svg_write(svg, &d, &p, dev.threads, dev.mem_limit, title);
+  }
   plan_free(&p);
   device_free(&dev);
   gpt_desc_free(&d);

@@ -49,6 +49,7 @@ typedef struct TrainRun {
   int B, T, quiet, json;
   int auto_plan;
   PlanCost predicted;   /* --plan auto: the planner's prediction */
+  PlanReport report;    /* --plan auto: what the trial measured */
 } TrainRun;
 
 /* Reads every option, builds the model, data source, plan and engine. */
@@ -76,7 +77,8 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
   r->auto_plan = strcmp(args_get(&r->args, "plan", "ddp"), "auto") == 0;
   if (r->auto_plan) {
     long maxb = args_has(&r->args, "batch") ? B : 512;
-    if (setup_auto_plan(&r->args, &r->d, (int)T, (int)maxb, r->quiet || r->json, &r->plan, &r->predicted))
+    if (setup_auto_plan(&r->args, &r->d, (int)T, (int)maxb, r->quiet || r->json, &r->plan, &r->predicted,
+                        &r->report))
       return -1;
   } else if (setup_plan(&r->args, &r->d, (int)B, (int)T, args_has(&r->args, "batch"),
                         args_has(&r->args, "seq"), &r->plan)) {
@@ -193,10 +195,12 @@ static void train_summary(TrainRun* r, double first_loss, double last_loss, doub
            "\"seq\":%d,\"steps\":%ld,\"first_loss\":%.6f,\"final_loss\":%.6f,\"val_loss\":%.6f,"
            "\"val_accuracy\":%.6f,\"val_problems\":%ld,\"tokens_per_s\":%.1f,\"peak_bytes\":%zu,"
            "\"predicted_peak_bytes\":%zu,\"ranks_off_prediction\":%.0f,\"step_s\":%.6f,"
-           "\"predicted_step_s\":%.6f}",
+           "\"predicted_step_s\":%.6f,\"trial_chosen\":\"%s\",\"trial_chosen_samples_per_s\":%.3f,"
+           "\"trial_best_uniform\":\"%s\",\"trial_best_uniform_samples_per_s\":%.3f}",
            r->d.cfg.name, data_describe(r->data), comm_size(), r->B, r->T, r->steps, first_loss,
            last_loss, val_loss, acc, nprob, tps, peak, r->eng.predicted.peak, off, step_s,
-           r->auto_plan ? r->predicted.step_s : 0.0);
+           r->auto_plan ? r->predicted.step_s : 0.0, r->report.chosen, r->report.chosen_sps,
+           r->report.best_uniform, r->report.best_uniform_sps);
   if (r->log) fprintf(r->log, "%s\n", js);
   if (r->json) { printf("%s\n", js); return; }
   char pk[32], pr[32];
@@ -207,6 +211,12 @@ static void train_summary(TrainRun* r, double first_loss, double last_loss, doub
     printf("auto plan: predicted %.4f s/step, measured %.4f s/step (%+.1f%%); predicted peak %zu "
            "bytes, measured %zu bytes\n", r->predicted.step_s, step_s,
            100.0 * (step_s - r->predicted.step_s) / r->predicted.step_s, r->predicted.mem.peak, peak);
+  const PlanReport* t = &r->report;
+  if (r->auto_plan && t->chosen_sps > 0 && t->best_uniform_sps > 0)
+    printf("trial: the chosen plan (%s) ran %.1f samples/s, the best uniform plan (%s) %.1f: "
+           "%.2fx%s\n", t->chosen, t->chosen_sps, t->best_uniform, t->best_uniform_sps,
+           t->chosen_sps / t->best_uniform_sps,
+           strncmp(t->chosen, "search", 6) == 0 ? " (per-operator sharding wins)" : "");
   printf("held-out: loss %.4f", val_loss);
   if (acc >= 0) printf(", exact-match accuracy %.1f%% of %ld problems", 100 * acc, nprob);
   printf("\n");

@@ -70,7 +70,7 @@ int setup_train_options(const Args* a, TrainOptions* o) {
 }
 
 int setup_auto_plan(const Args* a, const GptDesc* d, int T, int max_batch, int quiet, Plan* p,
-                    PlanCost* cost) {
+                    PlanCost* cost, PlanReport* report) {
   ProfileOptions po;
   DeviceInfo dev;
   if (profile_options_from_args(a, d, &po)) return -1;
@@ -80,7 +80,12 @@ int setup_auto_plan(const Args* a, const GptDesc* d, int T, int max_batch, int q
   SearchOptions so;
   planner_default_options(&so, T);
   so.max_batch = max_batch;
-  int rc = plan_and_report(d, &dev, &so, 0, quiet, p, cost);
+  long trial_steps;
+  if (args_int(a, "trial-steps", 4, 0, 1000, &trial_steps)) { device_free(&dev); return -1; }
+  memset(report, 0, sizeof *report);
+  report->quiet = quiet;
+  report->trial_steps = (int)trial_steps;
+  int rc = plan_and_report(d, &dev, &so, report, p, cost);
   device_free(&dev);
   return rc;
 }

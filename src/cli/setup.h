@@ -10,6 +10,16 @@
 #include "planner/search.h"
 #include "runtime/engine.h"
 
+/* How plan_and_report reports and chooses. */
+typedef struct PlanReport {
+  int json;          /* one JSON object instead of tables */
+  int quiet;         /* print nothing */
+  int trial_steps;   /* > 0: train every candidate this many steps and keep the measured best */
+  /* Filled by plan_and_report after a trial: the chosen plan and the best uniform baseline. */
+  char chosen[24], best_uniform[24];
+  double chosen_sps, best_uniform_sps;  /* measured samples/s (0: not measured / none fits) */
+} PlanReport;
+
 /* The model of --model (a preset or JSON file), or of the --load checkpoint when --model is
 ** absent, or def. With both, the shapes must agree. */
 int setup_model(const Args* a, const char* def, GptDesc* d);
@@ -21,17 +31,20 @@ int setup_plan(const Args* a, const GptDesc* d, int B, int T, int B_given, int T
 int setup_train_options(const Args* a, TrainOptions* o);
 /* Profiling options (--seq --threads --mem-limit --profile-steps) for profile and train --plan auto. */
 int profile_options_from_args(const Args* a, const GptDesc* d, ProfileOptions* o);
-/* `--plan auto`: profiles this run's ranks for model d at sequence T, searches the fastest plan
-** under --mem-limit (micro-batch at most max_batch) and returns it with its predicted cost.
-** Prints the plan table on rank 0 unless quiet. */
+/* `--plan auto`: profiles this run's ranks for model d at sequence T, searches the candidate
+** plans under --mem-limit (micro-batch at most max_batch), trains each for --trial-steps steps
+** (default 4; 0: the prediction alone decides) and returns the measured fastest with its
+** predicted cost. Trial engines are discarded, so the run starts from the same weights and data
+** as without a trial. Prints the plan table on rank 0 unless quiet. */
 int setup_auto_plan(const Args* a, const GptDesc* d, int T, int max_batch, int quiet, Plan* p,
-                    PlanCost* cost);
-/* Runs the plan search and prints the plan beside the uniform plans on rank 0 (as a table, or
-** with json as one object; nothing when quiet). Returns 0, or -1 when nothing fits. */
-int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so, int json,
-                    int quiet, Plan* p, PlanCost* c);
+                    PlanCost* cost, PlanReport* report);
+/* Finds the candidate plans (planner_candidates), trials them if asked, and prints the chosen
+** plan, the candidates and the uniform plans on rank 0 (tables, or one JSON object). Returns
+** the chosen plan and its predicted cost; 0, or -1 when nothing fits or no trial ran. */
+int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
+                    PlanReport* ro, Plan* p, PlanCost* c);
 /* The option names the three helpers read, for the subcommands' option lists. */
 #define SETUP_OPTIONS "model", "plan", "lr", "seed", "threads", "mem-limit", "warmup", \
-  "weight-decay", "grad-clip", "batch", "seq", "load", "profile-steps", "max-batch"
+  "weight-decay", "grad-clip", "batch", "seq", "load", "profile-steps", "max-batch", "trial-steps"
 
 #endif

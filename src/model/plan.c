@@ -228,36 +228,89 @@ static int next_zero3_use(const Plan* p, const GptParamUse* u, int n, int i) {
   return -1;
 }
 
-/* Largest transient bytes live at once when zero3 weights are prefetched: replays the step's
-** parameter uses as the runtime executes them. At a zero3 weight use, its gathered buffer is
-** live (prefetched earlier or gathered now) and the next zero3 weight is allocated for its
-** prefetch; a sharded gradient adds its full buffer; the weight is freed before the gradient. */
-static size_t replay_transient_with_prefetch(const GptDesc* d, const Plan* p) {
-  int* slices = malloc((size_t)d->nops * sizeof(int));
-  plan_slice_counts(p, slices);
-  int n = gpt_param_schedule(d, slices, NULL);
-  GptParamUse* u = malloc((size_t)n * sizeof *u);
-  gpt_param_schedule(d, slices, u);
-  size_t live = 0, peak = 0;
+/* Replays the step's parameter uses u[0..n) as the runtime's hooks execute them and returns
+** the largest transient bytes live at once; live[i] (when live != NULL) receives the bytes
+** live at the fullest moment of use i. A zero3 weight use holds its gathered weight (gathered
+** now, or prefetched at the previous zero3 use); with prefetch it also allocates the next zero3
+** weight's buffer, which stays live until that use frees it; a sharded gradient use holds the
+** slice's full gradient. Weight and gradient of one use are live together (the backward kernel
+** needs both); both are freed before the next use. */
+static size_t replay_transient(const GptDesc* d, const Plan* p, const GptParamUse* u, int n,
+                               size_t* live) {
+  size_t cur = 0, peak = 0;
   int pending = -1; /* use index whose weight has been prefetched */
   for (int i = 0; i < n; i++) {
     Strategy st = p->ops[u[i].owner].strat[u[i].slice];
     size_t full = slice_full_bytes(d, p, u[i].owner, u[i].slice);
     int gathered = u[i].weight && st == STRAT_ZERO3;
+    int full_grad = u[i].grad && st != STRAT_DP;
     if (gathered) {
-      if (pending != i) live += full;      /* not prefetched: gathered now */
-      int nx = next_zero3_use(p, u, n, i);
-      pending = nx;
-      if (nx >= 0) live += slice_full_bytes(d, p, u[nx].owner, u[nx].slice);
+      if (pending != i) cur += full;      /* not prefetched: gathered now */
+      pending = -1;
+      if (p->prefetch) {
+        int nx = next_zero3_use(p, u, n, i);
+        pending = nx;
+        if (nx >= 0) cur += slice_full_bytes(d, p, u[nx].owner, u[nx].slice);
+      }
     }
-    if (u[i].grad && st != STRAT_DP) live += full;
-    if (live > peak) peak = live;
-    if (gathered) live -= full;
-    if (u[i].grad && st != STRAT_DP) live -= full;
+    if (full_grad) cur += full;
+    if (live) live[i] = cur;
+    if (cur > peak) peak = cur;
+    if (gathered) cur -= full;
+    if (full_grad) cur -= full;
   }
-  free(u);
-  free(slices);
   return peak;
+}
+
+/* The step's parameter uses of plan p in a heap array (caller frees) and their count in *n;
+** NULL with an error when out of memory. */
+static GptParamUse* plan_schedule(const GptDesc* d, const Plan* p, int* n) {
+  int* slices = malloc((size_t)d->nops * sizeof(int));
+  if (!slices) { osdp_fail("out of memory"); return NULL; }
+  plan_slice_counts(p, slices);
+  *n = gpt_param_schedule(d, slices, NULL);
+  GptParamUse* u = malloc((size_t)(*n > 0 ? *n : 1) * sizeof *u);
+  if (u) gpt_param_schedule(d, slices, u);
+  else osdp_fail("out of memory");
+  free(slices);
+  return u;
+}
+
+int plan_transient_timeline(const GptDesc* d, const Plan* p, size_t* live) {
+  int n = 0;
+  GptParamUse* u = plan_schedule(d, p, &n);
+  if (!u) return -1;
+  replay_transient(d, p, u, n, live);
+  free(u);
+  return n;
+}
+
+/* Largest transient bytes of plan p: the maximum of its timeline. If the schedule cannot be
+** allocated, falls back to the largest single use (a slice's gathered weight plus its full
+** gradient), plus, with prefetch, the largest zero3 weight, which may be in flight beside it;
+** that bound is exact without prefetch and never below the truth with it. */
+static size_t plan_transient_peak(const GptDesc* d, const Plan* p) {
+  int n = 0;
+  GptParamUse* u = plan_schedule(d, p, &n);
+  if (u) {
+    size_t peak = replay_transient(d, p, u, n, NULL);
+    free(u);
+    return peak;
+  }
+  osdp_clear_error();
+  size_t use = 0, z3 = 0;
+  for (int i = 0; i < d->nops; i++) {
+    const GptOp* op = &d->ops[i];
+    for (int s = 0; op->n_params && s < p->ops[i].k; s++) {
+      size_t np = gpt_slice_params(op, p->ops[i].k, s);
+      Strategy st = p->ops[i].strat[s];
+      size_t tb = slice_transient_backward(np, st, p->world, 1);
+      size_t tf = slice_transient_forward(np, st, p->world);
+      if (tb > use) use = tb;
+      if (tf > z3) z3 = tf;
+    }
+  }
+  return use + (p->prefetch ? z3 : 0);
 }
 
 void plan_predict_memory(const GptDesc* d, const Plan* p, int threads, MemPrediction* m) {
@@ -269,18 +322,11 @@ void plan_predict_memory(const GptDesc* d, const Plan* p, int threads, MemPredic
     if (!op->n_params) continue;
     for (int s = 0; s < p->ops[i].k; s++) {
       size_t n = gpt_slice_params(op, p->ops[i].k, s), pa, gr, op_;
-      Strategy st = p->ops[i].strat[s];
-      slice_persistent_bytes(n, st, N, &pa, &gr, &op_);
+      slice_persistent_bytes(n, p->ops[i].strat[s], N, &pa, &gr, &op_);
       m->params += pa; m->grads += gr; m->optim += op_;
-      /* Forward needs the weight; backward needs weight and gradient, except the embedding
-      ** lookup's backward (the tied LM head's backward does need the weight). */
-      size_t t = slice_transient_forward(n, st, N);
-      size_t tb = slice_transient_backward(n, st, N, 1);
-      if (t > m->transient) m->transient = t;
-      if (tb > m->transient) m->transient = tb;
     }
   }
-  if (p->prefetch) m->transient = replay_transient_with_prefetch(d, p);
+  m->transient = plan_transient_peak(d, p);
   m->scratch = gpt_scratch_bytes(d, B, T, sizeof(float), threads);
   m->peak = m->params + m->grads + m->optim + m->acts + m->scratch + m->transient;
 }

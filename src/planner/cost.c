@@ -1,30 +1,61 @@
 /* cost.c: memory and time of a plan on a device; see cost.h. */
 #include "planner/cost.h"
 
+#include <stdlib.h>
 #include <string.h>
 
-OpUses cost_op_uses(int op) {
-  if (op == 0) return (OpUses){2, 1, 2}; /* embed: wte also serves the tied LM head */
-  return (OpUses){1, 1, 1};
+#include "core/util.h"
+#include "model/gpt_step.h"
+
+/* The step's parameter uses for slice counts `slices` (malloc'ed, *n entries), or NULL. */
+static GptParamUse* schedule_of(const GptDesc* d, const int* slices, int* n) {
+  *n = gpt_param_schedule(d, slices, NULL);
+  GptParamUse* u = malloc((size_t)(*n > 0 ? *n : 1) * sizeof *u);
+  if (u) gpt_param_schedule(d, slices, u);
+  return u;
 }
 
-double cost_slice_comm_s(const DeviceInfo* dev, int op, size_t n, Strategy s) {
-  if (dev->ranks <= 1) return 0;
-  OpUses u = cost_op_uses(op);
-  double bytes = 4.0 * (double)slice_padded(n, s, dev->ranks);
+OpUses cost_op_uses(const GptDesc* d, int op) {
+  OpUses u = {0, 0, 0};
+  int* ones = malloc((size_t)d->nops * sizeof *ones);
+  int n = 0;
+  for (int i = 0; ones && i < d->nops; i++) ones[i] = 1;
+  GptParamUse* s = ones ? schedule_of(d, ones, &n) : NULL;
+  for (int i = 0; s && i < n; i++) {
+    if (s[i].owner != op) continue;
+    u.fwd_weight += s[i].phase == GPT_FORWARD && s[i].weight;
+    u.bwd_weight += s[i].phase == GPT_BACKWARD && s[i].weight;
+    u.bwd_grad += s[i].grad;
+  }
+  if (!s) u = (OpUses){op == 0 ? 2 : 1, 1, op == 0 ? 2 : 1}; /* out of memory: gpt.h's counts */
+  free(s);
+  free(ones);
+  return u;
+}
+
+/* Full (padded) bytes of a slice of n parameters under strategy s on the device's ranks. */
+static double slice_bytes(const DeviceInfo* dev, size_t n, Strategy s) {
+  return 4.0 * (double)slice_padded(n, s, dev->ranks);
+}
+
+/* The search model's all-reduce seconds of a dp slice of `bytes`: bandwidth time plus its
+** share of one latency per bucket. */
+static double dp_search_s(const DeviceInfo* dev, double bytes) {
+  const CollectiveModel* ar = &dev->coll[COLL_ALLREDUCE];
+  return bytes / ar->bandwidth_Bps + ar->latency_s * (bytes / (double)COST_BUCKET_BYTES);
+}
+
+double cost_slice_search_s(const DeviceInfo* dev, OpUses u, size_t n, Strategy s, double dp_exposure) {
+  double t = cost_slice_optim_s(dev, n, s);
+  if (dev->ranks <= 1) return t;
+  double bytes = slice_bytes(dev, n, s);
+  double ag = device_collective_s(dev, COLL_ALLGATHER, bytes);
+  double rs = device_collective_s(dev, COLL_REDUCE_SCATTER, bytes);
   switch (s) {
-    case STRAT_DP: {
-      /* Buckets merge slices: full bandwidth, one latency per 16 MiB (fractional). */
-      const CollectiveModel* ar = &dev->coll[COLL_ALLREDUCE];
-      return bytes / ar->bandwidth_Bps + ar->latency_s * (bytes / COST_BUCKET_BYTES);
-    }
-    case STRAT_ZERO2:
-      return u.bwd_grad * device_collective_s(dev, COLL_REDUCE_SCATTER, bytes) +
-             device_collective_s(dev, COLL_ALLGATHER, bytes);
-    case STRAT_ZERO3:
-      return (u.fwd_weight + u.bwd_weight) * device_collective_s(dev, COLL_ALLGATHER, bytes) +
-             u.bwd_grad * device_collective_s(dev, COLL_REDUCE_SCATTER, bytes);
-    default: return 0;
+    case STRAT_DP: return t + dp_exposure * dp_search_s(dev, bytes);
+    case STRAT_ZERO2: return t + u.bwd_grad * rs + ag;
+    case STRAT_ZERO3: return t + (u.fwd_weight + u.bwd_weight) * ag + u.bwd_grad * rs;
+    default: return t;
   }
 }
 
@@ -43,20 +74,24 @@ size_t cost_slice_transient(size_t n, Strategy s, int world) {
   return f > b ? f : b;
 }
 
-/* Index of the measured "overhead" entry when the device's times are for d at T, else -1. */
-static int measured_overhead(const GptDesc* d, const DeviceInfo* dev, int T) {
-  if (dev->n_op_times <= 0 || dev->compute_seq != T || strcmp(dev->compute_model, d->cfg.name) != 0)
-    return -1;
-  for (int i = 0; i < dev->n_op_times; i++)
-    if (strcmp(dev->op_names[i], "overhead") == 0) return i;
-  return -1;
+/* Seconds of the measured "overhead" entry at micro-batch B (0 when not measured). */
+static double overhead_s(const GptDesc* d, const DeviceInfo* dev, int B, int T) {
+  const OpTime* o = device_measured_op(dev, d, T, "overhead");
+  return o ? o->fixed_s[0] + (double)B * o->per_sample_s[0] : 0;
 }
 
 double cost_compute_s(const GptDesc* d, const DeviceInfo* dev, int B, int T) {
   double t = 0;
-  for (int i = 0; i < d->nops; i++) t += device_op_time_s(dev, d, i, B, T);
-  int o = measured_overhead(d, dev, T);
-  if (o >= 0) t += dev->op_fixed_s[o] + (double)B * dev->op_per_sample_s[o];
+  for (int i = 0; i < d->nops; i++) t += device_op_time_s(dev, d, i, B, T, 1);
+  return t + overhead_s(d, dev, B, T);
+}
+
+double cost_split_extra_s(const GptDesc* d, const DeviceInfo* dev, int op, int k, int B, int T) {
+  if (k <= 1) return 0;
+  double t = 0;
+  for (int i = 0; i < d->nops; i++)
+    if (d->ops[i].owner == op)
+      t += device_op_time_s(dev, d, i, B, T, k) - device_op_time_s(dev, d, i, B, T, 1);
   return t;
 }
 
@@ -66,22 +101,226 @@ size_t cost_batch_bytes(const GptDesc* d, const DeviceInfo* dev, int B, int T) {
   return acts + gpt_scratch_bytes(d, B, T, sizeof(float), dev->threads);
 }
 
-void plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* c) {
+/* ---- The replay of one step ---------------------------------------------------------------- */
+
+/* The communication channel of non-blocking collectives: a queue of jobs, each with the
+** seconds it still needs at full speed, served in order. */
+typedef struct Replay {
+  const GptDesc* d;
+  const DeviceInfo* dev;
+  const Plan* p;
+  double t;                 /* the rank's clock */
+  double* rem;              /* per job: seconds of work left */
+  int* kind;                /* per job: COLL_* */
+  int head, tail;
+  double compute, hidden, exposed[COLL_COUNT];
+} Replay;
+
+/* The rank computes for dt seconds; the channel's jobs progress at their kind's overlap rate. */
+static void replay_compute(Replay* r, double dt) {
+  r->t += dt;
+  r->compute += dt;
+  while (dt > 0 && r->head < r->tail) {
+    double rate = r->dev->coll[r->kind[r->head]].overlap;
+    if (rate <= 0) return;
+    double need = r->rem[r->head] / rate;
+    if (need <= dt) {
+      dt -= need;
+      r->hidden += r->rem[r->head];
+      r->rem[r->head++] = 0;
+    } else {
+      r->rem[r->head] -= rate * dt;
+      r->hidden += rate * dt;
+      dt = 0;
+    }
+  }
+}
+
+/* The rank waits until job j (and every job before it) is done, at full speed. */
+static void replay_wait(Replay* r, int j) {
+  for (; r->head <= j && r->head < r->tail; r->head++) {
+    r->t += r->rem[r->head];
+    r->exposed[r->kind[r->head]] += r->rem[r->head];
+    r->rem[r->head] = 0;
+  }
+}
+
+/* Queues a non-blocking collective of `bytes`; returns its job index. */
+static int replay_start(Replay* r, int kind, double bytes) {
+  r->rem[r->tail] = device_collective_s(r->dev, kind, bytes);
+  r->kind[r->tail] = kind;
+  return r->tail++;
+}
+
+/* A blocking collective of `bytes`. */
+static void replay_blocking(Replay* r, int kind, double bytes) {
+  double s = device_collective_s(r->dev, kind, bytes);
+  r->t += s;
+  r->exposed[kind] += s;
+}
+
+/* Strategy and full bytes of the slice of use u. */
+static Strategy use_strategy(const Replay* r, const GptParamUse* u) {
+  return r->p->ops[u->owner].strat[u->slice];
+}
+static double use_bytes(const Replay* r, const GptParamUse* u) {
+  const OpPlan* o = &r->p->ops[u->owner];
+  return slice_bytes(r->dev, gpt_slice_params(&r->d->ops[u->owner], o->k, u->slice), o->strat[u->slice]);
+}
+
+/* State of the walk over the schedule: the prefetch in flight, the dp buckets. */
+typedef struct Walk {
+  const GptParamUse* u;
+  int n, next;              /* uses, the next one to come */
+  int pending, pending_job; /* use whose weight is being prefetched, its job */
+  int* bucket;              /* plan_dp_buckets map */
+  int* members_left;        /* per bucket */
+  double* bucket_bytes;     /* per bucket */
+  int* grad_left;           /* per [op * GPT_MAX_SLICES + slice]: gradient uses still to come */
+} Walk;
+
+/* A weight use: zero3 gathers (or waits for its prefetch) and, with prefetch, queues the
+** gather of the next zero3 weight, as the engine's acquire hook does. */
+static void replay_weight(Replay* r, Walk* w, int i) {
+  const GptParamUse* u = &w->u[i];
+  if (use_strategy(r, u) != STRAT_ZERO3) return;
+  if (w->pending == i) replay_wait(r, w->pending_job);
+  else replay_blocking(r, COLL_ALLGATHER, use_bytes(r, u));
+  w->pending = -1;
+  if (!r->p->prefetch) return;
+  for (int j = i + 1; j < w->n; j++)
+    if (w->u[j].weight && use_strategy(r, &w->u[j]) == STRAT_ZERO3) {
+      w->pending = j;
+      w->pending_job = replay_start(r, COLL_ALLGATHER, use_bytes(r, &w->u[j]));
+      break;
+    }
+}
+
+/* A finished gradient use: sharded slices reduce-scatter now; a dp bucket starts its
+** all-reduce when its last member's last use is done. */
+static void replay_grad(Replay* r, Walk* w, int i) {
+  const GptParamUse* u = &w->u[i];
+  if (use_strategy(r, u) != STRAT_DP) { replay_blocking(r, COLL_REDUCE_SCATTER, use_bytes(r, u)); return; }
+  int key = u->owner * GPT_MAX_SLICES + u->slice, b = w->bucket[key];
+  if (--w->grad_left[key] > 0 || b < 0) return;
+  if (--w->members_left[b] == 0) replay_start(r, COLL_ALLREDUCE, w->bucket_bytes[b]);
+}
+
+/* Forward (phase 0) or backward (phase 1) compute share of op i. */
+static double op_share(const GptDesc* d, int i, int phase) {
+  if (d->ops[i].kind == OP_LOSS) return phase == 0 ? 1.0 : 0.0;
+  return phase == 0 ? 1.0 / 3.0 : 2.0 / 3.0;
+}
+
+/* Runs op i of the given phase: its parameter uses from the schedule, each followed by its
+** share of the op's compute; an op without parameters just computes. */
+static void replay_op(Replay* r, Walk* w, int i, int phase, int B) {
+  const GptDesc* d = r->d;
+  int owner = d->ops[i].owner;
+  int k = owner >= 0 ? r->p->ops[owner].k : 1;
+  double t = op_share(d, i, phase) * device_op_time_s(r->dev, d, i, B, r->p->seq, k);
+  if (owner < 0) { replay_compute(r, t); return; }
+  for (int s = 0; s < k && w->next < w->n; s++) {
+    int j = w->next++;
+    if (w->u[j].weight) replay_weight(r, w, j);
+    replay_compute(r, t / k);
+    if (w->u[j].grad) replay_grad(r, w, j);
+  }
+}
+
+int plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* c) {
   memset(c, 0, sizeof *c);
   Plan on_dev = *p; /* shallow: same ops, world = the device's ranks */
   on_dev.world = dev->ranks;
   plan_predict_memory(d, &on_dev, dev->threads, &c->mem);
   c->micro_batch = p->micro_batch;
-  c->compute_s = cost_compute_s(d, dev, p->micro_batch, p->seq);
+  int B = p->micro_batch, T = p->seq, nkeys = d->nops * GPT_MAX_SLICES;
+  int* slices = malloc((size_t)d->nops * sizeof *slices);
+  Walk w = {.pending = -1};
+  Replay r = {.d = d, .dev = dev, .p = &on_dev};
+  if (slices) plan_slice_counts(p, slices);
+  GptParamUse* u = slices ? schedule_of(d, slices, &w.n) : NULL;
+  w.u = u;
+  w.bucket = malloc((size_t)nkeys * sizeof *w.bucket);
+  w.grad_left = calloc((size_t)nkeys, sizeof *w.grad_left);
+  int nb = w.bucket ? plan_dp_buckets(d, &on_dev, COST_BUCKET_BYTES, w.bucket) : 0;
+  w.members_left = calloc((size_t)nb + 1, sizeof *w.members_left);
+  w.bucket_bytes = calloc((size_t)nb + 1, sizeof *w.bucket_bytes);
+  r.rem = malloc(((size_t)w.n + (size_t)nb + 1) * sizeof *r.rem);
+  r.kind = malloc(((size_t)w.n + (size_t)nb + 1) * sizeof *r.kind);
+  int rc = (!u || !w.bucket || !w.grad_left || !w.members_left || !w.bucket_bytes || !r.rem || !r.kind)
+               ? osdp_fail("out of memory")
+               : 0;
+  for (int i = 0; !rc && i < w.n; i++) {
+    int key = u[i].owner * GPT_MAX_SLICES + u[i].slice;
+    if (!u[i].grad) continue;
+    if (w.grad_left[key]++ == 0 && w.bucket[key] >= 0) {
+      w.members_left[w.bucket[key]]++;
+      w.bucket_bytes[w.bucket[key]] += 4.0 * (double)gpt_slice_params(&d->ops[u[i].owner],
+                                                                        p->ops[u[i].owner].k, u[i].slice);
+    }
+  }
+  if (!rc) {
+    for (int i = 0; i < d->nops; i++) replay_op(&r, &w, i, 0, B);
+    for (int i = d->nops - 1; i >= 0; i--) replay_op(&r, &w, i, 1, B);
+    replay_wait(&r, r.tail - 1);
+    /* The optimizer: the norm's all-reduce, each slice's update, zero2's all-gathers. */
+    c->optim_s = device_collective_s(dev, COLL_ALLREDUCE, 16);
+    for (int i = 0; i < d->nops; i++)
+      for (int s = 0; d->ops[i].n_params && s < p->ops[i].k; s++) {
+        size_t n = gpt_slice_params(&d->ops[i], p->ops[i].k, s);
+        c->optim_s += cost_slice_optim_s(dev, n, p->ops[i].strat[s]);
+        if (p->ops[i].strat[s] == STRAT_ZERO2)
+          c->optim_s += device_collective_s(dev, COLL_ALLGATHER, slice_bytes(dev, n, STRAT_ZERO2));
+      }
+    c->compute_s = r.compute;
+    c->hidden_s = r.hidden;
+    for (int k = 0; k < COLL_COUNT; k++) {
+      c->exposed_s[k] = r.exposed[k];
+      c->comm_s += r.exposed[k];
+    }
+    c->overhead_s = overhead_s(d, dev, B, T);
+    c->step_s = c->compute_s + c->comm_s + c->optim_s + c->overhead_s;
+    c->samples_per_s = c->step_s > 0 ? (double)dev->ranks * B / c->step_s : 0;
+  }
+  free(r.rem);
+  free(r.kind);
+  free(w.bucket);
+  free(w.grad_left);
+  free(w.members_left);
+  free(w.bucket_bytes);
+  free(u);
+  free(slices);
+  return rc;
+}
+
+/* ---- The search model ---------------------------------------------------------------------- */
+
+double cost_dp_exposure(const GptDesc* d, const DeviceInfo* dev, int B, int T) {
+  if (dev->ranks <= 1) return 1;
+  Plan p;
+  PlanCost c;
+  if (plan_uniform(&p, d, STRAT_DP, dev->ranks, B, T)) return 1;
+  double modeled = 0;
+  for (int i = 0; i < d->nops; i++)
+    if (d->ops[i].n_params) modeled += dp_search_s(dev, slice_bytes(dev, d->ops[i].n_params, STRAT_DP));
+  int rc = plan_cost(d, dev, &p, &c);
+  plan_free(&p);
+  if (rc || modeled <= 0) return 1;
+  return c.exposed_s[COLL_ALLREDUCE] / modeled;
+}
+
+double cost_search_step_s(const GptDesc* d, const DeviceInfo* dev, const Plan* p) {
+  int B = p->micro_batch, T = p->seq;
+  double e = cost_dp_exposure(d, dev, B, T);
+  double t = cost_compute_s(d, dev, B, T) + device_collective_s(dev, COLL_ALLREDUCE, 16);
   for (int i = 0; i < d->nops; i++) {
     if (!d->ops[i].n_params) continue;
     const OpPlan* o = &p->ops[i];
-    for (int s = 0; s < o->k; s++) {
-      size_t n = gpt_slice_params(&d->ops[i], o->k, s);
-      c->comm_s += cost_slice_comm_s(dev, i, n, o->strat[s]);
-      c->optim_s += cost_slice_optim_s(dev, n, o->strat[s]);
-    }
+    OpUses u = cost_op_uses(d, i);
+    t += cost_split_extra_s(d, dev, i, o->k, B, T);
+    for (int s = 0; s < o->k; s++)
+      t += cost_slice_search_s(dev, u, gpt_slice_params(&d->ops[i], o->k, s), o->strat[s], e);
   }
-  c->step_s = c->compute_s + c->comm_s + c->optim_s;
-  c->samples_per_s = c->step_s > 0 ? (double)dev->ranks * p->micro_batch / c->step_s : 0;
+  return t;
 }

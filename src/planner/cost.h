@@ -2,24 +2,33 @@
 ** cost.h: the planner's cost model: the exact memory and the predicted time of a training
 ** step under a plan, on the ranks a DeviceInfo describes.
 **
-** Memory is plan_predict_memory's, to the byte (the runtime's arena matches it):
-**   peak = sum over slices of their persistent bytes (weights, gradients, optimizer state)
-**        + activations of every op at micro-batch B + backward scratch
-**        + the largest transient of any one slice (a gathered weight or full gradient).
-** Time per step = compute + communication + optimizer, with
-**   compute        sum over all ops of device_op_time_s (measured or from FLOPs), plus the
-**                  measured "overhead" entry if the device has one; independent of the plan;
-**   communication  per slice of n parameters (n_pad when sharded), bytes = 4 * n_pad:
-**                    dp     one all-reduce, bucketed: 4n / bandwidth + latency * 4n / 16 MiB
-**                    zero2  a reduce-scatter per backward gradient use + one all-gather
-**                    zero3  an all-gather per weight use + a reduce-scatter per gradient use
-**                  (embed's wte is also the LM head: 2 forward weight uses, 1 backward weight
-**                  use, 2 backward gradient uses; every other op 1, 1, 1); zero on one rank;
-**   optimizer      elements the rank updates (n for dp, n_pad / N sharded) times
-**                  dev->optimizer_s_per_param.
-** Communication and optimizer time do not depend on the micro-batch; compute does not
-** depend on the plan. samples/s = N * B / step time. Nothing overlaps in this model: a plan
-** with "prefetch" gets its exact (larger) memory from plan_predict_memory, but no time credit.
+** Memory is plan_predict_memory's, to the byte (the runtime's arena matches it).
+**
+** Time (plan_cost) replays one step event by event in the order the runtime runs it
+** (gpt_param_schedule for the parameter uses, the op list for compute):
+**   compute     each op's measured forward+backward time at its slice count k
+**               (device_op_time_s), a third in forward and two thirds in backward (the loss:
+**               all in forward), spread evenly over its k slices;
+**   blocking    zero3: an all-gather before each weight use (unless prefetched); zero2 and
+**               zero3: a reduce-scatter after each gradient use (the tied wte: 2 forward and
+**               1 backward weight uses, 2 gradient uses); zero2: an all-gather after the update;
+**   overlapped  dp gradients are reduced in the buckets of plan_dp_buckets: a bucket's
+**               all-reduce starts when its last member's gradient is final and then runs on a
+**               communication channel beside compute at the device's "overlap" rate, at full
+**               speed while the rank waits for it (after backward, before the optimizer). With
+**               "prefetch", the next zero3 weight's all-gather is queued on the same channel at
+**               each zero3 weight use and waited for at its use;
+**   optimizer   elements the rank updates (n for dp, n_pad / N sharded) x optimizer_s_per_param,
+**               and the gradient-norm all-reduce;
+**   overhead    the measured rest of the step (zeroing, bookkeeping), if the device has it.
+**
+** The search (search.h) needs a cost that is a sum over operators for a given micro-batch: the
+** separable model of cost_slice_search_s, which prices each slice's blocking communication and
+** optimizer exactly as above, a dp slice's all-reduce at its bandwidth time plus its share of
+** bucket latencies times an exposure factor (the share of all-reduce time the all-dp plan
+** leaves exposed in the replay), and splitting at the measured extra compute of k slices. With
+** no overlap and no dp slices it equals plan_cost exactly (tested); otherwise plan_cost
+** re-ranks the search's best candidates.
 */
 #ifndef OSDP_COST_H
 #define OSDP_COST_H
@@ -31,13 +40,18 @@
 #include "planner/device.h"
 
 /* Gradient bucket size the runtime merges dp gradients into (engine's default). */
-#define COST_BUCKET_BYTES ((double)(16u << 20))
+#define COST_BUCKET_BYTES ((size_t)16 << 20)
 
 typedef struct PlanCost {
   int micro_batch;
-  double step_s;         /* compute_s + comm_s + optim_s */
+  double step_s;         /* the whole step: compute_s + comm_s + optim_s + overhead_s */
   double samples_per_s;  /* N * micro_batch / step_s */
-  double compute_s, comm_s, optim_s;
+  double compute_s;      /* ops at their slice counts */
+  double comm_s;         /* communication the rank waits for (blocking + exposed) */
+  double hidden_s;       /* non-blocking communication that ran beside compute */
+  double exposed_s[3];   /* of comm_s, per collective kind (COLL_*) */
+  double optim_s;        /* optimizer, zero2's all-gathers and the norm all-reduce */
+  double overhead_s;
   MemPrediction mem;     /* exact per-rank memory (plan_predict_memory) */
 } PlanCost;
 
@@ -48,26 +62,39 @@ typedef struct OpUses {
   int bwd_grad;     /* backward uses that produce a gradient contribution */
 } OpUses;
 
-/* The uses of op's parameters per step (embed's tied wte is used twice, see above). */
-OpUses cost_op_uses(int op);
+/* The uses of op's parameters per step, counted from gpt_param_schedule (embed's tied wte is
+** also the LM head's: 2, 1, 2; every other op 1, 1, 1). */
+OpUses cost_op_uses(const GptDesc* d, int op);
 
-/* Communication seconds per step of one slice of n parameters of op under strategy s. */
-double cost_slice_comm_s(const DeviceInfo* dev, int op, size_t n, Strategy s);
+/* Search model: seconds per step of one slice of n parameters, used u times per step (see
+** cost_op_uses), under strategy s, given the dp exposure factor (cost_dp_exposure): its
+** communication and optimizer time, not its compute. */
+double cost_slice_search_s(const DeviceInfo* dev, OpUses u, size_t n, Strategy s, double dp_exposure);
 /* Optimizer seconds per step of one slice of n parameters under strategy s. */
 double cost_slice_optim_s(const DeviceInfo* dev, size_t n, Strategy s);
 /* Bytes a slice keeps between steps: weights + gradients + optimizer state. */
 size_t cost_slice_persistent(size_t n, Strategy s, int world);
 /* Largest transient bytes of a slice: max of its forward and backward transients. */
 size_t cost_slice_transient(size_t n, Strategy s, int world);
+/* Extra compute seconds of running owner op's parameters as k slices instead of 1 at
+** micro-batch B (for embed: the embedding and the tied LM head). */
+double cost_split_extra_s(const GptDesc* d, const DeviceInfo* dev, int op, int k, int B, int T);
+/* The share of the all-dp plan's all-reduce time (as the search model counts it) that the
+** replay leaves exposed at micro-batch B: 1 when nothing overlaps. */
+double cost_dp_exposure(const GptDesc* d, const DeviceInfo* dev, int B, int T);
+/* Time of the search model for plan p: unsplit compute + overhead + the sum over slices of
+** cost_slice_search_s and cost_split_extra_s per op. What planner_search maximises N*B/t of. */
+double cost_search_step_s(const GptDesc* d, const DeviceInfo* dev, const Plan* p);
 
-/* Compute seconds of one step at micro-batch B and sequence T: every op's time plus the
-** measured "overhead" entry, if the device has one for this model and T. */
+/* Compute seconds of one step at micro-batch B and sequence T with every op unsplit, plus
+** the measured "overhead" entry, if the device has one for this model and T. */
 double cost_compute_s(const GptDesc* d, const DeviceInfo* dev, int B, int T);
 /* Bytes that depend on the micro-batch only: activations of all ops + backward scratch. */
 size_t cost_batch_bytes(const GptDesc* d, const DeviceInfo* dev, int B, int T);
 
-/* Cost of plan p (its micro_batch and seq) on dev. The memory is computed for dev->ranks
-** ranks (p->world should equal it). */
-void plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* c);
+/* Cost of plan p (its micro_batch, seq and prefetch) on dev, by replaying the step. The
+** memory is computed for dev->ranks ranks (p->world should equal it). Returns 0, or -1 when
+** out of memory (then *c holds the memory only). */
+int plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* c);
 
 #endif

@@ -25,28 +25,51 @@ static int device_measured_for(const DeviceInfo* dev, const GptDesc* d, int T) {
   return dev->n_op_times > 0 && dev->compute_seq == T && strcmp(dev->compute_model, d->cfg.name) == 0;
 }
 
-/* Index of the measured entry called `name`, or -1. */
-static int device_find_op(const DeviceInfo* dev, const char* name) {
+const OpTime* device_measured_op(const DeviceInfo* dev, const GptDesc* d, int T, const char* name) {
+  if (!device_measured_for(dev, d, T)) return NULL;
   for (int i = 0; i < dev->n_op_times; i++)
-    if (strcmp(dev->op_names[i], name) == 0) return i;
-  return -1;
+    if (strcmp(dev->op_times[i].name, name) == 0) return &dev->op_times[i];
+  return NULL;
 }
 
-double device_op_time_s(const DeviceInfo* dev, const GptDesc* d, int op, int B, int T) {
-  if (device_measured_for(dev, d, T)) {
-    int j = device_find_op(dev, d->ops[op].name);
-    if (j >= 0) return dev->op_fixed_s[j] + (double)B * dev->op_per_sample_s[j];
+/* Seconds of a measured op at micro-batch B at slice-count level l. */
+static double level_time(const OpTime* t, int l, int B) {
+  return t->fixed_s[l] + (double)B * t->per_sample_s[l];
+}
+
+/* Measured time at k slices: the level of k if measured, else linear in k between the nearest
+** measured levels below and above (the nearest one alone at the ends). Level 0 is always
+** measured. */
+static double measured_time_at_k(const OpTime* t, int B, int k) {
+  int lo = 0, hi = -1;
+  for (int l = 0; l < DEVICE_SLICE_LEVELS; l++) {
+    if (!t->measured[l]) continue;
+    int kl = 1 << l;
+    if (kl == k) return level_time(t, l, B);
+    if (kl < k) lo = l;
+    else if (hi < 0) hi = l;
   }
+  if (hi < 0) return level_time(t, lo, B);
+  double k0 = (double)(1 << lo), k1 = (double)(1 << hi), f = ((double)k - k0) / (k1 - k0);
+  return (1 - f) * level_time(t, lo, B) + f * level_time(t, hi, B);
+}
+
+double device_op_time_s(const DeviceInfo* dev, const GptDesc* d, int op, int B, int T, int k) {
+  const OpTime* t = device_measured_op(dev, d, T, d->ops[op].name);
+  if (t) return measured_time_at_k(t, B, k < 1 ? 1 : k);
   return 3.0 * gpt_op_flops_per_token(d, &d->ops[op], T) * (double)B * (double)T / dev->flops;
 }
 
+int device_alloc_op_times(DeviceInfo* dev, int n) {
+  free(dev->op_times);
+  dev->op_times = calloc((size_t)(n > 0 ? n : 1), sizeof *dev->op_times);
+  dev->n_op_times = dev->op_times ? n : 0;
+  return dev->op_times ? 0 : osdp_fail("out of memory");
+}
+
 void device_free(DeviceInfo* dev) {
-  free(dev->op_names);
-  free(dev->op_fixed_s);
-  free(dev->op_per_sample_s);
-  dev->op_names = NULL;
-  dev->op_fixed_s = NULL;
-  dev->op_per_sample_s = NULL;
+  free(dev->op_times);
+  dev->op_times = NULL;
   dev->n_op_times = 0;
 }
 
@@ -59,19 +82,30 @@ static int check_number(double v, int zero_ok, const char* where, const char* fi
                    zero_ok ? "a finite number >= 0" : "a finite number > 0", hint);
 }
 
-/* Checks the measured compute section, if any. */
+/* Checks the measured compute section, if any: every measured level's figures >= 0, and the
+** unsplit level present. */
 static int validate_compute(const DeviceInfo* dev, const char* where) {
   if (dev->n_op_times == 0) return 0;
   if (dev->n_op_times < 0) return osdp_fail("%s: \"compute.ops\" has a negative count", where);
   if (dev->compute_seq < 1)
     return osdp_fail("%s: field \"compute.seq\" = %d must be >= 1 (the sequence length the times "
                      "were measured at)", where, dev->compute_seq);
-  char field[64];
+  char field[80];
   for (int i = 0; i < dev->n_op_times; i++) {
-    snprintf(field, sizeof field, "compute.ops[%d].fixed_s", i);
-    if (check_number(dev->op_fixed_s[i], 1, where, field, "give seconds, e.g. 1e-4")) return -1;
-    snprintf(field, sizeof field, "compute.ops[%d].per_sample_s", i);
-    if (check_number(dev->op_per_sample_s[i], 1, where, field, "give seconds, e.g. 2e-3")) return -1;
+    const OpTime* t = &dev->op_times[i];
+    if (!t->measured[0])
+      return osdp_fail("%s: \"compute.ops[%d]\" has no unsplit time; give fixed_s and per_sample_s",
+                       where, i);
+    for (int l = 0; l < DEVICE_SLICE_LEVELS; l++) {
+      if (!t->measured[l]) continue;
+      const char* at = l ? ".slices[k=" : "";
+      char kk[16] = "";
+      if (l) snprintf(kk, sizeof kk, "%d]", 1 << l);
+      snprintf(field, sizeof field, "compute.ops[%d]%s%s.fixed_s", i, at, kk);
+      if (check_number(t->fixed_s[l], 1, where, field, "give seconds, e.g. 1e-4")) return -1;
+      snprintf(field, sizeof field, "compute.ops[%d]%s%s.per_sample_s", i, at, kk);
+      if (check_number(t->per_sample_s[l], 1, where, field, "give seconds, e.g. 2e-3")) return -1;
+    }
   }
   return 0;
 }
@@ -95,6 +129,14 @@ int device_validate(const DeviceInfo* dev, const char* where) {
     if (check_number(dev->coll[k].latency_s, 1, where, field, "give seconds such as 2e-5")) return -1;
     snprintf(field, sizeof field, "collectives.%s.bandwidth_Bps", coll_names[k]);
     if (check_number(dev->coll[k].bandwidth_Bps, 0, where, field, "give bytes per second such as 3e8"))
+      return -1;
+    snprintf(field, sizeof field, "collectives.%s.overlap", coll_names[k]);
+    if (check_number(dev->coll[k].overlap, 1, where, field, "give a share between 0 and 1") ||
+        (dev->coll[k].overlap > 1 &&
+         osdp_fail("%s: field \"%s\" = %g must be between 0 and 1", where, field, dev->coll[k].overlap)))
+      return -1;
+    snprintf(field, sizeof field, "collectives.%s.residual", coll_names[k]);
+    if (check_number(dev->coll[k].residual, 1, where, field, "give a relative error >= 0, or omit it"))
       return -1;
   }
   return validate_compute(dev, where);
@@ -155,6 +197,37 @@ static int json_collectives(const cJSON* root, const char* path, DeviceInfo* dev
     if (json_number(o, "latency_s", field, 1, path, &dev->coll[k].latency_s)) return -1;
     snprintf(field, sizeof field, "collectives.%s.bandwidth_Bps", coll_names[k]);
     if (json_number(o, "bandwidth_Bps", field, 1, path, &dev->coll[k].bandwidth_Bps)) return -1;
+    snprintf(field, sizeof field, "collectives.%s.overlap", coll_names[k]);
+    if (json_number(o, "overlap", field, 0, path, &dev->coll[k].overlap)) return -1;
+    snprintf(field, sizeof field, "collectives.%s.residual", coll_names[k]);
+    if (json_number(o, "residual", field, 0, path, &dev->coll[k].residual)) return -1;
+  }
+  return 0;
+}
+
+/* Reads the optional "slices" array of entry i: {"k": 2|4|8, "fixed_s", "per_sample_s"}. */
+static int json_op_slices(const cJSON* e, int i, const char* path, OpTime* t) {
+  const cJSON* sl = cJSON_GetObjectItemCaseSensitive(e, "slices");
+  if (!sl) return 0;
+  if (!cJSON_IsArray(sl))
+    return osdp_fail("%s: field \"compute.ops[%d].slices\" must be an array of {\"k\", \"fixed_s\", "
+                     "\"per_sample_s\"}", path, i);
+  char field[80];
+  int j = 0;
+  const cJSON* x;
+  cJSON_ArrayForEach(x, sl) {
+    int k = 0, l = 0;
+    snprintf(field, sizeof field, "compute.ops[%d].slices[%d].k", i, j);
+    if (json_integer(x, "k", field, 1, path, &k)) return -1;
+    while (l < DEVICE_SLICE_LEVELS && (1 << l) != k) l++;
+    if (l == 0 || l == DEVICE_SLICE_LEVELS)
+      return osdp_fail("%s: field \"%s\" = %d must be 2, 4 or 8", path, field, k);
+    snprintf(field, sizeof field, "compute.ops[%d].slices[%d].fixed_s", i, j);
+    if (json_number(x, "fixed_s", field, 1, path, &t->fixed_s[l])) return -1;
+    snprintf(field, sizeof field, "compute.ops[%d].slices[%d].per_sample_s", i, j);
+    if (json_number(x, "per_sample_s", field, 1, path, &t->per_sample_s[l])) return -1;
+    t->measured[l] = 1;
+    j++;
   }
   return 0;
 }
@@ -162,15 +235,18 @@ static int json_collectives(const cJSON* root, const char* path, DeviceInfo* dev
 /* Reads one entry of "compute.ops" into slot i. */
 static int json_op_time(const cJSON* e, int i, const char* path, DeviceInfo* dev) {
   char field[64];
+  OpTime* t = &dev->op_times[i];
   const cJSON* name = cJSON_GetObjectItemCaseSensitive(e, "name");
-  if (!cJSON_IsString(name) || strlen(name->valuestring) >= sizeof dev->op_names[0])
+  if (!cJSON_IsString(name) || strlen(name->valuestring) >= sizeof t->name)
     return osdp_fail("%s: field \"compute.ops[%d].name\" must be an operator name (see osdp "
-                     "describe) of at most %zu characters", path, i, sizeof dev->op_names[0] - 1);
-  snprintf(dev->op_names[i], sizeof dev->op_names[i], "%s", name->valuestring);
+                     "describe) of at most %zu characters", path, i, sizeof t->name - 1);
+  snprintf(t->name, sizeof t->name, "%s", name->valuestring);
   snprintf(field, sizeof field, "compute.ops[%d].fixed_s", i);
-  if (json_number(e, "fixed_s", field, 1, path, &dev->op_fixed_s[i])) return -1;
+  if (json_number(e, "fixed_s", field, 1, path, &t->fixed_s[0])) return -1;
   snprintf(field, sizeof field, "compute.ops[%d].per_sample_s", i);
-  return json_number(e, "per_sample_s", field, 1, path, &dev->op_per_sample_s[i]);
+  if (json_number(e, "per_sample_s", field, 1, path, &t->per_sample_s[0])) return -1;
+  t->measured[0] = 1;
+  return json_op_slices(e, i, path, t);
 }
 
 /* Reads the optional "compute" section of measured operator times. */
@@ -190,11 +266,7 @@ static int json_compute(const cJSON* root, const char* path, DeviceInfo* dev) {
     return osdp_fail("%s: missing array \"compute.ops\" of {\"name\", \"fixed_s\", \"per_sample_s\"}", path);
   int n = cJSON_GetArraySize(ops);
   if (n == 0) return 0;
-  dev->op_names = calloc((size_t)n, sizeof *dev->op_names);
-  dev->op_fixed_s = calloc((size_t)n, sizeof *dev->op_fixed_s);
-  dev->op_per_sample_s = calloc((size_t)n, sizeof *dev->op_per_sample_s);
-  if (!dev->op_names || !dev->op_fixed_s || !dev->op_per_sample_s) return osdp_fail("out of memory");
-  dev->n_op_times = n;
+  if (device_alloc_op_times(dev, n)) return -1;
   for (int i = 0; i < n; i++)
     if (json_op_time(cJSON_GetArrayItem(ops, i), i, path, dev)) return -1;
   return 0;
@@ -240,6 +312,8 @@ static cJSON* device_to_json(const DeviceInfo* dev) {
     cJSON* o = cJSON_AddObjectToObject(c, coll_names[k]);
     cJSON_AddNumberToObject(o, "latency_s", dev->coll[k].latency_s);
     cJSON_AddNumberToObject(o, "bandwidth_Bps", dev->coll[k].bandwidth_Bps);
+    cJSON_AddNumberToObject(o, "overlap", dev->coll[k].overlap);
+    cJSON_AddNumberToObject(o, "residual", dev->coll[k].residual);
   }
   if (dev->n_op_times > 0) {
     cJSON* comp = cJSON_AddObjectToObject(root, "compute");
@@ -247,10 +321,21 @@ static cJSON* device_to_json(const DeviceInfo* dev) {
     cJSON_AddNumberToObject(comp, "seq", dev->compute_seq);
     cJSON* ops = cJSON_AddArrayToObject(comp, "ops");
     for (int i = 0; i < dev->n_op_times; i++) {
+      const OpTime* t = &dev->op_times[i];
       cJSON* e = cJSON_CreateObject();
-      cJSON_AddStringToObject(e, "name", dev->op_names[i]);
-      cJSON_AddNumberToObject(e, "fixed_s", dev->op_fixed_s[i]);
-      cJSON_AddNumberToObject(e, "per_sample_s", dev->op_per_sample_s[i]);
+      cJSON_AddStringToObject(e, "name", t->name);
+      cJSON_AddNumberToObject(e, "fixed_s", t->fixed_s[0]);
+      cJSON_AddNumberToObject(e, "per_sample_s", t->per_sample_s[0]);
+      cJSON* sl = NULL;
+      for (int l = 1; l < DEVICE_SLICE_LEVELS; l++) {
+        if (!t->measured[l]) continue;
+        if (!sl) sl = cJSON_AddArrayToObject(e, "slices");
+        cJSON* x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "k", 1 << l);
+        cJSON_AddNumberToObject(x, "fixed_s", t->fixed_s[l]);
+        cJSON_AddNumberToObject(x, "per_sample_s", t->per_sample_s[l]);
+        cJSON_AddItemToArray(sl, x);
+      }
       cJSON_AddItemToArray(ops, e);
     }
   }
@@ -262,10 +347,14 @@ int device_save(const DeviceInfo* dev, const char* path) {
   char* s = cJSON_Print(root);
   cJSON_Delete(root);
   if (!s) return osdp_fail("out of memory");
-  FILE* f = fopen(path, "w");
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE* f = fopen(tmp, "w");
   if (!f) { free(s); return osdp_fail("--out: cannot write '%s': %s", path, strerror(errno)); }
   int ok = fputs(s, f) >= 0 && fputc('\n', f) != EOF;
   ok = (fclose(f) == 0) && ok;
   free(s);
-  return ok ? 0 : osdp_fail("--out: error writing '%s'", path);
+  if (ok && rename(tmp, path) == 0) return 0;
+  remove(tmp);
+  return osdp_fail("--out: error writing '%s'", path);
 }

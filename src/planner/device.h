@@ -11,14 +11,21 @@
 **    "flops": 9.4e10,                   FLOP/s per rank, used for ops without measured times
 **    "optimizer_s_per_param": 1.5e-9,   AdamW time per parameter a rank updates (optional, 0)
 **    "collectives": {                   t(bytes) = latency_s + bytes / bandwidth_Bps, where
-**      "allreduce":      {"latency_s": 2e-5, "bandwidth_Bps": 3e8},   bytes is the size of the
-**      "allgather":      {"latency_s": 2e-5, "bandwidth_Bps": 3e8},   full (unsharded) buffer
+**      "allreduce":      {"latency_s": 2e-5, "bandwidth_Bps": 3e8,   bytes is the size of the
+**                         "overlap": 0.3, "residual": 0.05},         full (unsharded) buffer
+**      "allgather":      {"latency_s": 2e-5, "bandwidth_Bps": 3e8},
 **      "reduce_scatter": {"latency_s": 2e-5, "bandwidth_Bps": 3e8}},
 **    "compute": {                       optional: measured forward+backward time per op
 **      "model": "gpt2-124m", "seq": 256,
-**      "ops": [{"name": "h0.qkv", "fixed_s": 1e-4, "per_sample_s": 2e-3}, ...]}}
-** An op's time at micro-batch B is fixed_s + B * per_sample_s when measured; otherwise
-** 3 * forward FLOPs / flops.
+**      "ops": [{"name": "h0.qkv", "fixed_s": 1e-4, "per_sample_s": 2e-3,
+**               "slices": [{"k": 2, "fixed_s": .., "per_sample_s": ..}, ...]}, ...]}}
+** "overlap" (optional, 0..1, default 0) is the share of wall time during which an outstanding
+** non-blocking collective of that kind progresses while the rank computes (1: it runs fully
+** beside compute; 0: it only moves when the rank waits for it). "residual" (optional,
+** informational) is the fit's largest relative error over the measured sizes.
+** An op's time at micro-batch B is fixed_s + B * per_sample_s when measured (at k slices: the
+** "slices" entry for k, interpolated linearly in k between measured slice counts, and the
+** unsplit time where none is measured); otherwise 3 * forward FLOPs / flops.
 */
 #ifndef OSDP_DEVICE_H
 #define OSDP_DEVICE_H
@@ -30,9 +37,23 @@
 typedef struct CollectiveModel {
   double latency_s;      /* alpha */
   double bandwidth_Bps;  /* beta: bytes per second of the full buffer */
+  double overlap;        /* 0..1: progress of a non-blocking call while the rank computes */
+  double residual;       /* largest relative error of the fit (informational, 0 if unknown) */
 } CollectiveModel;
 
 enum { COLL_ALLREDUCE = 0, COLL_ALLGATHER = 1, COLL_REDUCE_SCATTER = 2, COLL_COUNT = 3 };
+
+/* Slice counts with their own measured op times: k = 1, 2, 4, 8 (index = log2 k). */
+#define DEVICE_SLICE_LEVELS 4
+
+/* Measured forward+backward seconds of one op at micro-batch B: fixed_s + B * per_sample_s,
+** per slice-count level (level l is k = 2^l; measured[l] says whether it was measured). */
+typedef struct OpTime {
+  char name[24];
+  double fixed_s[DEVICE_SLICE_LEVELS];
+  double per_sample_s[DEVICE_SLICE_LEVELS];
+  int measured[DEVICE_SLICE_LEVELS];
+} OpTime;
 
 typedef struct DeviceInfo {
   int ranks;
@@ -41,27 +62,31 @@ typedef struct DeviceInfo {
   double flops;
   double optimizer_s_per_param;
   CollectiveModel coll[COLL_COUNT];
-  /* Measured compute (optional): valid for the model named and sequence seq only. */
+  /* Measured compute (optional): valid for the model named and sequence seq only. Besides the
+  ** model's ops it may hold "overhead": the rest of a step (zeroing, norms, bookkeeping). */
   char compute_model[48];
   int compute_seq;
   int n_op_times;             /* 0 when not measured */
-  char (*op_names)[24];       /* n_op_times names */
-  double* op_fixed_s;         /* n_op_times */
-  double* op_per_sample_s;    /* n_op_times */
+  OpTime* op_times;           /* n_op_times entries */
 } DeviceInfo;
 
 /* Time of one collective over a full buffer of `bytes` (0 on one rank). */
 double device_collective_s(const DeviceInfo* dev, int kind, double bytes);
-/* Forward+backward time of op i of model d at micro-batch B and sequence T: measured when
-** the device holds times for this model and T, else from FLOPs and dev->flops. */
-double device_op_time_s(const DeviceInfo* dev, const GptDesc* d, int op, int B, int T);
+/* Forward+backward time of op i of model d at micro-batch B, sequence T and k slices: measured
+** when the device holds times for this model and T, else from FLOPs and dev->flops. */
+double device_op_time_s(const DeviceInfo* dev, const GptDesc* d, int op, int B, int T, int k);
+/* The measured entry called `name` when the device's times are for model d at sequence T
+** (NULL otherwise). */
+const OpTime* device_measured_op(const DeviceInfo* dev, const GptDesc* d, int T, const char* name);
 
 /* Reads and validates a device file; -1 with a one-line error naming the file and field. */
 int device_load(DeviceInfo* dev, const char* path);
-/* Writes a device file. */
+/* Writes a device file (atomically: a temporary file renamed into place). */
 int device_save(const DeviceInfo* dev, const char* path);
 /* Checks the values (ranks >= 1, limit > 0, speeds > 0, latencies >= 0, ...). */
 int device_validate(const DeviceInfo* dev, const char* where);
+/* Allocates n measured op entries (zeroed); -1 when out of memory. */
+int device_alloc_op_times(DeviceInfo* dev, int n);
 /* Frees the measured op times. */
 void device_free(DeviceInfo* dev);
 

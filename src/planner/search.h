@@ -1,8 +1,11 @@
 /*
 ** search.h: the OSDP search. Chooses, for every operator that owns parameters, a slice count
 ** k and a strategy per slice, and the micro-batch B, to maximise samples/s under the cost
-** model of cost.h subject to peak memory <= dev->mem_limit. The result is exact under that
-** model (not a heuristic): see search.c for the method.
+** model of cost.h subject to peak memory <= dev->mem_limit. The result is exact under the
+** search model of cost.h (not a heuristic): see search.c for the method. planner_candidates
+** then re-prices the best plan of each micro-batch (and the uniform plans) with the step replay
+** (plan_cost), decides zero3 prefetch per plan, and ranks them; `--plan auto` takes the first
+** or, with a trial, the fastest when measured.
 */
 #ifndef OSDP_SEARCH_H
 #define OSDP_SEARCH_H
@@ -26,7 +29,7 @@ typedef struct SearchOptions {
 typedef struct OpConfig {
   size_t mem;         /* persistent bytes of all its slices */
   size_t transient;   /* largest transient bytes of any of its slices */
-  double time_s;      /* communication + optimizer seconds per step */
+  double time_s;      /* search model: communication + optimizer + extra compute of splitting */
   OpPlan plan;        /* k and the strategy of each slice */
 } OpConfig;
 
@@ -45,19 +48,36 @@ typedef struct PlannerStats {
 /* Fills o with the defaults: sequence seq, max_batch 512, max_slices 8, all strategies. */
 void planner_default_options(SearchOptions* o, int seq);
 
-/* The non-dominated configurations of op (no other has <= memory, <= transient and <= time,
-** one strictly) under the options, with their exact costs. *out is malloc'ed (caller frees);
-** returns their count (0 for an op without parameters), or -1 on allocation failure. */
+/* The non-dominated configurations of op at micro-batch B (no other has <= memory, <=
+** transient and <= time, one strictly) under the options, with their exact costs. *out is
+** malloc'ed (caller frees); returns their count (0 for an op without parameters), or -1 on
+** allocation failure. */
 int planner_op_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int op,
-                       OpConfig** out);
+                       int B, OpConfig** out);
 
-/* The plan and micro-batch with the highest samples/s whose peak <= dev->mem_limit (ties:
-** the smaller peak). Fills *out (caller plan_free's it) and *cost; *min_bytes is the
-** smallest limit for which any plan fits (at micro-batch 1) and *search_s the time the
-** search took (either pointer may be NULL). Returns 0; or -1 with osdp_fail("no plan fits
-** in LIMIT per rank ...; the smallest limit that fits is X ...") and *min_bytes set. */
+/* The plan and micro-batch with the highest samples/s under the search model
+** (cost_search_step_s) whose peak <= dev->mem_limit (ties: the smaller peak). Fills *out
+** (caller plan_free's it) and *cost (plan_cost's replay of it); *min_bytes is the smallest
+** limit for which any plan fits (at micro-batch 1) and *search_s the time the search took
+** (either pointer may be NULL). Returns 0; or -1 with osdp_fail("no plan fits in LIMIT per
+** rank ...; the smallest limit that fits is X ...") and *min_bytes set. */
 int planner_search(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, Plan* out,
                    PlanCost* cost, size_t* min_bytes, double* search_s);
+
+/* A plan worth running, with its replayed cost and where it came from. */
+typedef struct Candidate {
+  Plan plan;
+  PlanCost cost;       /* plan_cost of plan (prefetch decided) */
+  char origin[24];     /* "search B=7", "ddp", "zero2", "zero3" */
+} Candidate;
+
+/* The best distinct plans, fastest first by plan_cost: the search's best plan of each
+** micro-batch, the best unsplit one, and the best uniform ddp / zero2 / zero3 plans; each with
+** zero3 prefetch on where it fits and the replay says it is faster. At most max (>= 1) are
+** written to out: every uniform plan that fits, and the fastest others in the remaining places (caller frees each plan with plan_free); returns their count (>= 1), or -1
+** as planner_search (min_bytes, search_s as there). */
+int planner_candidates(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
+                       Candidate* out, int max, size_t* min_bytes, double* search_s);
 
 /* Statistics of the last planner_search of this thread. */
 PlannerStats planner_last_stats(void);
@@ -68,9 +88,12 @@ PlannerStats planner_last_stats(void);
 int planner_best_uniform(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
                          Strategy s, Plan* out, PlanCost* cost);
 
-/* One line saying why op of plan p has sharded slices: how much memory sharding saves and
-** that replicating the op would need PEAK > LIMIT, or that the memory it frees allows
-** micro-batch B instead of B', or what it costs in time. */
+/* A few words (for a table column) on why op of plan p has sharded slices: the bytes sharding
+** saves, then what replicating just this op (one dp slice, replayed by plan_cost) would do:
+** "saves 822 MiB, needed to fit" (no micro-batch fits), "saves 1.51 MiB for B=6, not 5
+** (+5.5%)" (only micro-batch 5 fits; p's samples/s gain over it), or, when it fits too,
+** "saves 1.51 MiB, 0.159 ms faster than dp" / "saves 1.51 MiB, costs 0.2 ms (dp fits)" (step
+** time). Always starts with "saves"; empty for an op without parameters. */
 void planner_explain(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
                      const Plan* p, int op, char* buf, size_t n);
 

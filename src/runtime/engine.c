@@ -143,41 +143,37 @@ static void slice_geometry(const GptDesc* d, const Plan* p, int world, int rank,
   s->bwd_uses = opi == 0 ? 2 : 1; /* wte is used by the embedding and the tied LM head */
 }
 
-/* Groups the dp gradients into buckets in the order backward finishes them (last op first,
-** embed last) and allocates each bucket as one block, so a bucket is all-reduced in one call. */
+/* Groups the dp gradients into the buckets of plan_dp_buckets (the order backward finishes
+** them, last op first, embed last) and allocates each bucket as one block, so a bucket is
+** all-reduced in one call. */
 static int build_buckets(Engine* e) {
   const GptDesc* d = e->d;
-  size_t cap = e->opt.bucket_bytes / sizeof(float);
-  e->buckets = calloc((size_t)d->nops * GPT_MAX_SLICES, sizeof *e->buckets);
-  if (!e->buckets) return osdp_fail("out of memory");
-  int cur = -1;
-  for (int opi = d->nops - 1; opi >= 0; opi--) {
-    if (!e->slices[opi]) continue;
-    for (int i = 0; i < e->slice_counts[opi]; i++) {
-      SliceState* s = &e->slices[opi][i];
-      if (s->strat != STRAT_DP) continue;
-      if (cur < 0 || (e->buckets[cur].n + s->n > cap && e->buckets[cur].n > 0)) cur = e->nbuckets++;
-      s->bucket = cur;
-      e->buckets[cur].n += s->n;
-      e->buckets[cur].members++;
+  int* of = malloc((size_t)d->nops * GPT_MAX_SLICES * sizeof *of);
+  e->nbuckets = of ? plan_dp_buckets(d, &e->plan, e->opt.bucket_bytes, of) : 0;
+  e->buckets = calloc((size_t)(e->nbuckets ? e->nbuckets : 1), sizeof *e->buckets);
+  if (!of || !e->buckets) { free(of); return osdp_fail("out of memory"); }
+  for (int pass = 0; pass < 2; pass++) {
+    /* Pass 0 sizes the buckets; pass 1 gives each member its view, in the same order. */
+    for (int opi = d->nops - 1; opi >= 0; opi--) {
+      for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++) {
+        SliceState* s = &e->slices[opi][i];
+        int b = of[opi * GPT_MAX_SLICES + i];
+        if (b < 0) continue;
+        GradBucket* g = &e->buckets[b];
+        s->bucket = b;
+        if (pass == 1) s->g = g->buf + g->n;
+        else g->members++;
+        g->n += s->n;
+      }
+    }
+    for (int b = 0; pass == 0 && b < e->nbuckets; b++) {
+      e->buckets[b].buf = arena_alloc(&e->arena, e->buckets[b].n * sizeof(float), MEM_GRADS,
+                                      "dp gradient bucket");
+      if (!e->buckets[b].buf) { free(of); return -1; }
+      e->buckets[b].n = 0; /* refilled in pass 1 as the members' offsets are assigned */
     }
   }
-  for (int b = 0; b < e->nbuckets; b++) {
-    e->buckets[b].buf = arena_alloc(&e->arena, e->buckets[b].n * sizeof(float), MEM_GRADS,
-                                    "dp gradient bucket");
-    if (!e->buckets[b].buf) return -1;
-    e->buckets[b].n = 0; /* refilled below as offsets are assigned */
-  }
-  for (int opi = d->nops - 1; opi >= 0; opi--) {
-    if (!e->slices[opi]) continue;
-    for (int i = 0; i < e->slice_counts[opi]; i++) {
-      SliceState* s = &e->slices[opi][i];
-      if (s->strat != STRAT_DP) continue;
-      GradBucket* b = &e->buckets[s->bucket];
-      s->g = b->buf + b->n;
-      b->n += s->n;
-    }
-  }
+  free(of);
   return 0;
 }
 

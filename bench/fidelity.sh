@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# How well osdp's planner predicts what training then measures. Profiles the ranks once, then
+# for every memory limit plans (osdp plan --json) and trains the auto plan and each best uniform
+# plan (ddp / zero2 / zero3 at its largest fitting micro-batch) that fits, and prints per run the
+# predicted and measured step time and peak memory, per limit whether the auto plan's measured
+# samples/s is within 3% of (or above) the best uniform plan's, and over all runs the mean and
+# largest |measured/predicted - 1| of the step time, the spread (max/min) of measured/predicted,
+# and whether every predicted peak was exact to the byte.
+# usage: bench/fidelity.sh [BUILD_DIR]
+#   environment: MODEL (small), SEQ (64), RANKS (2), LIMITS ("64MiB 96MiB 160MiB"), STEPS (25),
+#                JSON=1 to end with one JSON object holding every figure.
+# Exit status: 0 when every profile / plan / train run ran (a uniform plan that does not fit is a
+# result, not a failure), 1 when any failed (its error is shown in place of its figures), 2 on bad
+# usage. Arithmetic is awk; nothing beyond bash, coreutils, grep, sed, awk and mpirun is needed.
+set -u
+build=${1:-build}
+osdp=$build/osdp
+model=${MODEL:-small}
+seq=${SEQ:-64}
+ranks=${RANKS:-2}
+limits=${LIMITS:-"64MiB 96MiB 160MiB"}
+steps=${STEPS:-25}
+json=${JSON:-0}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpirun=(mpirun --oversubscribe --bind-to none -np "$ranks")
+[ -x "$osdp" ] || { echo "fidelity.sh: $osdp not found or not executable (build first, or pass BUILD_DIR)" >&2; exit 2; }
+case "$ranks$steps$seq" in *[!0-9]*) echo "fidelity.sh: RANKS, STEPS and SEQ must be whole numbers" >&2; exit 2 ;; esac
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+rows=$work/rows.tsv; : > "$rows"
+failed=0
+
+# The first "KEY":number in the JSON text on stdin (the CLI prints compact one-line JSON).
+num() { grep -o "\"$1\":[[:space:]]*[-0-9.eE+]*" | head -1 | sed 's/.*:[[:space:]]*//'; }
+# One line saying why a run failed: osdp's own error line if there is one, else the last line.
+why() { # stderr-file stdout-text rc
+  local l
+  l=$(grep -m1 -E '^osdp[^:]*: ' "$1")
+  [ -n "$l" ] || l=$(printf '%s\n' "$2" | grep -v '^[[:space:]]*$' | tail -1)
+  [ -n "$l" ] || l=$(grep -v -e '^[[:space:]]*$' -e '^---' "$1" | head -1)
+  printf '%s' "${l:-exit status $3}" | tr '\t\r' '  ' | cut -c1-300
+}
+# Appends one row: limit plan batch prefetch status pred_step meas_step pred_peak meas_peak pred_sps
+# meas_micro_batch message ranks_off (status: ok | fail | nofit).
+row() { local IFS=$'\t'; printf '%s\n' "$*" >> "$rows"; }
+hdr_fmt='%-8s %-8s %5s %10s %10s %9s %12s %12s  %s\n'
+show_last() { # prints the last row of $rows as a table line
+  tail -1 "$rows" | awk -F'\t' -v fmt="$hdr_fmt" '{
+    name = $2 ($4 == "true" ? "+pf" : "")
+    if ($5 == "nofit") { printf "%-8s %-8s %5s  does not fit (osdp plan)\n", $1, name, "-"; exit }
+    if ($5 == "fail")  { printf "%-8s %-8s %5s  FAILED: %s\n", $1, name, ($3 == "" ? "-" : $3), $12; exit }
+    eq = ($8 + 0 == $9 + 0) ? "exact" : sprintf("DIFFERS by %+d", $9 - $8)
+    if ($11 != "" && $11 != $3) eq = eq sprintf(" (trained micro-batch %s)", $11)
+    if ($13 + 0 > 0) eq = eq sprintf(" (%d rank(s) off their own prediction)", $13)
+    printf fmt, $1, name, $3, sprintf("%.4f", $6), sprintf("%.4f", $7), sprintf("%.3f", $7 / $6), $8, $9, eq }'
+}
+# Trains one plan and appends its row: limit name plan-arg batch prefetch pred_step pred_peak pred_sps
+train() {
+  local lim=$1 name=$2 plan=$3 b=$4 pf=$5 pst=$6 ppk=$7 psps=$8 out rc sum
+  local extra=()
+  [ "$name" = auto ] || extra=(--batch "$b")
+  [ "$pf" = true ] && extra+=(--prefetch)
+  out=$("${mpirun[@]}" "$osdp" train --model "$model" --seq "$seq" --plan "$plan" "${extra[@]}" \
+        --steps "$steps" --mem-limit "$lim" --json --quiet --eval-batches 0 2>"$work/err")
+  rc=$?
+  sum=$(printf '%s\n' "$out" | grep '"summary":true' | tail -1)
+  local mst mpk mb off
+  mst=$(printf '%s' "$sum" | num step_s); mpk=$(printf '%s' "$sum" | num peak_bytes)
+  mb=$(printf '%s' "$sum" | num micro_batch); off=$(printf '%s' "$sum" | num ranks_off_prediction)
+  if [ "$rc" -ne 0 ] || [ -z "$mst" ] || [ -z "$mpk" ] || ! awk -v s="$mst" 'BEGIN{exit !(s > 0)}'; then
+    local msg
+    if [ "$rc" -ne 0 ] || [ -z "$sum" ]; then msg=$(why "$work/err" "$out" "$rc")
+    else msg="no positive step_s / peak_bytes in the summary: $(printf '%s' "$sum" | cut -c1-200)"; fi
+    row "$lim" "$name" "$b" "$pf" fail "$pst" "" "$ppk" "" "$psps" "" "$msg"
+    failed=1
+  else
+    row "$lim" "$name" "$b" "$pf" ok "$pst" "$mst" "$ppk" "$mpk" "$psps" "$mb" "" "$off"
+  fi
+  show_last
+}
+
+echo "# $model, seq $seq, $ranks rank(s), $steps steps per run (the first is not timed), build $build"
+printf "$hdr_fmt" limit plan batch "pred s" "meas s" meas/pred "pred peak" "meas peak" "peak equal?"
+"${mpirun[@]}" "$osdp" profile --model "$model" --seq "$seq" --out "$work/dev.json" --quiet \
+  >"$work/prof.out" 2>"$work/err"
+prc=$?
+if [ "$prc" -ne 0 ] || [ ! -s "$work/dev.json" ]; then
+  msg=$(why "$work/err" "$(cat "$work/prof.out")" "$prc")
+  echo "profile FAILED: $msg"
+  for lim in $limits; do row "$lim" auto "" false fail "" "" "" "" "" "" "profile failed: $msg"; done
+  failed=1
+else
+  for lim in $limits; do
+    pfile=$work/plan-$lim.json
+    pj=$("$osdp" plan --model "$model" --devices "$work/dev.json" --mem-limit "$lim" --seq "$seq" \
+         --json --out "$pfile" 2>"$work/err")
+    prc=$?
+    pred=$(printf '%s' "$pj" | grep -o '"predicted":{[^{}]*}' | head -1)
+    if [ "$prc" -ne 0 ] || [ -z "$pred" ] || [ ! -s "$pfile" ]; then
+      row "$lim" auto "" false fail "" "" "" "" "" "" "plan: $(why "$work/err" "$pj" "$prc")"
+      show_last; failed=1; continue
+    fi
+    train "$lim" auto "$pfile" "$(printf '%s' "$pred" | num micro_batch)" \
+      "$(grep -q '"prefetch":[[:space:]]*true' "$pfile" && echo true || echo false)" \
+      "$(printf '%s' "$pred" | num step_s)" "$(printf '%s' "$pred" | num peak_bytes)" \
+      "$(printf '%s' "$pred" | num samples_per_s)"
+    uni=${pj#*\"uniform\":}
+    [ "$uni" = "$pj" ] && uni=""
+    for s in ddp zero2 zero3; do
+      e=$(printf '%s' "$uni" | grep -o "\"$s\":\(null\|{[^{}]*}\)" | head -1)
+      e=${e#*:}
+      if [ "$e" = null ]; then row "$lim" "$s" "" false nofit "" "" "" "" "" "" ""; show_last; continue; fi
+      b=$(printf '%s' "$e" | num micro_batch); st=$(printf '%s' "$e" | num step_s)
+      pk=$(printf '%s' "$e" | num peak_bytes); sps=$(printf '%s' "$e" | num samples_per_s)
+      if [ -z "$b" ] || [ -z "$st" ] || [ -z "$pk" ]; then
+        row "$lim" "$s" "" false fail "" "" "" "" "" "" "osdp plan --json has no readable uniform.$s entry"
+        show_last; failed=1; continue
+      fi
+      pf=false; case "$e" in *'"prefetch":true'*) pf=true ;; esac
+      train "$lim" "$s" "$s" "$b" "$pf" "$st" "$pk" "$sps"
+    done
+  done
+fi
+
+# Per limit and overall figures, and the JSON object, all from the rows.
+awk -F'\t' -v ranks="$ranks" -v json="$json" -v model="$model" -v seq="$seq" -v steps="$steps" \
+    -v build="$build" -v failed="$failed" '
+function jstr(s) { gsub(/\\/, "\\\\", s); gsub(/"/, "\\\"", s); return "\"" s "\"" }
+function jnum(x) { return x == "" ? "null" : x + 0 }
+function abs(x) { return x < 0 ? -x : x }
+{
+  lim = $1
+  if (!(lim in seen)) { seen[lim] = 1; order[++nl] = lim; lmin[lim] = ""; lmax[lim] = "" }
+  nr++; R[nr] = $0
+  if ($2 != "auto" && $5 != "nofit") ufit[lim]++
+  if ($5 != "ok") { if ($5 == "fail") { nfail++; lfail[lim]++ }; next }
+  r = $7 / $6; e = abs(r - 1); nok++; sum_e += e; if (e > max_e) max_e = e
+  if (gmin == "" || r < gmin) gmin = r; if (gmax == "" || r > gmax) gmax = r
+  if (lmin[lim] == "" || r < lmin[lim]) lmin[lim] = r; if (lmax[lim] == "" || r > lmax[lim]) lmax[lim] = r
+  if ($8 + 0 != $9 + 0 || $13 + 0 > 0) { peak_off++ }
+  sps = ranks * $3 / $7
+  if ($2 == "auto") { asps[lim] = sps; apred[lim] = $10 }
+  else if (!(lim in usps) || sps > usps[lim]) { usps[lim] = sps; uname[lim] = $2 }
+  if ($2 != "auto" && (!(lim in upred) || $10 > upred[lim])) { upred[lim] = $10; upname[lim] = $2 }
+}
+END {
+  print ""
+  for (i = 1; i <= nl; i++) {
+    l = order[i]
+    if (!(l in asps)) verdict[l] = "auto did not run"
+    else if (!(l in usps)) verdict[l] = ufit[l] ? "auto ran; no uniform plan that fits ran" : "auto only: no uniform plan fits"
+    else {
+      vr[l] = asps[l] / usps[l]; won[l] = vr[l] >= 0.97
+      verdict[l] = sprintf("%s: auto %.2f samples/s vs best uniform %s %.2f (x%.3f)", won[l] ? "auto won" : "auto LOST",
+                           asps[l], uname[l], usps[l], vr[l])
+    }
+    pv = ""
+    if ((l in apred) && (l in upred) && upred[l] > 0)
+      pv = sprintf("; planner predicted auto x%.3f of %s", apred[l] / upred[l], upname[l])
+    sp = lmin[l] != "" ? sprintf("; meas/pred spread %.3f (%.3f..%.3f)", lmax[l] / lmin[l], lmin[l], lmax[l]) : ""
+    printf "%-8s %s%s%s\n", l, verdict[l], pv, sp
+  }
+  if (nok) {
+    printf "overall: %d run(s) measured, |meas/pred - 1| mean %.3f max %.3f; meas/pred %.3f..%.3f (spread %.3f); peaks %s\n",
+           nok, sum_e / nok, max_e, gmin, gmax, gmax / gmin, peak_off ? sprintf("DIFFER in %d run(s)", peak_off) : "all exact"
+  } else print "overall: nothing measured"
+  if (nfail) printf "%d run(s) FAILED\n", nfail
+  if (json != 1) exit
+  printf "{\"model\":%s,\"seq\":%d,\"ranks\":%d,\"steps\":%d,\"build\":%s,\"rows\":[", jstr(model), seq, ranks, steps, jstr(build)
+  for (k = 1; k <= nr; k++) {
+    split(R[k], f, "\t")
+    printf "%s{\"limit\":%s,\"plan\":%s,\"status\":%s,\"micro_batch\":%s,\"prefetch\":%s", (k > 1 ? "," : ""),
+           jstr(f[1]), jstr(f[2]), jstr(f[5]), jnum(f[3]), f[4] == "true" ? "true" : "false"
+    printf ",\"predicted_step_s\":%s,\"measured_step_s\":%s,\"ratio\":%s", jnum(f[6]), jnum(f[7]),
+           f[5] == "ok" ? sprintf("%.6g", f[7] / f[6]) : "null"
+    printf ",\"predicted_peak_bytes\":%s,\"measured_peak_bytes\":%s,\"peak_exact\":%s", jnum(f[8]), jnum(f[9]),
+           f[5] == "ok" ? (f[8] + 0 == f[9] + 0 && f[13] + 0 == 0 ? "true" : "false") : "null"
+    printf ",\"predicted_samples_per_s\":%s,\"measured_samples_per_s\":%s,\"error\":%s}", jnum(f[10]),
+           f[5] == "ok" ? sprintf("%.6g", ranks * f[3] / f[7]) : "null", f[5] == "fail" ? jstr(f[12]) : "null"
+  }
+  printf "],\"limits\":["
+  for (i = 1; i <= nl; i++) {
+    l = order[i]
+    printf "%s{\"limit\":%s,\"auto_samples_per_s\":%s,\"best_uniform\":%s,\"best_uniform_samples_per_s\":%s", (i > 1 ? "," : ""),
+           jstr(l), (l in asps) ? sprintf("%.6g", asps[l]) : "null", (l in usps) ? jstr(uname[l]) : "null",
+           (l in usps) ? sprintf("%.6g", usps[l]) : "null"
+    printf ",\"uniform_plans_fitting\":%d,\"auto_vs_best_uniform\":%s,\"auto_won\":%s", ufit[l], (l in vr) ? sprintf("%.6g", vr[l]) : "null",
+           (l in vr) ? (won[l] ? "true" : "false") : "null"
+    printf ",\"predicted_auto_vs_best_uniform\":%s", ((l in apred) && (l in upred) && upred[l] > 0) ? sprintf("%.6g", apred[l] / upred[l]) : "null"
+    printf ",\"ratio_min\":%s,\"ratio_max\":%s,\"ratio_spread\":%s,\"failures\":%d}", jnum(lmin[l]), jnum(lmax[l]),
+           lmin[l] != "" ? sprintf("%.6g", lmax[l] / lmin[l]) : "null", lfail[l]
+  }
+  printf "],\"overall\":{\"measured_runs\":%d,\"failures\":%d,\"mean_abs_ratio_error\":%s,\"max_abs_ratio_error\":%s", nok, nfail,
+         nok ? sprintf("%.6g", sum_e / nok) : "null", nok ? sprintf("%.6g", max_e) : "null"
+  printf ",\"ratio_min\":%s,\"ratio_max\":%s,\"ratio_spread\":%s,\"peaks_exact\":%s}}\n", jnum(gmin), jnum(gmax),
+         nok ? sprintf("%.6g", gmax / gmin) : "null", nok ? (peak_off ? "false" : "true") : "null"
+}' "$rows" || failed=1
+exit "$failed"

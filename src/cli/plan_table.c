@@ -1,0 +1,176 @@
+/*
+** plan_table.c: the table of a plan that `osdp plan` prints; see plan_table.h. A gpt2-1.5b
+** plan has 290 ops with parameters; grouping the identical layers keeps the table to a screen
+** while the plan JSON keeps every op.
+*/
+#include "cli/plan_table.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "planner/cost.h"
+
+/* Appends printf-style text at *off in buf of n bytes, never past its end. */
+static void append(char* buf, size_t n, size_t* off, const char* fmt, ...) {
+  if (*off >= n) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int w = vsnprintf(buf + *off, n - *off, fmt, ap);
+  va_end(ap);
+  if (w > 0) *off = *off + (size_t)w < n ? *off + (size_t)w : n - 1;
+}
+
+void plan_slices_text(const OpPlan* o, char* buf, size_t n) {
+  size_t off = 0;
+  if (!n) return;
+  buf[0] = 0;
+  for (int s = 0, r; s < o->k; s = r) {
+    for (r = s; r < o->k && o->strat[r] == o->strat[s]; r++) {}
+    const char* name = strategy_name(o->strat[s]);
+    if (r - s == 1) append(buf, n, &off, "%s%s", s ? " + " : "", name);
+    else append(buf, n, &off, "%s%d x %s", s ? " + " : "", r - s, name);
+  }
+}
+
+/* One op's figures in the table: what its slices keep, their largest transient, the search
+** model's seconds (communication + optimizer of each slice, plus the extra compute of k
+** slices: what the search minimised), and whether any slice is sharded. */
+typedef struct OpRow {
+  size_t kept, transient;
+  double time_s;
+  int sharded;
+} OpRow;
+
+/* The figures of op i of plan p; exposure is cost_dp_exposure at p's micro-batch. */
+static OpRow op_row(const GptDesc* d, const DeviceInfo* dev, const Plan* p, int i, double exposure) {
+  const OpPlan* o = &p->ops[i];
+  OpRow r = {0};
+  OpUses u = cost_op_uses(d, i);
+  r.time_s = cost_split_extra_s(d, dev, i, o->k, p->micro_batch, p->seq);
+  for (int s = 0; s < o->k; s++) {
+    size_t n = gpt_slice_params(&d->ops[i], o->k, s), t = cost_slice_transient(n, o->strat[s], p->world);
+    r.kept += cost_slice_persistent(n, o->strat[s], p->world);
+    if (t > r.transient) r.transient = t;
+    r.time_s += cost_slice_search_s(dev, u, n, o->strat[s], exposure);
+    r.sharded |= o->strat[s] != STRAT_DP;
+  }
+  return r;
+}
+
+/* Seconds as "0.00 ms" below a second, else "1.234 s". */
+static void time_text(double s, char buf[32]) {
+  if (s < 1) snprintf(buf, 32, "%.2f ms", 1e3 * s);
+  else snprintf(buf, 32, "%.3f s", s);
+}
+
+/* Prints one row; no trailing blanks when there is no "why". */
+static void print_row(FILE* f, const char* name, const char* slices, size_t kept, size_t tr,
+                      double time_s, const char* why) {
+  char kb[32], tb[32], ts[32];
+  time_text(time_s, ts);
+  fprintf(f, "%-20s %-21s %10s %10s %9s%s%s\n", name, slices, format_bytes((double)kept, kb),
+          format_bytes((double)tr, tb), ts, why[0] ? "  " : "", why);
+}
+
+/* Prints op i as one row named `name`; the "why" is that of op why_op (the first layer's op
+** of a group: every layer of it has the same plan). */
+static void print_op(FILE* f, const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
+                     const Plan* p, int i, const char* name, double exposure) {
+  OpRow r = op_row(d, dev, p, i, exposure);
+  char sl[160], why[160] = "";
+  plan_slices_text(&p->ops[i], sl, sizeof sl);
+  if (r.sharded) planner_explain(d, dev, so, p, i, why, sizeof why);
+  print_row(f, name, sl, r.kept, r.transient, r.time_s, why);
+}
+
+/* Whether layers a and b have the same plan for every op (slice count and strategies). */
+static int same_layer_plan(const Plan* p, int a, int b) {
+  for (int j = 0; j < GPT_OPS_PER_LAYER; j++) {
+    const OpPlan* x = &p->ops[gpt_op_layer(a, j)];
+    const OpPlan* y = &p->ops[gpt_op_layer(b, j)];
+    if (x->k != y->k || memcmp(x->strat, y->strat, (size_t)x->k * sizeof x->strat[0]) != 0) return 0;
+  }
+  return 1;
+}
+
+/* The layers of class c (cls[l] == c), as ranges in model order: "h0-h2,h11,h20-h46". */
+static void layer_list(const int* cls, int nl, int c, char* buf, size_t n) {
+  size_t off = 0;
+  buf[0] = 0;
+  for (int l = 0, r; l < nl; l = r) {
+    if (cls[l] != c) { r = l + 1; continue; }
+    for (r = l; r < nl && cls[r] == c; r++) {}
+    if (r - l == 1) append(buf, n, &off, "%sh%d", off ? "," : "", l);
+    else append(buf, n, &off, "%sh%d-h%d", off ? "," : "", l, r - 1);
+  }
+}
+
+/* Prints the layers of class c (identical plans; c is the first of them) as a block: a
+** heading naming them, with the block's totals (kept and time summed over its layers, the
+** largest transient), then one row per op kind with parameters, with one layer's figures. A
+** list of layers too long for the operator column goes on a line of its own. */
+static void print_layers(FILE* f, const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
+                         const Plan* p, const int* cls, int c, double exposure) {
+  int nl = d->cfg.n_layer, L = 0;
+  for (int l = 0; l < nl; l++) L += cls[l] == c;
+  size_t kept = 0, tr = 0;
+  double t = 0;
+  for (int j = 0; j < GPT_OPS_PER_LAYER; j++) {
+    int i = gpt_op_layer(c, j);
+    if (!d->ops[i].n_params) continue;
+    OpRow r = op_row(d, dev, p, i, exposure);
+    kept += r.kept;
+    if (r.transient > tr) tr = r.transient;
+    t += r.time_s;
+  }
+  char list[1024], head[1100], what[32];
+  layer_list(cls, nl, c, list, sizeof list);
+  snprintf(head, sizeof head, "%s (%d layer%s)", list, L, L == 1 ? "" : "s");
+  if (L == 1) snprintf(what, sizeof what, "sum of the rows below");
+  else snprintf(what, sizeof what, "%d x the rows below", L);
+  if (strlen(head) > 20) { fprintf(f, "%s\n", head); head[0] = 0; }
+  print_row(f, head, what, (size_t)L * kept, tr, L * t, "");
+  for (int j = 0; j < GPT_OPS_PER_LAYER; j++) {
+    int i = gpt_op_layer(c, j);
+    if (!d->ops[i].n_params) continue;
+    const char* dot = strchr(d->ops[i].name, '.');
+    char name[32];
+    snprintf(name, sizeof name, "  %s", dot ? dot + 1 : d->ops[i].name);
+    print_op(f, d, dev, so, p, i, name, exposure);
+  }
+}
+
+/* Prints the transformer layers, grouped by plan: layers with identical plans are
+** interchangeable (the search only chooses how many of them get each plan, not which), so one
+** block per distinct plan, in the order of its first layer, reads best. */
+static void print_all_layers(FILE* f, const GptDesc* d, const DeviceInfo* dev,
+                             const SearchOptions* so, const Plan* p, double exposure) {
+  int nl = d->cfg.n_layer;
+  int* cls = malloc((size_t)nl * sizeof *cls);
+  if (!cls) return;
+  for (int l = 0; l < nl; l++) {
+    cls[l] = l;
+    for (int m = 0; m < l; m++)
+      if (cls[m] == m && same_layer_plan(p, m, l)) { cls[l] = m; break; }
+  }
+  for (int l = 0; l < nl; l++)
+    if (cls[l] == l) print_layers(f, d, dev, so, p, cls, l, exposure);
+  free(cls);
+}
+
+void plan_table_print(FILE* f, const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
+                      const Plan* p) {
+  double exposure = cost_dp_exposure(d, dev, p->micro_batch, p->seq);
+  fprintf(f, "%-20s %-21s %10s %10s %9s  %s\n", "operator", "slices", "kept", "transient", "time",
+          "why");
+  int first = gpt_op_layer(0, 0), last = gpt_op_layer(d->cfg.n_layer - 1, GPT_OPS_PER_LAYER - 1);
+  for (int i = 0; i < d->nops; i++) {
+    if (i == first) print_all_layers(f, d, dev, so, p, exposure);
+    if (i >= first && i <= last) continue;
+    if (d->ops[i].n_params) print_op(f, d, dev, so, p, i, d->ops[i].name, exposure); /* embed, lnf */
+  }
+  fprintf(f, "(kept: bytes per rank between steps; time: communication + optimizer + slicing per "
+             "step, search model)\n");
+}

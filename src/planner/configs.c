@@ -1,0 +1,169 @@
+/*
+** configs.c: enumeration of one operator's configurations (step 1 of the method described
+** at the top of search.c): strategy counts per group of equal slices, for k = 1, 2, 4, 8,
+** pruned to the non-dominated ones; also the search options' defaults.
+*/
+#include "planner/search_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+
+void planner_default_options(SearchOptions* o, int seq) {
+  memset(o, 0, sizeof *o);
+  o->seq = seq;
+  o->max_batch = 512;
+  o->max_slices = GPT_MAX_SLICES;
+  for (int s = 0; s < STRAT_COUNT; s++) o->allow[s] = 1;
+}
+
+/* The options with defaults filled in (seq: the model's max_seq). */
+SearchOptions normalized_options(const GptDesc* d, const SearchOptions* in) {
+  SearchOptions o = *in;
+  if (o.seq <= 0) o.seq = d->cfg.max_seq;
+  if (o.max_batch <= 0) o.max_batch = 512;
+  if (o.max_slices <= 0) o.max_slices = GPT_MAX_SLICES;
+  int any = 0;
+  for (int s = 0; s < STRAT_COUNT; s++) any |= o.allow[s];
+  for (int s = 0; s < STRAT_COUNT; s++) o.allow[s] = any ? (o.allow[s] != 0) : 1;
+  return o;
+}
+
+/* Slices of one op with the same parameter count: interchangeable for every cost. */
+typedef struct SliceGroup {
+  size_t n;                     /* parameters of each slice */
+  int count;                    /* how many slices */
+  int slot[GPT_MAX_SLICES];     /* their indices */
+} SliceGroup;
+
+/* What the enumeration of one op at one slice count needs. */
+typedef struct Enumerator {
+  const DeviceInfo* dev;
+  const SearchOptions* o;
+  int op, k, ngroups;
+  OpUses uses;                    /* the step's uses of the op's parameters */
+  double exposure;                /* dp all-reduce exposure at this micro-batch */
+  double split_s;                 /* extra compute of k slices at this micro-batch */
+  SliceGroup g[GPT_MAX_SLICES];
+  size_t n[GPT_MAX_SLICES];       /* parameters of each slice */
+  Strategy strat[GPT_MAX_SLICES]; /* the assignment being enumerated */
+  ConfigList* out;
+} Enumerator;
+
+/* Appends a configuration; -1 when out of memory. */
+static int config_push(ConfigList* l, const OpConfig* c) {
+  if (l->n == l->cap) {
+    int cap = l->cap ? 2 * l->cap : 64;
+    OpConfig* v = realloc(l->v, (size_t)cap * sizeof *v);
+    if (!v) return osdp_fail("out of memory");
+    l->v = v;
+    l->cap = cap;
+  }
+  l->v[l->n++] = *c;
+  return 0;
+}
+
+/* Splits op's k slices into groups of equal size. Returns the number of groups. */
+static int slice_groups(const GptOp* op, int k, SliceGroup* g) {
+  int ng = 0;
+  for (int s = 0; s < k; s++) {
+    size_t n = gpt_slice_params(op, k, s);
+    int j = 0;
+    while (j < ng && g[j].n != n) j++;
+    if (j == ng) g[ng++] = (SliceGroup){.n = n};
+    g[j].slot[g[j].count++] = s;
+  }
+  return ng;
+}
+
+/* Costs the assignment in e->strat and appends it. */
+static int enum_evaluate(Enumerator* e) {
+  OpConfig c;
+  memset(&c, 0, sizeof c);
+  c.plan.k = e->k;
+  c.time_s = e->split_s;
+  int N = e->dev->ranks;
+  for (int s = 0; s < e->k; s++) {
+    size_t n = e->n[s], tr = cost_slice_transient(n, e->strat[s], N);
+    c.plan.strat[s] = e->strat[s];
+    c.mem += cost_slice_persistent(n, e->strat[s], N);
+    if (tr > c.transient) c.transient = tr;
+    c.time_s += cost_slice_search_s(e->dev, e->uses, n, e->strat[s], e->exposure);
+  }
+  return config_push(e->out, &c);
+}
+
+/* Enumerates strategy counts (dp, zero2, zero3) for group gi and the groups after it;
+** within a group the dp slices come first, then zero2, then zero3. */
+static int enum_group(Enumerator* e, int gi) {
+  if (gi == e->ngroups) return enum_evaluate(e);
+  const SliceGroup* g = &e->g[gi];
+  for (int a = g->count; a >= 0; a--)
+    for (int b = g->count - a; b >= 0; b--) {
+      int c = g->count - a - b;
+      if ((a && !e->o->allow[STRAT_DP]) || (b && !e->o->allow[STRAT_ZERO2]) ||
+          (c && !e->o->allow[STRAT_ZERO3]))
+        continue;
+      for (int j = 0; j < g->count; j++)
+        e->strat[g->slot[j]] = j < a ? STRAT_DP : j < a + b ? STRAT_ZERO2 : STRAT_ZERO3;
+      if (enum_group(e, gi + 1)) return -1;
+    }
+  return 0;
+}
+
+/* Whether time a is no worse than time b (equal within 1e-13 relative counts as equal:
+** sums of the same slices in another order). */
+static int time_le(double a, double b) { return a <= b + 1e-13 * fabs(b); }
+
+/* Whether configuration a is at least as good as b in memory, transient and time. */
+static int config_covers(const OpConfig* a, const OpConfig* b) {
+  return a->mem <= b->mem && a->transient <= b->transient && time_le(a->time_s, b->time_s);
+}
+
+/* Drops dominated configurations; of equivalent ones keeps the first (fewest slices, most
+** replicated). */
+static void config_prune(ConfigList* l) {
+  int w = 0;
+  for (int i = 0; i < l->n; i++) {
+    int dominated = 0;
+    for (int j = 0; j < l->n && !dominated; j++) {
+      if (j == i || !config_covers(&l->v[j], &l->v[i])) continue;
+      dominated = j < i || !config_covers(&l->v[i], &l->v[j]);
+    }
+    if (!dominated) l->v[w++] = l->v[i];
+  }
+  l->n = w;
+}
+
+/* Enumerates and prunes op's configurations at micro-batch B into l; exposure is the dp
+** all-reduce exposure at B (cost_dp_exposure). */
+int op_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int op, int B,
+               double exposure, ConfigList* l) {
+  const GptOp* g = &d->ops[op];
+  static const int ks[] = {1, 2, 4, 8};
+  OpUses uses = cost_op_uses(d, op);
+  for (int i = 0; i < 4; i++) {
+    int k = ks[i];
+    if (k > 1 && (!g->splittable || (size_t)k > g->rows || k > o->max_slices)) continue;
+    Enumerator e = {.dev = dev, .o = o, .op = op, .k = k, .out = l, .uses = uses,
+                    .exposure = exposure, .split_s = cost_split_extra_s(d, dev, op, k, B, o->seq)};
+    e.ngroups = slice_groups(g, k, e.g);
+    for (int s = 0; s < k; s++) e.n[s] = gpt_slice_params(g, k, s);
+    if (enum_group(&e, 0)) return -1;
+  }
+  config_prune(l);
+  return 0;
+}
+
+int planner_op_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int op,
+                       int B, OpConfig** out) {
+  *out = NULL;
+  if (!d->ops[op].n_params) return 0;
+  SearchOptions so = normalized_options(d, o);
+  ConfigList l = {0};
+  if (op_configs(d, dev, &so, op, B, cost_dp_exposure(d, dev, B, so.seq), &l)) { free(l.v); return -1; }
+  *out = l.v;
+  return l.n;
+}
