@@ -38,6 +38,7 @@ asan: deps
 bench: build
 	bench/compare_plans.sh $(BUILD)
 	bench/auto_vs_uniform.sh $(BUILD)
+	bench/fidelity.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # How well osdp's planner predicts what training then measures. Profiles the ranks once, then
-# for every memory limit plans (osdp plan --json) and trains the auto plan and each best uniform
-# plan (ddp / zero2 / zero3 at its largest fitting micro-batch) that fits, and prints per run the
+# for every memory limit plans (osdp plan --trial --json: the candidates trained a few steps, the
+# measured fastest chosen, as `train --plan auto` does; TRIAL=0: the prediction alone) and trains
+# the chosen plan and each best uniform plan (ddp / zero2 / zero3 at its largest fitting
+# micro-batch) that fits, REPEAT times each (the median of the runs' median step times counts, so
+# a step slowed by another process does not decide), and prints per run the
 # predicted and measured step time and peak memory, per limit whether the auto plan's measured
 # samples/s is within 3% of (or above) the best uniform plan's, and over all runs the mean and
 # largest |measured/predicted - 1| of the step time, the spread (max/min) of measured/predicted,
 # and whether every predicted peak was exact to the byte.
 # usage: bench/fidelity.sh [BUILD_DIR]
 #   environment: MODEL (small), SEQ (64), RANKS (2), LIMITS ("64MiB 96MiB 160MiB"), STEPS (25),
-#                JSON=1 to end with one JSON object holding every figure.
+#                REPEAT (3), TRIAL (1), TRIAL_STEPS (6), JSON=1 to end with one JSON object
+#                holding every figure.
 # Exit status: 0 when every profile / plan / train run ran (a uniform plan that does not fit is a
 # result, not a failure), 1 when any failed (its error is shown in place of its figures), 2 on bad
 # usage. Arithmetic is awk; nothing beyond bash, coreutils, grep, sed, awk and mpirun is needed.
@@ -20,11 +24,14 @@ seq=${SEQ:-64}
 ranks=${RANKS:-2}
 limits=${LIMITS:-"64MiB 96MiB 160MiB"}
 steps=${STEPS:-25}
+repeat=${REPEAT:-3}
+trial=${TRIAL:-1}
+trial_steps=${TRIAL_STEPS:-6}
 json=${JSON:-0}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun=(mpirun --oversubscribe --bind-to none -np "$ranks")
 [ -x "$osdp" ] || { echo "fidelity.sh: $osdp not found or not executable (build first, or pass BUILD_DIR)" >&2; exit 2; }
-case "$ranks$steps$seq" in *[!0-9]*) echo "fidelity.sh: RANKS, STEPS and SEQ must be whole numbers" >&2; exit 2 ;; esac
+case "$ranks$steps$seq$repeat$trial$trial_steps" in *[!0-9]*) echo "fidelity.sh: RANKS, STEPS, SEQ, REPEAT, TRIAL and TRIAL_STEPS must be whole numbers" >&2; exit 2 ;; esac
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 rows=$work/rows.tsv; : > "$rows"
 failed=0
@@ -59,12 +66,18 @@ train() {
   local extra=()
   [ "$name" = auto ] || extra=(--batch "$b")
   [ "$pf" = true ] && extra+=(--prefetch)
-  out=$("${mpirun[@]}" "$osdp" train --model "$model" --seq "$seq" --plan "$plan" "${extra[@]}" \
-        --steps "$steps" --mem-limit "$lim" --json --quiet --eval-batches 0 2>"$work/err")
-  rc=$?
-  sum=$(printf '%s\n' "$out" | grep '"summary":true' | tail -1)
+  local runs=() r sum="" out="" rc=0
+  for ((r = 0; r < repeat; r++)); do
+    out=$("${mpirun[@]}" "$osdp" train --model "$model" --seq "$seq" --plan "$plan" "${extra[@]}" \
+          --steps "$steps" --mem-limit "$lim" --json --quiet --eval-batches 0 2>"$work/err")
+    rc=$?
+    sum=$(printf '%s\n' "$out" | grep '"summary":true' | tail -1)
+    [ "$rc" -ne 0 ] || [ -z "$sum" ] && break
+    runs+=("$(printf '%s' "$sum" | num median_step_s)")
+  done
   local mst mpk mb off
-  mst=$(printf '%s' "$sum" | num step_s); mpk=$(printf '%s' "$sum" | num peak_bytes)
+  mst=$(printf '%s\n' "${runs[@]}" | sort -g | awk '{v[NR] = $1} END {if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}')
+  mpk=$(printf '%s' "$sum" | num peak_bytes)
   mb=$(printf '%s' "$sum" | num micro_batch); off=$(printf '%s' "$sum" | num ranks_off_prediction)
   if [ "$rc" -ne 0 ] || [ -z "$mst" ] || [ -z "$mpk" ] || ! awk -v s="$mst" 'BEGIN{exit !(s > 0)}'; then
     local msg
@@ -78,7 +91,9 @@ train() {
   show_last
 }
 
-echo "# $model, seq $seq, $ranks rank(s), $steps steps per run (the first is not timed), build $build"
+echo "# $model, seq $seq, $ranks rank(s), $steps steps per run (the first is not timed), median of $repeat run(s)," \
+  "auto = $([ "$trial" = 1 ] && echo "the trial's choice ($trial_steps steps per candidate)" || echo "the prediction's choice"), build $build"
+# shellcheck disable=SC2059
 printf "$hdr_fmt" limit plan batch "pred s" "meas s" meas/pred "pred peak" "meas peak" "peak equal?"
 "${mpirun[@]}" "$osdp" profile --model "$model" --seq "$seq" --out "$work/dev.json" --quiet \
   >"$work/prof.out" 2>"$work/err"
@@ -91,8 +106,9 @@ if [ "$prc" -ne 0 ] || [ ! -s "$work/dev.json" ]; then
 else
   for lim in $limits; do
     pfile=$work/plan-$lim.json
-    pj=$("$osdp" plan --model "$model" --devices "$work/dev.json" --mem-limit "$lim" --seq "$seq" \
-         --json --out "$pfile" 2>"$work/err")
+    targs=(); [ "$trial" = 1 ] && targs=(--trial --trial-steps "$trial_steps")
+    pj=$("${mpirun[@]}" "$osdp" plan --model "$model" --devices "$work/dev.json" --mem-limit "$lim" \
+         --seq "$seq" "${targs[@]}" --json --out "$pfile" 2>"$work/err" | grep '^{')
     prc=$?
     pred=$(printf '%s' "$pj" | grep -o '"predicted":{[^{}]*}' | head -1)
     if [ "$prc" -ne 0 ] || [ -z "$pred" ] || [ ! -s "$pfile" ]; then

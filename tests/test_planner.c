@@ -53,9 +53,9 @@ static DeviceInfo make_device(int ranks, size_t limit, double flops) {
   dev.threads = 1;
   dev.flops = flops;
   dev.optimizer_s_per_param = 1e-9;
-  dev.coll[COLL_ALLREDUCE] = (CollectiveModel){3e-5, 2e8, 0, 0};
-  dev.coll[COLL_ALLGATHER] = (CollectiveModel){1e-5, 5e8, 0, 0};
-  dev.coll[COLL_REDUCE_SCATTER] = (CollectiveModel){2e-5, 3e8, 0, 0};
+  dev.coll[COLL_ALLREDUCE] = (CollectiveModel){.latency_s = 3e-5, .bandwidth_Bps = 2e8};
+  dev.coll[COLL_ALLGATHER] = (CollectiveModel){.latency_s = 1e-5, .bandwidth_Bps = 5e8};
+  dev.coll[COLL_REDUCE_SCATTER] = (CollectiveModel){.latency_s = 2e-5, .bandwidth_Bps = 3e8};
   return dev;
 }
 
@@ -79,7 +79,7 @@ static const char* good_device =
     " \"optimizer_s_per_param\": 1.5e-9,"
     " \"collectives\": {\"allreduce\": {\"latency_s\": 2e-5, \"bandwidth_Bps\": 3e8, \"overlap\": 0.25},"
     "   \"allgather\": {\"latency_s\": 1e-5, \"bandwidth_Bps\": 4e8},"
-    "   \"reduce_scatter\": {\"latency_s\": 3e-5, \"bandwidth_Bps\": 5e8}},"
+    "   \"reduce_scatter\": {\"latency_s\": 3e-5, \"bandwidth_Bps\": 5e8, \"points\": [[1024, 1e-5], [4096, 2.5e-5]]}},"
     " \"compute\": {\"model\": \"tiny\", \"seq\": 64, \"ops\": ["
     "   {\"name\": \"h0.qkv\", \"fixed_s\": 1e-4, \"per_sample_s\": 2e-3, \"slices\": ["
     "     {\"k\": 2, \"fixed_s\": 2e-4, \"per_sample_s\": 2.5e-3}, {\"k\": 8, \"fixed_s\": 6e-4, \"per_sample_s\": 4e-3}]},"
@@ -112,7 +112,11 @@ static void check_same_device(const DeviceInfo* a, const DeviceInfo* b) {
   for (int k = 0; k < COLL_COUNT; k++)
     CHECK(a->coll[k].latency_s == b->coll[k].latency_s &&
           a->coll[k].bandwidth_Bps == b->coll[k].bandwidth_Bps &&
-          a->coll[k].overlap == b->coll[k].overlap && a->coll[k].residual == b->coll[k].residual);
+          a->coll[k].overlap == b->coll[k].overlap && a->coll[k].residual == b->coll[k].residual &&
+          a->coll[k].npoints == b->coll[k].npoints);
+  for (int k = 0; k < COLL_COUNT; k++)
+    for (int i = 0; i < a->coll[k].npoints && i < b->coll[k].npoints; i++)
+      CHECK(a->coll[k].point_bytes[i] == b->coll[k].point_bytes[i] && a->coll[k].point_s[i] == b->coll[k].point_s[i]);
   CHECK(strcmp(a->compute_model, b->compute_model) == 0 && a->compute_seq == b->compute_seq);
   CHECK(a->n_op_times == b->n_op_times);
   for (int i = 0; i < a->n_op_times && i < b->n_op_times; i++) {
@@ -173,6 +177,8 @@ static void test_device_files(void) {
   expect_device_error(device_variant("\"fixed_s\": 6e-4", "\"fixed_s\": -6e-4"),
                       "compute.ops[0].slices[k=8].fixed_s");
   expect_device_error(device_variant("\"overlap\": 0.25", "\"overlap\": 1.5"), "collectives.allreduce.overlap");
+  expect_device_error(device_variant("[4096, 2.5e-5]", "[512, 2.5e-5]"), "collectives.reduce_scatter.points[1]");
+  expect_device_error(device_variant("[4096, 2.5e-5]", "[4096]"), "collectives.reduce_scatter.points[1]");
   osdp_clear_error();
   CHECK(device_load(&a, "/nonexistent/dev.json") == -1 && strstr(osdp_last_error(), "/nonexistent/dev.json"));
 
@@ -193,6 +199,11 @@ static void test_device_times(void) {
   DeviceInfo dev;
   CHECK(device_load(&dev, write_temp(good_device)) == 0);
   CHECK(device_collective_s(&dev, COLL_ALLGATHER, 4e8) == 1e-5 + 1.0);
+  /* A measured table is interpolated; below it its first time, above it its last slope. */
+  CHECK(dev.coll[COLL_REDUCE_SCATTER].npoints == 2);
+  CHECK_NEAR(device_collective_s(&dev, COLL_REDUCE_SCATTER, 2048), 1.5e-5, 1e-18);
+  CHECK(device_collective_s(&dev, COLL_REDUCE_SCATTER, 100) == 1e-5);
+  CHECK_NEAR(device_collective_s(&dev, COLL_REDUCE_SCATTER, 7168), 4e-5, 1e-18);
   dev.ranks = 1;
   CHECK(device_collective_s(&dev, COLL_ALLGATHER, 4e8) == 0);
   dev.ranks = 4;
@@ -757,7 +768,7 @@ static void test_search_reference(void) {
     DeviceInfo dev = make_device(1 + (int)rng_below(&r, 8), 1, pow(10, 8 + 4 * rng_uniform(&r)));
     dev.optimizer_s_per_param = rng_uniform(&r) < 0.5 ? 0 : 1e-8 * rng_uniform(&r);
     for (int k = 0; k < COLL_COUNT; k++)
-      dev.coll[k] = (CollectiveModel){pow(10, -6 + 2 * rng_uniform(&r)), pow(10, 8 + 3 * rng_uniform(&r)), 0, 0};
+      dev.coll[k] = (CollectiveModel){.latency_s = pow(10, -6 + 2 * rng_uniform(&r)), .bandwidth_Bps = pow(10, 8 + 3 * rng_uniform(&r))};
     SearchOptions o;
     planner_default_options(&o, 32);
     o.max_batch = 8;
@@ -878,7 +889,7 @@ static double time_search(const char* model, int N, size_t limit, int T, int pri
   CHECK(gpt_config_load(model, &cfg) == 0 && gpt_desc_build(&d, &cfg) == 0);
   DeviceInfo dev = make_device(N, limit, 1e14);
   dev.optimizer_s_per_param = 0;
-  for (int k = 0; k < COLL_COUNT; k++) dev.coll[k] = (CollectiveModel){2e-5, 1.25e10, 0, 0};
+  for (int k = 0; k < COLL_COUNT; k++) dev.coll[k] = (CollectiveModel){.latency_s = 2e-5, .bandwidth_Bps = 1.25e10};
   SearchOptions o;
   planner_default_options(&o, T);
   Plan p;

@@ -54,7 +54,7 @@ int cmd_bench(int argc, char** argv) {
   StepResult sr;
   random_batch(&e, &d, 0);
   engine_step(&e, (long)comm_size() * p.micro_batch * p.seq, &sr); /* warm-up */
-  e.acts.op_seconds = op_s;
+  engine_time_ops(&e, op_s);
   comm_reset_stats();
   double total = 0, worst = 0;
   for (long s = 1; s <= steps; s++) {

@@ -46,11 +46,11 @@ static int device_from_args(const Args* a, DeviceInfo* dev) {
   dev->ranks = (int)ranks;
   dev->threads = (int)threads;
   dev->flops = flops;
-  for (int k = 0; k < COLL_COUNT; k++) dev->coll[k] = (CollectiveModel){lat, bw, 0, 0};
+  for (int k = 0; k < COLL_COUNT; k++) dev->coll[k] = (CollectiveModel){.latency_s = lat, .bandwidth_Bps = bw};
   return device_validate(dev, "flags");
 }
 
-/* Prints the chosen plan as a table: identical consecutive layers as one block, per op kind
+/* Prints the chosen plan as a table: layers with identical plans as one block, per op kind
 ** its slices, the bytes it keeps between steps, its largest transient, its time under the
 ** search model and why it is sharded (see cli/plan_table.h; --json lists every op). */
 static void print_plan_table(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
@@ -248,7 +248,7 @@ int cmd_plan(int argc, char** argv) {
   long trial_steps = 0;
   if (args_parse(&a, "plan", argc, argv, opts, sws) || setup_model(&a, "tiny", &d) ||
       device_from_args(&a, &dev) || search_options_from_args(&a, &d, &dev, &so) ||
-      args_int(&a, "trial-steps", 4, 1, 1000, &trial_steps))
+      args_int(&a, "trial-steps", 6, 1, 1000, &trial_steps))
     return cli_report_error();
   ro.json = args_has(&a, "json");
   ro.trial_steps = args_has(&a, "trial") ? (int)trial_steps : 0;

@@ -16,10 +16,12 @@
 static const char* profile_help =
     "usage: [mpirun -np N] osdp profile [--model M] [--seq T] [--threads N] [--mem-limit SIZE]\n"
     "                                   [--steps N] --out device.json\n"
-    "  measures all-reduce / all-gather / reduce-scatter latency and bandwidth on the N ranks,\n"
-    "  the forward+backward time of every operator at micro-batch 1, 2, 4, ... (until a step\n"
-    "  takes 0.25 s), the optimizer's\n"
-    "  time per parameter and the sgemm rate, and writes them to device.json.\n";
+    "  measures, on the N ranks: all-reduce / all-gather / reduce-scatter times from 1 KiB to\n"
+    "  16 MiB; every operator's forward+backward compute inside real training steps at\n"
+    "  micro-batch 1, 2, 4, ... (until a step takes 0.25 s), unsplit and in k = 2, 4, 8 slices;\n"
+    "  the optimizer's time per parameter and the rest of a step; how much slower each\n"
+    "  collective is inside a step than alone, and how much of it overlaps compute (dp buckets,\n"
+    "  zero3 prefetch); and writes them to device.json for osdp plan --devices.\n";
 
 /* Parses the profile options shared with `train --plan auto`. */
 int profile_options_from_args(const Args* a, const GptDesc* d, ProfileOptions* o) {

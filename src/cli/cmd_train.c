@@ -2,6 +2,7 @@
 ** cmd_train.c: `osdp train`: trains a model on a data source under a plan, showing progress,
 ** logging JSON lines, evaluating on the held-out split and saving an llm.c checkpoint.
 */
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,8 @@ typedef struct TrainRun {
   int auto_plan;
   PlanCost predicted;   /* --plan auto: the planner's prediction */
   PlanReport report;    /* --plan auto: what the trial measured */
+  double* step_times;   /* the timed steps' seconds (the first TIMES_KEPT), for the median */
+  long ntimes;
 } TrainRun;
 
 /* Reads every option, builds the model, data source, plan and engine. */
@@ -184,25 +187,67 @@ static void train_evaluate(TrainRun* r, double* val_loss, double* acc, long* npr
 }
 
 /* Prints the end-of-run summary (text or JSON) and the summary log line (rank 0). */
+/* Timed steps whose seconds are kept for the median step time. */
+#define TIMES_KEPT 100000
+
+/* Orders doubles for qsort. */
+static int cmp_seconds(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The median of the kept step times (0 if none); less sensitive than the mean to a step that
+** another process on the machine slowed down. */
+static double median_step_s(TrainRun* r) {
+  long n = r->ntimes;
+  if (n == 0 || !r->step_times) return 0; /* no memory for the times: no median */
+  qsort(r->step_times, (size_t)n, sizeof *r->step_times, cmp_seconds);
+  return n % 2 ? r->step_times[n / 2] : 0.5 * (r->step_times[n / 2 - 1] + r->step_times[n / 2]);
+}
+
 static void train_summary(TrainRun* r, double first_loss, double last_loss, double tps,
                           double step_s, double val_loss, double acc, long nprob) {
   size_t peak = r->eng.arena.peak_total;
+  double med = median_step_s(r);
   double off = comm_allreduce_f64(peak != r->eng.predicted.peak ? 1.0 : 0.0);
   if (comm_rank() != 0) return;
-  char js[2048];
-  snprintf(js, sizeof js,
-           "{\"summary\":true,\"model\":\"%s\",\"data\":\"%s\",\"ranks\":%d,\"micro_batch\":%d,"
-           "\"seq\":%d,\"steps\":%ld,\"first_loss\":%.6f,\"final_loss\":%.6f,\"val_loss\":%.6f,"
-           "\"val_accuracy\":%.6f,\"val_problems\":%ld,\"tokens_per_s\":%.1f,\"peak_bytes\":%zu,"
-           "\"predicted_peak_bytes\":%zu,\"ranks_off_prediction\":%.0f,\"step_s\":%.6f,"
-           "\"predicted_step_s\":%.6f,\"trial_chosen\":\"%s\",\"trial_chosen_samples_per_s\":%.3f,"
-           "\"trial_best_uniform\":\"%s\",\"trial_best_uniform_samples_per_s\":%.3f}",
-           r->d.cfg.name, data_describe(r->data), comm_size(), r->B, r->T, r->steps, first_loss,
-           last_loss, val_loss, acc, nprob, tps, peak, r->eng.predicted.peak, off, step_s,
-           r->auto_plan ? r->predicted.step_s : 0.0, r->report.chosen, r->report.chosen_sps,
-           r->report.best_uniform, r->report.best_uniform_sps);
+  cJSON* o = cJSON_CreateObject();
+  cJSON_AddBoolToObject(o, "summary", 1);
+  cJSON_AddStringToObject(o, "model", r->d.cfg.name);
+  cJSON_AddStringToObject(o, "data", data_describe(r->data));
+  cJSON_AddStringToObject(o, "plan", args_get(&r->args, "plan", "ddp"));
+  cJSON_AddBoolToObject(o, "prefetch", r->plan.prefetch);
+  cJSON_AddNumberToObject(o, "ranks", comm_size());
+  cJSON_AddNumberToObject(o, "micro_batch", r->B);
+  cJSON_AddNumberToObject(o, "seq", r->T);
+  cJSON_AddNumberToObject(o, "steps", (double)r->steps);
+  cJSON_AddNumberToObject(o, "first_loss", first_loss);
+  cJSON_AddNumberToObject(o, "final_loss", last_loss);
+  cJSON_AddNumberToObject(o, "val_loss", val_loss);
+  cJSON_AddNumberToObject(o, "val_accuracy", acc);
+  cJSON_AddNumberToObject(o, "val_problems", (double)nprob);
+  cJSON_AddNumberToObject(o, "tokens_per_s", tps);
+  cJSON_AddNumberToObject(o, "samples_per_s", step_s > 0 ? (double)comm_size() * r->B / step_s : 0);
+  cJSON_AddNumberToObject(o, "peak_bytes", (double)peak);
+  cJSON_AddNumberToObject(o, "predicted_peak_bytes", (double)r->eng.predicted.peak);
+  cJSON_AddNumberToObject(o, "ranks_off_prediction", off);
+  cJSON_AddNumberToObject(o, "step_s", step_s);
+  cJSON_AddNumberToObject(o, "median_step_s", med);
+  if (r->auto_plan) cJSON_AddNumberToObject(o, "predicted_step_s", r->predicted.step_s);
+  else cJSON_AddNullToObject(o, "predicted_step_s");
+  if (r->report.chosen_sps > 0) {
+    cJSON_AddStringToObject(o, "trial_chosen", r->report.chosen);
+    cJSON_AddNumberToObject(o, "trial_chosen_samples_per_s", r->report.chosen_sps);
+    cJSON_AddStringToObject(o, "trial_best_uniform", r->report.best_uniform);
+    cJSON_AddNumberToObject(o, "trial_best_uniform_samples_per_s", r->report.best_uniform_sps);
+  }
+  char* js = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  if (!js) return;
   if (r->log) fprintf(r->log, "%s\n", js);
-  if (r->json) { printf("%s\n", js); return; }
+  if (r->json) printf("%s\n", js);
+  free(js);
+  if (r->json) return;
   char pk[32], pr[32];
   printf("done: %ld steps, loss %.4f -> %.4f, %.0f tok/s, peak memory %s per rank (predicted %s)\n",
          r->steps, first_loss, last_loss, tps, format_bytes((double)peak, pk),
@@ -239,6 +284,7 @@ int cmd_train(int argc, char** argv) {
   memset(&r, 0, sizeof r);
   if (train_setup(&r, argc, argv) || train_load(&r)) return cli_report_error();
   train_banner(&r);
+  r.step_times = malloc((size_t)(r.steps < TIMES_KEPT ? r.steps + 1 : TIMES_KEPT) * sizeof *r.step_times);
   double t0 = now_seconds(), first = 0, last = 0, train_s = 0;
   for (long step = 1; step <= r.steps; step++) {
     long ntarg = load_batch(&r, DATA_TRAIN, step - 1, NULL);
@@ -246,7 +292,14 @@ int cmd_train(int argc, char** argv) {
     engine_step(&r.eng, ntarg, &sr);
     if (step == 1) first = sr.loss;
     last = sr.loss;
-    if (step > 1 || r.steps == 1) train_s += sr.seconds;
+    if (step > 1 || r.steps == 1) {
+      train_s += sr.seconds;
+      if (r.ntimes < TIMES_KEPT) { /* the slowest rank's time: every rank calls, always */
+        double slowest = comm_allreduce_max_f64(sr.seconds);
+        if (r.step_times) r.step_times[r.ntimes] = slowest;
+        r.ntimes++;
+      }
+    }
     report_step(&r, step, &sr, now_seconds() - t0);
   }
   long timed = r.steps > 1 ? r.steps - 1 : r.steps;
@@ -259,6 +312,7 @@ int cmd_train(int argc, char** argv) {
   train_summary(&r, first, last, tps, step_s, val_loss, acc, nprob);
   if (r.log) fclose(r.log);
   engine_destroy(&r.eng);
+  free(r.step_times);
   data_close(r.data);
   plan_free(&r.plan);
   gpt_desc_free(&r.d);

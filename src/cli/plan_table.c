@@ -70,12 +70,12 @@ static void print_row(FILE* f, const char* name, const char* slices, size_t kept
                       double time_s, const char* why) {
   char kb[32], tb[32], ts[32];
   time_text(time_s, ts);
-  fprintf(f, "%-20s %-21s %10s %10s %9s%s%s\n", name, slices, format_bytes((double)kept, kb),
+  fprintf(f, "%-19s %-21s %10s %10s %9s%s%s\n", name, slices, format_bytes((double)kept, kb),
           format_bytes((double)tr, tb), ts, why[0] ? "  " : "", why);
 }
 
-/* Prints op i as one row named `name`; the "why" is that of op why_op (the first layer's op
-** of a group: every layer of it has the same plan). */
+/* Prints op i as one row named `name`, with planner_explain's words when it is sharded (for a
+** block of layers, i is its first layer's op: every layer of the block has the same plan). */
 static void print_op(FILE* f, const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
                      const Plan* p, int i, const char* name, double exposure) {
   OpRow r = op_row(d, dev, p, i, exposure);
@@ -130,7 +130,7 @@ static void print_layers(FILE* f, const GptDesc* d, const DeviceInfo* dev, const
   snprintf(head, sizeof head, "%s (%d layer%s)", list, L, L == 1 ? "" : "s");
   if (L == 1) snprintf(what, sizeof what, "sum of the rows below");
   else snprintf(what, sizeof what, "%d x the rows below", L);
-  if (strlen(head) > 20) { fprintf(f, "%s\n", head); head[0] = 0; }
+  if (strlen(head) > 19) { fprintf(f, "%s\n", head); head[0] = 0; }
   print_row(f, head, what, (size_t)L * kept, tr, L * t, "");
   for (int j = 0; j < GPT_OPS_PER_LAYER; j++) {
     int i = gpt_op_layer(c, j);
@@ -163,7 +163,7 @@ static void print_all_layers(FILE* f, const GptDesc* d, const DeviceInfo* dev,
 void plan_table_print(FILE* f, const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
                       const Plan* p) {
   double exposure = cost_dp_exposure(d, dev, p->micro_batch, p->seq);
-  fprintf(f, "%-20s %-21s %10s %10s %9s  %s\n", "operator", "slices", "kept", "transient", "time",
+  fprintf(f, "%-19s %-21s %10s %10s %9s  %s\n", "operator", "slices", "kept", "transient", "time",
           "why");
   int first = gpt_op_layer(0, 0), last = gpt_op_layer(d->cfg.n_layer - 1, GPT_OPS_PER_LAYER - 1);
   for (int i = 0; i < d->nops; i++) {

@@ -81,7 +81,7 @@ int setup_auto_plan(const Args* a, const GptDesc* d, int T, int max_batch, int q
   planner_default_options(&so, T);
   so.max_batch = max_batch;
   long trial_steps;
-  if (args_int(a, "trial-steps", 4, 0, 1000, &trial_steps)) { device_free(&dev); return -1; }
+  if (args_int(a, "trial-steps", 6, 0, 1000, &trial_steps)) { device_free(&dev); return -1; }
   memset(report, 0, sizeof *report);
   report->quiet = quiet;
   report->trial_steps = (int)trial_steps;

@@ -33,7 +33,7 @@ int setup_train_options(const Args* a, TrainOptions* o);
 int profile_options_from_args(const Args* a, const GptDesc* d, ProfileOptions* o);
 /* `--plan auto`: profiles this run's ranks for model d at sequence T, searches the candidate
 ** plans under --mem-limit (micro-batch at most max_batch), trains each for --trial-steps steps
-** (default 4; 0: the prediction alone decides) and returns the measured fastest with its
+** (default 6, in 3 rounds; 0: the prediction alone decides) and returns the measured fastest with its
 ** predicted cost. Trial engines are discarded, so the run starts from the same weights and data
 ** as without a trial. Prints the plan table on rank 0 unless quiet. */
 int setup_auto_plan(const Args* a, const GptDesc* d, int T, int max_batch, int quiet, Plan* p,

@@ -14,7 +14,8 @@
 typedef enum CommKind { COMM_ALLREDUCE = 0, COMM_ALLGATHER, COMM_REDUCE_SCATTER, COMM_KINDS } CommKind;
 
 typedef struct CommStats {
-  double seconds[COMM_KINDS];  /* wall time spent inside blocking calls and waits */
+  double seconds[COMM_KINDS];  /* wall time spent inside calls: blocking ones, and starting,
+                               ** testing and waiting for non-blocking ones */
   double bytes[COMM_KINDS];    /* payload bytes (the full buffer size of each call) */
   long calls[COMM_KINDS];
 } CommStats;
@@ -60,6 +61,9 @@ void comm_bcast(void* buf, size_t bytes);
 
 /* The counters since the last reset. */
 CommStats comm_stats(void);
+/* A clock of all seconds spent inside communication calls since the process started (never
+** reset): callers subtract it from compute timings. */
+const double* comm_clock(void);
 void comm_reset_stats(void);
 
 #endif

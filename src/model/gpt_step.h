@@ -41,6 +41,8 @@ typedef struct GptActs {
   void** op_acts;   /* nops pointers */
   void* scratch;    /* gpt_scratch_bytes */
   double* op_seconds; /* NULL, or nops counters that receive each op's forward+backward time */
+  const double* exclude_clock; /* NULL, or a clock of seconds (e.g. spent communicating inside
+                                ** the hooks) whose advance during an op is left out of its time */
 } GptActs;
 
 /* One use of a parameter slice by the step: its weight (acquire_weight), its gradient

@@ -115,7 +115,7 @@ static int build_batches(Search* s) {
   for (int B = 1; B <= maxb; B++) {
     s->batch_bytes[B] = cost_batch_bytes(s->d, s->dev, B, T);
     s->compute_s[B] = cost_compute_s(s->d, s->dev, B, T) +
-                      device_collective_s(s->dev, COLL_ALLREDUCE, 16); /* the norm */
+                      device_step_collective_s(s->dev, COLL_ALLREDUCE, 16); /* the norm */
     if (s->batch_bytes[B] > s->dev->mem_limit) break;
     s->nbatch = B;
   }

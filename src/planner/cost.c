@@ -38,19 +38,19 @@ static double slice_bytes(const DeviceInfo* dev, size_t n, Strategy s) {
   return 4.0 * (double)slice_padded(n, s, dev->ranks);
 }
 
-/* The search model's all-reduce seconds of a dp slice of `bytes`: bandwidth time plus its
-** share of one latency per bucket. */
+/* The search model's all-reduce seconds of a dp slice of `bytes`: its share of a full
+** bucket's all-reduce (with latency + bandwidth: bytes / bandwidth + latency * bytes / bucket). */
 static double dp_search_s(const DeviceInfo* dev, double bytes) {
-  const CollectiveModel* ar = &dev->coll[COLL_ALLREDUCE];
-  return bytes / ar->bandwidth_Bps + ar->latency_s * (bytes / (double)COST_BUCKET_BYTES);
+  double full = (double)COST_BUCKET_BYTES;
+  return bytes * device_step_collective_s(dev, COLL_ALLREDUCE, full) / full;
 }
 
 double cost_slice_search_s(const DeviceInfo* dev, OpUses u, size_t n, Strategy s, double dp_exposure) {
   double t = cost_slice_optim_s(dev, n, s);
   if (dev->ranks <= 1) return t;
   double bytes = slice_bytes(dev, n, s);
-  double ag = device_collective_s(dev, COLL_ALLGATHER, bytes);
-  double rs = device_collective_s(dev, COLL_REDUCE_SCATTER, bytes);
+  double ag = device_step_collective_s(dev, COLL_ALLGATHER, bytes);
+  double rs = device_step_collective_s(dev, COLL_REDUCE_SCATTER, bytes);
   switch (s) {
     case STRAT_DP: return t + dp_exposure * dp_search_s(dev, bytes);
     case STRAT_ZERO2: return t + u.bwd_grad * rs + ag;
@@ -147,14 +147,14 @@ static void replay_wait(Replay* r, int j) {
 
 /* Queues a non-blocking collective of `bytes`; returns its job index. */
 static int replay_start(Replay* r, int kind, double bytes) {
-  r->rem[r->tail] = device_collective_s(r->dev, kind, bytes);
+  r->rem[r->tail] = device_step_collective_s(r->dev, kind, bytes);
   r->kind[r->tail] = kind;
   return r->tail++;
 }
 
 /* A blocking collective of `bytes`. */
 static void replay_blocking(Replay* r, int kind, double bytes) {
-  double s = device_collective_s(r->dev, kind, bytes);
+  double s = device_step_collective_s(r->dev, kind, bytes);
   r->t += s;
   r->exposed[kind] += s;
 }
@@ -265,13 +265,13 @@ int plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* 
     for (int i = d->nops - 1; i >= 0; i--) replay_op(&r, &w, i, 1, B);
     replay_wait(&r, r.tail - 1);
     /* The optimizer: the norm's all-reduce, each slice's update, zero2's all-gathers. */
-    c->optim_s = device_collective_s(dev, COLL_ALLREDUCE, 16);
+    c->optim_s = device_step_collective_s(dev, COLL_ALLREDUCE, 16);
     for (int i = 0; i < d->nops; i++)
       for (int s = 0; d->ops[i].n_params && s < p->ops[i].k; s++) {
         size_t n = gpt_slice_params(&d->ops[i], p->ops[i].k, s);
         c->optim_s += cost_slice_optim_s(dev, n, p->ops[i].strat[s]);
         if (p->ops[i].strat[s] == STRAT_ZERO2)
-          c->optim_s += device_collective_s(dev, COLL_ALLGATHER, slice_bytes(dev, n, STRAT_ZERO2));
+          c->optim_s += device_step_collective_s(dev, COLL_ALLGATHER, slice_bytes(dev, n, STRAT_ZERO2));
       }
     c->compute_s = r.compute;
     c->hidden_s = r.hidden;
@@ -313,7 +313,7 @@ double cost_dp_exposure(const GptDesc* d, const DeviceInfo* dev, int B, int T) {
 double cost_search_step_s(const GptDesc* d, const DeviceInfo* dev, const Plan* p) {
   int B = p->micro_batch, T = p->seq;
   double e = cost_dp_exposure(d, dev, B, T);
-  double t = cost_compute_s(d, dev, B, T) + device_collective_s(dev, COLL_ALLREDUCE, 16);
+  double t = cost_compute_s(d, dev, B, T) + device_step_collective_s(dev, COLL_ALLREDUCE, 16);
   for (int i = 0; i < d->nops; i++) {
     if (!d->ops[i].n_params) continue;
     const OpPlan* o = &p->ops[i];

@@ -17,7 +17,18 @@ static const char* coll_names[COLL_COUNT] = {"allreduce", "allgather", "reduce_s
 double device_collective_s(const DeviceInfo* dev, int kind, double bytes) {
   if (dev->ranks <= 1 || bytes <= 0) return 0;
   const CollectiveModel* c = &dev->coll[kind];
-  return c->latency_s + bytes / c->bandwidth_Bps;
+  int n = c->npoints;
+  if (n < 2) return c->latency_s + bytes / c->bandwidth_Bps;
+  const double *x = c->point_bytes, *t = c->point_s;
+  if (bytes <= x[0]) return t[0];
+  int i = 1;
+  while (i < n - 1 && x[i] < bytes) i++;
+  return t[i - 1] + (t[i] - t[i - 1]) * (bytes - x[i - 1]) / (x[i] - x[i - 1]);
+}
+
+double device_step_collective_s(const DeviceInfo* dev, int kind, double bytes) {
+  double f = dev->coll[kind].in_step;
+  return (f > 0 ? f : 1.0) * device_collective_s(dev, kind, bytes);
 }
 
 /* Whether the device's measured compute times are for model d at sequence length T. */
@@ -138,6 +149,19 @@ int device_validate(const DeviceInfo* dev, const char* where) {
     snprintf(field, sizeof field, "collectives.%s.residual", coll_names[k]);
     if (check_number(dev->coll[k].residual, 1, where, field, "give a relative error >= 0, or omit it"))
       return -1;
+    snprintf(field, sizeof field, "collectives.%s.in_step", coll_names[k]);
+    if (check_number(dev->coll[k].in_step, 1, where, field, "give a factor > 0 such as 1.2, or omit it"))
+      return -1;
+    const CollectiveModel* c = &dev->coll[k];
+    for (int i = 0; i < c->npoints; i++) {
+      snprintf(field, sizeof field, "collectives.%s.points[%d]", coll_names[k], i);
+      if (check_number(c->point_bytes[i], 0, where, field, "give [bytes > 0, seconds > 0]") ||
+          check_number(c->point_s[i], 0, where, field, "give [bytes > 0, seconds > 0]"))
+        return -1;
+      if (i > 0 && (c->point_bytes[i] <= c->point_bytes[i - 1] || c->point_s[i] < c->point_s[i - 1]))
+        return osdp_fail("%s: field \"%s\" must come after [%g, %g]: sizes ascending, times not "
+                         "falling", where, field, c->point_bytes[i - 1], c->point_s[i - 1]);
+    }
   }
   return validate_compute(dev, where);
 }
@@ -181,6 +205,28 @@ static int json_mem_limit(const cJSON* root, const char* path, size_t* out) {
   return 0;
 }
 
+/* Reads the optional "points" array [[bytes, seconds], ...] of one collective. */
+static int json_points(const cJSON* o, const char* path, const char* name, CollectiveModel* c) {
+  const cJSON* pts = cJSON_GetObjectItemCaseSensitive(o, "points");
+  c->npoints = 0;
+  if (!pts) return 0;
+  int n = cJSON_IsArray(pts) ? cJSON_GetArraySize(pts) : -1;
+  if (n < 0 || n > DEVICE_MAX_POINTS)
+    return osdp_fail("%s: field \"collectives.%s.points\" must be an array of at most %d "
+                     "[bytes, seconds] pairs", path, name, DEVICE_MAX_POINTS);
+  for (int i = 0; i < n; i++) {
+    const cJSON* e = cJSON_GetArrayItem(pts, i);
+    const cJSON *b = cJSON_GetArrayItem(e, 0), *t = cJSON_GetArrayItem(e, 1);
+    if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2 || !cJSON_IsNumber(b) || !cJSON_IsNumber(t))
+      return osdp_fail("%s: field \"collectives.%s.points[%d]\" must be [bytes, seconds]", path,
+                       name, i);
+    c->point_bytes[i] = b->valuedouble;
+    c->point_s[i] = t->valuedouble;
+  }
+  c->npoints = n;
+  return 0;
+}
+
 /* Reads the "collectives" object: all three collectives, each with latency and bandwidth. */
 static int json_collectives(const cJSON* root, const char* path, DeviceInfo* dev) {
   const cJSON* c = cJSON_GetObjectItemCaseSensitive(root, "collectives");
@@ -201,6 +247,13 @@ static int json_collectives(const cJSON* root, const char* path, DeviceInfo* dev
     if (json_number(o, "overlap", field, 0, path, &dev->coll[k].overlap)) return -1;
     snprintf(field, sizeof field, "collectives.%s.residual", coll_names[k]);
     if (json_number(o, "residual", field, 0, path, &dev->coll[k].residual)) return -1;
+    snprintf(field, sizeof field, "collectives.%s.in_step", coll_names[k]);
+    dev->coll[k].in_step = 1;
+    if (json_number(o, "in_step", field, 0, path, &dev->coll[k].in_step)) return -1;
+    if (dev->coll[k].in_step <= 0)
+      return osdp_fail("%s: field \"%s\" = %g must be > 0 (1: as measured alone)", path, field,
+                       dev->coll[k].in_step);
+    if (json_points(o, path, coll_names[k], &dev->coll[k])) return -1;
   }
   return 0;
 }
@@ -314,6 +367,14 @@ static cJSON* device_to_json(const DeviceInfo* dev) {
     cJSON_AddNumberToObject(o, "bandwidth_Bps", dev->coll[k].bandwidth_Bps);
     cJSON_AddNumberToObject(o, "overlap", dev->coll[k].overlap);
     cJSON_AddNumberToObject(o, "residual", dev->coll[k].residual);
+    cJSON_AddNumberToObject(o, "in_step", dev->coll[k].in_step > 0 ? dev->coll[k].in_step : 1);
+    if (dev->coll[k].npoints > 0) {
+      cJSON* pts = cJSON_AddArrayToObject(o, "points");
+      for (int i = 0; i < dev->coll[k].npoints; i++) {
+        double v[2] = {dev->coll[k].point_bytes[i], dev->coll[k].point_s[i]};
+        cJSON_AddItemToArray(pts, cJSON_CreateDoubleArray(v, 2));
+      }
+    }
   }
   if (dev->n_op_times > 0) {
     cJSON* comp = cJSON_AddObjectToObject(root, "compute");

@@ -19,6 +19,14 @@
 **      "model": "gpt2-124m", "seq": 256,
 **      "ops": [{"name": "h0.qkv", "fixed_s": 1e-4, "per_sample_s": 2e-3,
 **               "slices": [{"k": 2, "fixed_s": .., "per_sample_s": ..}, ...]}, ...]}}
+** "points" (optional): measured [[bytes, seconds], ...], sizes ascending; with two or more the
+** time of a collective is interpolated linearly between them (below the smallest: its time;
+** above the largest: the last segment extended), since measured times follow no one
+** latency + bandwidth line over 1 KiB..16 MiB (caches, protocol switches); latency and
+** bandwidth then summarise them.
+** "in_step" (optional, > 0, default 1) scales the collective's time inside a training step: the
+** profiler measures it as what real steps spent in that kind of call over what the table says
+** (colder caches, ranks arriving at different moments, calls that progress in small pieces).
 ** "overlap" (optional, 0..1, default 0) is the share of wall time during which an outstanding
 ** non-blocking collective of that kind progresses while the rank computes (1: it runs fully
 ** beside compute; 0: it only moves when the rank waits for it). "residual" (optional,
@@ -34,11 +42,17 @@
 
 #include "model/gpt.h"
 
+/* Most measured sizes a collective keeps. */
+#define DEVICE_MAX_POINTS 24
+
 typedef struct CollectiveModel {
   double latency_s;      /* alpha */
   double bandwidth_Bps;  /* beta: bytes per second of the full buffer */
   double overlap;        /* 0..1: progress of a non-blocking call while the rank computes */
-  double residual;       /* largest relative error of the fit (informational, 0 if unknown) */
+  double in_step;        /* time of the collective inside a training step / alone (> 0; 1) */
+  double residual;       /* largest relative error of the model at measured sizes (informational) */
+  int npoints;           /* measured (bytes, seconds), bytes ascending; >= 2: they are the model */
+  double point_bytes[DEVICE_MAX_POINTS], point_s[DEVICE_MAX_POINTS];
 } CollectiveModel;
 
 enum { COLL_ALLREDUCE = 0, COLL_ALLGATHER = 1, COLL_REDUCE_SCATTER = 2, COLL_COUNT = 3 };
@@ -70,8 +84,10 @@ typedef struct DeviceInfo {
   OpTime* op_times;           /* n_op_times entries */
 } DeviceInfo;
 
-/* Time of one collective over a full buffer of `bytes` (0 on one rank). */
+/* Time of one collective over a full buffer of `bytes` (0 on one rank), measured alone. */
 double device_collective_s(const DeviceInfo* dev, int kind, double bytes);
+/* The same inside a training step: device_collective_s times the kind's in_step factor. */
+double device_step_collective_s(const DeviceInfo* dev, int kind, double bytes);
 /* Forward+backward time of op i of model d at micro-batch B, sequence T and k slices: measured
 ** when the device holds times for this model and T, else from FLOPs and dev->flops. */
 double device_op_time_s(const DeviceInfo* dev, const GptDesc* d, int op, int B, int T, int k);

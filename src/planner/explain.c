@@ -40,6 +40,12 @@ static void short_bytes(double bytes, char buf[32]) {
   snprintf(buf, 32, fabs(bytes) >= 100 ? "%.0f %s" : "%.3g %s", bytes, units[u]);
 }
 
+/* Seconds to three significant digits: "0.159 ms", "8.12 us". */
+static void short_time(double s, char buf[32]) {
+  if (fabs(s) < 1e-4) snprintf(buf, 32, "%.3g us", 1e6 * s);
+  else snprintf(buf, 32, "%.3g ms", 1e3 * s);
+}
+
 /* Compares p with the same plan with only this op replicated (one dp slice), replayed by
 ** plan_cost, and says which of these holds, after the bytes sharding saves:
 **   replicated, no micro-batch fits:     "saves 822 MiB, needed to fit"
@@ -60,8 +66,10 @@ void planner_explain(const GptDesc* d, const DeviceInfo* dev, const SearchOption
     short_bytes((double)(dp > mine ? dp - mine : 0), saved);
     if (plan_fits(d, dev, &q, &cq)) {
       double dt = cp.step_s - cq.step_s;
-      if (dt < 0) snprintf(buf, n, "saves %s, %.3g ms faster than dp", saved, -1e3 * dt);
-      else snprintf(buf, n, "saves %s, costs %.3g ms (dp fits)", saved, 1e3 * dt);
+      char ts[32];
+      short_time(fabs(dt), ts);
+      if (dt < 0) snprintf(buf, n, "saves %s, %s faster than dp", saved, ts);
+      else snprintf(buf, n, "saves %s, costs %s (dp fits)", saved, ts);
     } else {
       int b = largest_fitting_batch(d, dev, &q, p->micro_batch - 1, &cb);
       if (b > 0 && cb.samples_per_s > 0)

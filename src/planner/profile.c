@@ -4,14 +4,16 @@
 **  - collectives: each kind alone, from 1 KiB to 16 MiB, the slowest rank's best of several
 **    runs; fitted by least squares on RELATIVE error, so small messages (latency) are as right
 **    as large ones (bandwidth); the largest relative residual is kept in the device file;
-**  - compute: every op's forward+backward time with plain local parameter hooks (no arena, no
-**    communication inside the timers), at micro-batch 1, 2, 4, ... and, for the splittable
-**    ops, at k = 2, 4, 8 slices; fitted as fixed + per-sample seconds;
-**  - the rest of a step ("overhead") and the optimizer: a real dp engine step minus its op
-**    compute, optimizer and communication waits;
-**  - overlap: the share of a non-blocking collective that proceeds beside compute, fitted so
-**    that the cost model's replay of a real dp step (all-reduce buckets) and of a real zero3
-**    step with prefetch (all-gathers) waits as long as the measured step did.
+**  - compute: every op's forward+backward time inside real dp steps of the engine, without the
+**    time its hooks spend in communication calls (engine_time_ops), at micro-batch 1, 2, 4, ...
+**    and, for the splittable ops, at k = 2, 4, 8 slices; fitted as fixed + per-sample seconds;
+**  - the rest of a step ("overhead") and the optimizer: the dp step minus its op compute,
+**    optimizer and time in communication calls;
+**  - the collectives inside steps: real dp steps (all-reduce buckets) and zero3 steps (blocking
+**    gathers and reduce-scatters, then prefetched gathers) against the cost model's replay of
+**    the same plans with the table's times: a collective slower inside steps than alone gets
+**    an in-step factor; one that waits less than the replay says gets the overlap rate that
+**    explains it.
 */
 #include "planner/profile.h"
 
@@ -23,9 +25,9 @@
 #include "comm/comm.h"
 #include "core/util.h"
 #include "kernels/cpu_kernels.h"
-#include "model/gpt_step.h"
 #include "model/plan.h"
 #include "planner/cost.h"
+#include "planner/trial.h"
 #include "runtime/engine.h"
 
 /* ---- Collectives ------------------------------------------------------------------------- */
@@ -70,15 +72,28 @@ static CollectiveModel fit_alpha_beta(const double* x, const double* t, int n) {
   return c;
 }
 
-/* Measures the three collectives at sizes from 1 KiB to 16 MiB. */
+/* Largest relative error of interpolating each interior point from its two neighbours
+** (leave-one-out): how well the table predicts sizes it was not measured at. */
+static double interpolation_residual(const double* x, const double* t, int n) {
+  double worst = 0;
+  for (int i = 1; i + 1 < n; i++) {
+    double y = t[i - 1] + (t[i + 1] - t[i - 1]) * (x[i] - x[i - 1]) / (x[i + 1] - x[i - 1]);
+    double e = (y - t[i]) / t[i];
+    if (e < 0) e = -e;
+    if (e > worst) worst = e;
+  }
+  return worst;
+}
+
+/* Measures the three collectives at every power of two from 1 KiB to 16 MiB: the table is the
+** model (interpolated between sizes); latency and bandwidth summarise it. */
 static int profile_collectives(DeviceInfo* dev, int verbose) {
   if (comm_size() == 1) {
-    for (int k = 0; k < COLL_COUNT; k++) dev->coll[k] = (CollectiveModel){0, 1e15, 0, 0};
+    for (int k = 0; k < COLL_COUNT; k++) dev->coll[k] = (CollectiveModel){.latency_s = 0, .bandwidth_Bps = 1e15};
     return 0;
   }
-  static const size_t sizes[] = {256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304};
-  enum { NS = sizeof sizes / sizeof sizes[0] };
-  size_t maxn = sizes[NS - 1];
+  enum { NS = 15 }; /* 256 floats (1 KiB) .. 4Mi floats (16 MiB) */
+  size_t maxn = (size_t)256 << (NS - 1);
   float* buf = calloc(maxn, sizeof(float));
   float* shard = calloc(maxn, sizeof(float));
   if (!buf || !shard) { free(buf); free(shard); return osdp_fail("out of host memory"); }
@@ -86,15 +101,25 @@ static int profile_collectives(DeviceInfo* dev, int verbose) {
   for (int k = 0; k < COLL_COUNT; k++) {
     double bytes[NS], t[NS];
     for (int i = 0; i < NS; i++) {
-      size_t n = sizes[i] / (size_t)comm_size() * (size_t)comm_size();
+      size_t n = ((size_t)256 << i) / (size_t)comm_size() * (size_t)comm_size();
       bytes[i] = 4.0 * (double)n;
       t[i] = time_collective(k, buf, shard, n, n <= 65536 ? 9 : 3);
+      if (i > 0 && t[i] < t[i - 1]) t[i] = t[i - 1]; /* noise: a larger buffer is never faster */
     }
-    dev->coll[k] = fit_alpha_beta(bytes, t, NS);
-    if (verbose && comm_rank() == 0)
-      printf("profile: %-14s latency %6.1f us, bandwidth %6.3f GB/s (fit within %.0f%% from 1 KiB "
-             "to 16 MiB)\n", names[k], 1e6 * dev->coll[k].latency_s, dev->coll[k].bandwidth_Bps / 1e9,
-             100 * dev->coll[k].residual);
+    CollectiveModel line = fit_alpha_beta(bytes, t, NS);
+    CollectiveModel* c = &dev->coll[k];
+    *c = line;
+    c->npoints = NS;
+    memcpy(c->point_bytes, bytes, sizeof bytes);
+    memcpy(c->point_s, t, sizeof t);
+    c->residual = interpolation_residual(bytes, t, NS);
+    if (verbose && comm_rank() == 0) {
+      char b[32];
+      printf("profile: %-14s %5.1f us at 1 KiB, %6.2f GB/s at %s; table of %d sizes, within %.0f%% "
+             "between sizes (one latency+bandwidth line: within %.0f%%)\n", names[k], 1e6 * t[0],
+             bytes[NS - 1] / t[NS - 1] / 1e9, format_bytes(bytes[NS - 1], b), NS, 100 * c->residual,
+             100 * line.residual);
+    }
   }
   free(buf);
   free(shard);
@@ -108,164 +133,7 @@ static double profile_sgemm(const GptDesc* d, int T) {
   return -comm_allreduce_max_f64(-kernels_sgemm_gflops(M, N, K));
 }
 
-/* ---- Compute: the model with plain local parameters -------------------------------------- */
-
-/* Every parameter block and gradient in host memory, and one micro-batch's buffers: the
-** step's math with nothing else in the timers. */
-typedef struct Bench {
-  const GptDesc* d;
-  int* slices;
-  float** w;
-  float** g;
-  GptActs a;
-} Bench;
-
-/* The hooks: slices are views into the local blocks. */
-static void* bench_weight(void* ctx, int owner, int slice, GptPhase ph) {
-  Bench* b = ctx;
-  (void)ph;
-  return b->w[owner] + gpt_slice_offset(&b->d->ops[owner], b->slices[owner], slice);
-}
-static void bench_release(void* ctx, int owner, int slice, GptPhase ph) { (void)ctx, (void)owner, (void)slice, (void)ph; }
-static void* bench_grad(void* ctx, int owner, int slice) {
-  Bench* b = ctx;
-  return b->g[owner] + gpt_slice_offset(&b->d->ops[owner], b->slices[owner], slice);
-}
-static void bench_release_grad(void* ctx, int owner, int slice) { (void)ctx, (void)owner, (void)slice; }
-
-/* Frees a bench. */
-static void bench_free(Bench* b) {
-  for (int i = 0; b->d && i < b->d->nops; i++) {
-    if (b->w) free(b->w[i]);
-    if (b->g) free(b->g[i]);
-    if (b->a.op_acts) free(b->a.op_acts[i]);
-  }
-  free(b->w);
-  free(b->g);
-  free(b->a.op_acts);
-  free(b->a.scratch);
-  free(b->slices);
-  memset(b, 0, sizeof *b);
-}
-
-/* Builds a bench for micro-batch B: weights at the model's initial values, random tokens. */
-static int bench_init(Bench* b, const GptDesc* d, int B, int T, int threads) {
-  memset(b, 0, sizeof *b);
-  b->d = d;
-  int n = d->nops;
-  b->slices = calloc((size_t)n, sizeof *b->slices);
-  b->w = calloc((size_t)n, sizeof *b->w);
-  b->g = calloc((size_t)n, sizeof *b->g);
-  b->a = (GptActs){.B = B, .T = T, .elem = sizeof(float)};
-  b->a.op_acts = calloc((size_t)n, sizeof *b->a.op_acts);
-  b->a.scratch = malloc(gpt_scratch_bytes(d, B, T, sizeof(float), threads));
-  int ok = b->slices && b->w && b->g && b->a.op_acts && b->a.scratch;
-  for (int i = 0; ok && i < n; i++) {
-    b->slices[i] = 1;
-    b->a.op_acts[i] = calloc(1, gpt_op_act_bytes(d, &d->ops[i], B, T, sizeof(float)) + 64);
-    ok = b->a.op_acts[i] != NULL;
-    if (!ok || !d->ops[i].n_params) continue;
-    b->w[i] = malloc(d->ops[i].n_params * sizeof(float));
-    b->g[i] = calloc(d->ops[i].n_params, sizeof(float));
-    ok = b->w[i] && b->g[i];
-    for (size_t j = 0; ok && j < d->ops[i].n_params; j++) b->w[i][j] = gpt_init_value(d, i, j, 1337);
-  }
-  if (!ok) { bench_free(b); return osdp_fail("out of host memory"); }
-  Rng r;
-  rng_seed(&r, 99 + (uint64_t)comm_rank());
-  for (int i = 0; i < B * T; i++) {
-    gpt_acts_tokens(d, &b->a)[i] = (int)rng_below(&r, (uint64_t)d->cfg.vocab_size);
-    gpt_acts_targets(d, &b->a)[i] = (int)rng_below(&r, (uint64_t)d->cfg.vocab_size);
-  }
-  return 0;
-}
-
-/* Splits every splittable op into k slices (as far as its rows allow). */
-static void bench_set_slices(Bench* b, int k) {
-  for (int i = 0; i < b->d->nops; i++) {
-    const GptOp* op = &b->d->ops[i];
-    int kk = op->splittable ? k : 1;
-    if ((size_t)kk > op->rows) kk = (int)op->rows;
-    b->slices[i] = kk < 1 ? 1 : kk;
-  }
-}
-
-/* Mean forward+backward seconds per op over `steps` steps (after one warm-up), the slowest
-** rank's, into op_s[nops]. */
-static void bench_time(Bench* b, int steps, double* op_s) {
-  const GptDesc* d = b->d;
-  GptParamHooks h = {b, bench_weight, bench_release, bench_grad, bench_release_grad};
-  for (int s = 0; s <= steps; s++) {
-    b->a.op_seconds = s > 0 ? op_s : NULL;
-    if (s == 1) memset(op_s, 0, (size_t)d->nops * sizeof(double));
-    gpt_forward_f32(d, &b->a, &h, b->slices, 1e-3, NULL);
-    gpt_backward_f32(d, &b->a, &h, b->slices);
-  }
-  b->a.op_seconds = NULL;
-  for (int i = 0; i < d->nops; i++) op_s[i] = comm_allreduce_max_f64(op_s[i] / steps);
-}
-
-/* ---- Engine steps: optimizer, overhead, overlap ---------------------------------------- */
-
-/* What a few real engine steps of one plan measured (slowest rank, means per step). */
-typedef struct EngineMeasure {
-  double step, optim, comm, wait[COMM_KINDS];
-} EngineMeasure;
-
-/* Runs `steps` steps (after one warm-up) of plan p on a fresh engine. */
-static int measure_engine(const GptDesc* d, const Plan* p, int threads, int steps, EngineMeasure* m) {
-  TrainOptions opt;
-  Engine e;
-  train_options_default(&opt);
-  opt.threads = threads;
-  if (engine_create(&e, d, p, &opt)) { engine_destroy(&e); return -1; }
-  Rng r;
-  rng_seed(&r, 99 + (uint64_t)comm_rank());
-  int BT = p->micro_batch * p->seq;
-  for (int i = 0; i < BT; i++) {
-    engine_tokens(&e)[i] = (int)rng_below(&r, (uint64_t)d->cfg.vocab_size);
-    engine_targets(&e)[i] = (int)rng_below(&r, (uint64_t)d->cfg.vocab_size);
-  }
-  StepResult sr;
-  engine_step(&e, (long)BT * comm_size(), &sr); /* warm-up */
-  memset(m, 0, sizeof *m);
-  for (int s = 0; s < steps; s++) {
-    comm_reset_stats();
-    comm_barrier();
-    engine_step(&e, (long)BT * comm_size(), &sr);
-    CommStats cs = comm_stats();
-    m->step += sr.seconds;
-    m->optim += sr.optim_seconds;
-    for (int k = 0; k < COMM_KINDS; k++) {
-      m->wait[k] += cs.seconds[k];
-      m->comm += cs.seconds[k];
-    }
-  }
-  m->step = comm_allreduce_max_f64(m->step / steps);
-  m->optim = comm_allreduce_max_f64(m->optim / steps);
-  m->comm = comm_allreduce_max_f64(m->comm / steps);
-  for (int k = 0; k < COMM_KINDS; k++) m->wait[k] = comm_allreduce_max_f64(m->wait[k] / steps);
-  engine_destroy(&e);
-  return 0;
-}
-
-/* The overlap rate of collective `kind` in [0, 1] at which the cost model's replay of plan p
-** waits `measured` seconds for that kind (bisection: the wait falls as the rate rises). */
-static double fit_overlap(const GptDesc* d, DeviceInfo* dev, const Plan* p, int kind, double measured) {
-  double lo = 0, hi = 1;
-  PlanCost c;
-  dev->coll[kind].overlap = 0;
-  if (plan_cost(d, dev, p, &c) || c.exposed_s[kind] <= measured) return 0;
-  dev->coll[kind].overlap = 1;
-  if (plan_cost(d, dev, p, &c) || c.exposed_s[kind] >= measured) return 1;
-  for (int it = 0; it < 30; it++) {
-    double mid = 0.5 * (lo + hi);
-    dev->coll[kind].overlap = mid;
-    if (plan_cost(d, dev, p, &c)) break;
-    if (c.exposed_s[kind] > measured) lo = mid; else hi = mid;
-  }
-  return 0.5 * (lo + hi);
-}
+/* ---- Compute, overhead, optimizer and the collectives inside steps ----------------------- */
 
 /* Physical memory of this host divided among the ranks (the default memory limit). */
 static size_t default_mem_limit(void) {
@@ -294,40 +162,62 @@ static void progress(const ProfileOptions* o, const char* what, int B) {
   fflush(stdout);
 }
 
-/* Times every op at micro-batches 1, 2, 4, ... (until a step takes a quarter second, or 64)
-** unsplit, then at k = 2, 4, 8 at the first, middle and last of those batches; fits each op
-** per slice count. Fills dev->op_times[0..nops) and returns the batches in Bs (count *np). */
-static int profile_compute(const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev, int* Bs, int* np) {
-  int n = d->nops;
+/* The plan every profiled step runs: dp everywhere, every splittable op in k slices (as far as
+** its rows allow); strategy s instead of dp when s is sharded. */
+static int profile_plan(const GptDesc* d, Strategy s, int B, int T, int k, Plan* p) {
+  if (plan_uniform(p, d, s, comm_size(), B, T)) return -1;
+  for (int i = 0; i < d->nops; i++) {
+    const GptOp* op = &d->ops[i];
+    if (!op->n_params || !op->splittable) continue;
+    int kk = (size_t)k > op->rows ? (int)op->rows : k;
+    p->ops[i].k = kk < 1 ? 1 : kk;
+    for (int j = 0; j < p->ops[i].k; j++) p->ops[i].strat[j] = s;
+  }
+  return 0;
+}
+
+/* What the dp steps at the profiled micro-batches measured. */
+typedef struct DpPoints {
+  int n, B[PROFILE_MAX_POINTS];
+  PlanMeasure m[PROFILE_MAX_POINTS];
+  double ops_s[PROFILE_MAX_POINTS];   /* sum of the measured op compute */
+} DpPoints;
+
+/* Times every op inside real dp steps at micro-batches 1, 2, 4, ... (until a step takes a
+** quarter second, or 64) unsplit, then with the splittable ops at k = 2, 4, 8 at the first,
+** middle and last of those batches, and fits each op per slice count into dev->op_times. The
+** unsplit steps' measurements are kept in *pts for the rest of the profile. */
+static int profile_compute(const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev, DpPoints* pts) {
+  int n = d->nops, rc = 0;
   double* t = calloc((size_t)n * PROFILE_MAX_POINTS * DEVICE_SLICE_LEVELS, sizeof(double));
   double* col = malloc(PROFILE_MAX_POINTS * sizeof(double));
   if (!t || !col) { free(t); free(col); return osdp_fail("out of host memory"); }
 #define AT(l, j, i) t[((size_t)(l) * PROFILE_MAX_POINTS + (size_t)(j)) * (size_t)n + (size_t)(i)]
-  int rc = 0;
-  *np = 0;
-  for (int B = 1; *np < PROFILE_MAX_POINTS && B <= 64; B *= 2) {
-    Bench b;
-    progress(o, "timing every operator", B);
-    if (bench_init(&b, d, B, o->seq, o->threads)) { rc = *np >= 2 ? 0 : -1; break; }
-    bench_time(&b, o->steps, &AT(0, *np, 0));
-    bench_free(&b);
-    Bs[(*np)++] = B;
-    double step = 0;
-    for (int i = 0; i < n; i++) step += AT(0, *np - 1, i);
-    if (*np >= 2 && step > 0.25) break;
+  memset(pts, 0, sizeof *pts);
+  for (int B = 1; pts->n < PROFILE_MAX_POINTS && B <= 64; B *= 2) {
+    Plan p;
+    progress(o, "timing a dp step and every operator", B);
+    if (profile_plan(d, STRAT_DP, B, o->seq, 1, &p)) { rc = -1; break; }
+    int j = pts->n;
+    rc = planner_measure_plan(d, &p, o->threads, 0, o->steps, &pts->m[j], &AT(0, j, 0));
+    plan_free(&p);
+    if (rc) { if (j >= 2) { rc = 0; osdp_clear_error(); } break; } /* out of memory: fit what we have */
+    pts->B[pts->n++] = B;
+    for (int i = 0; i < n; i++) pts->ops_s[j] += AT(0, j, i);
+    if (pts->n >= 2 && pts->m[j].step_s > 0.25) break;
   }
-  int sample[3] = {0, *np / 2, *np - 1};
+  int np = pts->n, sample[3] = {0, np / 2, np - 1};
   for (int si = 0; !rc && si < 3; si++) {
     int j = sample[si];
     if (si > 0 && j == sample[si - 1]) continue;
-    Bench b;
-    progress(o, "timing split operators (k = 2, 4, 8)", Bs[j]);
-    if (bench_init(&b, d, Bs[j], o->seq, o->threads)) { rc = -1; break; }
-    for (int l = 1; l < DEVICE_SLICE_LEVELS; l++) {
-      bench_set_slices(&b, 1 << l);
-      bench_time(&b, o->steps, &AT(l, j, 0));
+    progress(o, "timing split operators (k = 2, 4, 8)", pts->B[j]);
+    for (int l = 1; !rc && l < DEVICE_SLICE_LEVELS; l++) {
+      Plan p;
+      PlanMeasure m;
+      rc = profile_plan(d, STRAT_DP, pts->B[j], o->seq, 1 << l, &p);
+      if (!rc) rc = planner_measure_plan(d, &p, o->threads, 0, o->steps, &m, &AT(l, j, 0));
+      plan_free(&p);
     }
-    bench_free(&b);
   }
   for (int i = 0; !rc && i < n; i++) {
     OpTime* ot = &dev->op_times[i];
@@ -335,9 +225,9 @@ static int profile_compute(const GptDesc* d, const ProfileOptions* o, DeviceInfo
     for (int l = 0; l < DEVICE_SLICE_LEVELS; l++) {
       if (l > 0 && !(d->ops[i].splittable || d->ops[i].kind == OP_LMHEAD)) continue;
       int Bl[PROFILE_MAX_POINTS], m = 0;
-      for (int j = 0; j < *np; j++) {
+      for (int j = 0; j < np; j++) {
         if (l > 0 && j != sample[0] && j != sample[1] && j != sample[2]) continue;
-        Bl[m] = Bs[j];
+        Bl[m] = pts->B[j];
         col[m++] = AT(l, j, i);
       }
       fit_op_time(Bl, col, m, &ot->fixed_s[l], &ot->per_sample_s[l]);
@@ -350,52 +240,101 @@ static int profile_compute(const GptDesc* d, const ProfileOptions* o, DeviceInfo
   return rc;
 }
 
-/* Measures the optimizer rate and the overhead (a dp engine at each profiled micro-batch) and
-** the overlap rates (at the largest one), into dev. */
-static int profile_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev, const int* Bs,
-                         int np) {
-  int N = comm_size(), B = 0;
-  double optim = 0, ov[PROFILE_MAX_POINTS];
-  int Bok[PROFILE_MAX_POINTS], m = 0;
-  EngineMeasure em = {0};
-  Plan p;
-  for (int j = 0; j < np; j++) {
-    progress(o, "timing engine steps (optimizer, overhead, overlap)", Bs[j]);
-    if (plan_uniform(&p, d, STRAT_DP, N, Bs[j], o->seq)) return -1;
-    int rc = measure_engine(d, &p, o->threads, o->steps, &em);
-    if (rc) { plan_free(&p); if (m >= 1) break; return -1; }
-    /* What the replay would give without overhead and optimizer: compute + communication. */
-    PlanCost c;
-    dev->coll[COLL_ALLREDUCE].overlap = 0;
-    rc = plan_cost(d, dev, &p, &c);
-    plan_free(&p);
-    if (rc) return -1;
-    ov[m] = em.step - em.optim - em.comm - c.compute_s;
-    if (ov[m] < 0) ov[m] = 0;
-    Bok[m++] = Bs[j];
-    optim += em.optim;
-    B = Bs[j];
+/* The replay's exposed seconds of collective `kind` for plan p (its other settings as in dev). */
+static double replay_exposed(const GptDesc* d, const DeviceInfo* dev, const Plan* p, int kind) {
+  PlanCost c;
+  return plan_cost(d, dev, p, &c) ? 0 : c.exposed_s[kind];
+}
+
+/* Calibrates collective `kind` against `measured` seconds that real steps of plan p spent in
+** it: more than the table predicts -> in_step = the ratio (slower inside a step), overlap 0;
+** less -> in_step 1 and the overlap at which the replay hides the difference (bisection). */
+static void calibrate(const GptDesc* d, DeviceInfo* dev, const Plan* p, int kind, double measured) {
+  CollectiveModel* c = &dev->coll[kind];
+  c->in_step = 1;
+  c->overlap = 0;
+  double alone = replay_exposed(d, dev, p, kind);
+  if (alone <= 0 || measured <= 0) return;
+  if (measured >= alone) { c->in_step = measured / alone; return; }
+  double lo = 0, hi = 1;
+  for (int it = 0; it < 30; it++) {
+    c->overlap = 0.5 * (lo + hi);
+    if (replay_exposed(d, dev, p, kind) > measured) lo = c->overlap; else hi = c->overlap;
   }
-  dev->optimizer_s_per_param = optim / m / (double)d->n_params;
+  c->overlap = 0.5 * (lo + hi);
+}
+
+/* The median of n values (sorts them). */
+static double median_of(double* v, int n) {
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && v[j] < v[j - 1]; j--) { double x = v[j]; v[j] = v[j - 1]; v[j - 1] = x; }
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* From the dp steps: the optimizer rate, the overhead (step - ops - communication - optimizer)
+** and the all-reduce's in-step factor; from zero3 steps at the middle micro-batch: the
+** all-gather's and reduce-scatter's, then the prefetched all-gather's overlap. */
+static int profile_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev, const DpPoints* pts) {
+  int N = comm_size(), np = pts->n;
+  double optim = 0, ov[PROFILE_MAX_POINTS], ratio[PROFILE_MAX_POINTS];
+  for (int j = 0; j < np; j++) {
+    const PlanMeasure* m = &pts->m[j];
+    ov[j] = m->step_s - m->optim_s - m->comm_s - pts->ops_s[j];
+    if (ov[j] < 0) ov[j] = 0;
+    optim += m->optim_s;
+  }
+  dev->optimizer_s_per_param = optim / np / (double)d->n_params;
   OpTime* oh = &dev->op_times[d->nops];
   snprintf(oh->name, sizeof oh->name, "overhead");
-  fit_op_time(Bok, ov, m, &oh->fixed_s[0], &oh->per_sample_s[0]);
+  fit_op_time(pts->B, ov, np, &oh->fixed_s[0], &oh->per_sample_s[0]);
   oh->measured[0] = 1;
   if (N == 1) return 0;
-  /* Overlap: the last dp measurement's all-reduce wait; then zero3 with prefetch. */
-  if (plan_uniform(&p, d, STRAT_DP, N, B, o->seq)) return -1;
-  dev->coll[COLL_ALLREDUCE].overlap = fit_overlap(d, dev, &p, COLL_ALLREDUCE, em.wait[COMM_ALLREDUCE]);
+  Plan p;
+  for (int j = 0; j < np; j++) { /* all-reduce: median over the micro-batches of measured/replay */
+    if (profile_plan(d, STRAT_DP, pts->B[j], o->seq, 1, &p)) return -1;
+    dev->coll[COLL_ALLREDUCE].in_step = 1;
+    double alone = replay_exposed(d, dev, &p, COLL_ALLREDUCE);
+    ratio[j] = alone > 0 ? pts->m[j].wait_s[COMM_ALLREDUCE] / alone : 1;
+    if (getenv("OSDP_PROFILE_DEBUG") && comm_rank() == 0)
+      printf("profile debug: B=%d step %.4f ops %.4f optim %.4f comm %.4f (ar %.4f, alone %.4f)\n",
+             pts->B[j], pts->m[j].step_s, pts->ops_s[j], pts->m[j].optim_s, pts->m[j].comm_s,
+             pts->m[j].wait_s[COMM_ALLREDUCE], alone);
+    plan_free(&p);
+  }
+  int jm = np / 2, B = pts->B[jm];
+  if (profile_plan(d, STRAT_DP, B, o->seq, 1, &p)) return -1;
+  calibrate(d, dev, &p, COLL_ALLREDUCE, median_of(ratio, np) * replay_exposed(d, dev, &p, COLL_ALLREDUCE));
   plan_free(&p);
-  if (plan_uniform(&p, d, STRAT_ZERO3, N, B, o->seq)) return -1;
-  p.prefetch = 1;
-  int rc = measure_engine(d, &p, o->threads, o->steps, &em);
-  if (!rc) dev->coll[COLL_ALLGATHER].overlap = fit_overlap(d, dev, &p, COLL_ALLGATHER, em.wait[COMM_ALLGATHER]);
+  /* zero3, unsplit: every weight gathered, every gradient reduce-scattered, blocking. */
+  PlanMeasure m;
+  progress(o, "timing zero3 steps (all-gather, reduce-scatter, prefetch)", B);
+  if (profile_plan(d, STRAT_ZERO3, B, o->seq, 1, &p)) return -1;
+  int rc = planner_measure_plan(d, &p, o->threads, 0, o->steps, &m, NULL);
+  if (!rc) {
+    calibrate(d, dev, &p, COLL_ALLGATHER, m.wait_s[COMM_ALLGATHER]);
+    calibrate(d, dev, &p, COLL_REDUCE_SCATTER, m.wait_s[COMM_REDUCE_SCATTER]);
+    p.prefetch = 1;
+    double in_step = dev->coll[COLL_ALLGATHER].in_step;
+    rc = planner_measure_plan(d, &p, o->threads, 0, o->steps, &m, NULL);
+    if (!rc && m.wait_s[COMM_ALLGATHER] < replay_exposed(d, dev, &p, COLL_ALLGATHER)) {
+      /* Prefetched gathers waited less than the replay without overlap: the share hidden. */
+      double lo = 0, hi = 1;
+      for (int it = 0; it < 30; it++) {
+        dev->coll[COLL_ALLGATHER].overlap = 0.5 * (lo + hi);
+        if (replay_exposed(d, dev, &p, COLL_ALLGATHER) > m.wait_s[COMM_ALLGATHER]) lo = 0.5 * (lo + hi);
+        else hi = 0.5 * (lo + hi);
+      }
+      dev->coll[COLL_ALLGATHER].overlap = 0.5 * (lo + hi);
+    }
+    dev->coll[COLL_ALLGATHER].in_step = in_step;
+  }
   plan_free(&p);
-  if (rc) osdp_clear_error(); /* zero3 did not fit here: leave the all-gather overlap at 0 */
+  if (rc) osdp_clear_error(); /* zero3 does not run here: keep the table's times */
   if (o->verbose && comm_rank() == 0)
-    printf("profile: overlap beside compute: all-reduce %.0f%%, all-gather %.0f%% (fitted at "
-           "micro-batch %d)\n", 100 * dev->coll[COLL_ALLREDUCE].overlap,
-           100 * dev->coll[COLL_ALLGATHER].overlap, B);
+    printf("profile: inside steps vs alone: all-reduce x%.2f, all-gather x%.2f, reduce-scatter x%.2f; "
+           "beside compute: all-reduce %.0f%%, prefetched all-gather %.0f%% (micro-batch %d)\n",
+           dev->coll[0].in_step, dev->coll[1].in_step, dev->coll[2].in_step,
+           100 * dev->coll[0].overlap, 100 * dev->coll[1].overlap, B);
   return 0;
 }
 
@@ -410,8 +349,8 @@ int profile_device(const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev) {
   if (device_alloc_op_times(dev, d->nops + 1)) return -1;
   snprintf(dev->compute_model, sizeof dev->compute_model, "%s", d->cfg.name);
   dev->compute_seq = o->seq;
-  int Bs[PROFILE_MAX_POINTS], np = 0;
-  if (profile_compute(d, o, dev, Bs, &np) || profile_steps(d, o, dev, Bs, np)) {
+  DpPoints pts;
+  if (profile_compute(d, o, dev, &pts) || profile_steps(d, o, dev, &pts)) {
     device_free(dev);
     return osdp_fail("profile: cannot run %s here to time it (%s); describe the device with "
                      "--flops instead", d->cfg.name, osdp_last_error());

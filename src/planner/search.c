@@ -281,7 +281,7 @@ static int search_batches(const GptDesc* d, const DeviceInfo* dev, const SearchO
   if (!v) return osdp_fail("out of memory");
   int n = 0, rc = 0, N = dev->ranks;
   for (int B = nb > 0 ? nb : 1; B >= 1 && !rc; B--) {
-    double comp = cost_compute_s(d, dev, B, so.seq) + device_collective_s(dev, COLL_ALLREDUCE, 16);
+    double comp = cost_compute_s(d, dev, B, so.seq) + device_step_collective_s(dev, COLL_ALLREDUCE, 16);
     double bound = (double)N * B / (comp + least_split_extra(d, dev, &so, B));
     double bar = n >= keep ? v[keep - 1].sps : 0;
     if (nb > 0 && bound < bar * (1 - 1e-13) && B > 1) continue;

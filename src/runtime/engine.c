@@ -276,6 +276,11 @@ void engine_destroy(Engine* e) {
   memset(e, 0, sizeof *e);
 }
 
+void engine_time_ops(Engine* e, double* op_seconds) {
+  e->acts.op_seconds = op_seconds;
+  e->acts.exclude_clock = op_seconds ? comm_clock() : NULL;
+}
+
 int* engine_tokens(Engine* e) { return gpt_acts_tokens(e->d, &e->acts); }
 int* engine_targets(Engine* e) { return gpt_acts_targets(e->d, &e->acts); }
 

@@ -104,6 +104,11 @@ void engine_step(Engine* e, long global_targets, StepResult* r);
 ** are global. Collective. */
 double engine_eval(Engine* e, const int* problem, long* problems_total, long* problems_ok);
 
+/* Per-op timing for the profiler and bench: from now on each step adds every op's
+** forward+backward compute seconds, without the time its hooks spent communicating, into
+** op_seconds[nops] (NULL: stop timing). */
+void engine_time_ops(Engine* e, double* op_seconds);
+
 /* Copies all parameters, in op-block order (gpt.h), into full[d->n_params] on every rank. Collective. */
 void engine_get_params(Engine* e, float* full);
 /* Sets all parameters from full[d->n_params] (each rank keeps what it owns) and resets the
