@@ -59,6 +59,12 @@ if "${mpirun[@]}" -np 2 "$OSDP" plan --model tiny --devices dev.json --seq 64 --
 else bad "plan --trial failed: $(cat err.txt)"; fi
 nc=$(grep -o '"origin":' trial.out | wc -l); nm=$(grep -o '"measured":{' trial.out | wc -l)
 if [ "$nc" -ge 3 ] && [ "$nm" = $((nc + 1)) ]; then ok else bad "plan --trial: $nc candidates, $nm measured"; fi
+# Every candidate's measured peak equals its prediction (prefetch included).
+offpk=$(grep -o '"predicted":{[^}]*},"measured":{[^}]*}' trial.out | awk '{
+  p = $0; sub(/.*"predicted":{[^}]*"peak_bytes":/, "", p); sub(/[,}].*/, "", p)
+  m = $0; sub(/.*"measured":{[^}]*"peak_bytes":/, "", m); sub(/[,}].*/, "", m)
+  if (p + 0 != m + 0) n++ } END { print n + 0 }')
+if [ "$offpk" = 0 ]; then ok else bad "plan --trial: $offpk candidates measured a peak other than predicted"; fi
 best=$(grep -o '"measured":{"step_s":[0-9.e+-]*,"samples_per_s":[0-9.e+-]*' trial.out | sed 's/.*samples_per_s"://' | sort -g | tail -1)
 chosen=$(sed -n 's/.*"measured":{"step_s":[0-9.e+-]*,"samples_per_s":\([0-9.e+-]*\).*"chosen".*/\1/p' trial.out | head -1)
 if [ -n "$best" ] && [ "$best" = "$chosen" ]; then ok else bad "plan --trial chose $chosen samples/s, the best measured is $best"; fi

@@ -837,6 +837,28 @@ static void test_candidates(void) {
     }
   }
   CHECK(c[0].cost.samples_per_s >= sc.samples_per_s * (1 - 1e-12));
+  /* Prefetch is decided per plan: on exactly when the plan has zero3 slices, the prefetching
+  ** variant fits and the replay finds it faster. */
+  int decided_on = 0;
+  for (int i = 0; i < n; i++) {
+    int z3 = 0;
+    for (int op = 0; op < d.nops; op++)
+      for (int k = 0; d.ops[op].n_params && k < c[i].plan.ops[op].k; k++) z3 |= c[i].plan.ops[op].strat[k] == STRAT_ZERO3;
+    Plan other;
+    PlanCost oc;
+    CHECK(plan_copy(&other, &c[i].plan) == 0);
+    other.prefetch = !c[i].plan.prefetch;
+    CHECK(plan_cost(&d, &dev, &other, &oc) == 0);
+    if (c[i].plan.prefetch) {
+      decided_on++;
+      CHECK(z3 && c[i].cost.step_s < oc.step_s && c[i].cost.mem.peak <= dev.mem_limit);
+    } else if (z3) {
+      CHECK_MSG(oc.mem.peak > dev.mem_limit || oc.step_s >= c[i].cost.step_s,
+                "candidate %d would be faster with prefetch and fits", i);
+    }
+    plan_free(&other);
+  }
+  CHECK_MSG(decided_on > 0, "no candidate prefetches although gathers overlap compute 60%%");
   for (int s = 0; s < STRAT_COUNT; s++) {
     Plan up;
     PlanCost uc;

@@ -88,7 +88,7 @@ static void print_candidates(const Candidate* c, int n, const TrialResult* r, in
   printf("candidates (predicted by the step replay%s):\n", r ? "; measured by a trial" : "");
   printf("  %-2s %-15s %5s %8s %11s %11s", "#", "plan", "B", "prefetch", "pred s/step", "pred samp/s");
   if (r) printf(" %11s %11s %9s", "meas s/step", "meas samp/s", "meas/pred");
-  printf(" %12s\n", "peak");
+  printf(" %12s%s\n", "peak", r ? "  measured peak" : "");
   for (int i = 0; i < n; i++) {
     printf("%s %-2d %-15s %5d %8s %11.4f %11.2f", i == chosen ? "*" : " ", i + 1, c[i].origin,
            c[i].plan.micro_batch, c[i].plan.prefetch ? "yes" : "no", c[i].cost.step_s,
@@ -97,7 +97,10 @@ static void print_candidates(const Candidate* c, int n, const TrialResult* r, in
       printf(" %11.4f %11.2f %9.3f", r[i].step_s, r[i].samples_per_s, r[i].step_s / c[i].cost.step_s);
     else if (r)
       printf(" %11s %11s %9s", "failed", "-", "-");
-    printf(" %12s\n", format_bytes((double)c[i].cost.mem.peak, pk));
+    printf(" %12s", format_bytes((double)c[i].cost.mem.peak, pk));
+    if (r && r[i].ok && r[i].peak == c[i].cost.mem.peak) printf("  exact");
+    else if (r && r[i].ok) printf("  %+lld bytes", (long long)r[i].peak - (long long)c[i].cost.mem.peak);
+    printf("\n");
   }
   printf("* chosen: %s (%s)\n", c[chosen].origin,
          r ? "fastest when measured" : "fastest predicted; --trial measures the candidates");
@@ -156,6 +159,9 @@ int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions
       snprintf(ro->chosen, sizeof ro->chosen, "%s", cand[i].origin);
       ro->chosen_sps = tr[i].samples_per_s;
     }
+    static const char* un[] = {"ddp", "zero2", "zero3"};
+    for (int u = 0; u < 3; u++)
+      if (strcmp(cand[i].origin, un[u]) == 0 && tr[i].ok) ro->uniform_sps[u] = tr[i].samples_per_s;
     if (strncmp(cand[i].origin, "search", 6) != 0 && tr[i].ok && tr[i].samples_per_s > ro->best_uniform_sps) {
       snprintf(ro->best_uniform, sizeof ro->best_uniform, "%s", cand[i].origin);
       ro->best_uniform_sps = tr[i].samples_per_s;

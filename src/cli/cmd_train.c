@@ -257,11 +257,21 @@ static void train_summary(TrainRun* r, double first_loss, double last_loss, doub
            "bytes, measured %zu bytes\n", r->predicted.step_s, step_s,
            100.0 * (step_s - r->predicted.step_s) / r->predicted.step_s, r->predicted.mem.peak, peak);
   const PlanReport* t = &r->report;
-  if (r->auto_plan && t->chosen_sps > 0 && t->best_uniform_sps > 0)
-    printf("trial: the chosen plan (%s) ran %.1f samples/s, the best uniform plan (%s) %.1f: "
-           "%.2fx%s\n", t->chosen, t->chosen_sps, t->best_uniform, t->best_uniform_sps,
-           t->chosen_sps / t->best_uniform_sps,
-           strncmp(t->chosen, "search", 6) == 0 ? " (per-operator sharding wins)" : "");
+  if (r->auto_plan && t->chosen_sps > 0) {
+    static const char* un[] = {"ddp", "zero2", "zero3"};
+    printf("trial, measured samples/s: chosen plan (%s) %.1f", t->chosen, t->chosen_sps);
+    for (int u = 0; u < 3; u++) {
+      if (t->uniform_sps[u] > 0) printf("; %s %.1f", un[u], t->uniform_sps[u]);
+      else printf("; %s does not fit", un[u]);
+    }
+    printf("\n");
+    if (t->best_uniform_sps > 0)
+      printf("the chosen plan is %.2fx the best uniform plan (%s)%s\n", t->chosen_sps / t->best_uniform_sps,
+             t->best_uniform, strncmp(t->chosen, "search", 6) == 0 && t->chosen_sps > t->best_uniform_sps
+                                  ? ": per-operator sharding wins" : "");
+    else
+      printf("no uniform plan fits: only per-operator sharding trains this model here\n");
+  }
   printf("held-out: loss %.4f", val_loss);
   if (acc >= 0) printf(", exact-match accuracy %.1f%% of %ld problems", 100 * acc, nprob);
   printf("\n");

@@ -18,6 +18,7 @@ typedef struct PlanReport {
   /* Filled by plan_and_report after a trial: the chosen plan and the best uniform baseline. */
   char chosen[24], best_uniform[24];
   double chosen_sps, best_uniform_sps;  /* measured samples/s (0: not measured / none fits) */
+  double uniform_sps[3];                /* measured ddp, zero2, zero3 (0: does not fit / ran not) */
 } PlanReport;
 
 /* The model of --model (a preset or JSON file), or of the --load checkpoint when --model is

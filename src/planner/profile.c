@@ -184,7 +184,7 @@ typedef struct DpPoints {
 } DpPoints;
 
 /* Times every op inside real dp steps at micro-batches 1, 2, 4, ... (until a step takes a
-** quarter second, or 64) unsplit, then with the splittable ops at k = 2, 4, 8 at the first,
+** quarter second and no larger batch fits the limit, or a step takes 4 s, or 64) unsplit, then with the splittable ops at k = 2, 4, 8 at the first,
 ** middle and last of those batches, and fits each op per slice count into dev->op_times. The
 ** unsplit steps' measurements are kept in *pts for the rest of the profile. */
 static int profile_compute(const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev, DpPoints* pts) {
@@ -194,6 +194,8 @@ static int profile_compute(const GptDesc* d, const ProfileOptions* o, DeviceInfo
   if (!t || !col) { free(t); free(col); return osdp_fail("out of host memory"); }
 #define AT(l, j, i) t[((size_t)(l) * PROFILE_MAX_POINTS + (size_t)(j)) * (size_t)n + (size_t)(i)]
   memset(pts, 0, sizeof *pts);
+  int bfit = 0; /* the largest micro-batch whose activations fit the limit: plans may use it */
+  while (bfit < 64 && cost_batch_bytes(d, dev, bfit + 1, o->seq) <= dev->mem_limit) bfit++;
   for (int B = 1; pts->n < PROFILE_MAX_POINTS && B <= 64; B *= 2) {
     Plan p;
     progress(o, "timing a dp step and every operator", B);
@@ -204,7 +206,10 @@ static int profile_compute(const GptDesc* d, const ProfileOptions* o, DeviceInfo
     if (rc) { if (j >= 2) { rc = 0; osdp_clear_error(); } break; } /* out of memory: fit what we have */
     pts->B[pts->n++] = B;
     for (int i = 0; i < n; i++) pts->ops_s[j] += AT(0, j, i);
-    if (pts->n >= 2 && pts->m[j].step_s > 0.25) break;
+    /* Enough: two points and a quarter-second step, unless plans may use larger batches, which
+    ** are then measured rather than extrapolated (while a step takes at most 4 s). */
+    double st = pts->m[j].step_s;
+    if (pts->n >= 2 && st > 0.25 && (2 * B > bfit || st > 4.0)) break;
   }
   int np = pts->n, sample[3] = {0, np / 2, np - 1};
   for (int si = 0; !rc && si < 3; si++) {
@@ -295,10 +300,6 @@ static int profile_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* 
     dev->coll[COLL_ALLREDUCE].in_step = 1;
     double alone = replay_exposed(d, dev, &p, COLL_ALLREDUCE);
     ratio[j] = alone > 0 ? pts->m[j].wait_s[COMM_ALLREDUCE] / alone : 1;
-    if (getenv("OSDP_PROFILE_DEBUG") && comm_rank() == 0)
-      printf("profile debug: B=%d step %.4f ops %.4f optim %.4f comm %.4f (ar %.4f, alone %.4f)\n",
-             pts->B[j], pts->m[j].step_s, pts->ops_s[j], pts->m[j].optim_s, pts->m[j].comm_s,
-             pts->m[j].wait_s[COMM_ALLREDUCE], alone);
     plan_free(&p);
   }
   int jm = np / 2, B = pts->B[jm];
@@ -307,15 +308,16 @@ static int profile_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* 
   plan_free(&p);
   /* zero3, unsplit: every weight gathered, every gradient reduce-scattered, blocking. */
   PlanMeasure m;
+  int steps = 2 * o->steps < 6 ? 6 : 2 * o->steps; /* one plan calibrates two kinds: more steps */
   progress(o, "timing zero3 steps (all-gather, reduce-scatter, prefetch)", B);
   if (profile_plan(d, STRAT_ZERO3, B, o->seq, 1, &p)) return -1;
-  int rc = planner_measure_plan(d, &p, o->threads, 0, o->steps, &m, NULL);
+  int rc = planner_measure_plan(d, &p, o->threads, 0, steps, &m, NULL);
   if (!rc) {
     calibrate(d, dev, &p, COLL_ALLGATHER, m.wait_s[COMM_ALLGATHER]);
     calibrate(d, dev, &p, COLL_REDUCE_SCATTER, m.wait_s[COMM_REDUCE_SCATTER]);
     p.prefetch = 1;
     double in_step = dev->coll[COLL_ALLGATHER].in_step;
-    rc = planner_measure_plan(d, &p, o->threads, 0, o->steps, &m, NULL);
+    rc = planner_measure_plan(d, &p, o->threads, 0, steps, &m, NULL);
     if (!rc && m.wait_s[COMM_ALLGATHER] < replay_exposed(d, dev, &p, COLL_ALLGATHER)) {
       /* Prefetched gathers waited less than the replay without overlap: the share hidden. */
       double lo = 0, hi = 1;
