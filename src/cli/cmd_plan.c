@@ -138,7 +138,15 @@ int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions
   Candidate cand[PLAN_CANDIDATES];
   TrialResult tr[PLAN_CANDIDATES];
   int n = planner_candidates(d, dev, so, cand, PLAN_CANDIDATES, &min_bytes, &search_s);
-  if (n < 0) return -1;
+  if (n < 0) {
+    if (ro->json && comm_rank() == 0 && min_bytes > 0 && min_bytes != (size_t)-1) {
+      /* For programs: that nothing fits, and the smallest limit that would (the error line
+      ** follows on stderr as for every failure). */
+      printf("{\"fits\":false,\"limit_bytes\":%zu,\"min_bytes\":%zu}\n", dev->mem_limit, min_bytes);
+      fflush(stdout);
+    }
+    return -1;
+  }
   int show = comm_rank() == 0 && !ro->quiet, chosen = 0, rc = 0;
   char lim[32], pk[32];
   if (ro->trial_steps > 0) {
