@@ -166,11 +166,10 @@ int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions
     if (i == chosen) {
       snprintf(ro->chosen, sizeof ro->chosen, "%s", cand[i].origin);
       ro->chosen_sps = tr[i].samples_per_s;
+      ro->chosen_uniform = cand[i].uniform;
     }
-    static const char* un[] = {"ddp", "zero2", "zero3"};
-    for (int u = 0; u < 3; u++)
-      if (strcmp(cand[i].origin, un[u]) == 0 && tr[i].ok) ro->uniform_sps[u] = tr[i].samples_per_s;
-    if (strncmp(cand[i].origin, "search", 6) != 0 && tr[i].ok && tr[i].samples_per_s > ro->best_uniform_sps) {
+    if (cand[i].uniform >= 0 && tr[i].ok) ro->uniform_sps[cand[i].uniform] = tr[i].samples_per_s;
+    if (cand[i].uniform >= 0 && tr[i].ok && tr[i].samples_per_s > ro->best_uniform_sps) {
       snprintf(ro->best_uniform, sizeof ro->best_uniform, "%s", cand[i].origin);
       ro->best_uniform_sps = tr[i].samples_per_s;
     }

@@ -190,19 +190,11 @@ static void train_evaluate(TrainRun* r, double* val_loss, double* acc, long* npr
 /* Timed steps whose seconds are kept for the median step time. */
 #define TIMES_KEPT 100000
 
-/* Orders doubles for qsort. */
-static int cmp_seconds(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-
 /* The median of the kept step times (0 if none); less sensitive than the mean to a step that
 ** another process on the machine slowed down. */
 static double median_step_s(TrainRun* r) {
-  long n = r->ntimes;
-  if (n == 0 || !r->step_times) return 0; /* no memory for the times: no median */
-  qsort(r->step_times, (size_t)n, sizeof *r->step_times, cmp_seconds);
-  return n % 2 ? r->step_times[n / 2] : 0.5 * (r->step_times[n / 2 - 1] + r->step_times[n / 2]);
+  if (!r->step_times) return 0; /* no memory for the times: no median */
+  return median_of(r->step_times, (int)r->ntimes);
 }
 
 static void train_summary(TrainRun* r, double first_loss, double last_loss, double tps,
@@ -267,7 +259,7 @@ static void train_summary(TrainRun* r, double first_loss, double last_loss, doub
     printf("\n");
     if (t->best_uniform_sps > 0)
       printf("the chosen plan is %.2fx the best uniform plan (%s)%s\n", t->chosen_sps / t->best_uniform_sps,
-             t->best_uniform, strncmp(t->chosen, "search", 6) == 0 && t->chosen_sps > t->best_uniform_sps
+             t->best_uniform, t->chosen_uniform < 0 && t->chosen_sps > t->best_uniform_sps
                                   ? ": per-operator sharding wins" : "");
     else
       printf("no uniform plan fits: only per-operator sharding trains this model here\n");

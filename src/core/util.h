@@ -33,6 +33,10 @@ char* format_bytes(double bytes, char buf[32]);
 ** `field`), or "malformed JSON; <shape>" where shape says what the file should hold. */
 struct cJSON* read_json_object(const char* path, const char* field, const char* shape);
 
+/* The median of v[0..n) (sorts v in place); 0 when n is 0. Timings use it: noise from other
+** processes only ever adds time, and the median ignores a few such outliers. */
+double median_of(double* v, int n);
+
 /* Monotonic wall-clock time in seconds. */
 double now_seconds(void);
 

@@ -251,16 +251,10 @@ static double replay_exposed(const GptDesc* d, const DeviceInfo* dev, const Plan
   return plan_cost(d, dev, p, &c) ? 0 : c.exposed_s[kind];
 }
 
-/* Calibrates collective `kind` against `measured` seconds that real steps of plan p spent in
-** it: more than the table predicts -> in_step = the ratio (slower inside a step), overlap 0;
-** less -> in_step 1 and the overlap at which the replay hides the difference (bisection). */
-static void calibrate(const GptDesc* d, DeviceInfo* dev, const Plan* p, int kind, double measured) {
+/* Sets the overlap rate of collective `kind` to the one in [0, 1] at which the replay of plan p
+** waits `measured` seconds for it (bisection: the wait falls as the rate rises). */
+static void fit_overlap(const GptDesc* d, DeviceInfo* dev, const Plan* p, int kind, double measured) {
   CollectiveModel* c = &dev->coll[kind];
-  c->in_step = 1;
-  c->overlap = 0;
-  double alone = replay_exposed(d, dev, p, kind);
-  if (alone <= 0 || measured <= 0) return;
-  if (measured >= alone) { c->in_step = measured / alone; return; }
   double lo = 0, hi = 1;
   for (int it = 0; it < 30; it++) {
     c->overlap = 0.5 * (lo + hi);
@@ -269,11 +263,17 @@ static void calibrate(const GptDesc* d, DeviceInfo* dev, const Plan* p, int kind
   c->overlap = 0.5 * (lo + hi);
 }
 
-/* The median of n values (sorts them). */
-static double median_of(double* v, int n) {
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0 && v[j] < v[j - 1]; j--) { double x = v[j]; v[j] = v[j - 1]; v[j - 1] = x; }
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+/* Calibrates collective `kind` against `measured` seconds that real steps of plan p spent in
+** it: more than the table predicts -> in_step = the ratio (slower inside a step), overlap 0;
+** less -> in_step 1 and the overlap at which the replay hides the difference. */
+static void calibrate(const GptDesc* d, DeviceInfo* dev, const Plan* p, int kind, double measured) {
+  CollectiveModel* c = &dev->coll[kind];
+  c->in_step = 1;
+  c->overlap = 0;
+  double alone = replay_exposed(d, dev, p, kind);
+  if (alone <= 0 || measured <= 0) return;
+  if (measured >= alone) c->in_step = measured / alone;
+  else fit_overlap(d, dev, p, kind, measured);
 }
 
 /* From the dp steps: the optimizer rate, the overhead (step - ops - communication - optimizer)
@@ -316,19 +316,11 @@ static int profile_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* 
     calibrate(d, dev, &p, COLL_ALLGATHER, m.wait_s[COMM_ALLGATHER]);
     calibrate(d, dev, &p, COLL_REDUCE_SCATTER, m.wait_s[COMM_REDUCE_SCATTER]);
     p.prefetch = 1;
-    double in_step = dev->coll[COLL_ALLGATHER].in_step;
     rc = planner_measure_plan(d, &p, o->threads, 0, steps, &m, NULL);
-    if (!rc && m.wait_s[COMM_ALLGATHER] < replay_exposed(d, dev, &p, COLL_ALLGATHER)) {
-      /* Prefetched gathers waited less than the replay without overlap: the share hidden. */
-      double lo = 0, hi = 1;
-      for (int it = 0; it < 30; it++) {
-        dev->coll[COLL_ALLGATHER].overlap = 0.5 * (lo + hi);
-        if (replay_exposed(d, dev, &p, COLL_ALLGATHER) > m.wait_s[COMM_ALLGATHER]) lo = 0.5 * (lo + hi);
-        else hi = 0.5 * (lo + hi);
-      }
-      dev->coll[COLL_ALLGATHER].overlap = 0.5 * (lo + hi);
-    }
-    dev->coll[COLL_ALLGATHER].in_step = in_step;
+    /* Prefetched gathers that waited less than the replay without overlap: the share hidden
+    ** (the in-step factor of the blocking gathers stays). */
+    if (!rc && m.wait_s[COMM_ALLGATHER] < replay_exposed(d, dev, &p, COLL_ALLGATHER))
+      fit_overlap(d, dev, &p, COLL_ALLGATHER, m.wait_s[COMM_ALLGATHER]);
   }
   plan_free(&p);
   if (rc) osdp_clear_error(); /* zero3 does not run here: keep the table's times */

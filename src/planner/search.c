@@ -388,7 +388,7 @@ static int cmp_candidate(const void* a, const void* b) {
 }
 
 /* Whether a candidate is one of the uniform ddp / zero2 / zero3 baselines. */
-static int is_uniform(const Candidate* c) { return strncmp(c->origin, "search", 6) != 0; }
+static int is_uniform(const Candidate* c) { return c->uniform >= 0; }
 
 /* How many of the search's micro-batches are re-priced by the replay. */
 #define CANDIDATE_BATCHES 6
@@ -404,7 +404,7 @@ int planner_candidates(const GptDesc* d, const DeviceInfo* dev, const SearchOpti
   int rc = all ? search_batches(d, dev, o, CANDIDATE_BATCHES, &v, &nv, &need) : osdp_fail("out of memory");
   if (min_bytes) *min_bytes = need;
   for (int i = 0; !rc && i < nv && i < CANDIDATE_BATCHES; i++) {
-    Candidate c = {.plan = v[i].plan};
+    Candidate c = {.plan = v[i].plan, .uniform = -1};
     v[i].plan = (Plan){0};
     snprintf(c.origin, sizeof c.origin, "search B=%d", c.plan.micro_batch);
     rc = plan_cost(d, dev, &c.plan, &c.cost) || decide_prefetch(d, dev, &c);
@@ -416,7 +416,7 @@ int planner_candidates(const GptDesc* d, const DeviceInfo* dev, const SearchOpti
   Plan up;
   PlanCost uc;
   if (!rc && o->max_slices != 1 && planner_search(d, dev, &unsplit, &up, &uc, NULL, NULL) == 0) {
-    Candidate c = {.plan = up, .cost = uc};
+    Candidate c = {.plan = up, .cost = uc, .uniform = -1};
     snprintf(c.origin, sizeof c.origin, "search unsplit");
     rc = decide_prefetch(d, dev, &c);
     add_candidate(all, &n, cap, &c);
@@ -426,7 +426,7 @@ int planner_candidates(const GptDesc* d, const DeviceInfo* dev, const SearchOpti
     SearchOptions so = normalized_options(d, o);
     if (!so.allow[s]) continue;
     if (planner_best_uniform(d, dev, o, (Strategy)s, &up, &uc) != 0) { osdp_clear_error(); continue; }
-    Candidate c = {.plan = up, .cost = uc};
+    Candidate c = {.plan = up, .cost = uc, .uniform = s};
     snprintf(c.origin, sizeof c.origin, "%s", names[s]);
     rc = decide_prefetch(d, dev, &c);
     add_candidate(all, &n, cap, &c);

@@ -68,7 +68,8 @@ int planner_search(const GptDesc* d, const DeviceInfo* dev, const SearchOptions*
 typedef struct Candidate {
   Plan plan;
   PlanCost cost;       /* plan_cost of plan (prefetch decided) */
-  char origin[24];     /* "search B=7", "ddp", "zero2", "zero3" */
+  char origin[24];     /* "search B=7", "search unsplit", "ddp", "zero2", "zero3" */
+  int uniform;         /* the Strategy of a uniform baseline, or -1 for the search's plans */
 } Candidate;
 
 /* The best distinct plans, fastest first by plan_cost: the search's best plan of each

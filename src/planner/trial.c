@@ -9,18 +9,6 @@
 #include "core/util.h"
 #include "runtime/engine.h"
 
-/* Orders doubles for qsort. */
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-
-/* The median of n values (sorts them). */
-static double median(double* v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 int planner_measure_plan(const GptDesc* d, const Plan* p, int threads, size_t mem_limit, int steps,
                          PlanMeasure* m, double* op_s) {
   TrainOptions opt;
@@ -60,10 +48,10 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, int threads, size_t me
     }
     for (int f = 0; f < NF; f++) v[(size_t)f * steps + s] = comm_allreduce_max_f64(x[f]);
   }
-  m->step_s = median(v + (size_t)F_STEP * steps, steps);
-  m->optim_s = median(v + (size_t)F_OPTIM * steps, steps);
-  m->comm_s = median(v + (size_t)F_COMM * steps, steps);
-  for (int k = 0; k < COMM_KINDS; k++) m->wait_s[k] = median(v + (size_t)(F_WAIT0 + k) * steps, steps);
+  m->step_s = median_of(v + (size_t)F_STEP * steps, steps);
+  m->optim_s = median_of(v + (size_t)F_OPTIM * steps, steps);
+  m->comm_s = median_of(v + (size_t)F_COMM * steps, steps);
+  for (int k = 0; k < COMM_KINDS; k++) m->wait_s[k] = median_of(v + (size_t)(F_WAIT0 + k) * steps, steps);
   m->peak = (size_t)comm_allreduce_max_f64((double)e.arena.peak_total);
   for (int i = 0; op_s && i < d->nops; i++) op_s[i] = comm_allreduce_max_f64(op_s[i] / steps);
   engine_destroy(&e);
