@@ -5,6 +5,8 @@
 **  2. Splitting operators into slices changes nothing but the summation order.
 **  3. The engine's arena peak equals the model description's prediction to the byte, for
 **     several configs and plans (one process; multi-rank plans are checked by plan_invariance).
+**  4. Recomputing layers changes nothing: the same loss and gradients, bit for bit, and the
+**     schedule lists the recomputed forward's uses where the step makes them.
 */
 #include <math.h>
 #include <stdlib.h>
@@ -53,14 +55,20 @@ typedef struct Fixture {
   LocalParams lp;
   GptParamHooks h;
   int* slices;
+  int* recompute;   /* per layer */
+  void* shared;     /* the recompute buffer */
   double scale;
 } Fixture;
 
-/* Builds a double-precision model with random weights and a random batch. */
-static void fixture_init(Fixture* f, const GptConfig* cfg, int B, int T, int ksplit) {
+/* Builds a double-precision model with random weights and a random batch; layer l recomputes
+** when bit l of recompute_mask is set. */
+static void fixture_init_rc(Fixture* f, const GptConfig* cfg, int B, int T, int ksplit,
+                            unsigned recompute_mask) {
   memset(f, 0, sizeof *f);
   gpt_desc_build(&f->d, cfg);
   const GptDesc* d = &f->d;
+  f->recompute = calloc((size_t)cfg->n_layer, sizeof(int));
+  for (int l = 0; l < cfg->n_layer; l++) f->recompute[l] = (recompute_mask >> l) & 1;
   f->slices = calloc((size_t)d->nops, sizeof(int));
   f->lp.w = calloc((size_t)d->nops, sizeof(double*));
   f->lp.g = calloc((size_t)d->nops, sizeof(double*));
@@ -78,10 +86,13 @@ static void fixture_init(Fixture* f, const GptConfig* cfg, int B, int T, int ksp
   f->lp.d = d;
   f->lp.slices = f->slices;
   f->h = (GptParamHooks){&f->lp, lp_weight, lp_release, lp_grad, lp_release_grad};
-  f->a = (GptActs){.B = B, .T = T, .elem = sizeof(double)};
+  f->a = (GptActs){.B = B, .T = T, .elem = sizeof(double), .recompute = f->recompute};
   f->a.op_acts = calloc((size_t)d->nops, sizeof(void*));
+  size_t own[256], off[256], shared = 0;
+  gpt_acts_layout(d, B, T, sizeof(double), f->recompute, own, off, &shared);
+  f->shared = shared ? calloc(1, shared) : NULL;
   for (int i = 0; i < d->nops; i++)
-    f->a.op_acts[i] = calloc(1, gpt_op_act_bytes(d, &d->ops[i], B, T, sizeof(double)));
+    f->a.op_acts[i] = off[i] != (size_t)-1 ? (char*)f->shared + off[i] : calloc(1, own[i]);
   f->a.scratch = calloc(1, gpt_scratch_bytes(d, B, T, sizeof(double), kernels_threads()));
   int* tok = gpt_acts_tokens(d, &f->a);
   int* tg = gpt_acts_targets(d, &f->a);
@@ -94,9 +105,21 @@ static void fixture_init(Fixture* f, const GptConfig* cfg, int B, int T, int ksp
   f->scale = 1.0 / n;
 }
 
+/* Builds the fixture without recomputation. */
+static void fixture_init(Fixture* f, const GptConfig* cfg, int B, int T, int ksplit) {
+  fixture_init_rc(f, cfg, B, T, ksplit, 0);
+}
+
 static void fixture_free(Fixture* f) {
-  for (int i = 0; i < f->d.nops; i++) { free(f->lp.w[i]); free(f->lp.g[i]); free(f->a.op_acts[i]); }
+  size_t off[256];
+  gpt_acts_layout(&f->d, f->a.B, f->a.T, sizeof(double), f->recompute, NULL, off, NULL);
+  for (int i = 0; i < f->d.nops; i++) {
+    free(f->lp.w[i]);
+    free(f->lp.g[i]);
+    if (off[i] == (size_t)-1) free(f->a.op_acts[i]);
+  }
   free(f->lp.w); free(f->lp.g); free(f->a.op_acts); free(f->a.scratch); free(f->slices);
+  free(f->recompute); free(f->shared);
   gpt_desc_free(&f->d);
 }
 
@@ -154,22 +177,46 @@ static void check_model_gradients(const GptConfig* cfg, int B, int T, int k) {
   fixture_free(&f);
 }
 
-/* gpt_param_schedule lists exactly the uses the step makes, in order. */
-static void check_schedule(const GptConfig* cfg, int k) {
+/* gpt_param_schedule lists exactly the uses the step makes, in order (layers recomputing as
+** recompute_mask says). */
+static void check_schedule(const GptConfig* cfg, int k, unsigned recompute_mask) {
   Fixture f;
-  fixture_init(&f, cfg, 1, 5, k);
+  fixture_init_rc(&f, cfg, 1, 5, k, recompute_mask);
   f.lp.nrec = 0;
   fixture_grads(&f);
-  int n = gpt_param_schedule(&f.d, f.slices, NULL);
+  int n = gpt_param_schedule(&f.d, f.slices, f.recompute, NULL);
   GptParamUse* want = calloc((size_t)n, sizeof *want);
-  gpt_param_schedule(&f.d, f.slices, want);
+  gpt_param_schedule(&f.d, f.slices, f.recompute, want);
   CHECK_MSG(n == f.lp.nrec, "schedule has %d uses, the step made %d", n, f.lp.nrec);
-  int same = n == f.lp.nrec;
-  for (int i = 0; same && i < n; i++)
+  int same = n == f.lp.nrec, recomputed = 0;
+  for (int i = 0; same && i < n; i++) {
     same = memcmp(&want[i], &f.lp.rec[i], sizeof want[i]) == 0;
-  CHECK_MSG(same, "schedule order differs from the step's (k=%d)", k);
+    recomputed += want[i].phase == GPT_RECOMPUTE;
+  }
+  CHECK_MSG(same, "schedule order differs from the step's (k=%d, recompute %#x)", k, recompute_mask);
+  CHECK_MSG((recomputed > 0) == (recompute_mask != 0), "schedule has %d recompute uses for mask %#x",
+            recomputed, recompute_mask);
   free(want);
   fixture_free(&f);
+}
+
+/* Recomputing layers (any subset) gives bit-identical losses and gradients, and, with at least
+** two layers recomputed (one layer's worth is the shared buffer), needs fewer activation bytes. */
+static void check_recompute_equivalence(const GptConfig* cfg, int B, int T, int k, unsigned mask) {
+  Fixture a, b;
+  fixture_init(&a, cfg, B, T, k);
+  fixture_init_rc(&b, cfg, B, T, k, mask);
+  double la = fixture_grads(&a), lb = fixture_grads(&b);
+  CHECK_MSG(la == lb, "recompute %#x changes the loss: %.17g vs %.17g", mask, lb, la);
+  size_t differ = 0;
+  for (int i = 0; i < a.d.nops; i++)
+    for (size_t j = 0; j < a.d.ops[i].n_params; j++) differ += a.lp.g[i][j] != b.lp.g[i][j];
+  CHECK_MSG(differ == 0, "recompute %#x changes %zu gradient entries", mask, differ);
+  size_t full = gpt_acts_layout(&a.d, B, T, 8, NULL, NULL, NULL, NULL);
+  size_t less = gpt_acts_layout(&b.d, B, T, 8, b.recompute, NULL, NULL, NULL);
+  CHECK_MSG(less < full, "recompute %#x keeps %zu activation bytes, none %zu", mask, less, full);
+  fixture_free(&a);
+  fixture_free(&b);
 }
 
 /* Splitting into k slices gives the same loss and gradients as unsplit (up to rounding). */
@@ -189,7 +236,8 @@ static void check_split_equivalence(const GptConfig* cfg, int B, int T) {
 }
 
 /* The engine's measured arena peak equals the prediction for a plan, after a real step. */
-static void check_memory(const char* model, int B, int T, Strategy s, int k, int threads) {
+static void check_memory(const char* model, int B, int T, Strategy s, int k, int threads,
+                         int recompute) {
   GptConfig cfg;
   GptDesc d;
   CHECK(gpt_config_load(model, &cfg) == 0);
@@ -201,6 +249,7 @@ static void check_memory(const char* model, int B, int T, Strategy s, int k, int
       p.ops[i].k = k;
       for (int j = 0; j < k; j++) p.ops[i].strat[j] = (Strategy)((s + j) % STRAT_COUNT);
     }
+  plan_set_recompute(&p, recompute);
   TrainOptions o;
   train_options_default(&o);
   o.threads = threads;
@@ -216,8 +265,8 @@ static void check_memory(const char* model, int B, int T, Strategy s, int k, int
   engine_step(&e, (long)B * T, &sr);
   CHECK(isfinite(sr.loss));
   CHECK_MSG(e.arena.peak_total == e.predicted.peak,
-            "%s B=%d T=%d %s k=%d: arena peak %zu != predicted %zu", model, B, T,
-            strategy_name(s), k, e.arena.peak_total, e.predicted.peak);
+            "%s B=%d T=%d %s k=%d recompute %d: arena peak %zu != predicted %zu", model, B, T,
+            strategy_name(s), k, recompute, e.arena.peak_total, e.predicted.peak);
   size_t want[MEM_CATEGORY_COUNT] = {e.predicted.params, e.predicted.grads, e.predicted.optim,
                                      e.predicted.acts, e.predicted.scratch, e.predicted.transient};
   for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
@@ -273,14 +322,20 @@ int main(int argc, char** argv) {
                     .padded_vocab = 256, .max_seq = 9};
   check_model_gradients(&odd2, 3, 9, 2);
   check_split_equivalence(&odd, 2, 7);
-  check_schedule(&odd, 1);
-  check_schedule(&odd, 3);
+  check_schedule(&odd, 1, 0);
+  check_schedule(&odd, 3, 0);
+  check_schedule(&odd, 2, 1);
+  check_schedule(&odd2, 3, 5);
+  check_recompute_equivalence(&odd, 2, 7, 1, 3);
+  check_recompute_equivalence(&odd2, 3, 9, 2, 6);
   check_prediction_order();
-  check_memory("tiny", 4, 32, STRAT_DP, 1, 1);
-  check_memory("tiny", 3, 17, STRAT_ZERO2, 2, 1);
-  check_memory("tiny", 2, 64, STRAT_ZERO3, 4, 2);
-  check_memory("small", 1, 40, STRAT_ZERO3, 3, 1);
-  check_memory("small", 2, 33, STRAT_DP, 1, 2);
+  check_memory("tiny", 4, 32, STRAT_DP, 1, 1, 0);
+  check_memory("tiny", 3, 17, STRAT_ZERO2, 2, 1, 0);
+  check_memory("tiny", 2, 64, STRAT_ZERO3, 4, 2, 0);
+  check_memory("small", 1, 40, STRAT_ZERO3, 3, 1, 0);
+  check_memory("small", 2, 33, STRAT_DP, 1, 2, 0);
+  check_memory("tiny", 3, 17, STRAT_ZERO3, 2, 1, 1);
+  check_memory("small", 2, 33, STRAT_ZERO2, 1, 2, 4);
   int rc = check_summary();
   comm_finalize();
   return rc;

@@ -1,6 +1,7 @@
 /* gpt_step.c: instantiates the forward and backward passes in fp32 and fp64; see gpt_step.h. */
 #include "model/gpt_step.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/util.h"
@@ -17,36 +18,73 @@ int* gpt_acts_targets(const GptDesc* d, const GptActs* a) {
 
 void* gpt_acts_logits(const GptDesc* d, const GptActs* a) { return a->op_acts[gpt_op_lmhead(d)]; }
 
-/* Appends the uses of all slices of owner to the schedule (in slice order, or reversed). */
-static int add_uses(GptParamUse* out, int n, int owner, int k, GptPhase ph, int weight, int grad,
-                    int reversed) {
-  for (int j = 0; j < k; j++) {
-    int i = reversed ? k - 1 - j : j;
-    if (out) out[n] = (GptParamUse){owner, i, ph, weight, grad};
-    n++;
+/* Whether layer l recomputes. */
+static int recomputes(const int* recompute, int l) { return recompute && recompute[l]; }
+
+/* Appends event (op, phase) to out (when not NULL) at index n; returns n + 1. */
+static int add_event(GptStepEvent* out, int n, int op, GptPhase phase) {
+  if (out) out[n] = (GptStepEvent){op, phase};
+  return n + 1;
+}
+
+int gpt_step_events(const GptDesc* d, const int* recompute, GptStepEvent* out) {
+  int n = 0, L = d->cfg.n_layer;
+  for (int i = 0; i < d->nops; i++) n = add_event(out, n, i, GPT_FORWARD);
+  n = add_event(out, n, gpt_op_lmhead(d), GPT_BACKWARD);
+  n = add_event(out, n, gpt_op_lnf(d), GPT_BACKWARD);
+  for (int l = L - 1; l >= 0; l--) {
+    int o = gpt_op_layer(l, 0);
+    for (int j = 0; recomputes(recompute, l) && j < GPT_FCPROJ; j++)
+      n = add_event(out, n, o + j, GPT_RECOMPUTE);
+    for (int j = GPT_FCPROJ; j >= 0; j--) n = add_event(out, n, o + j, GPT_BACKWARD);
   }
+  return add_event(out, n, 0, GPT_BACKWARD);
+}
+
+int gpt_event_param_uses(const GptDesc* d, const int* slices, GptStepEvent ev, GptParamUse* out) {
+  int owner = d->ops[ev.op].owner;
+  if (owner < 0) return 0;
+  int k = slices[owner], bwd = ev.phase == GPT_BACKWARD;
+  int reversed = ev.op == 0 && !bwd;  /* embed forward: last slice (with wpe) first */
+  int weight = !(ev.op == 0 && bwd);  /* embed backward: gradient only */
+  for (int j = 0; out && j < k; j++)
+    out[j] = (GptParamUse){owner, reversed ? k - 1 - j : j, ev.phase, weight, bwd};
+  return k;
+}
+
+int gpt_param_schedule(const GptDesc* d, const int* slices, const int* recompute, GptParamUse* out) {
+  int ne = gpt_step_events(d, recompute, NULL), n = 0;
+  GptStepEvent* ev = malloc((size_t)ne * sizeof *ev);
+  if (!ev) return -1;
+  gpt_step_events(d, recompute, ev);
+  for (int i = 0; i < ne; i++) n += gpt_event_param_uses(d, slices, ev[i], out ? out + n : NULL);
+  free(ev);
   return n;
 }
 
-int gpt_param_schedule(const GptDesc* d, const int* slices, GptParamUse* out) {
-  static const int fwd_ops[] = {GPT_LN1, GPT_QKV, GPT_PROJ, GPT_LN2, GPT_FC, GPT_FCPROJ};
-  int n = 0, L = d->cfg.n_layer, lnf = gpt_op_lnf(d);
-  n = add_uses(out, n, 0, slices[0], GPT_FORWARD, 1, 0, 1); /* embed: last slice first */
-  for (int l = 0; l < L; l++)
-    for (int j = 0; j < 6; j++) {
-      int op = gpt_op_layer(l, fwd_ops[j]);
-      n = add_uses(out, n, op, slices[op], GPT_FORWARD, 1, 0, 0);
-    }
-  n = add_uses(out, n, lnf, 1, GPT_FORWARD, 1, 0, 0);
-  n = add_uses(out, n, 0, slices[0], GPT_FORWARD, 1, 0, 0);   /* lm_head */
-  n = add_uses(out, n, 0, slices[0], GPT_BACKWARD, 1, 1, 0);  /* lm_head */
-  n = add_uses(out, n, lnf, 1, GPT_BACKWARD, 1, 1, 0);
-  for (int l = L - 1; l >= 0; l--)
-    for (int j = 5; j >= 0; j--) {
-      int op = gpt_op_layer(l, fwd_ops[j]);
-      n = add_uses(out, n, op, slices[op], GPT_BACKWARD, 1, 1, 0);
-    }
-  return add_uses(out, n, 0, slices[0], GPT_BACKWARD, 0, 1, 0); /* embed: gradient only */
+/* Rounds a byte offset up to the 64-byte alignment of blocks in the shared buffer. */
+static size_t align64(size_t x) { return (x + 63) / 64 * 64; }
+
+size_t gpt_acts_layout(const GptDesc* d, int B, int T, size_t elem, const int* recompute,
+                       size_t* own, size_t* shared_off, size_t* shared_bytes) {
+  size_t total = 0, shared = 0;
+  for (int i = 0; i < d->nops; i++) {
+    const GptOp* op = &d->ops[i];
+    size_t bytes = gpt_op_act_bytes(d, op, B, T, elem);
+    int in_shared = op->layer >= 0 && recomputes(recompute, op->layer) &&
+                    i - gpt_op_layer(op->layer, 0) != GPT_FCPROJ;
+    if (own) own[i] = in_shared ? 0 : bytes;
+    if (shared_off) shared_off[i] = (size_t)-1;
+    if (!in_shared) { total += bytes; continue; }
+    /* Every recomputed layer uses the same offsets: those of its ops in layer order. */
+    size_t off = 0;
+    for (int j = gpt_op_layer(op->layer, 0); j < i; j++)
+      off = align64(off + gpt_op_act_bytes(d, &d->ops[j], B, T, elem));
+    if (shared_off) shared_off[i] = off;
+    if (off + bytes > shared) shared = off + bytes;
+  }
+  if (shared_bytes) *shared_bytes = shared;
+  return total + shared;
 }
 
 #define REAL float

@@ -17,7 +17,9 @@
 
 #include "model/gpt.h"
 
-typedef enum GptPhase { GPT_FORWARD = 0, GPT_BACKWARD = 1 } GptPhase;
+/* The three passes a parameter can be used in: the forward pass, the backward pass, and the
+** forward of a recomputed layer re-run inside the backward pass (see GptActs.recompute). */
+typedef enum GptPhase { GPT_FORWARD = 0, GPT_BACKWARD = 1, GPT_RECOMPUTE = 2 } GptPhase;
 
 /* Where parameter slices come from. `owner` is the op owning the block, `slice` the slice
 ** index under that op's slice count. acquire_weight returns the slice's full weights
@@ -32,13 +34,21 @@ typedef struct GptParamHooks {
   void (*release_grad)(void* ctx, int owner, int slice);
 } GptParamHooks;
 
-/* The buffers of one micro-batch: each op's activation block (gpt_op_act_bytes), and the
-** backward working buffers (gpt_scratch_bytes) split into dres [BT,C], dbuf_a and dbuf_b
-** [BT,4C] and the attention scratch. Elements are float or double (elem bytes). */
+/* The buffers of one micro-batch: each op's activation block (gpt_op_act_bytes, placed as
+** gpt_acts_layout says), and the backward working buffers (gpt_scratch_bytes) split into dres
+** [BT,C], dbuf_a and dbuf_b [BT,4C] and the attention scratch. Elements are float or double
+** (elem bytes).
+**
+** Recomputation: a layer l with recompute[l] != 0 keeps only its output (the fcproj block, the
+** next layer's input) between forward and backward; its other blocks are views of one buffer
+** shared by all recomputed layers. Backward re-runs such a layer's forward (phase
+** GPT_RECOMPUTE, without fcproj, whose output is kept) into the shared buffer just before the
+** layer's backward, acquiring its weights again through the hooks. */
 typedef struct GptActs {
   int B, T;
   size_t elem;
   void** op_acts;   /* nops pointers */
+  const int* recompute; /* NULL, or n_layer flags: which layers recompute */
   void* scratch;    /* gpt_scratch_bytes */
   double* op_seconds; /* NULL, or nops counters that receive each op's forward+backward time */
   const double* exclude_clock; /* NULL, or a clock of seconds (e.g. spent communicating inside
@@ -53,11 +63,41 @@ typedef struct GptParamUse {
   int weight, grad;
 } GptParamUse;
 
-/* The parameter uses of one training step (forward, then backward) in exactly the order
-** gpt_forward and gpt_backward make them, so a runtime can prefetch the next weight and the
-** memory model can replay the step. Writes up to the returned count into out (NULL: count
+/* One operator's pass in a training step: op's forward, its backward, or its forward again
+** (GPT_RECOMPUTE) in the backward pass of a recomputed layer. */
+typedef struct GptStepEvent {
+  int op;
+  GptPhase phase;
+} GptStepEvent;
+
+/* The operator passes of one training step in the order gpt_forward and gpt_backward run them:
+** every op forward; then lm_head, lnf and, per layer from the last, the recomputed forward
+** (recompute != NULL and recompute[l]: ln1 .. gelu) followed by the layer's backward ops in
+** reverse; then embed. (The loss's backward is fused into its forward.) Writes up to the
+** returned count into out (NULL: count only). The cost model replays exactly these events. */
+int gpt_step_events(const GptDesc* d, const int* recompute, GptStepEvent* out);
+
+/* The parameter uses of one op pass, in the order the step makes them: each slice of the
+** op's owner in turn (embed's forward visits its slices last first, since the last holds wpe,
+** which initialises the output); the weight in forward and recompute, weight and gradient in
+** backward (embed's backward: the gradient only). Ops without parameters have none. Writes
+** into out (NULL: count only) and returns the count. */
+int gpt_event_param_uses(const GptDesc* d, const int* slices, GptStepEvent ev, GptParamUse* out);
+
+/* The parameter uses of one training step: gpt_event_param_uses over gpt_step_events, so a
+** runtime can prefetch the next weight, count each slice's gradient uses, and the memory and
+** cost models can replay the step. Writes up to the returned count into out (NULL: count
 ** only). A test checks it against the order the hooks really see. */
-int gpt_param_schedule(const GptDesc* d, const int* slices, GptParamUse* out);
+int gpt_param_schedule(const GptDesc* d, const int* slices, const int* recompute, GptParamUse* out);
+
+/* Where the activation blocks of B x T with per-layer recompute flags (NULL: none) live: own[op]
+** bytes in the op's own block (0 for a block inside the shared buffer), shared_off[op] its offset
+** in the shared buffer (or (size_t)-1), *shared_bytes the shared buffer's size (0 without
+** recomputation; blocks 64-byte aligned in it). Any output pointer may be NULL. Returns the
+** total activation bytes: own blocks plus the shared buffer. One source of truth for the
+** runtime's allocation and the memory prediction. */
+size_t gpt_acts_layout(const GptDesc* d, int B, int T, size_t elem, const int* recompute,
+                       size_t* own, size_t* shared_off, size_t* shared_bytes);
 
 /* The token ids and targets of the micro-batch, which live in embed's activation block. */
 int* gpt_acts_tokens(const GptDesc* d, const GptActs* a);

@@ -24,6 +24,9 @@ int plan_uniform(Plan* p, const GptDesc* d, Strategy s, int world, int B, int T)
   p->ops = calloc((size_t)d->nops, sizeof *p->ops);
   if (!p->ops) return osdp_fail("out of memory");
   p->nops = d->nops;
+  p->nlayers = d->cfg.n_layer;
+  p->recompute = calloc((size_t)p->nlayers, sizeof *p->recompute);
+  if (!p->recompute) { plan_free(p); return osdp_fail("out of memory"); }
   p->world = world; p->micro_batch = B; p->seq = T;
   for (int i = 0; i < d->nops; i++) {
     p->ops[i].k = 1;
@@ -34,14 +37,22 @@ int plan_uniform(Plan* p, const GptDesc* d, Strategy s, int world, int B, int T)
 
 void plan_free(Plan* p) {
   free(p->ops);
+  free(p->recompute);
   memset(p, 0, sizeof *p);
 }
 
 int plan_copy(Plan* dst, const Plan* src) {
   *dst = *src;
   dst->ops = malloc((size_t)src->nops * sizeof *src->ops);
-  if (!dst->ops) return osdp_fail("out of memory");
+  dst->recompute = malloc((size_t)(src->nlayers ? src->nlayers : 1) * sizeof *src->recompute);
+  if (!dst->ops || !dst->recompute) {
+    free(dst->ops);
+    free(dst->recompute);
+    memset(dst, 0, sizeof *dst);
+    return osdp_fail("out of memory");
+  }
   memcpy(dst->ops, src->ops, (size_t)src->nops * sizeof *src->ops);
+  memcpy(dst->recompute, src->recompute, (size_t)src->nlayers * sizeof *src->recompute);
   return 0;
 }
 
@@ -49,8 +60,20 @@ void plan_slice_counts(const Plan* p, int* slices) {
   for (int i = 0; i < p->nops; i++) slices[i] = p->ops[i].k;
 }
 
+void plan_set_recompute(Plan* p, int n) {
+  for (int l = 0; l < p->nlayers; l++) p->recompute[l] = l < n;
+}
+
+int plan_recompute_count(const Plan* p) {
+  int n = 0;
+  for (int l = 0; l < p->nlayers; l++) n += p->recompute[l] != 0;
+  return n;
+}
+
 int plan_validate(const Plan* p, const GptDesc* d, int world) {
   if (p->nops != d->nops) return osdp_fail("plan: has %d operators, model has %d", p->nops, d->nops);
+  if (p->nlayers != d->cfg.n_layer)
+    return osdp_fail("plan: has %d layers, model has %d", p->nlayers, d->cfg.n_layer);
   if (p->world != world)
     return osdp_fail("plan: world_size=%d but running on %d ranks; launch with mpirun -np %d or "
                      "make a plan for %d ranks", p->world, world, p->world, world);
@@ -127,6 +150,29 @@ static int plan_read_ops(Plan* p, const GptDesc* d, const cJSON* ops, const char
   return 0;
 }
 
+/* Reads the optional "layers" array (which layers recompute) into p->recompute. */
+static int plan_read_layers(Plan* p, const GptDesc* d, const cJSON* layers, const char* path) {
+  if (!layers) return 0;
+  if (!cJSON_IsArray(layers))
+    return osdp_fail("%s: \"layers\" must be an array of {\"layer\": L, \"recompute\": true}", path);
+  const cJSON* o;
+  cJSON_ArrayForEach(o, layers) {
+    int l = -1;
+    if (!cJSON_IsObject(o) || plan_json_int(o, path, "layer", &l)) {
+      osdp_clear_error();
+      return osdp_fail("%s: an entry of \"layers\" has no integer \"layer\"", path);
+    }
+    if (l < 0 || l >= d->cfg.n_layer)
+      return osdp_fail("%s: layers: layer=%d does not exist; model %s has layers 0..%d", path, l,
+                       d->cfg.name, d->cfg.n_layer - 1);
+    const cJSON* r = cJSON_GetObjectItemCaseSensitive(o, "recompute");
+    if (r && !cJSON_IsBool(r))
+      return osdp_fail("%s: layers: layer %d: \"recompute\" must be true or false", path, l);
+    p->recompute[l] = cJSON_IsTrue(r);
+  }
+  return 0;
+}
+
 int plan_load(Plan* p, const GptDesc* d, const char* path) {
   memset(p, 0, sizeof *p);
   cJSON* root = read_json_object(path, "--plan", "a plan is an object with model, world_size, "
@@ -143,6 +189,7 @@ int plan_load(Plan* p, const GptDesc* d, const char* path) {
   if (!rc && pf && !cJSON_IsBool(pf)) rc = osdp_fail("%s: field \"prefetch\" must be true or false", path);
   if (!rc) p->prefetch = cJSON_IsTrue(pf);
   if (!rc) rc = plan_read_ops(p, d, cJSON_GetObjectItemCaseSensitive(root, "ops"), path);
+  if (!rc) rc = plan_read_layers(p, d, cJSON_GetObjectItemCaseSensitive(root, "layers"), path);
   cJSON_Delete(root);
   if (rc) plan_free(p);
   return rc;
@@ -170,6 +217,16 @@ char* plan_to_json(const Plan* p, const GptDesc* d) {
     for (int s = 0; s < p->ops[i].k; s++)
       cJSON_AddItemToArray(sl, cJSON_CreateString(strategy_name(p->ops[i].strat[s])));
     cJSON_AddItemToArray(ops, o);
+  }
+  if (plan_recompute_count(p)) {
+    cJSON* layers = cJSON_AddArrayToObject(root, "layers");
+    for (int l = 0; l < p->nlayers; l++) {
+      if (!p->recompute[l]) continue;
+      cJSON* o = cJSON_CreateObject();
+      cJSON_AddNumberToObject(o, "layer", l);
+      cJSON_AddBoolToObject(o, "recompute", 1);
+      cJSON_AddItemToArray(layers, o);
+    }
   }
   char* s = cJSON_Print(root);
   cJSON_Delete(root);
@@ -268,9 +325,9 @@ static GptParamUse* plan_schedule(const GptDesc* d, const Plan* p, int* n) {
   int* slices = malloc((size_t)d->nops * sizeof(int));
   if (!slices) { osdp_fail("out of memory"); return NULL; }
   plan_slice_counts(p, slices);
-  *n = gpt_param_schedule(d, slices, NULL);
-  GptParamUse* u = malloc((size_t)(*n > 0 ? *n : 1) * sizeof *u);
-  if (u) gpt_param_schedule(d, slices, u);
+  *n = gpt_param_schedule(d, slices, p->recompute, NULL);
+  GptParamUse* u = *n >= 0 ? malloc((size_t)(*n > 0 ? *n : 1) * sizeof *u) : NULL;
+  if (u) gpt_param_schedule(d, slices, p->recompute, u);
   else osdp_fail("out of memory");
   free(slices);
   return u;
@@ -316,9 +373,9 @@ static size_t plan_transient_peak(const GptDesc* d, const Plan* p) {
 void plan_predict_memory(const GptDesc* d, const Plan* p, int threads, MemPrediction* m) {
   memset(m, 0, sizeof *m);
   int B = p->micro_batch, T = p->seq, N = p->world;
+  m->acts = gpt_acts_layout(d, B, T, sizeof(float), p->recompute, NULL, NULL, &m->recompute);
   for (int i = 0; i < d->nops; i++) {
     const GptOp* op = &d->ops[i];
-    m->acts += gpt_op_act_bytes(d, op, B, T, sizeof(float));
     if (!op->n_params) continue;
     for (int s = 0; s < p->ops[i].k; s++) {
       size_t n = gpt_slice_params(op, p->ops[i].k, s), pa, gr, op_;

@@ -14,8 +14,11 @@
 ** On disk a plan is JSON:
 **   {"model": {"name":..,"n_layer":..,"n_embd":..,"n_head":..,"vocab_size":..,"max_seq":..},
 **    "world_size": N, "micro_batch": B, "seq_len": T, "prefetch": false,
-**    "ops": [{"name": "embed", "slices": ["zero3", "zero3", "dp", "dp"]}, ...]}
-** listing every operator that owns parameters (ops not listed default to one dp slice).
+**    "ops": [{"name": "embed", "slices": ["zero3", "zero3", "dp", "dp"]}, ...],
+**    "layers": [{"layer": 0, "recompute": true}, ...]}
+** listing every operator that owns parameters (ops not listed default to one dp slice) and the
+** transformer layers that recompute their activations in backward (absent: not recomputed; see
+** GptActs in gpt_step.h).
 ** With "prefetch" the runtime starts gathering the next fully sharded weight as soon as the
 ** current one is in place, so two gathered weights can be live at once; the memory model
 ** replays the step to account for that exactly. The planner plans without prefetch.
@@ -39,6 +42,8 @@ typedef struct Plan {
   int prefetch;                       /* zero3: gather the next weight while this one computes */
   int nops;
   OpPlan* ops;                        /* nops entries, one per op (parameterless ops: k = 1) */
+  int nlayers;
+  int* recompute;                     /* nlayers flags: the layer recomputes in backward */
 } Plan;
 
 /* "dp", "zero2", "zero3". */
@@ -62,6 +67,10 @@ char* plan_to_json(const Plan* p, const GptDesc* d);
 int plan_save(const Plan* p, const GptDesc* d, const char* path);
 /* The slice counts of a plan as an int array indexed by op (for gpt_forward/backward). */
 void plan_slice_counts(const Plan* p, int* slices);
+/* Marks the first n layers (n >= nlayers: all) as recomputed and the others not. */
+void plan_set_recompute(Plan* p, int n);
+/* Number of layers the plan recomputes. */
+int plan_recompute_count(const Plan* p);
 
 /* Per-slice sizes under a strategy on N ranks. */
 size_t slice_padded(size_t n, Strategy s, int world);  /* n, or n rounded up to a multiple of N */
@@ -70,6 +79,7 @@ size_t slice_shard(size_t n, Strategy s, int world);   /* elements a rank owns: 
 /* Exact memory of one rank, per arena category, predicted from the description alone. */
 typedef struct MemPrediction {
   size_t params, grads, optim, acts, scratch;
+  size_t recompute;   /* of acts: the buffer recomputed layers share (0 without recomputation) */
   size_t transient;   /* largest gather/full-gradient bytes live at once */
   size_t peak;        /* the sum of all the above: the arena's peak */
 } MemPrediction;

@@ -7,11 +7,12 @@
 #include "core/util.h"
 #include "model/gpt_step.h"
 
-/* The step's parameter uses for slice counts `slices` (malloc'ed, *n entries), or NULL. */
-static GptParamUse* schedule_of(const GptDesc* d, const int* slices, int* n) {
-  *n = gpt_param_schedule(d, slices, NULL);
-  GptParamUse* u = malloc((size_t)(*n > 0 ? *n : 1) * sizeof *u);
-  if (u) gpt_param_schedule(d, slices, u);
+/* The step's parameter uses for slice counts `slices` and recompute flags (malloc'ed, *n
+** entries), or NULL. */
+static GptParamUse* schedule_of(const GptDesc* d, const int* slices, const int* recompute, int* n) {
+  *n = gpt_param_schedule(d, slices, recompute, NULL);
+  GptParamUse* u = *n >= 0 ? malloc((size_t)(*n > 0 ? *n : 1) * sizeof *u) : NULL;
+  if (u) gpt_param_schedule(d, slices, recompute, u);
   return u;
 }
 
@@ -20,10 +21,10 @@ OpUses cost_op_uses(const GptDesc* d, int op) {
   int* ones = malloc((size_t)d->nops * sizeof *ones);
   int n = 0;
   for (int i = 0; ones && i < d->nops; i++) ones[i] = 1;
-  GptParamUse* s = ones ? schedule_of(d, ones, &n) : NULL;
+  GptParamUse* s = ones ? schedule_of(d, ones, NULL, &n) : NULL;
   for (int i = 0; s && i < n; i++) {
     if (s[i].owner != op) continue;
-    u.fwd_weight += s[i].phase == GPT_FORWARD && s[i].weight;
+    u.fwd_weight += s[i].phase != GPT_BACKWARD && s[i].weight;
     u.bwd_weight += s[i].phase == GPT_BACKWARD && s[i].weight;
     u.bwd_grad += s[i].grad;
   }
@@ -206,15 +207,16 @@ static void replay_grad(Replay* r, Walk* w, int i) {
   if (--w->members_left[b] == 0) replay_start(r, COLL_ALLREDUCE, w->bucket_bytes[b]);
 }
 
-/* Forward (phase 0) or backward (phase 1) compute share of op i. */
-static double op_share(const GptDesc* d, int i, int phase) {
-  if (d->ops[i].kind == OP_LOSS) return phase == 0 ? 1.0 : 0.0;
-  return phase == 0 ? 1.0 / 3.0 : 2.0 / 3.0;
+/* The compute share of op i's measured forward+backward time in a phase: a third forward (and
+** recomputed forward), two thirds backward; the loss is all forward (its backward is fused). */
+static double op_share(const GptDesc* d, int i, GptPhase phase) {
+  if (d->ops[i].kind == OP_LOSS) return phase == GPT_BACKWARD ? 0.0 : 1.0;
+  return phase == GPT_BACKWARD ? 2.0 / 3.0 : 1.0 / 3.0;
 }
 
-/* Runs op i of the given phase: its parameter uses from the schedule, each followed by its
+/* Runs op i in the given phase: its parameter uses from the schedule, each followed by its
 ** share of the op's compute; an op without parameters just computes. */
-static void replay_op(Replay* r, Walk* w, int i, int phase, int B) {
+static void replay_op(Replay* r, Walk* w, int i, GptPhase phase, int B) {
   const GptDesc* d = r->d;
   int owner = d->ops[i].owner;
   int k = owner >= 0 ? r->p->ops[owner].k : 1;
@@ -239,7 +241,10 @@ int plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* 
   Walk w = {.pending = -1};
   Replay r = {.d = d, .dev = dev, .p = &on_dev};
   if (slices) plan_slice_counts(p, slices);
-  GptParamUse* u = slices ? schedule_of(d, slices, &w.n) : NULL;
+  GptParamUse* u = slices ? schedule_of(d, slices, p->recompute, &w.n) : NULL;
+  int nev = gpt_step_events(d, p->recompute, NULL);
+  GptStepEvent* ev = malloc((size_t)nev * sizeof *ev);
+  if (ev) gpt_step_events(d, p->recompute, ev);
   w.u = u;
   w.bucket = malloc((size_t)nkeys * sizeof *w.bucket);
   w.grad_left = calloc((size_t)nkeys, sizeof *w.grad_left);
@@ -248,7 +253,7 @@ int plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* 
   w.bucket_bytes = calloc((size_t)nb + 1, sizeof *w.bucket_bytes);
   r.rem = malloc(((size_t)w.n + (size_t)nb + 1) * sizeof *r.rem);
   r.kind = malloc(((size_t)w.n + (size_t)nb + 1) * sizeof *r.kind);
-  int rc = (!u || !w.bucket || !w.grad_left || !w.members_left || !w.bucket_bytes || !r.rem || !r.kind)
+  int rc = (!u || !ev || !w.bucket || !w.grad_left || !w.members_left || !w.bucket_bytes || !r.rem || !r.kind)
                ? osdp_fail("out of memory")
                : 0;
   for (int i = 0; !rc && i < w.n; i++) {
@@ -261,8 +266,7 @@ int plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* 
     }
   }
   if (!rc) {
-    for (int i = 0; i < d->nops; i++) replay_op(&r, &w, i, 0, B);
-    for (int i = d->nops - 1; i >= 0; i--) replay_op(&r, &w, i, 1, B);
+    for (int i = 0; i < nev; i++) replay_op(&r, &w, ev[i].op, ev[i].phase, B);
     replay_wait(&r, r.tail - 1);
     /* The optimizer: the norm's all-reduce, each slice's update, zero2's all-gathers. */
     c->optim_s = device_step_collective_s(dev, COLL_ALLREDUCE, 16);
@@ -290,6 +294,7 @@ int plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* 
   free(w.members_left);
   free(w.bucket_bytes);
   free(u);
+  free(ev);
   free(slices);
   return rc;
 }

@@ -140,7 +140,35 @@ static void slice_geometry(const GptDesc* d, const Plan* p, int world, int rank,
   size_t r0 = gpt_slice_row0(op->rows, k, i), r1 = gpt_slice_row0(op->rows, k, i + 1);
   s->rows_n = (r1 - r0) * op->width;
   s->tail_decay = op->tail_decay;
-  s->bwd_uses = opi == 0 ? 2 : 1; /* wte is used by the embedding and the tied LM head */
+}
+
+/* Counts each slice's gradient uses per step from the step's schedule (the tied wte has two:
+** the embedding's and the LM head's), so a dp slice knows when its gradient is final. */
+static void count_grad_uses(Engine* e) {
+  for (int i = 0; i < e->nsched; i++)
+    if (e->sched[i].grad) e->slices[e->sched[i].owner][e->sched[i].slice].bwd_uses++;
+}
+
+/* Places the activation blocks as gpt_acts_layout says: each op's own block, and one buffer
+** shared by the layers that recompute. */
+static int alloc_activations(Engine* e) {
+  const GptDesc* d = e->d;
+  const Plan* p = &e->plan;
+  size_t* own = malloc((size_t)d->nops * sizeof *own);
+  size_t* off = malloc((size_t)d->nops * sizeof *off);
+  size_t shared = 0;
+  if (!own || !off) { free(own); free(off); return osdp_fail("out of memory"); }
+  gpt_acts_layout(d, p->micro_batch, p->seq, sizeof(float), p->recompute, own, off, &shared);
+  char* buf = shared ? arena_alloc(&e->arena, shared, MEM_ACTS, "recompute buffer") : NULL;
+  int rc = shared && !buf ? -1 : 0;
+  for (int opi = 0; !rc && opi < d->nops; opi++) {
+    if (off[opi] != (size_t)-1) { e->act_ptrs[opi] = buf + off[opi]; continue; }
+    e->act_ptrs[opi] = arena_alloc(&e->arena, own[opi], MEM_ACTS, d->ops[opi].name);
+    if (!e->act_ptrs[opi]) rc = -1;
+  }
+  free(own);
+  free(off);
+  return rc;
 }
 
 /* Groups the dp gradients into the buckets of plan_dp_buckets (the order backward finishes
@@ -240,23 +268,19 @@ int engine_create(Engine* e, const GptDesc* d, const Plan* p, const TrainOptions
     }
   }
   if (build_buckets(e)) return -1;
-  e->acts = (GptActs){.B = p->micro_batch, .T = p->seq, .elem = sizeof(float), .op_acts = e->act_ptrs};
-  for (int opi = 0; opi < d->nops; opi++) {
-    size_t bytes = gpt_op_act_bytes(d, &d->ops[opi], p->micro_batch, p->seq, sizeof(float));
-    e->act_ptrs[opi] = arena_alloc(&e->arena, bytes, MEM_ACTS, d->ops[opi].name);
-    if (!e->act_ptrs[opi]) return -1;
-  }
+  e->acts = (GptActs){.B = p->micro_batch, .T = p->seq, .elem = sizeof(float), .op_acts = e->act_ptrs,
+                      .recompute = e->plan.recompute};
+  if (alloc_activations(e)) return -1;
   e->acts.scratch = arena_alloc(&e->arena,
                                 gpt_scratch_bytes(d, p->micro_batch, p->seq, sizeof(float), opt->threads),
                                 MEM_SCRATCH, "backward scratch");
   if (!e->acts.scratch) return -1;
   e->pending = -1;
-  if (p->prefetch) {
-    e->nsched = gpt_param_schedule(d, e->slice_counts, NULL);
-    e->sched = malloc((size_t)e->nsched * sizeof *e->sched);
-    if (!e->sched) return osdp_fail("out of memory");
-    gpt_param_schedule(d, e->slice_counts, e->sched);
-  }
+  e->nsched = gpt_param_schedule(d, e->slice_counts, e->plan.recompute, NULL);
+  e->sched = e->nsched >= 0 ? malloc((size_t)(e->nsched + 1) * sizeof *e->sched) : NULL;
+  if (!e->sched) return osdp_fail("out of memory");
+  gpt_param_schedule(d, e->slice_counts, e->plan.recompute, e->sched);
+  count_grad_uses(e);
   e->hooks = (GptParamHooks){e, hook_acquire_weight, hook_release_weight, hook_acquire_grad,
                              hook_release_grad};
   arena_reset_peak(&e->arena);

@@ -43,7 +43,7 @@ typedef struct SliceState {
   float *m, *v;  /* optimizer state of what the rank owns (n for dp, shard otherwise) */
   float* gathered;  /* zero3 while acquired: the full weight */
   float* gfull;     /* zero2/zero3 while acquired: the full gradient */
-  int bwd_uses, bwd_done;  /* backward uses per step (2 for the tied wte), done so far */
+  int bwd_uses, bwd_done;  /* gradient uses per step (from the schedule; 2 for the tied wte), done so far */
   int bucket;              /* dp: bucket index */
 } SliceState;
 
@@ -68,8 +68,8 @@ typedef struct Engine {
   void** act_ptrs;
   GptParamHooks hooks;
   long step;               /* optimizer steps taken */
-  /* zero3 prefetch (plan.prefetch): the step's parameter uses, the next one to come, and the
-  ** use whose weight is being gathered ahead into pending_buf. */
+  /* The step's parameter uses (gpt_param_schedule); for zero3 prefetch (plan.prefetch) the next
+  ** one to come, and the use whose weight is being gathered ahead into pending_buf. */
   GptParamUse* sched;
   int nsched, cursor, pending;
   float* pending_buf;
