@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Plan invariance: with 1..4 ranks, the uniform plans (zero3 also with prefetch) and random
-# mixed plans (random slices, strategies and prefetch) reproduce the
+# Plan invariance: with 1..4 ranks, the uniform plans (zero3 also with prefetch, and with every
+# layer recomputed) and random mixed plans (random slices, strategies, prefetch and recomputed
+# layers) reproduce the
 # single-process loss curve of the same global batch over 20 steps (1e-5 relative), end with
 # the same weights (6e-6 absolute, see wtol), and each rank's peak memory equals the
 # prediction to the byte.
@@ -32,13 +33,14 @@ for N in 1 2 3 4; do
   ref=$work/ref$N
   "$osdp" train "${common[@]}" --batch $((N * B)) --log "$ref.jsonl" --save "$ref.bin" > "$ref.sum" 2>&1 \
     || { fail=$((fail+1)); echo "FAIL reference N=$N: $(cat "$ref.sum")"; continue; }
-  plans=(ddp zero2 zero3 zero3+prefetch)
+  plans=(ddp zero2 zero3 zero3+prefetch zero3+recompute)
   for s in 1 2; do
     "$tool" random "$model" $N $B 20 $((N * 10 + s)) "$work/rand$N-$s.json" && plans+=("$work/rand$N-$s.json")
   done
   for plan in "${plans[@]}"; do
     run=$work/run$N-$(basename "$plan" .json)
     extra=(); [ "$plan" = zero3+prefetch ] && { plan=zero3; extra=(--prefetch); }
+    [ "$plan" = zero3+recompute ] && { plan=zero3; extra=(--recompute all --prefetch); }
     if ! "${mpirun[@]}" -np $N "$osdp" train "${common[@]}" --plan "$plan" "${extra[@]}" --batch $B \
          --log "$run.jsonl" --save "$run.bin" > "$run.sum" 2> "$run.err"; then
       fail=$((fail+1)); echo "FAIL N=$N plan=$plan: $(tail -3 "$run.err")"; continue

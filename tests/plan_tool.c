@@ -42,6 +42,7 @@ static int tool_random(char** argv) {
     for (int s = 0; s < p.ops[i].k; s++) p.ops[i].strat[s] = (Strategy)rng_below(&r, STRAT_COUNT);
   }
   p.prefetch = (int)rng_below(&r, 2);
+  for (int l = 0; l < p.nlayers; l++) p.recompute[l] = (int)rng_below(&r, 2);
   int rc = plan_save(&p, &d, argv[5]);
   plan_free(&p);
   gpt_desc_free(&d);
@@ -132,6 +133,12 @@ static int plans_equal(const Plan* a, const Plan* b, const GptDesc* d, int n) {
            b->prefetch, a->nops, b->nops);
     return 0;
   }
+  for (int l = 0; l < a->nlayers; l++)
+    if ((a->recompute[l] != 0) != (b->recompute[l] != 0)) {
+      printf("roundtrip: plan %d: layer %d recompute %d vs %d\n", n, l, a->recompute[l],
+             b->recompute[l]);
+      return 0;
+    }
   for (int i = 0; i < a->nops; i++) {
     int same = a->ops[i].k == b->ops[i].k;
     for (int s = 0; same && s < a->ops[i].k; s++) same = a->ops[i].strat[s] == b->ops[i].strat[s];
@@ -145,7 +152,8 @@ static int plans_equal(const Plan* a, const Plan* b, const GptDesc* d, int n) {
 }
 
 /* Saves and reloads random plans and checks they come back unchanged. Also checks that the
-** plans covered every strategy, every slice count 1..8 and both prefetch settings. */
+** plans covered every strategy, every slice count 1..8, both prefetch settings and recomputed
+** and kept layers. */
 static int tool_roundtrip(char** argv) {
   GptConfig cfg;
   GptDesc d;
@@ -154,7 +162,7 @@ static int tool_roundtrip(char** argv) {
     return 1;
   }
   int count = atoi(argv[1]), bad = 0;
-  int seen_k[GPT_MAX_SLICES + 1] = {0}, seen_s[STRAT_COUNT] = {0}, seen_pf[2] = {0};
+  int seen_k[GPT_MAX_SLICES + 1] = {0}, seen_s[STRAT_COUNT] = {0}, seen_pf[2] = {0}, seen_rc[2] = {0};
   Rng r;
   rng_seed(&r, (uint64_t)atoll(argv[2]));
   char path[4096];
@@ -177,6 +185,7 @@ static int tool_roundtrip(char** argv) {
     }
     p.prefetch = (int)rng_below(&r, 2);
     seen_pf[p.prefetch]++;
+    for (int l = 0; l < p.nlayers; l++) seen_rc[p.recompute[l] = (int)rng_below(&r, 2)]++;
     if (plan_save(&p, &d, path) || plan_load(&q, &d, path)) {
       printf("roundtrip: plan %d: %s\n", n, osdp_last_error());
       bad = 1;
@@ -186,12 +195,12 @@ static int tool_roundtrip(char** argv) {
     }
     plan_free(&p);
   }
-  int covered = seen_pf[0] && seen_pf[1];
+  int covered = seen_pf[0] && seen_pf[1] && seen_rc[0] && seen_rc[1];
   for (int k = 1; k <= GPT_MAX_SLICES; k++) covered = covered && seen_k[k];
   for (int s = 0; s < STRAT_COUNT; s++) covered = covered && seen_s[s];
   remove(path);
   gpt_desc_free(&d);
-  if (!bad && !covered) printf("roundtrip: the random plans missed a strategy, slice count or prefetch\n");
+  if (!bad && !covered) printf("roundtrip: the random plans missed a strategy, slice count, prefetch or recompute\n");
   if (!bad && covered) printf("roundtrip: %d plans saved and loaded back unchanged\n", count);
   return bad || !covered ? 1 : 0;
 }

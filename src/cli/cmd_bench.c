@@ -20,8 +20,10 @@
 
 static const char* bench_help =
     "usage: [mpirun -np N] osdp bench [--model M] [--batch B] [--seq T] [--steps N] [--threads N]\n"
-    "                         [--plan ddp|zero2|zero3|FILE] [--prefetch] [--mem-limit SIZE] [--json]\n"
-    "  times N training steps (after one warm-up step) on random tokens.\n";
+    "                         [--plan ddp|zero2|zero3|FILE] [--prefetch] [--recompute N|all]\n"
+    "                         [--mem-limit SIZE] [--json]\n"
+    "  times N training steps (after one warm-up step) on random tokens. GFLOP/s count the\n"
+    "  model's useful work (gpt_step_flops): a recomputed forward is not counted again.\n";
 
 /* Fills this rank's tokens and targets with random tokens (next-token targets). */
 static void random_batch(Engine* e, const GptDesc* d, long step) {
@@ -80,13 +82,14 @@ int cmd_bench(int argc, char** argv) {
       printf("{\"model\":\"%s\",\"plan\":\"%s\",\"ranks\":%d,\"micro_batch\":%d,\"seq\":%d,"
              "\"threads\":%d,\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,\"gflops_per_rank\":%.2f,"
              "\"sgemm_gflops\":%.2f,\"ratio\":%.4f,\"peak_bytes\":%.0f,\"predicted_peak_bytes\":%zu,"
-             "\"comm_s_per_step\":%.4f}\n",
+             "\"comm_s_per_step\":%.4f,\"recompute_layers\":%d}\n",
              d.cfg.name, args_get(&a, "plan", "ddp"), comm_size(), p.micro_batch, p.seq, opt.threads,
              ms, tokens / (ms / 1e3), gflops, ref, gflops / ref, peak_max, e.predicted.peak,
-             comm_s / steps);
+             comm_s / steps, plan_recompute_count(&p));
     } else {
-      printf("osdp bench: %s, plan %s, %d rank(s) x micro-batch %d x seq %d, %d thread(s) per rank\n",
-             d.cfg.name, args_get(&a, "plan", "ddp"), comm_size(), p.micro_batch, p.seq, opt.threads);
+      printf("osdp bench: %s, plan %s, %d rank(s) x micro-batch %d x seq %d, %d thread(s) per rank, "
+             "%d of %d layers recompute\n", d.cfg.name, args_get(&a, "plan", "ddp"), comm_size(),
+             p.micro_batch, p.seq, opt.threads, plan_recompute_count(&p), p.nlayers);
       printf("  %.1f ms/step (slowest %.1f), %.1f tokens/s global, %.1f GFLOP/s per rank\n", ms,
              1e3 * worst, tokens / (ms / 1e3), gflops);
       printf("  sgemm at %d x %d x %d (OpenBLAS kernel %s): %.1f GFLOP/s -> step reaches %.0f%% of sgemm\n",

@@ -13,10 +13,11 @@
 
 static const char* describe_help =
     "usage: osdp describe [--model M] [--batch B --seq T] [--plan P --ranks N --threads N] [--json]\n"
-    "                     [--prefetch] [--svg FILE [--mem-limit SIZE]]\n"
+    "                     [--prefetch] [--recompute N|all] [--svg FILE [--mem-limit SIZE]]\n"
     "  prints every operator (parameters, forward FLOPs per token, activation bytes per sample,\n"
     "  splittable) with totals, and the per-rank memory the plan needs at that batch and\n"
-    "  sequence (--plan ddp|zero2|zero3|FILE, for --ranks N ranks).\n"
+    "  sequence (--plan ddp|zero2|zero3|FILE, for --ranks N ranks; --recompute: the first N\n"
+    "  layers, or all, keep only their output and recompute the rest in backward).\n"
     "  --svg FILE draws that memory over one training step (persistent bands, the transient at\n"
     "  each parameter use, the peak; with --mem-limit the limit as a line) and each operator's\n"
     "  strategy per slice, as an SVG picture for a browser.\n";
@@ -55,11 +56,15 @@ static void describe_memory(const MemPrediction* m, const Plan* p, const char* n
          format_bytes((double)m->params, b[0]), format_bytes((double)m->grads, b[1]),
          format_bytes((double)m->optim, b[2]), format_bytes((double)m->acts, b[3]),
          format_bytes((double)m->scratch, b[4]), format_bytes((double)m->transient, b[5]));
+  int R = plan_recompute_count(p);
+  if (R)
+    printf("  recompute: %d of %d layers keep only their output; activations include the %s "
+           "buffer they share\n", R, p->nlayers, format_bytes((double)m->recompute, b[0]));
   printf("  peak %zu bytes (%s)\n", m->peak, format_bytes((double)m->peak, b[0]));
 }
 
 /* Prints everything as one JSON object. */
-static void describe_json(const GptDesc* d, int T, const MemPrediction* m) {
+static void describe_json(const GptDesc* d, int T, const Plan* p, const MemPrediction* m) {
   printf("{\"model\":{\"name\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"n_head\":%d,\"vocab_size\":%d,"
          "\"padded_vocab\":%d,\"max_seq\":%d},\"n_params\":%zu,\"seq\":%d,\"ops\":[",
          d->cfg.name, d->cfg.n_layer, d->cfg.n_embd, d->cfg.n_head, d->cfg.vocab_size,
@@ -75,15 +80,16 @@ static void describe_json(const GptDesc* d, int T, const MemPrediction* m) {
   printf("]");
   if (m)
     printf(",\"memory\":{\"params\":%zu,\"grads\":%zu,\"optim\":%zu,\"acts\":%zu,\"scratch\":%zu,"
-           "\"transient\":%zu,\"peak\":%zu}", m->params, m->grads, m->optim, m->acts, m->scratch,
-           m->transient, m->peak);
+           "\"transient\":%zu,\"peak\":%zu,\"recompute_buffer\":%zu},\"recompute_layers\":%d",
+           m->params, m->grads, m->optim, m->acts, m->scratch, m->transient, m->peak, m->recompute,
+           plan_recompute_count(p));
   printf("}\n");
 }
 
 int cmd_describe(int argc, char** argv) {
   if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(describe_help, stdout); return 0; }
   static const char* const opts[] = {"model", "batch", "seq", "plan", "ranks", "threads", "load",
-                                     "svg", "mem-limit", NULL};
+                                     "svg", "mem-limit", "recompute", NULL};
   static const char* const sws[] = {"json", "prefetch", NULL};
   Args a;
   GptDesc d;
@@ -104,11 +110,12 @@ int cmd_describe(int argc, char** argv) {
                   : plan_load(&p, &d, pname);
   if (rc || plan_validate(&p, &d, p.world)) return cli_report_error();
   if (args_has(&a, "prefetch")) p.prefetch = 1;
+  if (setup_recompute(&a, &d, &p)) { plan_free(&p); return cli_report_error(); }
   plan_predict_memory(&d, &p, (int)threads, &m);
   const char* svg = args_get(&a, "svg", NULL);
   rc = 0;
   if (comm_rank() == 0) {
-    if (args_has(&a, "json")) describe_json(&d, p.seq, &m);
+    if (args_has(&a, "json")) describe_json(&d, p.seq, &p, &m);
     else { describe_table(&d, p.seq); describe_memory(&m, &p, pname); }
     char title[300];
     snprintf(title, sizeof title, "osdp describe: plan %s for %s", pname, d.cfg.name);

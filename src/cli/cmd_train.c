@@ -26,6 +26,8 @@ static const char* train_help =
     "  --seq T          sequence length [64]\n"
     "  --plan P         ddp | zero2 | zero3 | plan.json | auto (profile, plan, train) [ddp]\n"
     "  --prefetch       gather the next zero3 weight while the current one computes\n"
+    "  --recompute N    the first N layers (or all) keep only their output and recompute the\n"
+    "                   rest in backward: less activation memory, one more forward per layer\n"
     "  --max-batch B    with --plan auto: largest micro-batch to consider [512, or --batch]\n"
     "  --lr X --warmup N --weight-decay X --grad-clip X   AdamW settings [1e-2, 100, 0.1, 1.0]\n"
     "  --lr-schedule S  constant, or cosine (decay to lr/10 at the last step) [constant]\n"
@@ -209,6 +211,7 @@ static void train_summary(TrainRun* r, double first_loss, double last_loss, doub
   cJSON_AddStringToObject(o, "data", data_describe(r->data));
   cJSON_AddStringToObject(o, "plan", args_get(&r->args, "plan", "ddp"));
   cJSON_AddBoolToObject(o, "prefetch", r->plan.prefetch);
+  cJSON_AddNumberToObject(o, "recompute_layers", plan_recompute_count(&r->plan));
   cJSON_AddNumberToObject(o, "ranks", comm_size());
   cJSON_AddNumberToObject(o, "micro_batch", r->B);
   cJSON_AddNumberToObject(o, "seq", r->T);

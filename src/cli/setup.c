@@ -1,6 +1,7 @@
 /* setup.c: model, plan and option set-up shared by the subcommands; see setup.h. */
 #include "cli/setup.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "comm/comm.h"
@@ -28,6 +29,19 @@ int setup_model(const Args* a, const char* def, GptDesc* d) {
   return gpt_desc_build(d, &cfg);
 }
 
+int setup_recompute(const Args* a, const GptDesc* d, Plan* p) {
+  const char* v = args_get(a, "recompute", NULL);
+  if (!v) return 0;
+  int L = d->cfg.n_layer;
+  char* end = NULL;
+  long n = strcmp(v, "all") == 0 ? L : strtol(v, &end, 10);
+  if (end && (end == v || *end || n < 0 || n > L))
+    return osdp_fail("--recompute: '%s' is not a layer count; give 0..%d (model %s has %d layers) "
+                     "or all", v, L, d->cfg.name, L);
+  plan_set_recompute(p, (int)n);
+  return 0;
+}
+
 int setup_plan(const Args* a, const GptDesc* d, int B, int T, int B_given, int T_given, Plan* p) {
   const char* spec = args_get(a, "plan", "ddp");
   int world = comm_size();
@@ -35,10 +49,12 @@ int setup_plan(const Args* a, const GptDesc* d, int B, int T, int B_given, int T
   if (s >= 0) {
     if (plan_uniform(p, d, (Strategy)s, world, B, T)) return -1;
     p->prefetch = args_has(a, "prefetch");
+    if (setup_recompute(a, d, p)) return -1;
     return plan_validate(p, d, world);
   }
   if (plan_load(p, d, spec)) return -1;
   if (args_has(a, "prefetch")) p->prefetch = 1;
+  if (setup_recompute(a, d, p)) return -1;
   if (B_given && p->micro_batch != B)
     return osdp_fail("--batch %d differs from micro_batch=%d of plan %s; drop --batch or re-plan",
                      B, p->micro_batch, spec);

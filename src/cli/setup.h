@@ -29,6 +29,10 @@ int setup_model(const Args* a, const char* def, GptDesc* d);
 ** sequence T on the current world. A plan file's micro_batch and seq_len win when --batch /
 ** --seq are not given; given and different is an error. */
 int setup_plan(const Args* a, const GptDesc* d, int B, int T, int B_given, int T_given, Plan* p);
+/* --recompute N|all: the first N layers (all: every layer) of plan p recompute their activations
+** in backward; absent leaves p as it is (a plan file's "layers"). -1 with an error naming the
+** value when it is not a layer count. */
+int setup_recompute(const Args* a, const GptDesc* d, Plan* p);
 /* Optimizer, threads and memory options (--lr --seed --threads --mem-limit --warmup ...). */
 int setup_train_options(const Args* a, TrainOptions* o);
 /* Profiling options (--seq --threads --mem-limit --profile-steps) for profile and train --plan auto. */
@@ -47,6 +51,7 @@ int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions
                     PlanReport* ro, Plan* p, PlanCost* c);
 /* The option names the three helpers read, for the subcommands' option lists. */
 #define SETUP_OPTIONS "model", "plan", "lr", "seed", "threads", "mem-limit", "warmup", \
-  "weight-decay", "grad-clip", "batch", "seq", "load", "profile-steps", "max-batch", "trial-steps"
+  "weight-decay", "grad-clip", "batch", "seq", "load", "profile-steps", "max-batch", "trial-steps", \
+  "recompute"
 
 #endif
