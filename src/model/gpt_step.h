@@ -34,7 +34,8 @@ typedef struct GptParamHooks {
 
 /* The buffers of one micro-batch: each op's activation block (gpt_op_act_bytes), and the
 ** backward working buffers (gpt_scratch_bytes) split into dres [BT,C], dbuf_a and dbuf_b
-** [BT,4C] and the attention scratch. Elements are float or double (elem bytes). */
+** [BT,4C] and the attention scratch (which the forward uses too). Elements are float or
+** double (elem bytes). */
 typedef struct GptActs {
   int B, T;
   size_t elem;
