@@ -62,8 +62,21 @@ if grep -q 'memory per rank for plan zero3 on 4 rank(s), micro-batch 2, seq 128'
    grep -q 'params .*grads .*optimizer .*activations ' m.txt; then ok
 else bad "describe --plan zero3: no memory breakdown"; sed 's/^/    /' m.txt | tail -n 4; fi
 z3=$(sed -n 's/^ *peak \([0-9][0-9]*\) bytes.*/\1/p' m.txt)
-if [ -n "$z3" ] && "$OSDP" describe --plan zero3 --ranks 4 --batch 2 --seq 128 --json | grep -q "\"peak\":$z3}"; then ok
+if [ -n "$z3" ] && "$OSDP" describe --plan zero3 --ranks 4 --batch 2 --seq 128 --json | grep -q "\"peak\":$z3[,}]"; then ok
 else bad "describe --json memory peak differs from the text peak '$z3'"; fi
+# Recomputing every layer of small at seq 256 keeps far less: only each layer's output and one
+# shared layer's worth; the text says how many layers recompute; a bad count is refused.
+"$OSDP" describe --model small --plan zero3 --ranks 2 --batch 2 --seq 256 --json >r0.json 2>err.txt
+"$OSDP" describe --model small --plan zero3 --ranks 2 --batch 2 --seq 256 --recompute all --json >ra.json 2>>err.txt
+a0=$(grep -o '"acts":[0-9]*' r0.json | head -1 | cut -d: -f2); aa=$(grep -o '"acts":[0-9]*' ra.json | head -1 | cut -d: -f2)
+if [ -n "$a0" ] && [ -n "$aa" ] && [ "$aa" -lt $((a0 * 6 / 10)) ] && grep -q '"recompute_layers":4' ra.json &&
+   grep -q '"recompute_layers":0' r0.json; then ok
+else bad "describe --recompute all: activations $aa vs $a0 without"; fi
+if "$OSDP" describe --model small --recompute all --batch 2 --seq 256 | grep -q 'recompute: 4 of 4 layers'; then ok
+else bad "describe --recompute all: the text does not say which layers recompute"; fi
+if ! "$OSDP" describe --model small --recompute 5 >/dev/null 2>err.txt &&
+   grep -q -- "--recompute: '5' is not a layer count; give 0..4" err.txt; then ok
+else bad "describe --recompute 5 on a 4-layer model: $(cat err.txt)"; fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

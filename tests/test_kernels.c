@@ -9,7 +9,7 @@
 **     with random values, so the checks also prove that backward kernels accumulate.
 **  3. fp32 vs fp64: each _f32 kernel agrees with its _f64 twin on the same inputs.
 **  4. Determinism: with 2 threads, two runs of the parallel backward kernels are
-**     bit-identical.
+**     bit-identical; attention is also bit-identical between 1 and 2 threads.
 */
 #include <math.h>
 #include <stdio.h>
@@ -67,6 +67,15 @@ static double dot(const double* a, const double* b, size_t n) {
   double s = 0;
   for (size_t i = 0; i < n; i++) s += a[i] * b[i];
   return s;
+}
+
+/* sum_i a[i] * b[i] accumulated in long double. An objective whose sum has many terms that
+** a perturbation changes (attention over several tiles: every later row of the head) needs
+** this to keep the rounding noise of its central differences well under FD_TOL. */
+static double dot_extended(const double* a, const double* b, size_t n) {
+  long double s = 0;
+  for (size_t i = 0; i < n; i++) s += (long double)a[i] * b[i];
+  return (double)s;
 }
 
 /* a[i] -= b[i]: turns an accumulated gradient buffer back into the gradient alone. */
@@ -373,17 +382,33 @@ static void test_layernorm(void) {
 // ----------------------------------------------------------------------------
 // attention
 
-typedef struct { double *qkv, *out, *att, *R; int B, T, C, NH; } AttCtx;
+typedef struct { double *qkv, *out, *lse, *scratch, *R; int B, T, C, NH; } AttCtx;
 
 /* L = sum(attention(qkv) * R). */
 static double att_objective(void* p) {
   AttCtx* c = p;
-  attention_forward_f64(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH);
-  return dot(c->out, c->R, (size_t)c->B * c->T * c->C);
+  attention_forward_f64(c->out, c->lse, c->qkv, c->scratch, c->B, c->T, c->C, c->NH);
+  return dot_extended(c->out, c->R, (size_t)c->B * c->T * c->C);
 }
 
-/* Naive causal attention as in llm.c's attention_forward (loops, no GEMM). */
-static void att_reference(double* out, const double* qkv, int B, int T, int C, int NH) {
+/* A context with random qkv and R for shape (B, T, C, NH), scratch for kernels_threads(). */
+static AttCtx att_new(int B, int T, int C, int NH) {
+  size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
+  AttCtx c = { drandn(nq, 1, 0), dalloc(no), dalloc((size_t)B * NH * T),
+               dalloc(attention_scratch_elems(T, C / NH) * kernels_threads()), drandn(no, 1, 0),
+               B, T, C, NH };
+  return c;
+}
+
+/* Frees the buffers of att_new. */
+static void att_free(AttCtx* c) {
+  free(c->qkv); free(c->out); free(c->lse); free(c->scratch); free(c->R);
+}
+
+/* Naive causal attention as in llm.c's attention_forward (loops, no GEMM, no tiles); lse
+** [B, NH, T] receives each row's log-sum-exp of the scaled scores over keys 0..t. */
+static void att_reference(double* out, double* lse, const double* qkv, int B, int T, int C,
+                          int NH) {
   int hs = C / NH;
   double scale = 1.0 / sqrt(hs);
   double* w = dalloc(T);
@@ -398,6 +423,7 @@ static void att_reference(double* out, const double* qkv, int B, int T, int C, i
           maxv = fmax(maxv, w[j]);
         }
         for (int j = 0; j <= t; j++) { w[j] = exp(w[j] - maxv); sum += w[j]; }
+        lse[((size_t)b * NH + h) * T + t] = maxv + log(sum);
         double* o = out + ((size_t)b * T + t) * C + h * hs;
         for (int d = 0; d < hs; d++) o[d] = 0;
         for (int j = 0; j <= t; j++) {
@@ -436,50 +462,73 @@ static void check_causal(AttCtx* c, int t_change) {
   free(before); free(saved);
 }
 
-/* attention forward against the naive loops, probabilities causal and normalised, mask,
-** backward against finite differences on every entry of qkv. */
-static void test_attention(void) {
-  int B = 2, T = 5, C = 12, NH = 3;
-  size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
-  AttCtx c = { drandn(nq, 1, 0), dalloc(no), dalloc(na), drandn(no, 1, 0), B, T, C, NH };
-  double* ref = dalloc(no);
-  att_reference(ref, c.qkv, B, T, C, NH);
-  att_objective(&c);
-  check_close("attention_forward", c.out, ref, no, 1e-13);
-  int causal = 1;
-  double rowsum_err = 0;
-  for (int bh = 0; bh < B * NH; bh++)
-    for (int t = 0; t < T; t++) {
-      const double* row = c.att + ((size_t)bh * T + t) * T;
-      double s = 0;
-      for (int j = 0; j < T; j++) { s += row[j]; if (j > t) causal &= row[j] == 0; }
-      rowsum_err = fmax(rowsum_err, fabs(s - 1));
+/* attention forward and lse against the naive loops for shapes with one and several tiles:
+** T = 1, T below, at and not a multiple of the tile size, T over three tiles, B > 1, NH > 1,
+** head sizes that are not a multiple of the vector width. Every lse is finite. Then the
+** causal mask at the start, end and on both sides of a tile boundary. */
+static void test_attention_forward(void) {
+  int tq = ATTENTION_TILE_Q;
+  int shapes[][4] = { { 2, 5, 12, 3 }, { 1, 1, 8, 2 }, { 3, 7, 6, 1 }, { 1, tq, 8, 1 },
+                      { 2, 2 * tq + 22, 10, 2 }, { 2, 3 * tq + 8, 16, 2 }, { 1, tq + 1, 36, 3 } };
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    int B = shapes[si][0], T = shapes[si][1], C = shapes[si][2], NH = shapes[si][3];
+    size_t no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    AttCtx c = att_new(B, T, C, NH);
+    double *ref = dalloc(no), *ref_lse = dalloc(nl);
+    att_reference(ref, ref_lse, c.qkv, B, T, C, NH);
+    att_objective(&c);
+    char name[64];
+    snprintf(name, sizeof name, "attention_forward B%d T%d C%d NH%d", B, T, C, NH);
+    check_close(name, c.out, ref, no, 1e-12);
+    snprintf(name, sizeof name, "attention_forward.lse B%d T%d C%d NH%d", B, T, C, NH);
+    check_close(name, c.lse, ref_lse, nl, 1e-12);
+    int finite = 1;
+    for (size_t i = 0; i < nl; i++) finite &= isfinite(c.lse[i]);
+    CHECK(finite);
+    free(ref); free(ref_lse);
+    att_free(&c);
+  }
+  AttCtx c = att_new(2, 2 * tq + 22, 10, 2);
+  int changes[5] = { 0, 2, tq - 1, tq, 2 * tq + 21 };
+  for (int i = 0; i < 5; i++) check_causal(&c, changes[i]);
+  att_free(&c);
+}
+
+/* attention backward against finite differences on every entry of qkv (dqkv pre-filled, so
+** it must accumulate), on one small shape and on one of three query and key tiles, the last
+** partial (so the recurrence across tiles and the masked diagonal tiles are exercised); then
+** fp32 against fp64 for the forward (out and lse) and the backward on the larger shape. */
+static void test_attention_backward(void) {
+  int shapes[2][4] = { { 2, 5, 12, 3 }, { 1, 2 * ATTENTION_TILE_Q + 22, 10, 2 } };
+  for (int si = 0; si < 2; si++) {
+    int B = shapes[si][0], T = shapes[si][1], C = shapes[si][2], NH = shapes[si][3];
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    AttCtx c = att_new(B, T, C, NH);
+    double* dqkv = dalloc(nq);
+    double* g0 = prefill(dqkv, nq);
+    att_objective(&c);
+    attention_backward_f64(dqkv, c.R, c.qkv, c.out, c.lse, c.scratch, B, T, C, NH);
+    subtract(dqkv, g0, nq);
+    char name[64];
+    snprintf(name, sizeof name, "attention.dqkv T=%d", T);
+    check_grad(name, att_objective, &c, c.qkv, dqkv, nq);
+    if (si == 1) {
+      float *q32 = to_f32(c.qkv, nq), *o32 = falloc(no), *l32 = falloc(nl);
+      float *R32 = to_f32(c.R, no), *dq32 = falloc(nq);
+      float* s32 = falloc(attention_scratch_elems(T, C / NH) * kernels_threads());
+      double* dq64 = dalloc(nq);
+      att_objective(&c);
+      attention_forward_f32(o32, l32, q32, s32, B, T, C, NH);
+      check_f32("attention_forward", o32, c.out, no);
+      check_f32("attention_forward.lse", l32, c.lse, nl);
+      attention_backward_f32(dq32, R32, q32, o32, l32, s32, B, T, C, NH);
+      attention_backward_f64(dq64, c.R, c.qkv, c.out, c.lse, c.scratch, B, T, C, NH);
+      check_f32("attention_backward", dq32, dq64, nq);
+      free(q32); free(o32); free(l32); free(R32); free(dq32); free(s32); free(dq64);
     }
-  CHECK(causal);
-  CHECK_NEAR(rowsum_err, 0, 1e-14);
-  check_causal(&c, T - 1);
-  check_causal(&c, 2);
-
-  double* dqkv = dalloc(nq);
-  double* g0 = prefill(dqkv, nq);
-  double* scratch = dalloc(attention_scratch_elems(T) * kernels_threads());
-  att_objective(&c);
-  attention_backward_f64(dqkv, c.R, c.qkv, c.att, scratch, B, T, C, NH);
-  subtract(dqkv, g0, nq);
-  check_grad("attention.dqkv", att_objective, &c, c.qkv, dqkv, nq);
-
-  float *q32 = to_f32(c.qkv, nq), *o32 = falloc(no), *a32 = falloc(na), *R32 = to_f32(c.R, no);
-  float *dq32 = falloc(nq), *s32 = falloc(attention_scratch_elems(T) * kernels_threads());
-  double* dq64 = dalloc(nq);
-  attention_forward_f32(o32, a32, q32, B, T, C, NH);
-  check_f32("attention_forward", o32, c.out, no);
-  check_f32("attention_forward.att", a32, c.att, na);
-  attention_backward_f32(dq32, R32, q32, a32, s32, B, T, C, NH);
-  attention_backward_f64(dq64, c.R, c.qkv, c.att, scratch, B, T, C, NH);
-  check_f32("attention_backward", dq32, dq64, nq);
-  free(q32); free(o32); free(a32); free(R32); free(dq32); free(s32); free(dq64);
-  free(c.qkv); free(c.out); free(c.att); free(c.R); free(ref); free(dqkv); free(g0);
-  free(scratch);
+    free(dqkv); free(g0);
+    att_free(&c);
+  }
 }
 
 // ----------------------------------------------------------------------------
@@ -711,40 +760,75 @@ static void test_fp32_math(void) {
 // ----------------------------------------------------------------------------
 // determinism with 2 threads
 
-/* Runs the parallel backward kernels (fp32) twice with 2 threads at sizes that split work
-** among threads, and checks that both runs give bit-identical gradients. */
+/* attention forward (out, lse) and backward (dqkv, from zero) in fp32 with n threads, at a
+** shape whose work splits among threads: B*NH = 3 heads (odd), four query tiles, the last
+** partial. Returns the three results in res[0..3) (caller frees). */
+static void attention_run_f32(int threads, const double* d, float* res[3]) {
+  int B = 1, T = 3 * ATTENTION_TILE_Q + 8, C = 96, NH = 3;
+  size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
+  int threads_before = kernels_threads();
+  kernels_set_threads(threads);
+  float *qkv = to_f32(d, nq), *dout = to_f32(d + nq, no);
+  float* scratch = falloc(attention_scratch_elems(T, C / NH) * threads);
+  res[0] = falloc(no);
+  res[1] = falloc((size_t)B * NH * T);
+  res[2] = falloc(nq);
+  attention_forward_f32(res[0], res[1], qkv, scratch, B, T, C, NH);
+  attention_backward_f32(res[2], dout, qkv, res[0], res[1], scratch, B, T, C, NH);
+  free(qkv); free(dout); free(scratch);
+  kernels_set_threads(threads_before);
+}
+
+/* Attention: bit-identical over two runs with 2 threads and with 1 thread (each output is
+** computed by one thread in a fixed order, whatever the thread count). */
+static void test_attention_determinism(void) {
+  int T = 3 * ATTENTION_TILE_Q + 8, C = 96;
+  size_t sizes[3] = { (size_t)T * C, (size_t)3 * T, (size_t)T * 3 * C };
+  double* d = drandn((size_t)T * 4 * C, 1, 0);
+  float *one[3], *two_a[3], *two_b[3];
+  attention_run_f32(1, d, one);
+  attention_run_f32(2, d, two_a);
+  attention_run_f32(2, d, two_b);
+  const char* names[3] = { "out", "lse", "dqkv" };
+  for (int k = 0; k < 3; k++) {
+    CHECK_MSG(memcmp(two_a[k], two_b[k], sizes[k] * sizeof(float)) == 0,
+              "attention %s differs between two runs with 2 threads", names[k]);
+    CHECK_MSG(memcmp(one[k], two_a[k], sizes[k] * sizeof(float)) == 0,
+              "attention %s differs between 1 and 2 threads", names[k]);
+    free(one[k]); free(two_a[k]); free(two_b[k]);
+  }
+  free(d);
+}
+
+/* Runs the parallel backward kernels with row or column reductions (fp32) twice with 2
+** threads at sizes that split work among threads, and checks that both runs give
+** bit-identical gradients. */
 static void test_determinism(void) {
-  int B = 2, T = 32, C = 200, NH = 4, Vp = 64, BT = B * T;
-  size_t nq = (size_t)BT * 3 * C, no = (size_t)BT * C, na = (size_t)B * NH * T * T;
+  int B = 2, T = 32, C = 200, Vp = 64, BT = B * T;
+  size_t no = (size_t)BT * C;
   int threads_before = kernels_threads();
   kernels_set_threads(2);
-  double* d = drandn(nq, 1, 0);
-  float *qkv = to_f32(d, nq), *dout = to_f32(d, no), *att = falloc(na), *out = falloc(no);
-  float *scratch = falloc(attention_scratch_elems(T) * 2);
+  double* d = drandn(no + 2 * C, 1, 0);
+  float *x = to_f32(d, no), *dout = to_f32(d, no), *out = falloc(no);
   float *w = to_f32(d + no, C), *b = to_f32(d + no + C, C), *mean = falloc(BT), *rstd = falloc(BT);
   int* tok = xcalloc(BT, sizeof(int));
   for (int i = 0; i < BT; i++) tok[i] = (int)rng_below(&rng, 5);  /* many repeats */
-  float* res[2][4];
-  attention_forward_f32(out, att, qkv, B, T, C, NH);
-  layernorm_forward_f32(out, mean, rstd, qkv, w, b, BT, C);
+  float* res[2][3];
+  layernorm_forward_f32(out, mean, rstd, x, w, b, BT, C);
   for (int run = 0; run < 2; run++) {
-    res[run][0] = falloc(nq);
-    attention_backward_f32(res[run][0], dout, qkv, att, scratch, B, T, C, NH);
-    res[run][1] = falloc(no);
-    res[run][2] = falloc(2 * C);
-    layernorm_backward_f32(res[run][1], res[run][2], res[run][2] + C, dout, qkv, w, mean, rstd,
+    res[run][0] = falloc(no);
+    res[run][1] = falloc(2 * C);
+    layernorm_backward_f32(res[run][0], res[run][1], res[run][1] + C, dout, x, w, mean, rstd,
                            BT, C);
-    res[run][3] = falloc((size_t)C * Vp);
-    embed_tok_backward_f32(res[run][3], dout, C, tok, BT, C, Vp);
+    res[run][2] = falloc((size_t)C * Vp);
+    embed_tok_backward_f32(res[run][2], dout, C, tok, BT, C, Vp);
   }
-  CHECK(memcmp(res[0][0], res[1][0], nq * sizeof(float)) == 0);
-  CHECK(memcmp(res[0][1], res[1][1], no * sizeof(float)) == 0);
-  CHECK(memcmp(res[0][2], res[1][2], 2 * C * sizeof(float)) == 0);
-  CHECK(memcmp(res[0][3], res[1][3], (size_t)C * Vp * sizeof(float)) == 0);
+  CHECK(memcmp(res[0][0], res[1][0], no * sizeof(float)) == 0);
+  CHECK(memcmp(res[0][1], res[1][1], 2 * C * sizeof(float)) == 0);
+  CHECK(memcmp(res[0][2], res[1][2], (size_t)C * Vp * sizeof(float)) == 0);
   for (int run = 0; run < 2; run++)
-    for (int k = 0; k < 4; k++) free(res[run][k]);
-  free(d); free(qkv); free(dout); free(att); free(out); free(scratch); free(w); free(b);
-  free(mean); free(rstd); free(tok);
+    for (int k = 0; k < 3; k++) free(res[run][k]);
+  free(d); free(x); free(dout); free(out); free(w); free(b); free(mean); free(rstd); free(tok);
   kernels_set_threads(threads_before);
 }
 
@@ -755,12 +839,14 @@ int main(void) {
   test_embed_tok();
   test_matmul();
   test_layernorm();
-  test_attention();
+  test_attention_forward();
+  test_attention_backward();
   test_elementwise();
   test_crossentropy();
   test_sum_squares();
   test_adamw();
   test_fp32_math();
   test_determinism();
+  test_attention_determinism();
   return check_summary();
 }

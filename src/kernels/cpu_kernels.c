@@ -1,6 +1,6 @@
 /*
 ** cpu_kernels.c: the type-independent part of the CPU kernels: the thread count shared by
-** our OpenMP loops and OpenBLAS, and the size of the attention backward scratch.
+** our OpenMP loops and OpenBLAS, and the size of the attention scratch.
 */
 #include <omp.h>
 #include <cblas.h>
@@ -26,10 +26,18 @@ int kernels_threads(void) {
   return g_threads;
 }
 
-/* Elements of attention_backward scratch needed per thread: one T x T matrix that holds
-** dP = dO V^T and is then turned in place into dS, the gradient of the scores. */
-size_t attention_scratch_elems(int T) {
-  return (size_t)T * (size_t)T;
+/* Elements of attention scratch needed per thread, the larger of the two passes' needs:
+** forward: a [TILE_K, TILE_Q] score tile, Q_i^T [hs, TILE_Q], the [TILE_Q, hs] output
+** accumulator and four values per query (running max and sum, new max, tile sum);
+** backward: the P and dP/dS tiles, K_j^T and V_j^T [hs, TILE_K], and the T values
+** rowsum(dO * O). Rounded up to 16 elements so that threads' slices start on separate cache
+** lines. */
+size_t attention_scratch_elems(int T, int hs) {
+  size_t tile = (size_t)ATTENTION_TILE_Q * ATTENTION_TILE_K;
+  size_t forward = tile + 2 * (size_t)ATTENTION_TILE_Q * (size_t)hs + 4 * (size_t)ATTENTION_TILE_Q;
+  size_t backward = 2 * tile + 2 * (size_t)ATTENTION_TILE_K * (size_t)hs + (size_t)T;
+  size_t n = forward > backward ? forward : backward;
+  return (n + 15) / 16 * 16;
 }
 
 double kernels_sgemm_gflops(int M, int N, int K) {

@@ -43,7 +43,19 @@ const char* kernels_blas_core(void);
 #undef REAL
 #undef KN
 
-/* Elements of attention_backward scratch needed per thread for sequence length T. */
-size_t attention_scratch_elems(int T);
+/* Tile sizes of the attention kernels: query rows and key rows per tile. Each query tile
+** meets only the key tiles of its causal prefix; see cpu_kernels_impl.inc. 64 x 64 keeps
+** every product on OpenBLAS's small-matrix kernels for head sizes up to 128 and measured best
+** overall (64 x 128 was ~2% faster at hs = 64 but ~10% slower at hs = 128; 32 and 128 slower). */
+#ifndef ATTENTION_TILE_Q
+#define ATTENTION_TILE_Q 64
+#endif
+#ifndef ATTENTION_TILE_K
+#define ATTENTION_TILE_K 64
+#endif
+
+/* Elements of attention scratch needed per thread for sequence length T and head size hs
+** (both passes). */
+size_t attention_scratch_elems(int T, int hs);
 
 #endif

@@ -77,6 +77,7 @@ static inline float kn_sqrtf(float x) {
 #define KN(name) name##_f32
 #define GEMM cblas_sgemm
 #define EXP kn_expf
+#define LOG logf
 #define SQRT sqrtf
 #define VSQRT kn_sqrtf
 #define TANH kn_tanhf

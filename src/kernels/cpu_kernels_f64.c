@@ -12,6 +12,7 @@
 #define KN(name) name##_f64
 #define GEMM cblas_dgemm
 #define EXP exp
+#define LOG log
 #define SQRT sqrt
 #define VSQRT sqrt
 #define TANH tanh

@@ -202,7 +202,7 @@ size_t gpt_op_act_bytes(const GptDesc* d, const GptOp* op, int B, int T, size_t 
     case OP_EMBED: return BT * C * elem + 2 * BT * sizeof(int);
     case OP_LAYERNORM: return (BT * C + 2 * BT) * elem;
     case OP_LINEAR: return BT * (size_t)op->OC * elem;
-    case OP_ATTENTION: return ((size_t)B * d->cfg.n_head * T * T + BT * C) * elem;
+    case OP_ATTENTION: return (BT * C + (size_t)B * d->cfg.n_head * T) * elem;
     case OP_GELU: return BT * 4 * C * elem;
     case OP_LMHEAD: return BT * (size_t)d->cfg.padded_vocab * elem;
     case OP_LOSS: return BT * elem;
@@ -212,9 +212,10 @@ size_t gpt_op_act_bytes(const GptDesc* d, const GptOp* op, int B, int T, size_t 
 
 size_t gpt_scratch_bytes(const GptDesc* d, int B, int T, size_t elem, int threads) {
   size_t BT = (size_t)B * (size_t)T, C = (size_t)d->cfg.n_embd;
-  /* dres [BT, C] + two [BT, 4C] work buffers + per-thread attention scratch, then two int
-  ** [BT] buffers for evaluation (argmax and problem ids). */
-  return (BT * C + 2 * BT * 4 * C + (size_t)threads * attention_scratch_elems(T)) * elem +
+  /* dres [BT, C] + two [BT, 4C] work buffers + per-thread attention scratch (also used by
+  ** the forward), then two int [BT] buffers for evaluation (argmax and problem ids). */
+  size_t att = (size_t)threads * attention_scratch_elems(T, d->cfg.n_embd / d->cfg.n_head);
+  return (BT * C + 2 * BT * 4 * C + att) * elem +
          2 * BT * sizeof(int);
 }
 

@@ -100,7 +100,8 @@ double gpt_op_flops_per_token(const GptDesc* d, const GptOp* op, int T);
 ** elem bytes (embed also keeps the B*T input tokens and targets, 4 bytes each). */
 size_t gpt_op_act_bytes(const GptDesc* d, const GptOp* op, int B, int T, size_t elem);
 /* Bytes of the backward working buffers (activation gradients and attention scratch for
-** `threads` threads), which the runtime allocates once per step setup. */
+** `threads` threads, which the forward uses too), which the runtime allocates once per step
+** setup. */
 size_t gpt_scratch_bytes(const GptDesc* d, int B, int T, size_t elem, int threads);
 /* Short name of an op kind ("linear", ...). */
 const char* gpt_op_kind_name(OpKind k);

@@ -36,8 +36,8 @@ typedef struct GptParamHooks {
 
 /* The buffers of one micro-batch: each op's activation block (gpt_op_act_bytes, placed as
 ** gpt_acts_layout says), and the backward working buffers (gpt_scratch_bytes) split into dres
-** [BT,C], dbuf_a and dbuf_b [BT,4C] and the attention scratch. Elements are float or double
-** (elem bytes).
+** [BT,C], dbuf_a and dbuf_b [BT,4C] and the attention scratch (which the forward uses too).
+** Elements are float or double (elem bytes).
 **
 ** Recomputation: a layer l with recompute[l] != 0 keeps only its output (the fcproj block, the
 ** next layer's input) between forward and backward; its other blocks are views of one buffer
