@@ -58,12 +58,14 @@ static void print_plan_table(const GptDesc* d, const DeviceInfo* dev, const Sear
   plan_table_print(stdout, d, dev, so, p);
 }
 
-/* Prints one uniform plan's figures for the comparison. */
-static void uniform_text(const char* name, int ok, const PlanCost* c) {
+/* Prints one uniform plan's figures for the comparison (with the layers it recomputes). */
+static void uniform_text(const char* name, int ok, const PlanCost* c, int recompute) {
   char pk[32];
   if (!ok) { printf("  %-6s does not fit\n", name); return; }
-  printf("  %-6s micro-batch %4d  %10.2f samples/s  step %.4f s  peak %s\n", name, c->micro_batch,
+  printf("  %-6s micro-batch %4d  %10.2f samples/s  step %.4f s  peak %s", name, c->micro_batch,
          c->samples_per_s, c->step_s, format_bytes((double)c->mem.peak, pk));
+  if (recompute > 0) printf("  %d layers recomputed", recompute);
+  printf("\n");
 }
 
 /* Adds one plan's figures under `name` to a JSON object (null when it does not fit). */
@@ -86,11 +88,11 @@ static cJSON* cost_json(cJSON* parent, const char* name, int ok, const PlanCost*
 static void print_candidates(const Candidate* c, int n, const TrialResult* r, int chosen) {
   char pk[32];
   printf("candidates (predicted by the step replay%s):\n", r ? "; measured by a trial" : "");
-  printf("  %-2s %-15s %5s %8s %11s %11s", "#", "plan", "B", "prefetch", "pred s/step", "pred samp/s");
+  printf("  %-2s %-19s %5s %8s %11s %11s", "#", "plan", "B", "prefetch", "pred s/step", "pred samp/s");
   if (r) printf(" %11s %11s %9s", "meas s/step", "meas samp/s", "meas/pred");
   printf(" %12s%s\n", "peak", r ? "  measured peak" : "");
   for (int i = 0; i < n; i++) {
-    printf("%s %-2d %-15s %5d %8s %11.4f %11.2f", i == chosen ? "*" : " ", i + 1, c[i].origin,
+    printf("%s %-2d %-19s %5d %8s %11.4f %11.2f", i == chosen ? "*" : " ", i + 1, c[i].origin,
            c[i].plan.micro_batch, c[i].plan.prefetch ? "yes" : "no", c[i].cost.step_s,
            c[i].cost.samples_per_s);
     if (r && r[i].ok)
@@ -179,9 +181,12 @@ int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions
            dev->ranks, format_bytes((double)dev->mem_limit, lim), so->seq, search_s);
     print_plan_table(d, dev, so, &cand[chosen].plan);
     const PlanCost* k = &cand[chosen].cost;
-    printf("osdp   micro-batch %4d  %10.2f samples/s  step %.4f s  peak %s (%zu bytes)%s\n",
+    int rec = plan_recompute_count(&cand[chosen].plan);
+    printf("osdp   micro-batch %4d  %10.2f samples/s  step %.4f s  peak %s (%zu bytes)%s",
            k->micro_batch, k->samples_per_s, k->step_s, format_bytes((double)k->mem.peak, pk),
            k->mem.peak, cand[chosen].plan.prefetch ? ", zero3 prefetch on" : "");
+    if (rec > 0) printf(", %d layers recomputed", rec);
+    printf("\n");
     printf("  step = compute %.4f + communication waited %.4f (hidden %.4f) + optimizer %.4f + "
            "other %.4f s\n", k->compute_s, k->comm_s, k->hidden_s, k->optim_s, k->overhead_s);
     print_candidates(cand, n, meas, chosen);
@@ -194,9 +199,11 @@ int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions
     Plan up;
     PlanCost uc;
     int ok = planner_best_uniform(d, dev, so, (Strategy)s, &up, &uc) == 0;
-    if (show && !ro->json) uniform_text(names[s], ok, &uc);
+    int rec = ok ? plan_recompute_count(&up) : 0;
+    if (show && !ro->json) uniform_text(names[s], ok, &uc, rec);
     cJSON* o = cost_json(uni, names[s], ok, &uc);
     if (o) cJSON_AddBoolToObject(o, "prefetch", 0);
+    if (o) cJSON_AddNumberToObject(o, "recompute_layers", rec);
     if (ok) plan_free(&up);
   }
   osdp_clear_error();

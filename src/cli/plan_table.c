@@ -47,8 +47,8 @@ typedef struct OpRow {
 static OpRow op_row(const GptDesc* d, const DeviceInfo* dev, const Plan* p, int i, double exposure) {
   const OpPlan* o = &p->ops[i];
   OpRow r = {0};
-  OpUses u = cost_op_uses(d, i);
-  r.time_s = cost_split_extra_s(d, dev, i, o->k, p->micro_batch, p->seq);
+  OpUses u = cost_op_uses(d, i, p->recompute);
+  r.time_s = cost_split_extra_s(d, dev, i, o->k, p->micro_batch, p->seq, p->recompute);
   for (int s = 0; s < o->k; s++) {
     size_t n = gpt_slice_params(&d->ops[i], o->k, s), t = cost_slice_transient(n, o->strat[s], p->world);
     r.kept += cost_slice_persistent(n, o->strat[s], p->world);
@@ -85,8 +85,8 @@ static void print_op(FILE* f, const GptDesc* d, const DeviceInfo* dev, const Sea
   print_row(f, name, sl, r.kept, r.transient, r.time_s, why);
 }
 
-/* Whether layers a and b have the same plan for every op (slice count and strategies) and
-** both recompute or neither does. */
+/* Whether layers a and b have the same plan: both recompute or neither, and every op has the
+** same slice count and strategies. */
 static int same_layer_plan(const Plan* p, int a, int b) {
   if ((p->recompute[a] != 0) != (p->recompute[b] != 0)) return 0;
   for (int j = 0; j < GPT_OPS_PER_LAYER; j++) {
@@ -130,7 +130,7 @@ static void print_layers(FILE* f, const GptDesc* d, const DeviceInfo* dev, const
   char list[1024], head[1100], what[32];
   layer_list(cls, nl, c, list, sizeof list);
   snprintf(head, sizeof head, "%s (%d layer%s%s)", list, L, L == 1 ? "" : "s",
-           p->recompute[c] ? ", recompute" : "");
+           p->recompute[c] ? ", recomputed" : "");
   if (L == 1) snprintf(what, sizeof what, "sum of the rows below");
   else snprintf(what, sizeof what, "%d x the rows below", L);
   if (strlen(head) > 19) { fprintf(f, "%s\n", head); head[0] = 0; }

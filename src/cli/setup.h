@@ -16,7 +16,7 @@ typedef struct PlanReport {
   int quiet;         /* print nothing */
   int trial_steps;   /* > 0: train every candidate this many steps and keep the measured best */
   /* Filled by plan_and_report after a trial: the chosen plan and the best uniform baseline. */
-  char chosen[24], best_uniform[24];
+  char chosen[32], best_uniform[32]; /* candidate origins (Candidate.origin) */
   int chosen_uniform;                   /* the chosen plan's Strategy if uniform, else -1 */
   double chosen_sps, best_uniform_sps;  /* measured samples/s (0: not measured / none fits) */
   double uniform_sps[3];                /* measured ddp, zero2, zero3 (0: does not fit / ran not) */

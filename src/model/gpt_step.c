@@ -21,6 +21,11 @@ void* gpt_acts_logits(const GptDesc* d, const GptActs* a) { return a->op_acts[gp
 /* Whether layer l recomputes. */
 static int recomputes(const int* recompute, int l) { return recompute && recompute[l]; }
 
+int gpt_op_recomputes(const GptDesc* d, const int* recompute, int op) {
+  int l = d->ops[op].layer;
+  return l >= 0 && recomputes(recompute, l) && op - gpt_op_layer(l, 0) != GPT_FCPROJ;
+}
+
 /* Appends event (op, phase) to out (when not NULL) at index n; returns n + 1. */
 static int add_event(GptStepEvent* out, int n, int op, GptPhase phase) {
   if (out) out[n] = (GptStepEvent){op, phase};
@@ -34,8 +39,8 @@ int gpt_step_events(const GptDesc* d, const int* recompute, GptStepEvent* out) {
   n = add_event(out, n, gpt_op_lnf(d), GPT_BACKWARD);
   for (int l = L - 1; l >= 0; l--) {
     int o = gpt_op_layer(l, 0);
-    for (int j = 0; recomputes(recompute, l) && j < GPT_FCPROJ; j++)
-      n = add_event(out, n, o + j, GPT_RECOMPUTE);
+    for (int j = 0; j < GPT_FCPROJ; j++)
+      if (gpt_op_recomputes(d, recompute, o + j)) n = add_event(out, n, o + j, GPT_RECOMPUTE);
     for (int j = GPT_FCPROJ; j >= 0; j--) n = add_event(out, n, o + j, GPT_BACKWARD);
   }
   return add_event(out, n, 0, GPT_BACKWARD);
@@ -71,8 +76,7 @@ size_t gpt_acts_layout(const GptDesc* d, int B, int T, size_t elem, const int* r
   for (int i = 0; i < d->nops; i++) {
     const GptOp* op = &d->ops[i];
     size_t bytes = gpt_op_act_bytes(d, op, B, T, elem);
-    int in_shared = op->layer >= 0 && recomputes(recompute, op->layer) &&
-                    i - gpt_op_layer(op->layer, 0) != GPT_FCPROJ;
+    int in_shared = gpt_op_recomputes(d, recompute, i);
     if (own) own[i] = in_shared ? 0 : bytes;
     if (shared_off) shared_off[i] = (size_t)-1;
     if (!in_shared) { total += bytes; continue; }

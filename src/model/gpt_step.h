@@ -70,6 +70,11 @@ typedef struct GptStepEvent {
   GptPhase phase;
 } GptStepEvent;
 
+/* Whether op is re-run forward in the backward pass (phase GPT_RECOMPUTE) under the per-layer
+** flags recompute (NULL: none): ln1 .. gelu of a recomputed layer, not its fcproj (whose output
+** is kept). The same ops' activation blocks live in the shared recompute buffer. */
+int gpt_op_recomputes(const GptDesc* d, const int* recompute, int op);
+
 /* The operator passes of one training step in the order gpt_forward and gpt_backward run them:
 ** every op forward; then lm_head, lnf and, per layer from the last, the recomputed forward
 ** (recompute != NULL and recompute[l]: ln1 .. gelu) followed by the layer's backward ops in

@@ -1,7 +1,7 @@
 /*
-** classes.c: the operator classes (identical operators share one configuration list), the
-** transient caps, the micro-batches, and building / freeing the Search they form. See the
-** method at the top of search.c.
+** classes.c: the operator classes (identical operators share one configuration list) of one
+** micro-batch, for every recompute count; the transient caps; and building / freeing the
+** Search of one (micro-batch, recompute count) from them. See the method at the top of search.c.
 */
 #include "planner/search_internal.h"
 
@@ -9,56 +9,128 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "model/gpt_step.h"
 
-/* Whether ops i and j have identical configurations. */
-static int same_class(const GptDesc* d, int i, int j) {
-  const GptOp *a = &d->ops[i], *b = &d->ops[j];
-  return a->rows == b->rows && a->width == b->width && a->tail == b->tail &&
-         a->splittable == b->splittable && (i == 0) == (j == 0);
+/* Whether two use counts are the same. */
+static int same_uses(OpUses a, OpUses b) {
+  return a.fwd_weight == b.fwd_weight && a.bwd_weight == b.bwd_weight && a.bwd_grad == b.bwd_grad;
 }
 
-/* Frees what search_build allocated. */
+/* Whether op i, with uses u and recomputed or not, has the configurations of class c: the same
+** block, the same uses in the step's schedule (cost_ops_uses, so embed's tied weight is told
+** apart by its schedule, not by its index) and alike in being recomputed (its extra compute of
+** splitting then counts in the recomputed forward too). */
+static int same_class(const GptDesc* d, const OpClass* c, int i, OpUses u, int recomputed) {
+  const GptOp *a = &d->ops[c->rep], *b = &d->ops[i];
+  return a->rows == b->rows && a->width == b->width && a->tail == b->tail &&
+         a->splittable == b->splittable && same_uses(c->uses, u) && c->recomputed == recomputed;
+}
+
+void pool_free(ClassPool* p) {
+  for (int c = 0; c < p->ncls; c++) free(p->cls[c].cfg);
+  free(p->cls);
+  free(p->plain);
+  free(p->recomputed);
+  memset(p, 0, sizeof *p);
+}
+
+/* The class of op i with uses u under recompute flags `flags` (NULL: none): an existing one,
+** or a new one whose configurations are enumerated now. Returns its index, or -1. */
+static int pool_class(ClassPool* p, int i, OpUses u, const int* flags) {
+  int rec = gpt_op_recomputes(p->d, flags, i);
+  for (int c = 0; c < p->ncls; c++)
+    if (same_class(p->d, &p->cls[c], i, u, rec)) return c;
+  ConfigList l = {0};
+  if (op_configs(p->d, p->dev, &p->o, i, p->B, p->exposure, flags, &l)) { free(l.v); return -1; }
+  p->cls[p->ncls] = (OpClass){.rep = i, .uses = u, .recomputed = rec, .cfg = l.v, .ncfg = l.n};
+  return p->ncls++;
+}
+
+/* Fills every op's two classes (as it is, and in a recomputed layer); uses from the step's
+** schedule without recomputation and with every layer recomputed. */
+static int pool_classes(ClassPool* p, const int* all) {
+  const GptDesc* d = p->d;
+  OpUses* plain = malloc((size_t)d->nops * sizeof *plain);
+  OpUses* rec = malloc((size_t)d->nops * sizeof *rec);
+  int rc = plain && rec ? 0 : osdp_fail("out of memory");
+  if (!rc) {
+    cost_ops_uses(d, NULL, plain);
+    cost_ops_uses(d, all, rec);
+  }
+  for (int i = 0; !rc && i < d->nops; i++) {
+    p->plain[i] = p->recomputed[i] = -1;
+    if (!d->ops[i].n_params) continue;
+    p->plain[i] = pool_class(p, i, plain[i], NULL);
+    p->recomputed[i] = p->plain[i] < 0 ? -1 : pool_class(p, i, rec[i], all);
+    if (p->recomputed[i] < 0) rc = -1;
+  }
+  free(plain);
+  free(rec);
+  return rc;
+}
+
+int pool_build(ClassPool* p, const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int B) {
+  memset(p, 0, sizeof *p);
+  p->d = d;
+  p->dev = dev;
+  p->o = normalized_options(d, o);
+  p->B = B;
+  p->exposure = cost_dp_exposure(d, dev, B, p->o.seq);
+  p->cls = calloc(2 * (size_t)d->nops, sizeof *p->cls);
+  p->plain = malloc((size_t)d->nops * sizeof *p->plain);
+  p->recomputed = malloc((size_t)d->nops * sizeof *p->recomputed);
+  int* all = malloc((size_t)(d->cfg.n_layer > 0 ? d->cfg.n_layer : 1) * sizeof *all);
+  int rc = p->cls && p->plain && p->recomputed && all ? 0 : osdp_fail("out of memory");
+  for (int l = 0; !rc && l < d->cfg.n_layer; l++) all[l] = 1;
+  if (!rc) rc = pool_classes(p, all);
+  free(all);
+  if (last_stats.classes < p->ncls) last_stats.classes = p->ncls;
+  int configs = 0;
+  for (int c = 0; c < p->ncls; c++) configs += p->cls[c].ncfg;
+  if (last_stats.configs < configs) last_stats.configs = configs;
+  return rc;
+}
+
+/* Frees what search_build allocated (the configurations belong to the pool). */
 void search_free(Search* s) {
-  for (int c = 0; c < s->ncls; c++) free(s->cls[c].cfg);
   free(s->cls);
   free(s->param_op);
   free(s->op_class);
   free(s->taus);
-  free(s->batch_bytes);
-  free(s->compute_s);
   memset(s, 0, sizeof *s);
 }
 
 /* Parameters of one op of class c. */
 static size_t class_params(const Search* s, int c) { return s->d->ops[s->cls[c].rep].n_params; }
 
-/* Groups the ops into classes and enumerates each class's configurations once. */
-static int build_classes(Search* s) {
+/* The classes present with the first R layers recomputed (the pool's, renumbered, with their
+** counts), and the parameter ops grouped by class, largest blocks first: the exact program
+** visits the ops in that order, so that the small ops come last and fine-tune the memory. */
+static int build_classes(Search* s, const ClassPool* p) {
   const GptDesc* d = s->d;
   s->op_class = malloc((size_t)d->nops * sizeof *s->op_class);
-  s->cls = calloc((size_t)d->nops, sizeof *s->cls);
+  s->cls = calloc((size_t)(p->ncls ? p->ncls : 1), sizeof *s->cls);
   s->param_op = malloc((size_t)d->nops * sizeof *s->param_op);
-  if (!s->op_class || !s->cls || !s->param_op) return osdp_fail("out of memory");
-  for (int i = 0; i < d->nops; i++) {
-    s->op_class[i] = -1;
-    if (!d->ops[i].n_params) continue;
-    int c = 0;
-    while (c < s->ncls && !same_class(d, s->cls[c].rep, i)) c++;
-    if (c == s->ncls) {
-      ConfigList l = {0};
-      s->cls[c].rep = i;
-      if (op_configs(d, s->dev, &s->o, i, s->B, s->exposure, &l)) { free(l.v); return -1; }
-      s->cls[c].cfg = l.v;
-      s->cls[c].ncfg = l.n;
-      s->ncls++;
-    }
-    s->cls[c].count++;
-    s->op_class[i] = c;
+  int* local = malloc((size_t)(p->ncls ? p->ncls : 1) * sizeof *local);
+  int* order = malloc((size_t)(p->ncls ? p->ncls : 1) * sizeof *order);
+  if (!s->op_class || !s->cls || !s->param_op || !local || !order) {
+    free(local);
+    free(order);
+    return osdp_fail("out of memory");
   }
-  /* The exact program visits the ops class by class, largest blocks first, so that the
-  ** small ops come last and fine-tune the memory. */
-  int* order = malloc((size_t)(s->ncls ? s->ncls : 1) * sizeof *order);
-  if (!order) return osdp_fail("out of memory");
+  for (int c = 0; c < p->ncls; c++) local[c] = -1;
+  for (int i = 0; i < d->nops; i++) {
+    int l = d->ops[i].layer, pc = l >= 0 && l < s->R ? p->recomputed[i] : p->plain[i];
+    s->op_class[i] = -1;
+    if (pc < 0) continue;
+    if (local[pc] < 0) {
+      local[pc] = s->ncls;
+      s->cls[s->ncls] = p->cls[pc];
+      s->cls[s->ncls++].count = 0;
+    }
+    s->cls[local[pc]].count++;
+    s->op_class[i] = local[pc];
+  }
   for (int c = 0; c < s->ncls; c++) order[c] = c;
   for (int a = 1; a < s->ncls; a++) /* insertion sort by block size, descending */
     for (int b = a; b > 0 && class_params(s, order[b]) > class_params(s, order[b - 1]); b--) {
@@ -68,6 +140,7 @@ static int build_classes(Search* s) {
     }
   for (int k = 0; k < s->ncls; k++)
     for (int i = 0; i < d->nops; i++) if (s->op_class[i] == order[k]) s->param_op[s->nparam++] = i;
+  free(local);
   free(order);
   return 0;
 }
@@ -103,40 +176,30 @@ static int build_taus(Search* s) {
   return 0;
 }
 
-/* Batch bytes and compute time for every micro-batch whose batch bytes fit the limit. */
-static int build_batches(Search* s) {
-  int T = s->o.seq, maxb = s->o.max_batch;
-  s->batch_bytes = malloc(((size_t)maxb + 1) * sizeof *s->batch_bytes);
-  s->compute_s = malloc(((size_t)maxb + 1) * sizeof *s->compute_s);
-  if (!s->batch_bytes || !s->compute_s) return osdp_fail("out of memory");
-  s->batch_bytes[0] = 0;
-  s->compute_s[0] = 0;
-  s->nbatch = 0;
-  for (int B = 1; B <= maxb; B++) {
-    s->batch_bytes[B] = cost_batch_bytes(s->d, s->dev, B, T);
-    s->compute_s[B] = cost_compute_s(s->d, s->dev, B, T) +
-                      device_step_collective_s(s->dev, COLL_ALLREDUCE, 16); /* the norm */
-    if (s->batch_bytes[B] > s->dev->mem_limit) break;
-    s->nbatch = B;
-  }
+/* Batch bytes and compute time of micro-batch B with the first R layers recomputed. */
+static int batch_figures(Search* s) {
+  const GptDesc* d = s->d;
+  int* flags = malloc((size_t)(d->cfg.n_layer > 0 ? d->cfg.n_layer : 1) * sizeof *flags);
+  if (!flags) return osdp_fail("out of memory");
+  for (int l = 0; l < d->cfg.n_layer; l++) flags[l] = l < s->R;
+  int B = s->B, T = s->o.seq;
+  s->batch_bytes = cost_batch_bytes(d, s->dev, B, T, flags);
+  s->compute_s = cost_compute_s(d, s->dev, B, T) + device_step_collective_s(s->dev, COLL_ALLREDUCE, 16) +
+                 cost_recompute_s(d, s->dev, B, T, flags);
+  free(flags);
   return 0;
 }
 
-/* Builds everything the search at micro-batch B needs. */
-int search_build(Search* s, const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int B) {
+int search_build(Search* s, const ClassPool* p, int R) {
   memset(s, 0, sizeof *s);
-  s->d = d;
-  s->dev = dev;
-  s->o = normalized_options(d, o);
-  s->B = B;
-  if (device_validate(dev, "device")) return -1;
-  if (s->o.seq > d->cfg.max_seq)
-    return osdp_fail("planner: seq %d exceeds the model's max_seq %d; lower --seq", s->o.seq,
-                     d->cfg.max_seq);
-  s->exposure = cost_dp_exposure(d, dev, B, s->o.seq);
-  if (build_batches(s) || build_classes(s) || build_taus(s)) return -1;
-  last_stats.classes = s->ncls;
-  for (int c = 0; c < s->ncls; c++) last_stats.configs += s->cls[c].ncfg;
-  last_stats.taus = s->ntaus;
+  s->d = p->d;
+  s->dev = p->dev;
+  s->o = p->o;
+  s->B = p->B;
+  s->R = R;
+  s->exposure = p->exposure;
+  if (batch_figures(s) || build_classes(s, p) || build_taus(s)) return -1;
+  if (last_stats.taus < s->ntaus) last_stats.taus = s->ntaus;
+  last_stats.problems++;
   return 0;
 }

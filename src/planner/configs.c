@@ -16,13 +16,16 @@ void planner_default_options(SearchOptions* o, int seq) {
   o->seq = seq;
   o->max_batch = 512;
   o->max_slices = GPT_MAX_SLICES;
+  o->max_recompute = -1;
   for (int s = 0; s < STRAT_COUNT; s++) o->allow[s] = 1;
 }
 
-/* The options with defaults filled in (seq: the model's max_seq). */
+/* The options with defaults filled in (seq: the model's max_seq; max_recompute: a count from
+** 0 to the number of layers). */
 SearchOptions normalized_options(const GptDesc* d, const SearchOptions* in) {
   SearchOptions o = *in;
   if (o.seq <= 0) o.seq = d->cfg.max_seq;
+  if (o.max_recompute < 0 || o.max_recompute > d->cfg.n_layer) o.max_recompute = d->cfg.n_layer;
   if (o.max_batch <= 0) o.max_batch = 512;
   if (o.max_slices <= 0) o.max_slices = GPT_MAX_SLICES;
   int any = 0;
@@ -138,17 +141,17 @@ static void config_prune(ConfigList* l) {
 }
 
 /* Enumerates and prunes op's configurations at micro-batch B into l; exposure is the dp
-** all-reduce exposure at B (cost_dp_exposure). */
+** all-reduce exposure at B (cost_dp_exposure), recompute the per-layer flags (NULL: none). */
 int op_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int op, int B,
-               double exposure, ConfigList* l) {
+               double exposure, const int* recompute, ConfigList* l) {
   const GptOp* g = &d->ops[op];
   static const int ks[] = {1, 2, 4, 8};
-  OpUses uses = cost_op_uses(d, op);
+  OpUses uses = cost_op_uses(d, op, recompute);
   for (int i = 0; i < 4; i++) {
     int k = ks[i];
     if (k > 1 && (!g->splittable || (size_t)k > g->rows || k > o->max_slices)) continue;
-    Enumerator e = {.dev = dev, .o = o, .op = op, .k = k, .out = l, .uses = uses,
-                    .exposure = exposure, .split_s = cost_split_extra_s(d, dev, op, k, B, o->seq)};
+    Enumerator e = {.dev = dev, .o = o, .op = op, .k = k, .out = l, .uses = uses, .exposure = exposure,
+                    .split_s = cost_split_extra_s(d, dev, op, k, B, o->seq, recompute)};
     e.ngroups = slice_groups(g, k, e.g);
     for (int s = 0; s < k; s++) e.n[s] = gpt_slice_params(g, k, s);
     if (enum_group(&e, 0)) return -1;
@@ -158,12 +161,13 @@ int op_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, 
 }
 
 int planner_op_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int op,
-                       int B, OpConfig** out) {
+                       int B, const int* recompute, OpConfig** out) {
   *out = NULL;
   if (!d->ops[op].n_params) return 0;
   SearchOptions so = normalized_options(d, o);
   ConfigList l = {0};
-  if (op_configs(d, dev, &so, op, B, cost_dp_exposure(d, dev, B, so.seq), &l)) { free(l.v); return -1; }
+  double exposure = cost_dp_exposure(d, dev, B, so.seq);
+  if (op_configs(d, dev, &so, op, B, exposure, recompute, &l)) { free(l.v); return -1; }
   *out = l.v;
   return l.n;
 }

@@ -1,11 +1,26 @@
 /* cost.c: memory and time of a plan on a device; see cost.h. */
 #include "planner/cost.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/util.h"
 #include "model/gpt_step.h"
+
+/* The compute share of op i's measured forward+backward time in a phase: a third forward (and
+** recomputed forward), two thirds backward; the loss is all forward (its backward is fused). */
+static double op_share(const GptDesc* d, int i, GptPhase phase) {
+  if (d->ops[i].kind == OP_LOSS) return phase == GPT_BACKWARD ? 0.0 : 1.0;
+  return phase == GPT_BACKWARD ? 2.0 / 3.0 : 1.0 / 3.0;
+}
+
+/* The sum of op i's compute shares over its passes in one step: 1 (forward and backward), plus
+** the recomputed forward's share when its layer recomputes (gpt_op_recomputes). */
+static double op_passes(const GptDesc* d, int i, const int* recompute) {
+  double t = op_share(d, i, GPT_FORWARD) + op_share(d, i, GPT_BACKWARD);
+  return t + (gpt_op_recomputes(d, recompute, i) ? op_share(d, i, GPT_RECOMPUTE) : 0);
+}
 
 /* The step's parameter uses for slice counts `slices` and recompute flags (malloc'ed, *n
 ** entries), or NULL. */
@@ -16,21 +31,38 @@ static GptParamUse* schedule_of(const GptDesc* d, const int* slices, const int* 
   return u;
 }
 
-OpUses cost_op_uses(const GptDesc* d, int op) {
-  OpUses u = {0, 0, 0};
+/* The uses gpt.h describes, for when the schedule cannot be allocated: embed's tied wte 2, 1, 2;
+** every other op 1, 1, 1, plus a forward weight use when its layer recomputes it. */
+static OpUses uses_by_rule(const GptDesc* d, int op, const int* recompute) {
+  if (!d->ops[op].n_params) return (OpUses){0, 0, 0};
+  if (op == 0) return (OpUses){2, 1, 2};
+  return (OpUses){1 + gpt_op_recomputes(d, recompute, op), 1, 1};
+}
+
+int cost_ops_uses(const GptDesc* d, const int* recompute, OpUses* out) {
   int* ones = malloc((size_t)d->nops * sizeof *ones);
   int n = 0;
   for (int i = 0; ones && i < d->nops; i++) ones[i] = 1;
-  GptParamUse* s = ones ? schedule_of(d, ones, NULL, &n) : NULL;
+  GptParamUse* s = ones ? schedule_of(d, ones, recompute, &n) : NULL;
+  for (int i = 0; i < d->nops; i++) out[i] = s ? (OpUses){0, 0, 0} : uses_by_rule(d, i, recompute);
   for (int i = 0; s && i < n; i++) {
-    if (s[i].owner != op) continue;
-    u.fwd_weight += s[i].phase != GPT_BACKWARD && s[i].weight;
-    u.bwd_weight += s[i].phase == GPT_BACKWARD && s[i].weight;
-    u.bwd_grad += s[i].grad;
+    OpUses* u = &out[s[i].owner];
+    u->fwd_weight += s[i].phase != GPT_BACKWARD && s[i].weight;
+    u->bwd_weight += s[i].phase == GPT_BACKWARD && s[i].weight;
+    u->bwd_grad += s[i].grad;
   }
-  if (!s) u = (OpUses){op == 0 ? 2 : 1, 1, op == 0 ? 2 : 1}; /* out of memory: gpt.h's counts */
+  int ok = s != NULL;
   free(s);
   free(ones);
+  return ok ? 0 : -1;
+}
+
+OpUses cost_op_uses(const GptDesc* d, int op, const int* recompute) {
+  OpUses* all = malloc((size_t)d->nops * sizeof *all);
+  if (!all) return uses_by_rule(d, op, recompute);
+  cost_ops_uses(d, recompute, all);
+  OpUses u = all[op];
+  free(all);
   return u;
 }
 
@@ -87,18 +119,27 @@ double cost_compute_s(const GptDesc* d, const DeviceInfo* dev, int B, int T) {
   return t + overhead_s(d, dev, B, T);
 }
 
-double cost_split_extra_s(const GptDesc* d, const DeviceInfo* dev, int op, int k, int B, int T) {
+double cost_split_extra_s(const GptDesc* d, const DeviceInfo* dev, int op, int k, int B, int T,
+                          const int* recompute) {
   if (k <= 1) return 0;
   double t = 0;
   for (int i = 0; i < d->nops; i++)
     if (d->ops[i].owner == op)
-      t += device_op_time_s(dev, d, i, B, T, k) - device_op_time_s(dev, d, i, B, T, 1);
+      t += op_passes(d, i, recompute) *
+           (device_op_time_s(dev, d, i, B, T, k) - device_op_time_s(dev, d, i, B, T, 1));
   return t;
 }
 
-size_t cost_batch_bytes(const GptDesc* d, const DeviceInfo* dev, int B, int T) {
-  size_t acts = 0;
-  for (int i = 0; i < d->nops; i++) acts += gpt_op_act_bytes(d, &d->ops[i], B, T, sizeof(float));
+double cost_recompute_s(const GptDesc* d, const DeviceInfo* dev, int B, int T, const int* recompute) {
+  double t = 0;
+  for (int i = 0; recompute && i < d->nops; i++)
+    if (gpt_op_recomputes(d, recompute, i))
+      t += op_share(d, i, GPT_RECOMPUTE) * device_op_time_s(dev, d, i, B, T, 1);
+  return t;
+}
+
+size_t cost_batch_bytes(const GptDesc* d, const DeviceInfo* dev, int B, int T, const int* recompute) {
+  size_t acts = gpt_acts_layout(d, B, T, sizeof(float), recompute, NULL, NULL, NULL);
   return acts + gpt_scratch_bytes(d, B, T, sizeof(float), dev->threads);
 }
 
@@ -207,13 +248,6 @@ static void replay_grad(Replay* r, Walk* w, int i) {
   if (--w->members_left[b] == 0) replay_start(r, COLL_ALLREDUCE, w->bucket_bytes[b]);
 }
 
-/* The compute share of op i's measured forward+backward time in a phase: a third forward (and
-** recomputed forward), two thirds backward; the loss is all forward (its backward is fused). */
-static double op_share(const GptDesc* d, int i, GptPhase phase) {
-  if (d->ops[i].kind == OP_LOSS) return phase == GPT_BACKWARD ? 0.0 : 1.0;
-  return phase == GPT_BACKWARD ? 2.0 / 3.0 : 1.0 / 3.0;
-}
-
 /* Runs op i in the given phase: its parameter uses from the schedule, each followed by its
 ** share of the op's compute; an op without parameters just computes. */
 static void replay_op(Replay* r, Walk* w, int i, GptPhase phase, int B) {
@@ -318,14 +352,18 @@ double cost_dp_exposure(const GptDesc* d, const DeviceInfo* dev, int B, int T) {
 double cost_search_step_s(const GptDesc* d, const DeviceInfo* dev, const Plan* p) {
   int B = p->micro_batch, T = p->seq;
   double e = cost_dp_exposure(d, dev, B, T);
-  double t = cost_compute_s(d, dev, B, T) + device_step_collective_s(dev, COLL_ALLREDUCE, 16);
+  double t = cost_compute_s(d, dev, B, T) + device_step_collective_s(dev, COLL_ALLREDUCE, 16) +
+             cost_recompute_s(d, dev, B, T, p->recompute);
+  OpUses* uses = malloc((size_t)d->nops * sizeof *uses);
+  if (!uses) return INFINITY;
+  cost_ops_uses(d, p->recompute, uses);
   for (int i = 0; i < d->nops; i++) {
     if (!d->ops[i].n_params) continue;
     const OpPlan* o = &p->ops[i];
-    OpUses u = cost_op_uses(d, i);
-    t += cost_split_extra_s(d, dev, i, o->k, B, T);
+    t += cost_split_extra_s(d, dev, i, o->k, B, T, p->recompute);
     for (int s = 0; s < o->k; s++)
-      t += cost_slice_search_s(dev, u, gpt_slice_params(&d->ops[i], o->k, s), o->strat[s], e);
+      t += cost_slice_search_s(dev, uses[i], gpt_slice_params(&d->ops[i], o->k, s), o->strat[s], e);
   }
+  free(uses);
   return t;
 }

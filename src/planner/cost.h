@@ -24,11 +24,15 @@
 **
 ** The search (search.h) needs a cost that is a sum over operators for a given micro-batch: the
 ** separable model of cost_slice_search_s, which prices each slice's blocking communication and
-** optimizer exactly as above, a dp slice's all-reduce at its bandwidth time plus its share of
-** bucket latencies times an exposure factor (the share of all-reduce time the all-dp plan
-** leaves exposed in the replay), and splitting at the measured extra compute of k slices. With
-** no overlap and no dp slices it equals plan_cost exactly (tested); otherwise plan_cost
-** re-ranks the search's best candidates.
+** optimizer exactly as above (a zero3 slice of a recomputed layer: one more all-gather, for the
+** recomputed forward), a dp slice's all-reduce at its bandwidth time plus its share of bucket
+** latencies times an exposure factor (the share of all-reduce time the all-dp plan without
+** recomputation leaves exposed in the replay), splitting at the measured extra compute of k
+** slices (in every pass of the op: 4/3 of it for an op of a recomputed layer), and the
+** recomputed forwards at a third of their ops' unsplit time (cost_recompute_s). In this model
+** all layers are alike, so only how many layers recompute matters, not which (tested). With
+** no overlap and no dp slices it equals plan_cost exactly (tested, with recomputation too);
+** otherwise plan_cost re-ranks the search's best candidates.
 */
 #ifndef OSDP_COST_H
 #define OSDP_COST_H
@@ -62,9 +66,14 @@ typedef struct OpUses {
   int bwd_grad;     /* backward uses that produce a gradient contribution */
 } OpUses;
 
-/* The uses of op's parameters per step, counted from gpt_param_schedule (embed's tied wte is
-** also the LM head's: 2, 1, 2; every other op 1, 1, 1). */
-OpUses cost_op_uses(const GptDesc* d, int op);
+/* The uses of op's parameters per step with the per-layer recompute flags (NULL: none), counted
+** from gpt_param_schedule: embed's tied wte is also the LM head's: 2, 1, 2; every other op 1, 1,
+** 1, with one more forward weight use (the recomputed forward) in a recomputed layer (not fcproj). */
+OpUses cost_op_uses(const GptDesc* d, int op, const int* recompute);
+/* The same for every op at once (out: nops entries, 0 for ops without parameters), from one
+** schedule. Returns 0, or -1 when the schedule could not be allocated (out then holds the
+** counts by the rule above). */
+int cost_ops_uses(const GptDesc* d, const int* recompute, OpUses* out);
 
 /* Search model: seconds per step of one slice of n parameters, used u times per step (see
 ** cost_op_uses), under strategy s, given the dp exposure factor (cost_dp_exposure): its
@@ -77,20 +86,30 @@ size_t cost_slice_persistent(size_t n, Strategy s, int world);
 /* Largest transient bytes of a slice: max of its forward and backward transients. */
 size_t cost_slice_transient(size_t n, Strategy s, int world);
 /* Extra compute seconds of running owner op's parameters as k slices instead of 1 at
-** micro-batch B (for embed: the embedding and the tied LM head). */
-double cost_split_extra_s(const GptDesc* d, const DeviceInfo* dev, int op, int k, int B, int T);
+** micro-batch B (for embed: the embedding and the tied LM head), over all the passes of the
+** ops using them: with the recompute flags (NULL: none) an op of a recomputed layer also runs
+** its recomputed forward at k slices, so its extra counts 4/3 times. */
+double cost_split_extra_s(const GptDesc* d, const DeviceInfo* dev, int op, int k, int B, int T,
+                          const int* recompute);
+/* Compute seconds of the recomputed forwards (ln1 .. gelu of every layer the flags mark, NULL:
+** none) at micro-batch B, unsplit: a third of each op's forward+backward time, as the replay. */
+double cost_recompute_s(const GptDesc* d, const DeviceInfo* dev, int B, int T, const int* recompute);
 /* The share of the all-dp plan's all-reduce time (as the search model counts it) that the
-** replay leaves exposed at micro-batch B: 1 when nothing overlaps. */
+** replay leaves exposed at micro-batch B without recomputation: 1 when nothing overlaps. */
 double cost_dp_exposure(const GptDesc* d, const DeviceInfo* dev, int B, int T);
-/* Time of the search model for plan p: unsplit compute + overhead + the sum over slices of
-** cost_slice_search_s and cost_split_extra_s per op. What planner_search maximises N*B/t of. */
+/* Time of the search model for plan p: unsplit compute + overhead + the gradient norm's
+** all-reduce + the recomputed forwards of p's recomputed layers (cost_recompute_s) + the sum
+** over slices of cost_slice_search_s (uses with p's recompute flags) and cost_split_extra_s per
+** op. What planner_search maximises N*B/t of. */
 double cost_search_step_s(const GptDesc* d, const DeviceInfo* dev, const Plan* p);
 
 /* Compute seconds of one step at micro-batch B and sequence T with every op unsplit, plus
 ** the measured "overhead" entry, if the device has one for this model and T. */
 double cost_compute_s(const GptDesc* d, const DeviceInfo* dev, int B, int T);
-/* Bytes that depend on the micro-batch only: activations of all ops + backward scratch. */
-size_t cost_batch_bytes(const GptDesc* d, const DeviceInfo* dev, int B, int T);
+/* Bytes that depend on the micro-batch (and the recompute flags, NULL: none) only: activations
+** as gpt_acts_layout places them (a recomputed layer keeps its output; the rest of its blocks
+** share one buffer with the other recomputed layers) + backward scratch. */
+size_t cost_batch_bytes(const GptDesc* d, const DeviceInfo* dev, int B, int T, const int* recompute);
 
 /* Cost of plan p (its micro_batch, seq and prefetch) on dev, by replaying the step. The
 ** memory is computed for dev->ranks ranks (p->world should equal it). Returns 0, or -1 when

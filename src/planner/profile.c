@@ -183,6 +183,22 @@ typedef struct DpPoints {
   double ops_s[PROFILE_MAX_POINTS];   /* sum of the measured op compute */
 } DpPoints;
 
+/* The largest micro-batch up to max whose activations fit the limit, with every layer
+** recomputed where that needs fewer bytes (plans may recompute). */
+static int largest_fitting_batch(const GptDesc* d, const DeviceInfo* dev, int T, int max) {
+  int* all = malloc((size_t)(d->cfg.n_layer > 0 ? d->cfg.n_layer : 1) * sizeof *all);
+  for (int l = 0; all && l < d->cfg.n_layer; l++) all[l] = 1;
+  int B = 0;
+  while (B < max) {
+    size_t plain = cost_batch_bytes(d, dev, B + 1, T, NULL);
+    size_t rec = cost_batch_bytes(d, dev, B + 1, T, all);
+    if ((plain < rec ? plain : rec) > dev->mem_limit) break;
+    B++;
+  }
+  free(all);
+  return B;
+}
+
 /* Times every op inside real dp steps at micro-batches 1, 2, 4, ... (until a step takes a
 ** quarter second and no larger batch fits the limit, or a step takes 4 s, or 64) unsplit, then with the splittable ops at k = 2, 4, 8 at the first,
 ** middle and last of those batches, and fits each op per slice count into dev->op_times. The
@@ -194,8 +210,7 @@ static int profile_compute(const GptDesc* d, const ProfileOptions* o, DeviceInfo
   if (!t || !col) { free(t); free(col); return osdp_fail("out of host memory"); }
 #define AT(l, j, i) t[((size_t)(l) * PROFILE_MAX_POINTS + (size_t)(j)) * (size_t)n + (size_t)(i)]
   memset(pts, 0, sizeof *pts);
-  int bfit = 0; /* the largest micro-batch whose activations fit the limit: plans may use it */
-  while (bfit < 64 && cost_batch_bytes(d, dev, bfit + 1, o->seq) <= dev->mem_limit) bfit++;
+  int bfit = largest_fitting_batch(d, dev, o->seq, 64); /* plans may use it */
   for (int B = 1; pts->n < PROFILE_MAX_POINTS && B <= 64; B *= 2) {
     Plan p;
     progress(o, "timing a dp step and every operator", B);

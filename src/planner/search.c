@@ -1,35 +1,50 @@
 /*
-** search.c: the exact OSDP search; see search.h. This file is the driver: it bounds every
-** (cap, micro-batch) pair, solves the promising ones exactly and writes the plan; the method
-** of the whole search is described here.
+** search.c: the exact OSDP search; see search.h. This file is the driver: per micro-batch and
+** recompute count it bounds every cap, solves the promising ones exactly and writes the plan;
+** the method of the whole search is described here.
 **
 ** The problem. Every operator i that owns parameters gets a configuration x_i (a slice count
 ** and a strategy per slice) with persistent bytes m(x), largest transient tr(x) and time t(x)
 ** (the search model of cost.h: communication + optimizer + the extra compute of its slices, at
-** micro-batch B). For a micro-batch B,
-**   peak = sum_i m(x_i) + max_i tr(x_i) + batch_bytes(B),
-**   samples/s = N B / (compute(B) + sum_i t_B(x_i)).
-** We want the (x, B) with the highest samples/s and peak <= limit. Each micro-batch is its own
-** problem (its configurations are costed at B); micro-batches are searched largest first, and
-** one whose bound N B / (compute(B) + least extra) cannot beat the best so far is skipped.
+** micro-batch B); and the first R layers recompute their activations in backward. In the
+** search model the layers are alike, so which R layers recompute changes neither memory nor
+** time: only R matters (tested). For a micro-batch B and a recompute count R,
+**   peak = sum_i m(x_i) + max_i tr(x_i) + batch_bytes(B, R),
+**   samples/s = N B / (compute(B) + recompute(B, R) + sum_i t_{B,R}(x_i)),
+** where batch_bytes(B, R) is the activations as gpt_acts_layout places them plus scratch,
+** recompute(B, R) the recomputed forwards (cost_recompute_s), and an op of a recomputed layer
+** has its own configuration times t_{B,R}: a zero3 slice gathers once more for the recomputed
+** forward, and the extra compute of splitting counts 4/3 times. We want the (x, B, R) with the
+** highest samples/s and peak <= limit.
 **
-** The method.
+** Micro-batches and recompute counts. Each (B, R) is its own problem. Micro-batches are
+** searched largest first; one whose bound N B / (compute(B) + recompute(B, R_min) + least
+** extra) cannot beat the best so far is skipped. At a micro-batch only the counts R whose
+** batch bytes are below those of every smaller count are worth it (more recomputation adds
+** time to every plan: one recomputed layer saves nothing, its blocks just move into the shared
+** buffer), and only where the least plan fits. Their problems are bounded (the best
+** relaxation bound and rounding over their caps, step 3) and solved best bound first while
+** the bound can beat both the best plan found and the best rounding of any count.
+**
+** The method for one (B, R).
 **  1. Configurations. Slices of equal size are interchangeable, so per op we enumerate
 **     counts of strategies per group of equal slices (not 3^k assignments) and drop the
-**     dominated ones (no less memory, transient and time). Identical operators (the same
-**     block in every layer) form one class and share the list.
+**     dominated ones (no less memory, transient and time). Operators with the same block and
+**     the same uses in the step's schedule (cost_ops_uses; a recomputed layer's ops have one
+**     more forward use) form one class and share the list; the classes of a micro-batch are
+**     built once for every R (ClassPool), and R only sets how many ops each class has.
 **  2. The max over transients: for every distinct transient cap tau, restrict each op to
-**     configurations with tr <= tau; a plan then fits at B iff
-**       sum_i m(x_i) <= b = limit - batch_bytes(B) - tau.
+**     configurations with tr <= tau; a plan then fits iff
+**       sum_i m(x_i) <= b = limit - batch_bytes(B, R) - tau.
 **     Every plan is found under the cap equal to its own largest transient, so maximising
 **     over tau is exact.
-**  3. For each (tau, B) what remains is a multiple-choice knapsack: minimise sum t(x_i)
+**  3. For each tau what remains is a multiple-choice knapsack: minimise sum t(x_i)
 **     subject to sum m(x_i) <= b. Its linear relaxation (greedy over the convex hulls of the
 **     classes' (m, t) frontiers, merged by slope) gives a lower bound LB on the time, hence an
-**     upper bound on samples/s; rounding it gives a feasible plan. All (tau, B) pairs are
-**     bounded (cheap), then solved exactly in order of decreasing bound until no bound can
-**     beat the best exact answer.
-**  4. Exact solve of one pair, given a time T that a plan must not exceed to matter: a
+**     upper bound on samples/s; rounding it gives a feasible plan. All caps are bounded
+**     (cheap), then solved exactly in order of decreasing bound until no bound can beat the
+**     best exact answer.
+**  4. Exact solve of one cap, given a time T that a plan must not exceed to matter: a
 **     dynamic program over the ops keeps the exact Pareto list of (memory, time) partial
 **     plans. A partial plan survives only if its time plus the linear relaxation of the ops
 **     still to come (with the memory left) is <= T, and only options with reduced cost
@@ -42,8 +57,8 @@
 ** of ~1e-13 relative only where floating-point summation order could matter.
 **
 ** Files (shared declarations in search_internal.h): configs.c (step 1), classes.c (classes,
-** caps, micro-batches), relax.c (steps 2-3: options under a cap, relaxation), exact.c (step 4),
-** search.c (the driver, below), explain.c (planner_explain).
+** caps, the problem of one (B, R)), relax.c (steps 2-3: options under a cap, relaxation),
+** exact.c (step 4), search.c (the driver, below), explain.c (planner_explain).
 */
 #include "planner/search_internal.h"
 
@@ -58,27 +73,25 @@ _Thread_local PlannerStats last_stats;
 
 PlannerStats planner_last_stats(void) { return last_stats; }
 
-/* ---- The search over caps and micro-batches ---------------------------------------------- */
+/* ---- One (micro-batch, recompute count) problem: its caps, bounds and exact solves ------- */
 
-/* One (cap, micro-batch) pair and the best samples/s it could reach. */
+/* One cap of a problem and the best samples/s it could reach. */
 typedef struct Pair {
-  int tau, B;
+  int tau;
   double bound;       /* samples/s upper bound */
 } Pair;
 
-/* Orders pairs by decreasing bound, then smaller cap, then smaller B. */
+/* Orders pairs by decreasing bound, then smaller cap. */
 static int cmp_pair(const void* a, const void* b) {
   const Pair *x = a, *y = b;
   if (x->bound != y->bound) return x->bound > y->bound ? -1 : 1;
-  if (x->tau != y->tau) return x->tau - y->tau;
-  return x->B - y->B;
+  return x->tau - y->tau;
 }
 
-/* The best plan found so far. */
+/* The best choice found so far in one problem. */
 typedef struct Best {
   double sps;         /* samples/s (0: none) */
   size_t peak;
-  int B;
   int* choice;        /* configuration per parameter op (param order) */
 } Best;
 
@@ -93,30 +106,36 @@ static void choice_memory(const Search* s, const int* choice, size_t* mem, size_
   }
 }
 
-/* Smallest limit for which anything fits: min over caps of (least memory + cap), plus the
-** batch bytes of micro-batch 1. */
-static size_t smallest_limit(const Search* s, const CapProblem* caps) {
+/* Least persistent + transient bytes of any plan of search s: the minimum over caps of the
+** least memory under the cap plus the cap. The same for every micro-batch and recompute count
+** (configurations differ only in time there). */
+static size_t least_fixed_bytes(const Search* s) {
   size_t best = (size_t)-1;
   for (int k = 0; k < s->ntaus; k++) {
-    size_t need = caps[k].minmem + caps[k].tau;
+    size_t need = s->taus[k];
+    for (int c = 0; c < s->ncls; c++) {
+      size_t lo = (size_t)-1;
+      for (int j = 0; j < s->cls[c].ncfg; j++)
+        if (s->cls[c].cfg[j].transient <= s->taus[k] && s->cls[c].cfg[j].mem < lo) lo = s->cls[c].cfg[j].mem;
+      need += (size_t)s->cls[c].count * lo;
+    }
     if (need < best) best = need;
   }
-  return best + cost_batch_bytes(s->d, s->dev, 1, s->o.seq);
+  return best;
 }
 
-/* Calls visit(ctx, cap k, B, bound, feasible) for every (cap, B) pair that fits, with the
+/* Calls visit(ctx, cap k, bound, feasible) for every cap under which something fits, with the
 ** samples/s bound of the relaxation and that of its rounding (a real plan). */
 static void for_each_pair(const Search* s, const CapProblem* caps,
-                          void (*visit)(void*, int, int, double, double), void* ctx) {
-  int N = s->dev->ranks;
-  for (int k = 0; k < s->ntaus; k++)
-    for (int B = s->B; B <= s->nbatch && B == s->B; B++) {
-      size_t fixed = s->batch_bytes[B] + caps[k].tau;
-      if (fixed > s->dev->mem_limit || s->dev->mem_limit - fixed < caps[k].minmem) break;
-      double lb, ub, lambda;
-      cap_bounds(&caps[k], s->dev->mem_limit - fixed, &lb, &ub, &lambda);
-      visit(ctx, k, B, (double)N * B / (s->compute_s[B] + lb), (double)N * B / (s->compute_s[B] + ub));
-    }
+                          void (*visit)(void*, int, double, double), void* ctx) {
+  int N = s->dev->ranks, B = s->B;
+  for (int k = 0; k < s->ntaus; k++) {
+    size_t fixed = s->batch_bytes + caps[k].tau;
+    if (fixed > s->dev->mem_limit || s->dev->mem_limit - fixed < caps[k].minmem) continue;
+    double lb, ub, lambda;
+    cap_bounds(&caps[k], s->dev->mem_limit - fixed, &lb, &ub, &lambda);
+    visit(ctx, k, (double)N * B / (s->compute_s + lb), (double)N * B / (s->compute_s + ub));
+  }
 }
 
 /* The candidates being collected. */
@@ -124,21 +143,21 @@ typedef struct PairList {
   Pair* v;
   long n, cap;
   double floor_sps;   /* best samples/s of a real plan seen (the roundings) */
+  double bar;         /* samples/s a plan must reach to matter (found elsewhere) */
   int failed;
 } PairList;
 
 /* First pass: the best rounding. */
-static void visit_floor(void* ctx, int k, int B, double bound, double feasible) {
+static void visit_floor(void* ctx, int k, double bound, double feasible) {
   PairList* l = ctx;
   if (feasible > l->floor_sps) l->floor_sps = feasible;
-  last_stats.pairs++;
-  (void)k, (void)B, (void)bound;
+  (void)k, (void)bound;
 }
 
-/* Second pass: keeps the pairs whose bound reaches the best rounding. */
-static void visit_keep(void* ctx, int k, int B, double bound, double feasible) {
+/* Second pass: keeps the pairs whose bound reaches the best rounding and the bar. */
+static void visit_keep(void* ctx, int k, double bound, double feasible) {
   PairList* l = ctx;
-  if (l->failed || bound < l->floor_sps * (1 - 1e-13)) return;
+  if (l->failed || bound < fmax(l->floor_sps, l->bar) * (1 - 1e-13)) return;
   if (l->n == l->cap) {
     long cap = l->cap ? 2 * l->cap : 256;
     Pair* g = realloc(l->v, (size_t)cap * sizeof *g);
@@ -146,173 +165,326 @@ static void visit_keep(void* ctx, int k, int B, double bound, double feasible) {
     l->v = g;
     l->cap = cap;
   }
-  l->v[l->n++] = (Pair){k, B, bound};
+  l->v[l->n++] = (Pair){k, bound};
   (void)feasible;
 }
 
-/* Bounds every (cap, B) pair that fits and keeps, sorted by bound, those that could beat the
-** best rounding. Returns their number (or -1); the list is in *out, the best rounding's
-** samples/s in *floor_sps. */
-static long collect_candidates(const Search* s, const CapProblem* caps, Pair** out,
+/* Bounds every cap under which something fits and keeps, sorted by bound, those that could
+** beat the best rounding and reach `bar`. Returns their number (or -1); the list is in *out,
+** the best rounding's samples/s in *floor_sps. */
+static long collect_candidates(const Search* s, const CapProblem* caps, double bar, Pair** out,
                                double* floor_sps) {
-  PairList l = {0};
+  PairList l = {.bar = bar};
   for_each_pair(s, caps, visit_floor, &l);
   for_each_pair(s, caps, visit_keep, &l);
   *out = l.v;
   *floor_sps = l.floor_sps;
   if (l.failed) return -1;
   if (l.n) qsort(l.v, (size_t)l.n, sizeof *l.v, cmp_pair);
-  last_stats.candidates = l.n;
+  last_stats.candidates += l.n;
   return l.n;
 }
 
-/* Whether (sps, peak) beats the best so far: faster, or as fast (1e-13) with less memory. */
-static int better(const Best* b, double sps, size_t peak) {
-  if (b->sps == 0) return 1;
-  if (sps > b->sps * (1 + 1e-13)) return 1;
-  return sps >= b->sps * (1 - 1e-13) && peak < b->peak;
+/* Whether (sps, peak) beats (best_sps, best_peak): faster, or as fast (1e-13) with less memory. */
+static int better(double best_sps, size_t best_peak, double sps, size_t peak) {
+  if (best_sps == 0) return 1;
+  if (sps > best_sps * (1 + 1e-13)) return 1;
+  return sps >= best_sps * (1 - 1e-13) && peak < best_peak;
 }
 
-/* Solves the candidates exactly in order of bound until none can beat the best. */
+/* Solves the candidates exactly in order of bound until none can beat the best or the bar. */
 static int solve_candidates(const Search* s, const CapProblem* caps, const Pair* c, long n,
-                            double floor_sps, Best* best) {
+                            double floor_sps, double bar, Best* best) {
   Solver v;
   if (solver_init(&v, s)) { solver_free(&v); return -1; }
-  int N = s->dev->ranks, rc = 0;
+  int N = s->dev->ranks, B = s->B, rc = 0;
   for (long i = 0; i < n && rc == 0; i++) {
-    if (best->sps > 0 && c[i].bound < best->sps * (1 - 1e-13)) break; /* sorted: none can */
+    double need = fmax(best->sps, bar);
+    if (need > 0 && c[i].bound < need * (1 - 1e-13)) break; /* sorted: none can */
     const CapProblem* p = &caps[c[i].tau];
-    int B = c[i].B;
-    double target = fmax(best->sps, floor_sps) * (1 - 1e-13);
-    double t_cap = target > 0 ? (double)N * B / target - s->compute_s[B] : INFINITY;
-    size_t budget = s->dev->mem_limit - s->batch_bytes[B] - p->tau;
+    double target = fmax(need, floor_sps) * (1 - 1e-13);
+    double t_cap = target > 0 ? (double)N * B / target - s->compute_s : INFINITY;
+    size_t budget = s->dev->mem_limit - s->batch_bytes - p->tau;
     double t;
     int r = solve_exact(&v, s, p, budget, t_cap, &t);
     if (r < 0) { rc = -1; break; }
     if (r == 0) continue;
     size_t mem, tr;
     choice_memory(s, v.choice, &mem, &tr);
-    double sps = (double)N * B / (s->compute_s[B] + t);
-    size_t peak = mem + tr + s->batch_bytes[B];
-    if (!better(best, sps, peak)) continue;
-    *best = (Best){sps, peak, B, best->choice};
+    double sps = (double)N * B / (s->compute_s + t);
+    size_t peak = mem + tr + s->batch_bytes;
+    if (!better(best->sps, best->peak, sps, peak)) continue;
+    best->sps = sps;
+    best->peak = peak;
     memcpy(best->choice, v.choice, (size_t)s->nparam * sizeof *v.choice);
   }
   solver_free(&v);
   return rc;
 }
 
-/* Writes the chosen configurations into a plan. */
-static int best_to_plan(const Search* s, const Best* b, Plan* out) {
-  if (plan_uniform(out, s->d, STRAT_DP, s->dev->ranks, b->B, s->o.seq)) return -1;
-  for (int i = 0; i < s->nparam; i++) {
-    int op = s->param_op[i];
-    out->ops[op] = s->cls[s->op_class[op]].cfg[b->choice[i]].plan;
-  }
-  return 0;
-}
-
-/* Records that nothing fits. */
-static int no_fit_error(const Search* s, size_t min_bytes) {
-  char lim[32], need[32];
-  return osdp_fail("no plan fits in %s per rank for %s on %d rank(s) at seq %d; the smallest "
-                   "limit that fits is %s (%zu bytes, at micro-batch 1 with everything "
-                   "sharded as far as the options allow); raise the limit, lower --seq or add ranks",
-                   format_bytes((double)s->dev->mem_limit, lim), s->d->cfg.name, s->dev->ranks,
-                   s->o.seq, format_bytes((double)min_bytes, need), min_bytes);
-}
-
-/* Solves the search built for micro-batch s->B: bounds, exact solves; the best plan in *best
-** (sps 0 when nothing fits at this B). *min_bytes: the smallest limit any plan fits. */
-static int search_run(Search* s, Best* best, size_t* min_bytes) {
+/* Solves search s: bounds, exact solves; the best plan reaching `bar` samples/s (within
+** 1e-13) in *best (sps 0 when none). */
+static int search_run(const Search* s, double bar, Best* best) {
   CapProblem* caps = calloc((size_t)s->ntaus, sizeof *caps);
   Pair* cand = NULL;
   int rc = !caps ? osdp_fail("out of memory") : 0;
   for (int k = 0; k < s->ntaus && !rc; k++) rc = cap_build(s, s->taus[k], &caps[k]);
-  if (!rc) *min_bytes = smallest_limit(s, caps);
   double floor_sps = 0;
-  long n = rc || *min_bytes > s->dev->mem_limit ? 0 : collect_candidates(s, caps, &cand, &floor_sps);
+  long n = rc ? 0 : collect_candidates(s, caps, bar, &cand, &floor_sps);
   if (n < 0) rc = -1;
-  if (!rc && n > 0) rc = solve_candidates(s, caps, cand, n, floor_sps, best);
+  if (!rc && n > 0) rc = solve_candidates(s, caps, cand, n, floor_sps, bar, best);
   for (int k = 0; caps && k < s->ntaus; k++) cap_free(&caps[k]);
   free(caps);
   free(cand);
   return rc;
 }
 
+/* Bound of one cap: the best relaxation bound and rounding over the caps so far. */
+typedef struct Bounds {
+  double bound, feasible;
+} Bounds;
+
+/* Keeps the best bound and rounding; counts the pair. */
+static void visit_bounds(void* ctx, int k, double bound, double feasible) {
+  Bounds* b = ctx;
+  b->bound = fmax(b->bound, bound);
+  b->feasible = fmax(b->feasible, feasible);
+  last_stats.pairs++;
+  (void)k;
+}
+
+/* The samples/s bounds of search s over all its caps: *ub no plan exceeds (the relaxation),
+** *feasible a real plan reaches (the best rounding); both 0 when nothing fits. */
+static int search_bounds(const Search* s, double* ub, double* feasible) {
+  CapProblem* caps = calloc((size_t)s->ntaus, sizeof *caps);
+  int rc = !caps ? osdp_fail("out of memory") : 0;
+  for (int k = 0; k < s->ntaus && !rc; k++) rc = cap_build(s, s->taus[k], &caps[k]);
+  Bounds b = {0, 0};
+  if (!rc) for_each_pair(s, caps, visit_bounds, &b);
+  for (int k = 0; caps && k < s->ntaus; k++) cap_free(&caps[k]);
+  free(caps);
+  *ub = b.bound;
+  *feasible = b.feasible;
+  return rc;
+}
+
+/* Writes the chosen configurations and the recompute count into a plan. */
+static int best_to_plan(const Search* s, const Best* b, Plan* out) {
+  if (plan_uniform(out, s->d, STRAT_DP, s->dev->ranks, s->B, s->o.seq)) return -1;
+  for (int i = 0; i < s->nparam; i++) {
+    int op = s->param_op[i];
+    out->ops[op] = s->cls[s->op_class[op]].cfg[b->choice[i]].plan;
+  }
+  plan_set_recompute(out, s->R);
+  return 0;
+}
+
+/* ---- The search over micro-batches and recompute counts ---------------------------------- */
+
 /* The best plan of one micro-batch under the search model. */
 typedef struct BatchBest {
-  int B;
+  int B, R;
   double sps;
   size_t peak;
   Plan plan;
 } BatchBest;
 
-/* Least extra compute any configuration of the model's ops can add at micro-batch B (splitting
-** may be measured faster than not): sum over parameter ops of min(0, min_k extra). */
-static double least_split_extra(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int B) {
+/* What the search over micro-batches shares. */
+typedef struct Driver {
+  const GptDesc* d;
+  const DeviceInfo* dev;
+  SearchOptions o;    /* normalized */
+  int* flags;         /* scratch: per-layer recompute flags */
+  size_t fixed;       /* least persistent + transient bytes of any plan (least_fixed_bytes) */
+} Driver;
+
+/* The flags of the first R layers, in x's scratch. */
+static const int* first_layers(const Driver* x, int R) {
+  for (int l = 0; l < x->d->cfg.n_layer; l++) x->flags[l] = l < R;
+  return x->flags;
+}
+
+/* Batch bytes at micro-batch B with the first R layers recomputed. */
+static size_t batch_bytes_at(const Driver* x, int B, int R) {
+  return cost_batch_bytes(x->d, x->dev, B, x->o.seq, first_layers(x, R));
+}
+
+/* The recompute counts worth searching at micro-batch B, ascending, into rs: those up to
+** o.max_recompute whose batch bytes are below those of every smaller count (a count that saves
+** nothing more is only slower: recomputation adds time to every plan) and under which the
+** least plan fits. Returns how many. */
+static int recompute_counts(const Driver* x, int B, int* rs) {
+  int n = 0;
+  size_t least = (size_t)-1;
+  for (int R = 0; R <= x->o.max_recompute; R++) {
+    size_t bytes = batch_bytes_at(x, B, R);
+    if (bytes >= least) continue;
+    least = bytes;
+    if (x->fixed + bytes <= x->dev->mem_limit) rs[n++] = R;
+  }
+  return n;
+}
+
+/* Least extra compute any configuration can add at micro-batch B with any allowed recompute
+** count (splitting may be measured faster than not): sum over parameter ops of min(0, min_k
+** extra), with the most layers recomputed (which scales a negative extra the most). */
+static double least_split_extra(const Driver* x, int B) {
+  const GptDesc* d = x->d;
+  const int* flags = first_layers(x, x->o.max_recompute);
   double t = 0;
   for (int i = 0; i < d->nops; i++) {
     if (!d->ops[i].n_params || !d->ops[i].splittable) continue;
     double m = 0;
-    for (int k = 2; k <= o->max_slices && (size_t)k <= d->ops[i].rows; k *= 2)
-      m = fmin(m, cost_split_extra_s(d, dev, i, k, B, o->seq));
+    for (int k = 2; k <= x->o.max_slices && (size_t)k <= d->ops[i].rows; k *= 2)
+      m = fmin(m, cost_split_extra_s(d, x->dev, i, k, B, x->o.seq, flags));
     t += m;
   }
   return t;
 }
 
+/* An upper bound on the samples/s of micro-batch B with at least R0 recomputed layers: its
+** unsplit compute, the recomputed forwards of R0 layers and the least extra, no communication. */
+static double batch_bound(const Driver* x, int B, int R0) {
+  int T = x->o.seq;
+  double t = cost_compute_s(x->d, x->dev, B, T) + device_step_collective_s(x->dev, COLL_ALLREDUCE, 16) +
+             cost_recompute_s(x->d, x->dev, B, T, first_layers(x, R0)) + least_split_extra(x, B);
+  return (double)x->dev->ranks * B / t;
+}
+
+/* A problem's index and its bound. */
+typedef struct Ranked {
+  int i;
+  double bound;
+} Ranked;
+
+/* Orders problems by decreasing bound, then index. */
+static int cmp_ranked(const void* a, const void* b) {
+  const Ranked *x = a, *y = b;
+  if (x->bound != y->bound) return x->bound > y->bound ? -1 : 1;
+  return x->i - y->i;
+}
+
+/* Solves the problems of pool's micro-batch for the recompute counts rs[0..nr), best first by
+** the relaxation's bound (search_bounds), each only while its bound can reach the bar: the
+** most of `bar`, the best plan found and the best rounding of any count (a real plan). The best
+** reaching `bar` into *out (sps 0 when none). */
+static int search_counts(const ClassPool* pool, const int* rs, int nr, double bar, BatchBest* out) {
+  Search* sv = calloc((size_t)nr, sizeof *sv);
+  Ranked* order = malloc((size_t)nr * sizeof *order);
+  int rc = sv && order ? 0 : osdp_fail("out of memory"), built = 0;
+  double floor_sps = 0;
+  for (; !rc && built < nr; built++) {
+    double ub = 0, feasible = 0;
+    rc = search_build(&sv[built], pool, rs[built]);
+    if (!rc) rc = search_bounds(&sv[built], &ub, &feasible);
+    order[built] = (Ranked){built, ub};
+    floor_sps = fmax(floor_sps, feasible);
+  }
+  if (!rc) qsort(order, (size_t)nr, sizeof *order, cmp_ranked);
+  for (int j = 0; !rc && j < nr; j++) {
+    double need = fmax(fmax(out->sps, bar), floor_sps);
+    if (order[j].bound < need * (1 - 1e-13)) break; /* sorted: none can */
+    const Search* s = &sv[order[j].i];
+    Best b = {.choice = malloc((size_t)(s->nparam ? s->nparam : 1) * sizeof(int))};
+    rc = b.choice ? search_run(s, need, &b) : osdp_fail("out of memory");
+    if (!rc && b.sps > 0 && better(out->sps, out->peak, b.sps, b.peak)) {
+      plan_free(&out->plan);
+      *out = (BatchBest){s->B, s->R, b.sps, b.peak, {0}};
+      rc = best_to_plan(s, &b, &out->plan);
+    }
+    free(b.choice);
+  }
+  for (int j = 0; sv && j < built; j++) search_free(&sv[j]);
+  free(sv);
+  free(order);
+  return rc;
+}
+
+/* Least persistent + transient bytes of any plan (built from micro-batch 1's classes). */
+static int fixed_bytes(Driver* x) {
+  ClassPool pool;
+  Search s = {0};
+  int rc = pool_build(&pool, x->d, x->dev, &x->o, 1);
+  if (!rc) rc = search_build(&s, &pool, 0);
+  if (!rc) x->fixed = least_fixed_bytes(&s);
+  search_free(&s);
+  pool_free(&pool);
+  return rc;
+}
+
+/* Records that nothing fits: the smallest limit is min_bytes, with R layers recomputed. */
+static int no_fit_error(const Driver* x, size_t min_bytes, int R) {
+  char lim[32], need[32], rec[64] = "";
+  if (R > 0) snprintf(rec, sizeof rec, ", %d layer%s recomputed", R, R == 1 ? "" : "s");
+  return osdp_fail("no plan fits in %s per rank for %s on %d rank(s) at seq %d; the smallest "
+                   "limit that fits is %s (%zu bytes, at micro-batch 1 with everything "
+                   "sharded as far as the options allow%s); raise the limit, lower --seq or add ranks",
+                   format_bytes((double)x->dev->mem_limit, lim), x->d->cfg.name, x->dev->ranks,
+                   x->o.seq, format_bytes((double)min_bytes, need), min_bytes, rec);
+}
+
+/* The smallest limit any plan fits (micro-batch 1, the recompute count with the fewest batch
+** bytes, which goes to *R). */
+static size_t smallest_limit(const Driver* x, int* R) {
+  size_t best = (size_t)-1;
+  for (int r = 0; r <= x->o.max_recompute; r++) {
+    size_t need = x->fixed + batch_bytes_at(x, 1, r);
+    if (need < best) { best = need; *R = r; }
+  }
+  return best;
+}
+
+/* Inserts b into v (n entries, fastest first by the search model; ties: less memory). */
+static void insert_batch(BatchBest* v, int* n, const BatchBest* b) {
+  int at = *n;
+  while (at > 0 && better(v[at - 1].sps, v[at - 1].peak, b->sps, b->peak)) {
+    v[at] = v[at - 1];
+    at--;
+  }
+  v[at] = *b;
+  (*n)++;
+}
+
 /* Searches every micro-batch that fits, largest first, skipping those whose bound cannot
-** reach the keep-th best found. Writes the found ones into out[0..*nout) (fastest first by
-** the search model); *min_bytes as planner_search. */
+** reach the keep-th best found; per micro-batch every recompute count worth it (see
+** search_counts). Writes the found ones into out[0..*nout) (fastest first by the search
+** model); *min_bytes as planner_search. */
 static int search_batches(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int keep,
                           BatchBest** out, int* nout, size_t* min_bytes) {
-  SearchOptions so = normalized_options(d, o);
+  Driver x = {.d = d, .dev = dev, .o = normalized_options(d, o)};
   *out = NULL;
   *nout = 0;
   *min_bytes = (size_t)-1;
   if (device_validate(dev, "device")) return -1;
-  if (so.seq > d->cfg.max_seq)
-    return osdp_fail("planner: seq %d exceeds the model's max_seq %d; lower --seq", so.seq,
+  if (x.o.seq > d->cfg.max_seq)
+    return osdp_fail("planner: seq %d exceeds the model's max_seq %d; lower --seq", x.o.seq,
                      d->cfg.max_seq);
-  int nb = 0;
-  while (nb < so.max_batch && cost_batch_bytes(d, dev, nb + 1, so.seq) <= dev->mem_limit) nb++;
-  BatchBest* v = calloc((size_t)(nb > 0 ? nb : 1), sizeof *v);
-  if (!v) return osdp_fail("out of memory");
-  int n = 0, rc = 0, N = dev->ranks;
-  for (int B = nb > 0 ? nb : 1; B >= 1 && !rc; B--) {
-    double comp = cost_compute_s(d, dev, B, so.seq) + device_step_collective_s(dev, COLL_ALLREDUCE, 16);
-    double bound = (double)N * B / (comp + least_split_extra(d, dev, &so, B));
+  x.flags = malloc((size_t)(d->cfg.n_layer > 0 ? d->cfg.n_layer : 1) * sizeof *x.flags);
+  int* rs = malloc(((size_t)x.o.max_recompute + 1) * sizeof *rs);
+  int rc = x.flags && rs ? fixed_bytes(&x) : osdp_fail("out of memory"), Rmin = 0;
+  if (!rc) *min_bytes = smallest_limit(&x, &Rmin);
+  if (!rc && *min_bytes > dev->mem_limit) rc = no_fit_error(&x, *min_bytes, Rmin);
+  int nb = 0, n = 0;
+  while (!rc && nb < x.o.max_batch && recompute_counts(&x, nb + 1, rs) > 0) nb++;
+  BatchBest* v = rc ? NULL : calloc((size_t)(nb > 0 ? nb : 1), sizeof *v);
+  if (!rc && !v) rc = osdp_fail("out of memory");
+  for (int B = nb; B >= 1 && !rc; B--) {
+    int nr = recompute_counts(&x, B, rs);
     double bar = n >= keep ? v[keep - 1].sps : 0;
-    if (nb > 0 && bound < bar * (1 - 1e-13) && B > 1) continue;
-    Search s;
-    Best best = {0};
-    size_t need = 0;
-    rc = search_build(&s, d, dev, &so, B);
-    best.choice = rc ? NULL : malloc((size_t)(s.nparam ? s.nparam : 1) * sizeof *best.choice);
-    if (!rc && !best.choice) rc = osdp_fail("out of memory");
-    if (!rc) rc = search_run(&s, &best, &need);
-    if (need < *min_bytes) *min_bytes = need;
-    if (!rc && best.sps > 0 && nb > 0) {
-      BatchBest x = {B, best.sps, best.peak, {0}};
-      rc = best_to_plan(&s, &best, &x.plan);
-      int at = n;
-      while (!rc && at > 0 && (x.sps > v[at - 1].sps * (1 + 1e-13) ||
-                               (x.sps >= v[at - 1].sps * (1 - 1e-13) && x.peak < v[at - 1].peak))) {
-        v[at] = v[at - 1];
-        at--;
-      }
-      if (!rc) { v[at] = x; n++; }
-    }
-    free(best.choice);
-    search_free(&s);
+    if (nr == 0 || batch_bound(&x, B, rs[0]) < bar * (1 - 1e-13)) continue;
+    ClassPool pool;
+    BatchBest b = {0};
+    rc = pool_build(&pool, d, dev, &x.o, B);
+    if (!rc) rc = search_counts(&pool, rs, nr, bar, &b);
+    pool_free(&pool);
+    if (!rc && b.sps > 0) insert_batch(v, &n, &b);
+    else plan_free(&b.plan);
   }
+  if (!rc && n == 0) rc = no_fit_error(&x, *min_bytes, Rmin);
   *out = v;
   *nout = n;
-  if (!rc && n == 0) {
-    Search s = {.d = d, .dev = dev, .o = so};
-    rc = no_fit_error(&s, *min_bytes);
-  }
+  free(rs);
+  free(x.flags);
   return rc;
 }
 
@@ -333,6 +505,7 @@ int planner_search(const GptDesc* d, const DeviceInfo* dev, const SearchOptions*
   int rc = search_batches(d, dev, o, 1, &v, &n, &need);
   if (min_bytes) *min_bytes = need;
   if (!rc) {
+    last_stats.peak = v[0].peak;
     *out = v[0].plan;
     v[0].plan = (Plan){0};
     PlanCost scratch;
@@ -360,9 +533,11 @@ static int decide_prefetch(const GptDesc* d, const DeviceInfo* dev, Candidate* c
   return 0;
 }
 
-/* Whether two plans are the same (micro-batch, prefetch, every op's slices). */
+/* Whether two plans are the same (micro-batch, prefetch, recomputed layers, every op's slices). */
 static int same_plan(const Plan* a, const Plan* b) {
   if (a->micro_batch != b->micro_batch || a->prefetch != b->prefetch || a->nops != b->nops) return 0;
+  if (a->nlayers != b->nlayers) return 0;
+  for (int l = 0; l < a->nlayers; l++) if ((a->recompute[l] != 0) != (b->recompute[l] != 0)) return 0;
   for (int i = 0; i < a->nops; i++) {
     if (a->ops[i].k != b->ops[i].k) return 0;
     for (int s = 0; s < a->ops[i].k; s++) if (a->ops[i].strat[s] != b->ops[i].strat[s]) return 0;
@@ -393,41 +568,65 @@ static int is_uniform(const Candidate* c) { return c->uniform >= 0; }
 /* How many of the search's micro-batches are re-priced by the replay. */
 #define CANDIDATE_BATCHES 6
 
+/* Names candidate c: `what`, then " R=n" when its plan recomputes n > 0 layers. */
+static void name_candidate(Candidate* c, const char* what) {
+  int R = plan_recompute_count(&c->plan);
+  if (R > 0) snprintf(c->origin, sizeof c->origin, "%.16s R=%d", what, R);
+  else snprintf(c->origin, sizeof c->origin, "%s", what);
+}
+
+/* Adds the best plan of a search with options so (its replayed cost, prefetch decided) as a
+** candidate named `what`, if any plan fits under them. */
+static int add_searched(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
+                        const char* what, Candidate* all, int* n, int cap) {
+  Candidate c = {.uniform = -1};
+  if (planner_search(d, dev, so, &c.plan, &c.cost, NULL, NULL) != 0) { osdp_clear_error(); return 0; }
+  name_candidate(&c, what);
+  int rc = decide_prefetch(d, dev, &c);
+  add_candidate(all, n, cap, &c);
+  return rc;
+}
+
+/* How many plans besides the search's micro-batches: unsplit, without recomputation, 3 uniform. */
+#define CANDIDATE_OTHERS 5
+
 int planner_candidates(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
                        Candidate* out, int max, size_t* min_bytes, double* search_s) {
   double t0 = now_seconds();
   memset(&last_stats, 0, sizeof last_stats);
   BatchBest* v = NULL;
-  int nv = 0, n = 0, cap = CANDIDATE_BATCHES + 4;
+  int nv = 0, n = 0, cap = CANDIDATE_BATCHES + CANDIDATE_OTHERS;
   size_t need = 0;
   Candidate* all = calloc((size_t)cap, sizeof *all);
   int rc = all ? search_batches(d, dev, o, CANDIDATE_BATCHES, &v, &nv, &need) : osdp_fail("out of memory");
+  PlannerStats stats = last_stats; /* the main search's, not the variants' below */
+  if (nv > 0) stats.peak = v[0].peak;
   if (min_bytes) *min_bytes = need;
   for (int i = 0; !rc && i < nv && i < CANDIDATE_BATCHES; i++) {
     Candidate c = {.plan = v[i].plan, .uniform = -1};
     v[i].plan = (Plan){0};
-    snprintf(c.origin, sizeof c.origin, "search B=%d", c.plan.micro_batch);
+    char what[24];
+    snprintf(what, sizeof what, "search B=%d", c.plan.micro_batch);
+    name_candidate(&c, what);
     rc = plan_cost(d, dev, &c.plan, &c.cost) || decide_prefetch(d, dev, &c);
     if (rc) plan_free(&c.plan);
     else add_candidate(all, &n, cap, &c);
   }
-  SearchOptions unsplit = normalized_options(d, o);
-  unsplit.max_slices = 1;
-  Plan up;
-  PlanCost uc;
-  if (!rc && o->max_slices != 1 && planner_search(d, dev, &unsplit, &up, &uc, NULL, NULL) == 0) {
-    Candidate c = {.plan = up, .cost = uc, .uniform = -1};
-    snprintf(c.origin, sizeof c.origin, "search unsplit");
-    rc = decide_prefetch(d, dev, &c);
-    add_candidate(all, &n, cap, &c);
-  }
+  SearchOptions variant = normalized_options(d, o);
+  variant.max_slices = 1;
+  if (!rc && variant.max_slices != normalized_options(d, o).max_slices)
+    rc = add_searched(d, dev, &variant, "search unsplit", all, &n, cap);
+  variant = normalized_options(d, o);
+  variant.max_recompute = 0;
+  if (!rc && normalized_options(d, o).max_recompute > 0)
+    rc = add_searched(d, dev, &variant, "search R=0", all, &n, cap);
   static const char* names[] = {"ddp", "zero2", "zero3"};
   for (int s = 0; !rc && s < STRAT_COUNT; s++) {
     SearchOptions so = normalized_options(d, o);
+    Candidate c = {.uniform = s};
     if (!so.allow[s]) continue;
-    if (planner_best_uniform(d, dev, o, (Strategy)s, &up, &uc) != 0) { osdp_clear_error(); continue; }
-    Candidate c = {.plan = up, .cost = uc, .uniform = s};
-    snprintf(c.origin, sizeof c.origin, "%s", names[s]);
+    if (planner_best_uniform(d, dev, o, (Strategy)s, &c.plan, &c.cost) != 0) { osdp_clear_error(); continue; }
+    name_candidate(&c, names[s]);
     rc = decide_prefetch(d, dev, &c);
     add_candidate(all, &n, cap, &c);
   }
@@ -447,23 +646,51 @@ int planner_candidates(const GptDesc* d, const DeviceInfo* dev, const SearchOpti
   if (rc) w = -1;
   free(all);
   batches_free(v, nv);
+  last_stats = stats;
   if (search_s) *search_s = now_seconds() - t0;
   return w;
 }
 
 /* ---- Uniform plans ----------------------------------------------------------------------- */
 
+/* Whether plan p fits on dev (its predicted peak within the limit). */
+static int fits(const GptDesc* d, const DeviceInfo* dev, const Plan* p) {
+  MemPrediction m;
+  plan_predict_memory(d, p, dev->threads, &m);
+  return m.peak <= dev->mem_limit;
+}
+
+/* The fewest recomputed layers (the first ones, at most Rmax) with which p fits, or -1; leaves
+** p with them. One layer saves nothing (its blocks move into the shared buffer); from two on,
+** every further layer only takes its own blocks away, so a bisection finds the fewest. */
+static int fewest_recompute(const GptDesc* d, const DeviceInfo* dev, Plan* p, int Rmax) {
+  plan_set_recompute(p, 0);
+  if (fits(d, dev, p)) return 0;
+  plan_set_recompute(p, Rmax);
+  if (Rmax == 0 || !fits(d, dev, p)) return -1;
+  int lo = 1, hi = Rmax; /* fits at hi */
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    plan_set_recompute(p, mid);
+    if (fits(d, dev, p)) hi = mid; else lo = mid + 1;
+  }
+  plan_set_recompute(p, hi);
+  return hi;
+}
+
 int planner_best_uniform(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
                          Strategy s, Plan* out, PlanCost* cost) {
   SearchOptions so = normalized_options(d, o);
   Plan p;
   PlanCost c, best = {0};
+  int best_R = 0;
   if (plan_uniform(&p, d, s, dev->ranks, 1, so.seq)) return -1;
   for (int B = 1; B <= so.max_batch; B++) {
     p.micro_batch = B;
+    int R = fewest_recompute(d, dev, &p, so.max_recompute);
+    if (R < 0) break;
     if (plan_cost(d, dev, &p, &c)) { plan_free(&p); return -1; }
-    if (c.mem.peak > dev->mem_limit) break;
-    if (c.samples_per_s > best.samples_per_s) best = c;
+    if (c.samples_per_s > best.samples_per_s) { best = c; best_R = R; }
   }
   if (best.micro_batch == 0) {
     plan_free(&p);
@@ -472,6 +699,7 @@ int planner_best_uniform(const GptDesc* d, const DeviceInfo* dev, const SearchOp
                      format_bytes((double)dev->mem_limit, lim));
   }
   p.micro_batch = best.micro_batch;
+  plan_set_recompute(&p, best_R);
   *out = p;
   *cost = best;
   return 0;

@@ -1,8 +1,10 @@
 /*
 ** search.h: the OSDP search. Chooses, for every operator that owns parameters, a slice count
-** k and a strategy per slice, and the micro-batch B, to maximise samples/s under the cost
-** model of cost.h subject to peak memory <= dev->mem_limit. The result is exact under the
-** search model of cost.h (not a heuristic): see search.c for the method. planner_candidates
+** k and a strategy per slice, the micro-batch B and how many layers R recompute their
+** activations in backward (the first R: in the search model the layers are alike, so only the
+** count matters), to maximise samples/s under the cost model of cost.h subject to peak memory
+** <= dev->mem_limit. The result is exact under the search model of cost.h (not a heuristic):
+** see search.c for the method. planner_candidates
 ** then re-prices the best plan of each micro-batch (and the uniform plans) with the step replay
 ** (plan_cost), decides zero3 prefetch per plan, and ranks them; `--plan auto` takes the first
 ** or, with a trial, the fastest when measured.
@@ -23,6 +25,8 @@ typedef struct SearchOptions {
                              ** where activations alone exceed the limit */
   int max_slices;            /* largest slice count k, from {1, 2, 4, 8} (<= 0: 8) */
   int allow[STRAT_COUNT];    /* strategies a slice may use (all zero: all allowed) */
+  int max_recompute;         /* most layers that may recompute their activations in backward:
+                             ** -1 (the default) any number up to all, 0 none, R at most R */
 } SearchOptions;
 
 /* One way to run one operator: its slices and strategies with their costs. */
@@ -35,32 +39,38 @@ typedef struct OpConfig {
 
 /* What the last planner_search in this thread did (for reports and tests). */
 typedef struct PlannerStats {
-  int classes;            /* groups of identical operators */
-  int configs;            /* non-dominated configurations, summed over classes */
-  int taus;               /* distinct transient caps examined */
+  int classes;            /* groups of identical operators (of one micro-batch, recomputed
+                          ** and not) */
+  int configs;            /* non-dominated configurations, summed over those classes */
+  int taus;               /* distinct transient caps of one problem (the most) */
+  long problems;          /* (micro-batch, recompute count) problems built and bounded */
   long pairs;             /* (cap, micro-batch) pairs that fit, each bounded */
   long candidates;        /* of those, the pairs whose bound reaches the best rounding */
   long exact_solves;      /* exact dynamic programs run (a pair's beam pass not counted) */
   long states_max;        /* largest Pareto state list of any one program step */
   long states_total;      /* states created over all programs */
+  size_t peak;            /* the search's own sum of the best plan's peak bytes (tested to equal
+                          ** plan_predict_memory's) */
 } PlannerStats;
 
-/* Fills o with the defaults: sequence seq, max_batch 512, max_slices 8, all strategies. */
+/* Fills o with the defaults: sequence seq, max_batch 512, max_slices 8, all strategies, any
+** number of recomputed layers. */
 void planner_default_options(SearchOptions* o, int seq);
 
 /* The non-dominated configurations of op at micro-batch B (no other has <= memory, <=
-** transient and <= time, one strictly) under the options, with their exact costs. *out is
-** malloc'ed (caller frees); returns their count (0 for an op without parameters), or -1 on
-** allocation failure. */
+** transient and <= time, one strictly) under the options, with their exact costs when the
+** layers the flags recompute (NULL: none) are recomputed. *out is malloc'ed (caller frees);
+** returns their count (0 for an op without parameters), or -1 on allocation failure. */
 int planner_op_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int op,
-                       int B, OpConfig** out);
+                       int B, const int* recompute, OpConfig** out);
 
-/* The plan and micro-batch with the highest samples/s under the search model
+/* The plan, micro-batch and recompute count with the highest samples/s under the search model
 ** (cost_search_step_s) whose peak <= dev->mem_limit (ties: the smaller peak). Fills *out
-** (caller plan_free's it) and *cost (plan_cost's replay of it); *min_bytes is the smallest
-** limit for which any plan fits (at micro-batch 1) and *search_s the time the search took
-** (either pointer may be NULL). Returns 0; or -1 with osdp_fail("no plan fits in LIMIT per
-** rank ...; the smallest limit that fits is X ...") and *min_bytes set. */
+** (caller plan_free's it; its first R layers recompute) and *cost (plan_cost's replay of it);
+** *min_bytes is the smallest limit for which any plan fits (at micro-batch 1, with as many
+** layers recomputed as the options allow when that is smaller) and *search_s the time the
+** search took (either pointer may be NULL). Returns 0; or -1 with osdp_fail("no plan fits in
+** LIMIT per rank ...; the smallest limit that fits is X ...") and *min_bytes set. */
 int planner_search(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, Plan* out,
                    PlanCost* cost, size_t* min_bytes, double* search_s);
 
@@ -68,24 +78,29 @@ int planner_search(const GptDesc* d, const DeviceInfo* dev, const SearchOptions*
 typedef struct Candidate {
   Plan plan;
   PlanCost cost;       /* plan_cost of plan (prefetch decided) */
-  char origin[24];     /* "search B=7", "search unsplit", "ddp", "zero2", "zero3" */
+  char origin[32];     /* "search B=7", "search B=4 R=12", "search unsplit", "search R=0",
+                       ** "ddp", "zero2", "zero3", "zero3 R=40" (R: layers recomputed) */
   int uniform;         /* the Strategy of a uniform baseline, or -1 for the search's plans */
 } Candidate;
 
 /* The best distinct plans, fastest first by plan_cost: the search's best plan of each
-** micro-batch, the best unsplit one, and the best uniform ddp / zero2 / zero3 plans; each with
-** zero3 prefetch on where it fits and the replay says it is faster. At most max (>= 1) are
-** written to out: every uniform plan that fits, and the fastest others in the remaining places (caller frees each plan with plan_free); returns their count (>= 1), or -1
-** as planner_search (min_bytes, search_s as there). */
+** micro-batch (each with its recompute count), the best unsplit one, the best one without
+** recomputation (when recomputation is allowed and any plan fits without), and the best
+** uniform ddp / zero2 / zero3 plans (planner_best_uniform); each with zero3 prefetch on where
+** it fits and the replay says it is faster. At most max (>= 1) are written to out: every
+** uniform plan that fits, and the fastest others in the remaining places (caller frees each
+** plan with plan_free); returns their count (>= 1), or -1 as planner_search (min_bytes,
+** search_s as there). */
 int planner_candidates(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
                        Candidate* out, int max, size_t* min_bytes, double* search_s);
 
 /* Statistics of the last planner_search of this thread. */
 PlannerStats planner_last_stats(void);
 
-/* Best micro-batch (up to o->max_batch) for the uniform unsplit plan of strategy s. Fills
-** *out (caller plan_free's it) and *cost; returns 0, or -1 (with an error) if it fits at no
-** micro-batch. */
+/* Best micro-batch (up to o->max_batch) by plan_cost for the uniform unsplit plan of strategy
+** s, each micro-batch with the fewest recomputed layers (up to o->max_recompute) at which it
+** fits: more would only be slower. Fills *out (caller plan_free's it; its first R layers
+** recompute) and *cost; returns 0, or -1 (with an error) if it fits at no micro-batch. */
 int planner_best_uniform(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
                          Strategy s, Plan* out, PlanCost* cost);
 

@@ -25,44 +25,69 @@ typedef struct ConfigList {
 /* The options with defaults filled in, seq defaulting to the model's max_seq (configs.c). */
 SearchOptions normalized_options(const GptDesc* d, const SearchOptions* in);
 
-/* Enumerates and prunes op's configurations at micro-batch B (dp exposure `exposure`) into l;
-** -1 on failure (configs.c). */
+/* Enumerates and prunes op's configurations at micro-batch B (dp exposure `exposure`) with the
+** per-layer recompute flags (NULL: none) into l; -1 on failure (configs.c). */
 int op_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int op, int B,
-               double exposure, ConfigList* l);
+               double exposure, const int* recompute, ConfigList* l);
 
-/* ---- classes.c: classes of identical operators, caps, micro-batches: the Search -------- */
+/* ---- classes.c: classes of identical operators, caps, recompute counts: the Search ----- */
 
-/* Operators with the same block and the same uses, hence the same configurations. */
+/* Operators with the same block and the same uses in the step's schedule (and alike in
+** whether their layer recomputes them), hence the same configurations. */
 typedef struct OpClass {
   int rep;            /* first op of the class */
-  int count;          /* ops in it */
+  int count;          /* ops in it (in a ClassPool: 0) */
+  OpUses uses;        /* the step's uses of its parameters (cost_ops_uses) */
+  int recomputed;     /* its ops are re-run forward in backward (gpt_op_recomputes) */
   OpConfig* cfg;      /* its non-dominated configurations */
   int ncfg;
 } OpClass;
 
-/* Everything the search works from. */
+/* The classes of one micro-batch B for every recompute count at once: each op with parameters
+** has a class for when its layer does not recompute and one for when it does (the same class
+** for ops outside the layers and for fcproj, whose forward is not re-run). */
+typedef struct ClassPool {
+  const GptDesc* d;
+  const DeviceInfo* dev;
+  SearchOptions o;
+  int B;
+  double exposure;      /* dp all-reduce exposure at B (cost_dp_exposure) */
+  OpClass* cls;         /* owns the configurations */
+  int ncls;
+  int* plain;           /* [nops]: class of each op when its layer does not recompute (-1: none) */
+  int* recomputed;      /* [nops]: and when it does */
+} ClassPool;
+
+/* Builds the classes of micro-batch B: the ops grouped, each class's configurations (classes.c). */
+int pool_build(ClassPool* p, const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int B);
+
+/* Frees what pool_build allocated (classes.c). */
+void pool_free(ClassPool* p);
+
+/* Everything the search of one micro-batch B and recompute count R works from: the classes
+** present when the first R layers recompute (configurations borrowed from the pool). */
 typedef struct Search {
   const GptDesc* d;
   const DeviceInfo* dev;
   SearchOptions o;
+  int B, R;             /* the micro-batch and the number of recomputed layers (the first R) */
   int nparam;           /* ops with parameters */
   int* param_op;        /* their indices, grouped by class */
   int* op_class;        /* class of each op (-1 without parameters) */
-  OpClass* cls;
+  OpClass* cls;         /* the classes with ops at this R (count > 0) */
   int ncls;
   size_t* taus;         /* distinct feasible transient caps, ascending */
   int ntaus;
-  int B;                /* the micro-batch this search is for (config times depend on it) */
   double exposure;      /* dp all-reduce exposure at B (cost_dp_exposure) */
-  int nbatch;           /* micro-batches whose batch bytes fit the limit (only B is searched) */
-  size_t* batch_bytes;  /* [nbatch + 1], by B */
-  double* compute_s;    /* [nbatch + 1], by B: unsplit compute, overhead, norm all-reduce */
+  size_t batch_bytes;   /* activations (first R layers recomputed) and scratch at B */
+  double compute_s;     /* unsplit compute, overhead, norm all-reduce, recomputed forwards */
 } Search;
 
-/* Builds everything the search at micro-batch B needs: classes, caps (classes.c). */
-int search_build(Search* s, const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int B);
+/* Builds the search of pool p's micro-batch with the first R layers recomputed: classes,
+** caps, batch bytes and compute (classes.c). */
+int search_build(Search* s, const ClassPool* p, int R);
 
-/* Frees what search_build allocated (classes.c). */
+/* Frees what search_build allocated, not the pool's configurations (classes.c). */
 void search_free(Search* s);
 
 /* ---- relax.c: one transient cap: options per class and the linear relaxation --------- */
