@@ -22,7 +22,9 @@
 static const char* plan_help =
     "usage: osdp plan [--model M] (--devices device.json | --ranks N --mem-limit SIZE --flops F\n"
     "                 --bandwidth BYTES_PER_S --latency SECONDS [--threads N]) [--seq T]\n"
-    "                 [--max-batch B] [--out plan.json] [--svg plan.svg] [--json]\n"
+    "                 [--max-batch B] [--recompute N|all] [--out plan.json] [--svg plan.svg] [--json]\n"
+    "  --recompute N fixes how many layers recompute their activations in backward (all: every\n"
+    "  layer); without it the planner chooses, with the strategies, slices and micro-batch.\n"
     "  device.json comes from `osdp profile` or is written by hand for hardware you do not have.\n";
 
 /* Device information from --devices, or from the flags that stand in for a file. */
@@ -249,14 +251,14 @@ static int search_options_from_args(const Args* a, const GptDesc* d, const Devic
     return -1;
   planner_default_options(so, (int)T);
   so->max_batch = (int)maxb;
-  return 0;
+  return setup_recompute_search(a, d, so);
 }
 
 int cmd_plan(int argc, char** argv) {
   if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(plan_help, stdout); return 0; }
   static const char* const opts[] = {"model", "devices", "ranks", "mem-limit", "flops", "bandwidth",
                                      "latency", "threads", "seq", "max-batch", "out", "load",
-                                     "svg", "trial-steps", NULL};
+                                     "svg", "trial-steps", "recompute", NULL};
   static const char* const sws[] = {"json", "trial", NULL};
   Args a;
   GptDesc d;

@@ -28,6 +28,7 @@ static const char* train_help =
     "  --prefetch       gather the next zero3 weight while the current one computes\n"
     "  --recompute N    the first N layers (or all) keep only their output and recompute the\n"
     "                   rest in backward: less activation memory, one more forward per layer\n"
+    "                   (with --plan auto: exactly N layers; without it the planner chooses)\n"
     "  --max-batch B    with --plan auto: largest micro-batch to consider [512, or --batch]\n"
     "  --lr X --warmup N --weight-decay X --grad-clip X   AdamW settings [1e-2, 100, 0.1, 1.0]\n"
     "  --lr-schedule S  constant, or cosine (decay to lr/10 at the last step) [constant]\n"

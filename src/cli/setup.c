@@ -29,17 +29,31 @@ int setup_model(const Args* a, const char* def, GptDesc* d) {
   return gpt_desc_build(d, &cfg);
 }
 
-int setup_recompute(const Args* a, const GptDesc* d, Plan* p) {
+/* The layer count of --recompute N|all into *n: 1 when given, 0 when absent, -1 with an error
+** naming the value when it is not a count of d's layers. */
+static int recompute_count(const Args* a, const GptDesc* d, int* n) {
   const char* v = args_get(a, "recompute", NULL);
   if (!v) return 0;
   int L = d->cfg.n_layer;
   char* end = NULL;
-  long n = strcmp(v, "all") == 0 ? L : strtol(v, &end, 10);
-  if (end && (end == v || *end || n < 0 || n > L))
+  long c = strcmp(v, "all") == 0 ? L : strtol(v, &end, 10);
+  if (end && (end == v || *end || c < 0 || c > L))
     return osdp_fail("--recompute: '%s' is not a layer count; give 0..%d (model %s has %d layers) "
                      "or all", v, L, d->cfg.name, L);
-  plan_set_recompute(p, (int)n);
-  return 0;
+  *n = (int)c;
+  return 1;
+}
+
+int setup_recompute(const Args* a, const GptDesc* d, Plan* p) {
+  int n = 0, rc = recompute_count(a, d, &n);
+  if (rc > 0) plan_set_recompute(p, n);
+  return rc < 0 ? -1 : 0;
+}
+
+int setup_recompute_search(const Args* a, const GptDesc* d, SearchOptions* so) {
+  int n = 0, rc = recompute_count(a, d, &n);
+  if (rc > 0) so->min_recompute = so->max_recompute = n;
+  return rc < 0 ? -1 : 0;
 }
 
 int setup_plan(const Args* a, const GptDesc* d, int B, int T, int B_given, int T_given, Plan* p) {
@@ -97,6 +111,7 @@ int setup_auto_plan(const Args* a, const GptDesc* d, int T, int max_batch, int q
   planner_default_options(&so, T);
   so.max_batch = max_batch;
   long trial_steps;
+  if (setup_recompute_search(a, d, &so)) { device_free(&dev); return -1; }
   if (args_int(a, "trial-steps", 6, 0, 1000, &trial_steps)) { device_free(&dev); return -1; }
   memset(report, 0, sizeof *report);
   report->quiet = quiet;

@@ -33,6 +33,9 @@ int setup_plan(const Args* a, const GptDesc* d, int B, int T, int B_given, int T
 ** in backward; absent leaves p as it is (a plan file's "layers"). -1 with an error naming the
 ** value when it is not a layer count. */
 int setup_recompute(const Args* a, const GptDesc* d, Plan* p);
+/* --recompute N|all for a search (plan, train --plan auto): exactly that many layers recompute
+** (min = max); absent, the planner chooses. -1 with an error as setup_recompute. */
+int setup_recompute_search(const Args* a, const GptDesc* d, SearchOptions* so);
 /* Optimizer, threads and memory options (--lr --seed --threads --mem-limit --warmup ...). */
 int setup_train_options(const Args* a, TrainOptions* o);
 /* Profiling options (--seq --threads --mem-limit --profile-steps) for profile and train --plan auto. */

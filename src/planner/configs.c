@@ -21,11 +21,13 @@ void planner_default_options(SearchOptions* o, int seq) {
 }
 
 /* The options with defaults filled in (seq: the model's max_seq; max_recompute: a count from
-** 0 to the number of layers). */
+** 0 to the number of layers; min_recompute: from 0 to max_recompute). */
 SearchOptions normalized_options(const GptDesc* d, const SearchOptions* in) {
   SearchOptions o = *in;
   if (o.seq <= 0) o.seq = d->cfg.max_seq;
   if (o.max_recompute < 0 || o.max_recompute > d->cfg.n_layer) o.max_recompute = d->cfg.n_layer;
+  if (o.min_recompute < 0) o.min_recompute = 0;
+  if (o.min_recompute > o.max_recompute) o.min_recompute = o.max_recompute;
   if (o.max_batch <= 0) o.max_batch = 512;
   if (o.max_slices <= 0) o.max_slices = GPT_MAX_SLICES;
   int any = 0;

@@ -309,14 +309,14 @@ static size_t batch_bytes_at(const Driver* x, int B, int R) {
   return cost_batch_bytes(x->d, x->dev, B, x->o.seq, first_layers(x, R));
 }
 
-/* The recompute counts worth searching at micro-batch B, ascending, into rs: those up to
-** o.max_recompute whose batch bytes are below those of every smaller count (a count that saves
+/* The recompute counts worth searching at micro-batch B, ascending, into rs: those from
+** o.min_recompute up to o.max_recompute whose batch bytes are below those of every smaller count (a count that saves
 ** nothing more is only slower: recomputation adds time to every plan) and under which the
 ** least plan fits. Returns how many. */
 static int recompute_counts(const Driver* x, int B, int* rs) {
   int n = 0;
   size_t least = (size_t)-1;
-  for (int R = 0; R <= x->o.max_recompute; R++) {
+  for (int R = x->o.min_recompute; R <= x->o.max_recompute; R++) {
     size_t bytes = batch_bytes_at(x, B, R);
     if (bytes >= least) continue;
     least = bytes;
@@ -423,11 +423,11 @@ static int no_fit_error(const Driver* x, size_t min_bytes, int R) {
                    x->o.seq, format_bytes((double)min_bytes, need), min_bytes, rec);
 }
 
-/* The smallest limit any plan fits (micro-batch 1, the recompute count with the fewest batch
-** bytes, which goes to *R). */
+/* The smallest limit any plan fits (micro-batch 1, the allowed recompute count with the fewest
+** batch bytes, which goes to *R). */
 static size_t smallest_limit(const Driver* x, int* R) {
   size_t best = (size_t)-1;
-  for (int r = 0; r <= x->o.max_recompute; r++) {
+  for (int r = x->o.min_recompute; r <= x->o.max_recompute; r++) {
     size_t need = x->fixed + batch_bytes_at(x, 1, r);
     if (need < best) { best = need; *R = r; }
   }
@@ -618,7 +618,7 @@ int planner_candidates(const GptDesc* d, const DeviceInfo* dev, const SearchOpti
     rc = add_searched(d, dev, &variant, "search unsplit", all, &n, cap);
   variant = normalized_options(d, o);
   variant.max_recompute = 0;
-  if (!rc && normalized_options(d, o).max_recompute > 0)
+  if (!rc && normalized_options(d, o).max_recompute > 0 && normalized_options(d, o).min_recompute == 0)
     rc = add_searched(d, dev, &variant, "search R=0", all, &n, cap);
   static const char* names[] = {"ddp", "zero2", "zero3"};
   for (int s = 0; !rc && s < STRAT_COUNT; s++) {
@@ -660,15 +660,15 @@ static int fits(const GptDesc* d, const DeviceInfo* dev, const Plan* p) {
   return m.peak <= dev->mem_limit;
 }
 
-/* The fewest recomputed layers (the first ones, at most Rmax) with which p fits, or -1; leaves
-** p with them. One layer saves nothing (its blocks move into the shared buffer); from two on,
-** every further layer only takes its own blocks away, so a bisection finds the fewest. */
-static int fewest_recompute(const GptDesc* d, const DeviceInfo* dev, Plan* p, int Rmax) {
-  plan_set_recompute(p, 0);
-  if (fits(d, dev, p)) return 0;
+/* The fewest recomputed layers (the first ones, from Rmin to Rmax) with which p fits, or -1;
+** leaves p with them. One layer saves nothing (its blocks move into the shared buffer); from two
+** on, every further layer only takes its own blocks away, so a bisection finds the fewest. */
+static int fewest_recompute(const GptDesc* d, const DeviceInfo* dev, Plan* p, int Rmin, int Rmax) {
+  plan_set_recompute(p, Rmin);
+  if (fits(d, dev, p)) return Rmin;
   plan_set_recompute(p, Rmax);
-  if (Rmax == 0 || !fits(d, dev, p)) return -1;
-  int lo = 1, hi = Rmax; /* fits at hi */
+  if (Rmax == Rmin || !fits(d, dev, p)) return -1;
+  int lo = Rmin + 1, hi = Rmax; /* fits at hi */
   while (lo < hi) {
     int mid = lo + (hi - lo) / 2;
     plan_set_recompute(p, mid);
@@ -687,7 +687,7 @@ int planner_best_uniform(const GptDesc* d, const DeviceInfo* dev, const SearchOp
   if (plan_uniform(&p, d, s, dev->ranks, 1, so.seq)) return -1;
   for (int B = 1; B <= so.max_batch; B++) {
     p.micro_batch = B;
-    int R = fewest_recompute(d, dev, &p, so.max_recompute);
+    int R = fewest_recompute(d, dev, &p, so.min_recompute, so.max_recompute);
     if (R < 0) break;
     if (plan_cost(d, dev, &p, &c)) { plan_free(&p); return -1; }
     if (c.samples_per_s > best.samples_per_s) { best = c; best_R = R; }

@@ -27,6 +27,8 @@ typedef struct SearchOptions {
   int allow[STRAT_COUNT];    /* strategies a slice may use (all zero: all allowed) */
   int max_recompute;         /* most layers that may recompute their activations in backward:
                              ** -1 (the default) any number up to all, 0 none, R at most R */
+  int min_recompute;         /* fewest layers that recompute (0, the default: no minimum);
+                             ** min = max fixes the count (osdp plan --recompute N) */
 } SearchOptions;
 
 /* One way to run one operator: its slices and strategies with their costs. */
