@@ -268,6 +268,7 @@ static void train_summary(TrainRun* r, double first_loss, double last_loss, doub
     else
       printf("no uniform plan fits: only per-operator sharding trains this model here\n");
   }
+  if (r->eval_batches == 0) { printf("held-out: not evaluated (--eval-batches 0)\n"); return; }
   printf("held-out: loss %.4f", val_loss);
   if (acc >= 0) printf(", exact-match accuracy %.1f%% of %ld problems", 100 * acc, nprob);
   printf("\n");
