@@ -11,6 +11,9 @@
 #   unsplit zero3 (only one slice's gather is live);
 #   peak: split zero3 with prefetch > without (two gathered weights live), and --prefetch on
 #   the command line (describe and train) gives the prefetch plan's peak.
+# Recomputation: the split plan with both layers recomputed (a plan file's "layers", and
+# --recompute all on the command line) predicts and measures a lower peak, exactly. osdp plan
+# chooses recomputation under a limit only it meets, and --recompute 0 there finds nothing.
 # All plans train the same model on the same global batch, so their final losses agree (1e-5).
 set -u
 OSDP=${1:?usage: cli_plans.sh OSDP MPIRUN...}
@@ -66,7 +69,7 @@ declare -A peak persist transient loss
 run_plan() {
   local n=$1 key=$1
   shift
-  [ $# -gt 0 ] && key="$n$*"
+  [ $# -gt 0 ] && key="$n$(printf %s "$@")"
   if ! "$OSDP" describe --plan "$n.json" --ranks 2 --json "$@" >"$key.desc" 2>err.txt; then
     bad "describe --plan $n.json $*: $(cat err.txt)"; return
   fi
@@ -86,8 +89,10 @@ run_plan() {
   transient[$key]=$(mem transient "$key.desc")
   loss[$key]=$(grep -o '"final_loss":[-0-9.e+]*' "$key.sum" | cut -d: -f2)
 }
-for n in ddp zero2 zero3 split prefetch mixed; do run_plan $n; done
+sed 's/]}$/],"layers":[{"layer":0,"recompute":true},{"layer":1,"recompute":true}]}/' split.json >recomp.json
+for n in ddp zero2 zero3 split prefetch mixed recomp; do run_plan $n; done
 run_plan split --prefetch
+run_plan split --recompute all
 
 # lt A B WHAT: checks A < B (both set).
 lt() { if [ -n "$1" ] && [ -n "$2" ] && [ "$1" -lt "$2" ]; then ok; else bad "$3: want '$1' < '$2'"; fi; }
@@ -105,9 +110,25 @@ lt "${transient[split]:-}" "${transient[zero3]:-}" "transient split zero3 < unsp
 lt "${peak[split]:-}" "${peak[prefetch]:-}" "peak split zero3 without prefetch < with"
 if [ -n "${peak[prefetch]:-}" ] && [ "${peak[split--prefetch]:-}" = "${peak[prefetch]}" ]; then ok
 else bad "--prefetch on split.json: peak '${peak[split--prefetch]:-}', want the prefetch plan's '${peak[prefetch]:-}'"; fi
+lt "${peak[recomp]:-}" "${peak[split]:-}" "peak with both layers recomputed < without"
+if [ -n "${peak[recomp]:-}" ] && [ "${peak[split--recomputeall]:-}" = "${peak[recomp]}" ]; then ok
+else bad "--recompute all on split.json: peak '${peak[split--recomputeall]:-}', want the recomputing plan's '${peak[recomp]:-}'"; fi
+dev=(--model tiny --ranks 2 --flops 1e11 --seq 256)
+n0=$("$OSDP" plan "${dev[@]}" --mem-limit 1KiB --json --recompute 0 2>/dev/null | grep -o '"min_bytes":[0-9]*' | cut -d: -f2)
+na=$("$OSDP" plan "${dev[@]}" --mem-limit 1KiB --json --recompute all 2>/dev/null | grep -o '"min_bytes":[0-9]*' | cut -d: -f2)
+if [ -n "$n0" ] && [ -n "$na" ] && [ "$na" -lt "$n0" ]; then
+  mid=$(( (n0 + na) / 2 ))
+  if "$OSDP" plan "${dev[@]}" --mem-limit "$mid" --out mid.json >mid.txt 2>err.txt &&
+     grep -q '"recompute":[[:space:]]*true' mid.json && grep -q 'layers recomputed' mid.txt; then ok
+  else bad "plan at $mid bytes (between the minima $na and $n0) does not recompute: $(cat err.txt)"; fi
+  if "$OSDP" plan "${dev[@]}" --mem-limit "$mid" --json --recompute 0 >r0.txt 2>err.txt; then
+    bad "plan --recompute 0 at $mid bytes found a plan below its minimum $n0"
+  elif grep -q '"fits":false' r0.txt; then ok
+  else bad "plan --recompute 0 at $mid bytes: $(cat err.txt)"; fi
+else bad "plan minima: no recompute '$n0', all '$na' (want all < none)"; fi
 # Every plan trains the same model: the same loss after 2 steps.
 ref=${loss[ddp]:-}
-for key in zero2 zero3 split prefetch mixed split--prefetch; do
+for key in zero2 zero3 split prefetch mixed split--prefetch recomp split--recomputeall; do
   l=${loss[$key]:-}
   if [ -n "$ref" ] && [ -n "$l" ] && awk -v a="$ref" -v b="$l" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * a) }'; then ok
   else bad "plan $key: loss '$l' differs from ddp's '$ref'"; fi

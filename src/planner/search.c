@@ -58,7 +58,8 @@
 **
 ** Files (shared declarations in search_internal.h): configs.c (step 1), classes.c (classes,
 ** caps, the problem of one (B, R)), relax.c (steps 2-3: options under a cap, relaxation),
-** exact.c (step 4), search.c (the driver, below), explain.c (planner_explain).
+** exact.c (step 4), search.c (the driver, below), candidates.c (the candidates and uniform
+** baselines), explain.c (planner_explain).
 */
 #include "planner/search_internal.h"
 
@@ -281,14 +282,6 @@ static int best_to_plan(const Search* s, const Best* b, Plan* out) {
 
 /* ---- The search over micro-batches and recompute counts ---------------------------------- */
 
-/* The best plan of one micro-batch under the search model. */
-typedef struct BatchBest {
-  int B, R;
-  double sps;
-  size_t peak;
-  Plan plan;
-} BatchBest;
-
 /* What the search over micro-batches shares. */
 typedef struct Driver {
   const GptDesc* d;
@@ -449,8 +442,8 @@ static void insert_batch(BatchBest* v, int* n, const BatchBest* b) {
 ** reach the keep-th best found; per micro-batch every recompute count worth it (see
 ** search_counts). Writes the found ones into out[0..*nout) (fastest first by the search
 ** model); *min_bytes as planner_search. */
-static int search_batches(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int keep,
-                          BatchBest** out, int* nout, size_t* min_bytes) {
+int search_batches(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int keep,
+                   BatchBest** out, int* nout, size_t* min_bytes) {
   Driver x = {.d = d, .dev = dev, .o = normalized_options(d, o)};
   *out = NULL;
   *nout = 0;
@@ -489,7 +482,7 @@ static int search_batches(const GptDesc* d, const DeviceInfo* dev, const SearchO
 }
 
 /* Frees the plans of a BatchBest list and the list. */
-static void batches_free(BatchBest* v, int n) {
+void batches_free(BatchBest* v, int n) {
   for (int i = 0; i < n; i++) plan_free(&v[i].plan);
   free(v);
 }
@@ -515,192 +508,4 @@ int planner_search(const GptDesc* d, const DeviceInfo* dev, const SearchOptions*
   batches_free(v, n);
   if (search_s) *search_s = now_seconds() - t0;
   return rc;
-}
-
-/* Turns zero3 prefetch on in c's plan when it fits under the limit and the replay says the
-** step is faster; re-prices it. */
-static int decide_prefetch(const GptDesc* d, const DeviceInfo* dev, Candidate* c) {
-  int any = 0;
-  for (int i = 0; i < d->nops; i++)
-    for (int s = 0; d->ops[i].n_params && s < c->plan.ops[i].k; s++)
-      any |= c->plan.ops[i].strat[s] == STRAT_ZERO3;
-  if (!any) return 0;
-  PlanCost with;
-  c->plan.prefetch = 1;
-  if (plan_cost(d, dev, &c->plan, &with)) return -1;
-  if (with.mem.peak <= dev->mem_limit && with.step_s < c->cost.step_s) c->cost = with;
-  else c->plan.prefetch = 0;
-  return 0;
-}
-
-/* Whether two plans are the same (micro-batch, prefetch, recomputed layers, every op's slices). */
-static int same_plan(const Plan* a, const Plan* b) {
-  if (a->micro_batch != b->micro_batch || a->prefetch != b->prefetch || a->nops != b->nops) return 0;
-  if (a->nlayers != b->nlayers) return 0;
-  for (int l = 0; l < a->nlayers; l++) if ((a->recompute[l] != 0) != (b->recompute[l] != 0)) return 0;
-  for (int i = 0; i < a->nops; i++) {
-    if (a->ops[i].k != b->ops[i].k) return 0;
-    for (int s = 0; s < a->ops[i].k; s++) if (a->ops[i].strat[s] != b->ops[i].strat[s]) return 0;
-  }
-  return 1;
-}
-
-/* Adds candidate c to list l (n entries, room for cap) unless an equal plan is there; takes
-** ownership of c's plan. */
-static void add_candidate(Candidate* l, int* n, int cap, Candidate* c) {
-  for (int i = 0; i < *n; i++)
-    if (same_plan(&l[i].plan, &c->plan)) { plan_free(&c->plan); return; }
-  if (*n < cap) l[(*n)++] = *c;
-  else plan_free(&c->plan);
-}
-
-/* Orders candidates by replayed samples/s, fastest first (ties: less memory). */
-static int cmp_candidate(const void* a, const void* b) {
-  const Candidate *x = a, *y = b;
-  if (x->cost.samples_per_s != y->cost.samples_per_s)
-    return x->cost.samples_per_s > y->cost.samples_per_s ? -1 : 1;
-  return x->cost.mem.peak < y->cost.mem.peak ? -1 : x->cost.mem.peak > y->cost.mem.peak;
-}
-
-/* Whether a candidate is one of the uniform ddp / zero2 / zero3 baselines. */
-static int is_uniform(const Candidate* c) { return c->uniform >= 0; }
-
-/* How many of the search's micro-batches are re-priced by the replay. */
-#define CANDIDATE_BATCHES 6
-
-/* Names candidate c: `what`, then " R=n" when its plan recomputes n > 0 layers. */
-static void name_candidate(Candidate* c, const char* what) {
-  int R = plan_recompute_count(&c->plan);
-  if (R > 0) snprintf(c->origin, sizeof c->origin, "%.16s R=%d", what, R);
-  else snprintf(c->origin, sizeof c->origin, "%s", what);
-}
-
-/* Adds the best plan of a search with options so (its replayed cost, prefetch decided) as a
-** candidate named `what`, if any plan fits under them. */
-static int add_searched(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
-                        const char* what, Candidate* all, int* n, int cap) {
-  Candidate c = {.uniform = -1};
-  if (planner_search(d, dev, so, &c.plan, &c.cost, NULL, NULL) != 0) { osdp_clear_error(); return 0; }
-  name_candidate(&c, what);
-  int rc = decide_prefetch(d, dev, &c);
-  add_candidate(all, n, cap, &c);
-  return rc;
-}
-
-/* How many plans besides the search's micro-batches: unsplit, without recomputation, 3 uniform. */
-#define CANDIDATE_OTHERS 5
-
-int planner_candidates(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
-                       Candidate* out, int max, size_t* min_bytes, double* search_s) {
-  double t0 = now_seconds();
-  memset(&last_stats, 0, sizeof last_stats);
-  BatchBest* v = NULL;
-  int nv = 0, n = 0, cap = CANDIDATE_BATCHES + CANDIDATE_OTHERS;
-  size_t need = 0;
-  Candidate* all = calloc((size_t)cap, sizeof *all);
-  int rc = all ? search_batches(d, dev, o, CANDIDATE_BATCHES, &v, &nv, &need) : osdp_fail("out of memory");
-  PlannerStats stats = last_stats; /* the main search's, not the variants' below */
-  if (nv > 0) stats.peak = v[0].peak;
-  if (min_bytes) *min_bytes = need;
-  for (int i = 0; !rc && i < nv && i < CANDIDATE_BATCHES; i++) {
-    Candidate c = {.plan = v[i].plan, .uniform = -1};
-    v[i].plan = (Plan){0};
-    char what[24];
-    snprintf(what, sizeof what, "search B=%d", c.plan.micro_batch);
-    name_candidate(&c, what);
-    rc = plan_cost(d, dev, &c.plan, &c.cost) || decide_prefetch(d, dev, &c);
-    if (rc) plan_free(&c.plan);
-    else add_candidate(all, &n, cap, &c);
-  }
-  SearchOptions variant = normalized_options(d, o);
-  variant.max_slices = 1;
-  if (!rc && variant.max_slices != normalized_options(d, o).max_slices)
-    rc = add_searched(d, dev, &variant, "search unsplit", all, &n, cap);
-  variant = normalized_options(d, o);
-  variant.max_recompute = 0;
-  if (!rc && normalized_options(d, o).max_recompute > 0 && normalized_options(d, o).min_recompute == 0)
-    rc = add_searched(d, dev, &variant, "search R=0", all, &n, cap);
-  static const char* names[] = {"ddp", "zero2", "zero3"};
-  for (int s = 0; !rc && s < STRAT_COUNT; s++) {
-    SearchOptions so = normalized_options(d, o);
-    Candidate c = {.uniform = s};
-    if (!so.allow[s]) continue;
-    if (planner_best_uniform(d, dev, o, (Strategy)s, &c.plan, &c.cost) != 0) { osdp_clear_error(); continue; }
-    name_candidate(&c, names[s]);
-    rc = decide_prefetch(d, dev, &c);
-    add_candidate(all, &n, cap, &c);
-  }
-  /* Keep every uniform plan that fits (the baselines a trial must beat) and fill the rest
-  ** with the fastest of the others. */
-  if (!rc) qsort(all, (size_t)n, sizeof *all, cmp_candidate);
-  int nuni = 0;
-  for (int i = 0; i < n; i++) nuni += is_uniform(&all[i]);
-  int quota = max - nuni < 1 ? 1 : max - nuni, w = 0;
-  for (int i = 0; !rc && i < n; i++) {
-    int take = w < max && (is_uniform(&all[i]) ? 1 : quota > 0);
-    if (take && !is_uniform(&all[i])) quota--;
-    if (take) out[w++] = all[i];
-    else plan_free(&all[i].plan);
-  }
-  for (int i = 0; rc && i < n; i++) plan_free(&all[i].plan);
-  if (rc) w = -1;
-  free(all);
-  batches_free(v, nv);
-  last_stats = stats;
-  if (search_s) *search_s = now_seconds() - t0;
-  return w;
-}
-
-/* ---- Uniform plans ----------------------------------------------------------------------- */
-
-/* Whether plan p fits on dev (its predicted peak within the limit). */
-static int fits(const GptDesc* d, const DeviceInfo* dev, const Plan* p) {
-  MemPrediction m;
-  plan_predict_memory(d, p, dev->threads, &m);
-  return m.peak <= dev->mem_limit;
-}
-
-/* The fewest recomputed layers (the first ones, from Rmin to Rmax) with which p fits, or -1;
-** leaves p with them. One layer saves nothing (its blocks move into the shared buffer); from two
-** on, every further layer only takes its own blocks away, so a bisection finds the fewest. */
-static int fewest_recompute(const GptDesc* d, const DeviceInfo* dev, Plan* p, int Rmin, int Rmax) {
-  plan_set_recompute(p, Rmin);
-  if (fits(d, dev, p)) return Rmin;
-  plan_set_recompute(p, Rmax);
-  if (Rmax == Rmin || !fits(d, dev, p)) return -1;
-  int lo = Rmin + 1, hi = Rmax; /* fits at hi */
-  while (lo < hi) {
-    int mid = lo + (hi - lo) / 2;
-    plan_set_recompute(p, mid);
-    if (fits(d, dev, p)) hi = mid; else lo = mid + 1;
-  }
-  plan_set_recompute(p, hi);
-  return hi;
-}
-
-int planner_best_uniform(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
-                         Strategy s, Plan* out, PlanCost* cost) {
-  SearchOptions so = normalized_options(d, o);
-  Plan p;
-  PlanCost c, best = {0};
-  int best_R = 0;
-  if (plan_uniform(&p, d, s, dev->ranks, 1, so.seq)) return -1;
-  for (int B = 1; B <= so.max_batch; B++) {
-    p.micro_batch = B;
-    int R = fewest_recompute(d, dev, &p, so.min_recompute, so.max_recompute);
-    if (R < 0) break;
-    if (plan_cost(d, dev, &p, &c)) { plan_free(&p); return -1; }
-    if (c.samples_per_s > best.samples_per_s) { best = c; best_R = R; }
-  }
-  if (best.micro_batch == 0) {
-    plan_free(&p);
-    char lim[32];
-    return osdp_fail("the uniform %s plan fits in %s per rank at no micro-batch", strategy_name(s),
-                     format_bytes((double)dev->mem_limit, lim));
-  }
-  p.micro_batch = best.micro_batch;
-  plan_set_recompute(&p, best_R);
-  *out = p;
-  *cost = best;
-  return 0;
 }

@@ -1,8 +1,8 @@
 /*
 ** search_internal.h: PRIVATE header of the planner's search, NOT part of the public API (that
 ** is search.h; nothing outside src/planner may include this file). The types and functions
-** shared by the files the search is split into: configs.c, classes.c, relax.c, exact.c and
-** search.c (the driver, whose top comment describes the method).
+** shared by the files the search is split into: configs.c, classes.c, relax.c, exact.c,
+** search.c (the driver, whose top comment describes the method) and candidates.c.
 */
 #ifndef OSDP_SEARCH_INTERNAL_H
 #define OSDP_SEARCH_INTERNAL_H
@@ -179,5 +179,24 @@ void solver_free(Solver* v);
 /* Least time under cap p within budget b if <= t_cap: 1 (time in *t), 0 none, -1 fail (exact.c). */
 int solve_exact(Solver* v, const Search* s, const CapProblem* p, size_t b, double t_cap,
                 double* t);
+
+/* ---- search.c: the driver over micro-batches and recompute counts ----------------------- */
+
+/* The best plan of one micro-batch under the search model. */
+typedef struct BatchBest {
+  int B, R;
+  double sps;
+  size_t peak;
+  Plan plan;
+} BatchBest;
+
+/* Searches every micro-batch that fits, largest first, skipping those whose bound cannot reach
+** the keep-th best found; writes the found ones into *out (malloc'ed, *nout entries, fastest
+** first by the search model; free with batches_free); *min_bytes as planner_search (search.c). */
+int search_batches(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int keep,
+                   BatchBest** out, int* nout, size_t* min_bytes);
+
+/* Frees the plans of a BatchBest list and the list (search.c). */
+void batches_free(BatchBest* v, int n);
 
 #endif
