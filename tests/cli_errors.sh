@@ -70,6 +70,12 @@ expect_error "missing checkpoint" "nonexistent.bin" -- "${T[@]}" --load "$W/none
 expect_error "corrupt checkpoint" "corrupt.bin" -- "${T[@]}" --load corrupt.bin
 expect_error "malformed plan" "badplan.json" -- "${T[@]}" --plan badplan.json
 expect_error "plan for another model" "otherplan.json" "n_embd" -- "${T[@]}" --plan otherplan.json
+# Recomputed layers in a plan file: a layer the model lacks, a flag that is not a boolean.
+sed 's/]}$/], "layers": [{"layer": 2, "recompute": true}]}/' tinyplan.json >layerplan.json
+sed 's/]}$/], "layers": [{"layer": 0, "recompute": 1}]}/' tinyplan.json >flagplan.json
+expect_error "plan recomputing a missing layer" "layerplan.json" "layer=2" "0..1" -- "${T[@]}" --plan layerplan.json
+expect_error "plan with a non-boolean recompute" "flagplan.json" "recompute" "true or false" -- "${T[@]}" --plan flagplan.json
+expect_error "--recompute not a count" "--recompute" "'two'" "0..2" -- "${T[@]}" --recompute two
 expect_error "unknown command" "frobnicate" -- "$OSDP" frobnicate
 expect_error "describe: unknown preset" "gpt5" -- "$OSDP" describe --model gpt5
 expect_error "bench: malformed JSON model" "bad.json" -- "$OSDP" bench --model bad.json --steps 1
