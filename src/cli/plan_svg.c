@@ -167,8 +167,8 @@ static int svg_step_load(SvgStep* s, const GptDesc* d, const Plan* p) {
   int* slices = malloc((size_t)d->nops * sizeof *slices);
   if (!slices) return osdp_fail("--svg: out of memory");
   plan_slice_counts(p, slices);
-  int n = gpt_param_schedule(d, slices, p->recompute, NULL);
-  s->u = malloc((size_t)(n > 0 ? n : 1) * sizeof *s->u);
+  int n = 0;
+  s->u = gpt_param_schedule_alloc(d, slices, p->recompute, &n);
   s->op = malloc((size_t)(n > 0 ? n : 1) * sizeof *s->op);
   s->live = malloc((size_t)(n > 0 ? n : 1) * sizeof *s->live);
   if (!s->u || !s->op || !s->live) {
@@ -176,7 +176,6 @@ static int svg_step_load(SvgStep* s, const GptDesc* d, const Plan* p) {
     svg_step_free(s);
     return osdp_fail("--svg: out of memory");
   }
-  gpt_param_schedule(d, slices, p->recompute, s->u);
   free(slices);
   if (plan_transient_timeline(d, p, s->live) != n) {
     svg_step_free(s);

@@ -67,6 +67,14 @@ int gpt_param_schedule(const GptDesc* d, const int* slices, const int* recompute
   return n;
 }
 
+GptParamUse* gpt_param_schedule_alloc(const GptDesc* d, const int* slices, const int* recompute,
+                                      int* n) {
+  *n = gpt_param_schedule(d, slices, recompute, NULL);
+  GptParamUse* u = *n >= 0 ? malloc((size_t)(*n > 0 ? *n : 1) * sizeof *u) : NULL;
+  if (u) gpt_param_schedule(d, slices, recompute, u);
+  return u;
+}
+
 /* Rounds a byte offset up to the 64-byte alignment of blocks in the shared buffer. */
 static size_t align64(size_t x) { return (x + 63) / 64 * 64; }
 

@@ -95,6 +95,11 @@ int gpt_event_param_uses(const GptDesc* d, const int* slices, GptStepEvent ev, G
 ** only). A test checks it against the order the hooks really see. */
 int gpt_param_schedule(const GptDesc* d, const int* slices, const int* recompute, GptParamUse* out);
 
+/* gpt_param_schedule into a new heap array (caller frees) of *n entries; NULL when out of
+** memory (then *n is undefined). */
+GptParamUse* gpt_param_schedule_alloc(const GptDesc* d, const int* slices, const int* recompute,
+                                      int* n);
+
 /* Where the activation blocks of B x T with per-layer recompute flags (NULL: none) live: own[op]
 ** bytes in the op's own block (0 for a block inside the shared buffer), shared_off[op] its offset
 ** in the shared buffer (or (size_t)-1), *shared_bytes the shared buffer's size (0 without

@@ -325,10 +325,8 @@ static GptParamUse* plan_schedule(const GptDesc* d, const Plan* p, int* n) {
   int* slices = malloc((size_t)d->nops * sizeof(int));
   if (!slices) { osdp_fail("out of memory"); return NULL; }
   plan_slice_counts(p, slices);
-  *n = gpt_param_schedule(d, slices, p->recompute, NULL);
-  GptParamUse* u = *n >= 0 ? malloc((size_t)(*n > 0 ? *n : 1) * sizeof *u) : NULL;
-  if (u) gpt_param_schedule(d, slices, p->recompute, u);
-  else osdp_fail("out of memory");
+  GptParamUse* u = gpt_param_schedule_alloc(d, slices, p->recompute, n);
+  if (!u) osdp_fail("out of memory");
   free(slices);
   return u;
 }

@@ -22,15 +22,6 @@ static double op_passes(const GptDesc* d, int i, const int* recompute) {
   return t + (gpt_op_recomputes(d, recompute, i) ? op_share(d, i, GPT_RECOMPUTE) : 0);
 }
 
-/* The step's parameter uses for slice counts `slices` and recompute flags (malloc'ed, *n
-** entries), or NULL. */
-static GptParamUse* schedule_of(const GptDesc* d, const int* slices, const int* recompute, int* n) {
-  *n = gpt_param_schedule(d, slices, recompute, NULL);
-  GptParamUse* u = *n >= 0 ? malloc((size_t)(*n > 0 ? *n : 1) * sizeof *u) : NULL;
-  if (u) gpt_param_schedule(d, slices, recompute, u);
-  return u;
-}
-
 /* The uses gpt.h describes, for when the schedule cannot be allocated: embed's tied wte 2, 1, 2;
 ** every other op 1, 1, 1, plus a forward weight use when its layer recomputes it. */
 static OpUses uses_by_rule(const GptDesc* d, int op, const int* recompute) {
@@ -43,7 +34,7 @@ int cost_ops_uses(const GptDesc* d, const int* recompute, OpUses* out) {
   int* ones = malloc((size_t)d->nops * sizeof *ones);
   int n = 0;
   for (int i = 0; ones && i < d->nops; i++) ones[i] = 1;
-  GptParamUse* s = ones ? schedule_of(d, ones, recompute, &n) : NULL;
+  GptParamUse* s = ones ? gpt_param_schedule_alloc(d, ones, recompute, &n) : NULL;
   for (int i = 0; i < d->nops; i++) out[i] = s ? (OpUses){0, 0, 0} : uses_by_rule(d, i, recompute);
   for (int i = 0; s && i < n; i++) {
     OpUses* u = &out[s[i].owner];
@@ -275,7 +266,7 @@ int plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* 
   Walk w = {.pending = -1};
   Replay r = {.d = d, .dev = dev, .p = &on_dev};
   if (slices) plan_slice_counts(p, slices);
-  GptParamUse* u = slices ? schedule_of(d, slices, p->recompute, &w.n) : NULL;
+  GptParamUse* u = slices ? gpt_param_schedule_alloc(d, slices, p->recompute, &w.n) : NULL;
   int nev = gpt_step_events(d, p->recompute, NULL);
   GptStepEvent* ev = malloc((size_t)nev * sizeof *ev);
   if (ev) gpt_step_events(d, p->recompute, ev);

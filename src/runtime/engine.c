@@ -276,10 +276,8 @@ int engine_create(Engine* e, const GptDesc* d, const Plan* p, const TrainOptions
                                 MEM_SCRATCH, "backward scratch");
   if (!e->acts.scratch) return -1;
   e->pending = -1;
-  e->nsched = gpt_param_schedule(d, e->slice_counts, e->plan.recompute, NULL);
-  e->sched = e->nsched >= 0 ? malloc((size_t)(e->nsched + 1) * sizeof *e->sched) : NULL;
+  e->sched = gpt_param_schedule_alloc(d, e->slice_counts, e->plan.recompute, &e->nsched);
   if (!e->sched) return osdp_fail("out of memory");
-  gpt_param_schedule(d, e->slice_counts, e->plan.recompute, e->sched);
   count_grad_uses(e);
   e->hooks = (GptParamHooks){e, hook_acquire_weight, hook_release_weight, hook_acquire_grad,
                              hook_release_grad};
