@@ -1,0 +1,72 @@
+/*
+** backend.h: the one boundary between osdp and the hardware it computes on.
+**
+** Everything above the kernels layer (the model step, the engine, the comm staging, the
+** profiler) reaches memory and compute only through a Backend: the arena's single block, zeroing
+** and copies, host <-> backend transfers, every kernel, the optimizer and the clock that times
+** them. Two implementations: the CPU (OpenBLAS + OpenMP kernels of cpu_kernels.h, host memory)
+** and CUDA (src/kernels/cuda/: CUDA kernels, cuBLAS, device memory; built with OSDP_CUDA).
+**
+** Memory handed out by a backend (from `reserve`) is that backend's: on the CPU it is host
+** memory; on a GPU it is device memory that host code must never dereference (device_memory
+** = 1): values cross with to_device / to_host. Kernels are queued in order on the backend's
+** compute stream; functions that return a value to the host (loss, sum of squares) wait for
+** their result, `synchronize` waits for everything queued.
+*/
+#ifndef OSDP_BACKEND_H
+#define OSDP_BACKEND_H
+
+#include <stddef.h>
+
+#define REAL float
+#define KN(name) name##_f32
+#include "kernels/kernel_table.inc"
+#undef REAL
+#undef KN
+
+#define REAL double
+#define KN(name) name##_f64
+#include "kernels/kernel_table.inc"
+#undef REAL
+#undef KN
+
+typedef struct Backend {
+  const char* name;         /* "cpu" or "cuda" */
+  int device_memory;        /* 1: reserved memory is not host-addressable */
+  /* The arena's block: reserve returns `bytes` of backend memory (CPU: address space committed
+  ** on first touch; CUDA: one cudaMalloc) or NULL with an error set (osdp_fail). */
+  void* (*reserve)(size_t bytes);
+  void (*release)(void* base, size_t bytes);
+  /* Bytes the backend could still reserve (CUDA: free device memory; CPU: 0 = not bounded by
+  ** the backend). */
+  size_t (*available)(void);
+  void (*zero)(void* p, size_t bytes);                          /* backend memory */
+  void (*copy)(void* dst, const void* src, size_t bytes);       /* backend to backend */
+  void (*to_device)(void* dst, const void* src, size_t bytes);  /* host to backend; src reusable on return */
+  void (*to_host)(void* dst, const void* src, size_t bytes);    /* backend to host; waits */
+  void (*synchronize)(void);                                    /* waits for all queued work */
+  /* Seconds on a clock that has seen every kernel queued so far finish (CPU: the wall clock;
+  ** CUDA: an event recorded and waited for, timed against one recorded at start), so the
+  ** difference of two readings is the work between them. */
+  double (*clock)(void);
+  void (*set_threads)(int n);                                   /* CPU kernel threads */
+  /* Matrix products on tensor cores in TF32 (1, the CUDA default) or in full fp32 (0: exact
+  ** tests, `--tf32 off`). The CPU computes in fp32 either way. */
+  void (*set_tf32)(int on);
+  const Kernels_f32* f32;
+  const Kernels_f64* f64;   /* NULL where there are no fp64 kernels (CUDA) */
+} Backend;
+
+/* The CPU backend (always available). */
+const Backend* backend_cpu(void);
+/* The CUDA backend on the process's GPU, initialised on first call; NULL with an error saying why
+** (built without CUDA, no GPU visible, initialisation failed). Defined in src/kernels/cuda/
+** when built with OSDP_CUDA, else in backend.c. */
+const Backend* backend_cuda(void);
+/* The backend called `name` ("cpu" or "cuda"), or NULL with an error naming `field` (the option
+** being read, e.g. "--device") and the accepted values. */
+const Backend* backend_by_name(const char* name, const char* field);
+/* Whether this osdp was built with the CUDA backend. */
+int backend_cuda_built(void);
+
+#endif
