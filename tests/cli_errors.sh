@@ -76,6 +76,16 @@ sed 's/]}$/], "layers": [{"layer": 0, "recompute": 1}]}/' tinyplan.json >flagpla
 expect_error "plan recomputing a missing layer" "layerplan.json" "layer=2" "0..1" -- "${T[@]}" --plan layerplan.json
 expect_error "plan with a non-boolean recompute" "flagplan.json" "recompute" "true or false" -- "${T[@]}" --plan flagplan.json
 expect_error "--recompute not a count" "--recompute" "'two'" "0..2" -- "${T[@]}" --recompute two
+expect_error "--device not a device" "--device" "'gpu'" "cpu or cuda" -- "${T[@]}" --device gpu
+expect_error "describe --device not a device" "--device" "'tpu'" -- "$OSDP" describe --device tpu
+expect_error "--tf32 not on/off" "--tf32" "'maybe'" -- "${T[@]}" --tf32 maybe
+expect_error "--precision not available" "--precision" "'bf16'" "fp32" -- "${T[@]}" --precision bf16
+# Without a GPU (this machine, CI), --device cuda says why in one line, built with CUDA or not.
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  expect_error "--device cuda without a GPU" "--device cuda" "--device cpu" -- "${T[@]}" --device cuda
+  expect_error "bench --device cuda without a GPU" "--device cuda" -- "$OSDP" bench --steps 1 --device cuda
+  expect_error "profile --device cuda without a GPU" "--device cuda" -- "$OSDP" profile --device cuda --out d.json
+fi
 expect_error "unknown command" "frobnicate" -- "$OSDP" frobnicate
 expect_error "describe: unknown preset" "gpt5" -- "$OSDP" describe --model gpt5
 expect_error "bench: malformed JSON model" "bad.json" -- "$OSDP" bench --model bad.json --steps 1

@@ -257,21 +257,27 @@ static void check_memory(const char* model, int B, int T, Strategy s, int k, int
   CHECK(engine_create(&e, &d, &p, &o) == 0);
   Rng r;
   rng_seed(&r, 1);
+  int* batch = malloc((size_t)B * T * 2 * sizeof *batch);
+  CHECK(batch != NULL);
   for (int i = 0; i < B * T; i++) {
-    engine_tokens(&e)[i] = (int)rng_below(&r, (uint64_t)cfg.vocab_size);
-    engine_targets(&e)[i] = (int)rng_below(&r, (uint64_t)cfg.vocab_size);
+    batch[i] = (int)rng_below(&r, (uint64_t)cfg.vocab_size);
+    batch[B * T + i] = (int)rng_below(&r, (uint64_t)cfg.vocab_size);
   }
+  engine_set_batch(&e, batch, batch + B * T);
+  free(batch);
   StepResult sr;
   engine_step(&e, (long)B * T, &sr);
   CHECK(isfinite(sr.loss));
-  CHECK_MSG(e.arena.peak_total == e.predicted.peak,
+  size_t at_peak[MEM_CATEGORY_COUNT];
+  size_t peak = engine_peak_bytes(&e, at_peak);
+  CHECK_MSG(peak == e.predicted.peak,
             "%s B=%d T=%d %s k=%d recompute %d: arena peak %zu != predicted %zu", model, B, T,
-            strategy_name(s), k, recompute, e.arena.peak_total, e.predicted.peak);
+            strategy_name(s), k, recompute, peak, e.predicted.peak);
   size_t want[MEM_CATEGORY_COUNT] = {e.predicted.params, e.predicted.grads, e.predicted.optim,
                                      e.predicted.acts, e.predicted.scratch, e.predicted.transient};
   for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
-    CHECK_MSG(e.arena.peak_at[c] == want[c], "%s: category %s at peak %zu != predicted %zu", model,
-              mem_category_name(c), e.arena.peak_at[c], want[c]);
+    CHECK_MSG(at_peak[c] == want[c], "%s: category %s at peak %zu != predicted %zu", model,
+              mem_category_name(c), at_peak[c], want[c]);
   engine_destroy(&e);
   plan_free(&p);
   gpt_desc_free(&d);

@@ -240,8 +240,7 @@ static int engine_for(Engine* e, Ref* r, PlanKind pk, const TrainOptions* o, con
   CHECK_MSG(rc == 0, "engine_create %s: %s", plan_names[pk], osdp_last_error());
   if (rc) return -1;
   engine_set_params(e, params);
-  memcpy(engine_tokens(e), gpt_acts_tokens(&r->d, &r->a), B_ * T_ * sizeof(int));
-  memcpy(engine_targets(e), gpt_acts_targets(&r->d, &r->a), B_ * T_ * sizeof(int));
+  engine_set_batch(e, gpt_acts_tokens(&r->d, &r->a), gpt_acts_targets(&r->d, &r->a));
   return 0;
 }
 

@@ -21,19 +21,23 @@
 static const char* bench_help =
     "usage: [mpirun -np N] osdp bench [--model M] [--batch B] [--seq T] [--steps N] [--threads N]\n"
     "                         [--plan ddp|zero2|zero3|FILE] [--prefetch] [--recompute N|all]\n"
-    "                         [--mem-limit SIZE] [--json]\n"
+    "                         [--mem-limit SIZE] [--device cpu|cuda] [--tf32 on|off] [--json]\n"
     "  times N training steps (after one warm-up step) on random tokens. GFLOP/s count the\n"
     "  model's useful work (gpt_step_flops): a recomputed forward is not counted again.\n";
 
-/* Fills this rank's tokens and targets with random tokens (next-token targets). */
-static void random_batch(Engine* e, const GptDesc* d, long step) {
+/* Gives the engine a micro-batch of random tokens with next-token targets (this rank's, step's). */
+static void random_batch(Engine* e, const GptDesc* d, const Plan* p, long step) {
   Rng r;
   rng_seed(&r, 0x5eed + (uint64_t)step * 7919 + (uint64_t)comm_rank());
-  int BT = e->acts.B * e->acts.T;
-  int* tok = engine_tokens(e);
-  int* tg = engine_targets(e);
+  int BT = p->micro_batch * p->seq;
+  int* tok = malloc((size_t)BT * sizeof *tok);
+  int* tg = malloc((size_t)BT * sizeof *tg);
+  if (!tok || !tg) { fprintf(stderr, "osdp: error: out of host memory\n"); comm_abort(2); }
   for (int i = 0; i < BT; i++) tok[i] = (int)rng_below(&r, (uint64_t)d->cfg.vocab_size);
-  for (int i = 0; i < BT; i++) tg[i] = (i + 1) % e->acts.T ? tok[i + 1] : (int)rng_below(&r, (uint64_t)d->cfg.vocab_size);
+  for (int i = 0; i < BT; i++) tg[i] = (i + 1) % p->seq ? tok[i + 1] : (int)rng_below(&r, (uint64_t)d->cfg.vocab_size);
+  engine_set_batch(e, tok, tg);
+  free(tok);
+  free(tg);
 }
 
 int cmd_bench(int argc, char** argv) {
@@ -54,13 +58,17 @@ int cmd_bench(int argc, char** argv) {
     return cli_report_error();
   double* op_s = calloc((size_t)d.nops, sizeof(double));
   StepResult sr;
-  random_batch(&e, &d, 0);
+  random_batch(&e, &d, &p, 0);
   engine_step(&e, (long)comm_size() * p.micro_batch * p.seq, &sr); /* warm-up */
-  engine_time_ops(&e, op_s);
+  /* On the CPU the per-op clock costs nothing and every timed step feeds the breakdown; on a GPU
+  ** reading it waits for the device after each op, so the timed steps run untouched and one
+  ** extra step gives the breakdown. */
+  int sync_clock = opt.backend && opt.backend->device_memory;
+  if (!sync_clock) engine_time_ops(&e, op_s);
   comm_reset_stats();
   double total = 0, worst = 0;
   for (long s = 1; s <= steps; s++) {
-    random_batch(&e, &d, s);
+    random_batch(&e, &d, &p, s);
     comm_barrier();
     engine_step(&e, (long)comm_size() * p.micro_batch * p.seq, &sr);
     double t = comm_allreduce_max_f64(sr.seconds);
@@ -68,13 +76,19 @@ int cmd_bench(int argc, char** argv) {
     if (t > worst) worst = t;
   }
   CommStats cs = comm_stats();
+  if (sync_clock) {
+    engine_time_ops(&e, op_s);
+    engine_step(&e, (long)comm_size() * p.micro_batch * p.seq, &sr);
+    for (int i = 0; i < d.nops; i++) op_s[i] *= (double)steps; /* per step below */
+  }
   double ms = 1e3 * total / (double)steps;
   double tokens = (double)comm_size() * p.micro_batch * p.seq;
   double flops = gpt_step_flops(&d, p.micro_batch, p.seq);
   double gflops = flops / (total / steps) / 1e9; /* per rank */
   int BT = p.micro_batch * p.seq;
-  double ref = comm_rank() == 0 ? kernels_sgemm_gflops(BT, d.cfg.padded_vocab, d.cfg.n_embd) : 0;
-  double peak_max = comm_allreduce_max_f64((double)e.arena.peak_total);
+  const Backend* bk = opt.backend ? opt.backend : backend_cpu();
+  double ref = comm_rank() == 0 ? backend_matmul_gflops(bk, BT, d.cfg.padded_vocab, d.cfg.n_embd) : 0;
+  double peak_max = comm_allreduce_max_f64((double)engine_peak_bytes(&e, NULL));
   double comm_s = cs.seconds[0] + cs.seconds[1] + cs.seconds[2];
   if (comm_rank() == 0) {
     char pk[32], pr[32];
@@ -82,18 +96,25 @@ int cmd_bench(int argc, char** argv) {
       printf("{\"model\":\"%s\",\"plan\":\"%s\",\"ranks\":%d,\"micro_batch\":%d,\"seq\":%d,"
              "\"threads\":%d,\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,\"gflops_per_rank\":%.2f,"
              "\"sgemm_gflops\":%.2f,\"ratio\":%.4f,\"peak_bytes\":%.0f,\"predicted_peak_bytes\":%zu,"
-             "\"comm_s_per_step\":%.4f,\"recompute_layers\":%d}\n",
+             "\"comm_s_per_step\":%.4f,\"recompute_layers\":%d,\"device\":\"%s\",\"tf32\":\"%s\","
+             "\"precision\":\"fp32\",\"flops_per_token\":%.0f}\n",
              d.cfg.name, args_get(&a, "plan", "ddp"), comm_size(), p.micro_batch, p.seq, opt.threads,
-             ms, tokens / (ms / 1e3), gflops, ref, gflops / ref, peak_max, e.predicted.peak,
-             comm_s / steps, plan_recompute_count(&p));
+             ms, tokens / (ms / 1e3), gflops, ref, ref > 0 ? gflops / ref : 0, peak_max, e.predicted.peak,
+             comm_s / steps, plan_recompute_count(&p), bk->name, args_get(&a, "tf32", "on"),
+             flops / (double)BT);
     } else {
       printf("osdp bench: %s, plan %s, %d rank(s) x micro-batch %d x seq %d, %d thread(s) per rank, "
              "%d of %d layers recompute\n", d.cfg.name, args_get(&a, "plan", "ddp"), comm_size(),
              p.micro_batch, p.seq, opt.threads, plan_recompute_count(&p), p.nlayers);
       printf("  %.1f ms/step (slowest %.1f), %.1f tokens/s global, %.1f GFLOP/s per rank\n", ms,
              1e3 * worst, tokens / (ms / 1e3), gflops);
-      printf("  sgemm at %d x %d x %d (OpenBLAS kernel %s): %.1f GFLOP/s -> step reaches %.0f%% of sgemm\n",
-             BT, d.cfg.padded_vocab, d.cfg.n_embd, kernels_blas_core(), ref, 100 * gflops / ref);
+      if (bk == backend_cpu())
+        printf("  sgemm at %d x %d x %d (OpenBLAS kernel %s): %.1f GFLOP/s -> step reaches %.0f%% of sgemm\n",
+               BT, d.cfg.padded_vocab, d.cfg.n_embd, kernels_blas_core(), ref, 100 * gflops / ref);
+      else
+        printf("  matmul at %d x %d x %d on %s (TF32 %s): %.1f GFLOP/s -> step reaches %.0f%% of it\n",
+               BT, d.cfg.padded_vocab, d.cfg.n_embd, bk->name, args_get(&a, "tf32", "on"), ref,
+               ref > 0 ? 100 * gflops / ref : 0);
       printf("  peak memory %s per rank (predicted %s), communication %.1f ms/step (rank 0, blocking part)\n",
              format_bytes(peak_max, pk), format_bytes((double)e.predicted.peak, pr), 1e3 * comm_s / steps);
       printf("  time per operator kind (rank 0, forward+backward, ms/step):\n");

@@ -14,13 +14,15 @@
 static const char* describe_help =
     "usage: osdp describe [--model M] [--batch B --seq T] [--plan P --ranks N --threads N] [--json]\n"
     "                     [--prefetch] [--recompute N|all] [--svg FILE [--mem-limit SIZE]]\n"
+    "                     [--device cpu|cuda]\n"
     "  prints every operator (parameters, forward FLOPs per token, activation bytes per sample,\n"
     "  splittable) with totals, and the per-rank memory the plan needs at that batch and\n"
     "  sequence (--plan ddp|zero2|zero3|FILE, for --ranks N ranks; --recompute: the first N\n"
     "  layers, or all, keep only their output and recompute the rest in backward).\n"
     "  --svg FILE draws that memory over one training step (persistent bands, the transient at\n"
     "  each parameter use, the peak; with --mem-limit the limit as a line) and each operator's\n"
-    "  strategy per slice, as an SVG picture for a browser.\n";
+    "  strategy per slice, as an SVG picture for a browser. The memory is the same on every\n"
+    "  --device (a GPU's arena holds the same blocks); describe needs no GPU.\n";
 
 /* Prints the operator table and totals for people. */
 static void describe_table(const GptDesc* d, int T) {
@@ -48,10 +50,11 @@ static void describe_table(const GptDesc* d, int T) {
 }
 
 /* Prints the memory prediction of a plan. */
-static void describe_memory(const MemPrediction* m, const Plan* p, const char* name) {
+static void describe_memory(const MemPrediction* m, const Plan* p, const char* name,
+                            const char* device) {
   char b[6][32];
-  printf("memory per rank for plan %s on %d rank(s), micro-batch %d, seq %d:\n", name, p->world,
-         p->micro_batch, p->seq);
+  printf("memory per rank for plan %s on %d rank(s), micro-batch %d, seq %d (device %s):\n", name,
+         p->world, p->micro_batch, p->seq, device);
   printf("  params %s, grads %s, optimizer %s, activations %s, scratch %s, transient %s\n",
          format_bytes((double)m->params, b[0]), format_bytes((double)m->grads, b[1]),
          format_bytes((double)m->optim, b[2]), format_bytes((double)m->acts, b[3]),
@@ -64,10 +67,11 @@ static void describe_memory(const MemPrediction* m, const Plan* p, const char* n
 }
 
 /* Prints everything as one JSON object. */
-static void describe_json(const GptDesc* d, int T, const Plan* p, const MemPrediction* m) {
-  printf("{\"model\":{\"name\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"n_head\":%d,\"vocab_size\":%d,"
+static void describe_json(const GptDesc* d, int T, const Plan* p, const MemPrediction* m,
+                          const char* device) {
+  printf("{\"device\":\"%s\",\"model\":{\"name\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"n_head\":%d,\"vocab_size\":%d,"
          "\"padded_vocab\":%d,\"max_seq\":%d},\"n_params\":%zu,\"seq\":%d,\"ops\":[",
-         d->cfg.name, d->cfg.n_layer, d->cfg.n_embd, d->cfg.n_head, d->cfg.vocab_size,
+         device, d->cfg.name, d->cfg.n_layer, d->cfg.n_embd, d->cfg.n_head, d->cfg.vocab_size,
          d->cfg.padded_vocab, d->cfg.max_seq, d->n_params, T);
   for (int i = 0; i < d->nops; i++) {
     const GptOp* op = &d->ops[i];
@@ -89,7 +93,7 @@ static void describe_json(const GptDesc* d, int T, const Plan* p, const MemPredi
 int cmd_describe(int argc, char** argv) {
   if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(describe_help, stdout); return 0; }
   static const char* const opts[] = {"model", "batch", "seq", "plan", "ranks", "threads", "load",
-                                     "svg", "mem-limit", "recompute", NULL};
+                                     "svg", "mem-limit", "recompute", "device", NULL};
   static const char* const sws[] = {"json", "prefetch", NULL};
   Args a;
   GptDesc d;
@@ -102,6 +106,11 @@ int cmd_describe(int argc, char** argv) {
       args_int(&a, "ranks", comm_size(), 1, 1 << 20, &ranks) ||
       args_int(&a, "threads", 1, 1, 256, &threads) || args_size(&a, "mem-limit", 0, &limit))
     return cli_report_error();
+  const char* device = args_get(&a, "device", "cpu");
+  if (strcmp(device, "cpu") && strcmp(device, "cuda")) {
+    osdp_fail("--device: unknown device '%s': use cpu or cuda", device);
+    return cli_report_error();
+  }
   Plan p;
   MemPrediction m;
   const char* pname = args_get(&a, "plan", "ddp");
@@ -115,8 +124,8 @@ int cmd_describe(int argc, char** argv) {
   const char* svg = args_get(&a, "svg", NULL);
   rc = 0;
   if (comm_rank() == 0) {
-    if (args_has(&a, "json")) describe_json(&d, p.seq, &p, &m);
-    else { describe_table(&d, p.seq); describe_memory(&m, &p, pname); }
+    if (args_has(&a, "json")) describe_json(&d, p.seq, &p, &m, device);
+    else { describe_table(&d, p.seq); describe_memory(&m, &p, pname, device); }
     char title[300];
     snprintf(title, sizeof title, "osdp describe: plan %s for %s", pname, d.cfg.name);
     if (svg) rc = plan_svg_write(svg, &d, &p, (int)threads, limit, title);

@@ -160,8 +160,9 @@ int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions
     if (!rc) {
       if (show && !ro->json) printf("trial: training each of %d candidate plans for %d steps\n", n,
                                     ro->trial_steps);
-      chosen = planner_trial(d, cand, n, dev->threads, dev->mem_limit, ro->trial_steps,
-                             show && !ro->json, tr);
+      const Backend* bk = backend_by_name(dev->backend[0] ? dev->backend : "cpu", "device");
+      chosen = bk ? planner_trial(d, cand, n, bk, dev->threads, dev->mem_limit, ro->trial_steps,
+                                  show && !ro->json, tr) : -1;
       if (chosen < 0) rc = -1;
     }
   }

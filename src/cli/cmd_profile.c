@@ -15,7 +15,7 @@
 
 static const char* profile_help =
     "usage: [mpirun -np N] osdp profile [--model M] [--seq T] [--threads N] [--mem-limit SIZE]\n"
-    "                                   [--steps N] --out device.json\n"
+    "                                   [--steps N] [--device cpu|cuda] --out device.json\n"
     "  measures, on the N ranks: all-reduce / all-gather / reduce-scatter times from 1 KiB to\n"
     "  16 MiB; every operator's forward+backward compute inside real training steps at\n"
     "  micro-batch 1, 2, 4, ... (until a step takes 0.25 s), unsplit and in k = 2, 4, 8 slices;\n"
@@ -34,12 +34,13 @@ int profile_options_from_args(const Args* a, const GptDesc* d, ProfileOptions* o
   o->seq = (int)T;
   o->threads = (int)threads;
   o->steps = (int)steps;
-  return 0;
+  return (o->backend = setup_backend(a)) ? 0 : -1;
 }
 
 int cmd_profile(int argc, char** argv) {
   if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(profile_help, stdout); return 0; }
-  static const char* const opts[] = {"model", "seq", "threads", "mem-limit", "profile-steps", "out", NULL};
+  static const char* const opts[] = {"model", "seq", "threads", "mem-limit", "profile-steps", "out", "device",
+                                     "tf32", "precision", NULL};
   static const char* const sws[] = {"quiet", NULL};
   Args a;
   GptDesc d;

@@ -34,7 +34,10 @@ static const char* train_help =
     "  --lr-schedule S  constant, or cosine (decay to lr/10 at the last step) [constant]\n"
     "  --seed S         weight-initialisation and data seed [1337]\n"
     "  --threads N      kernel threads per rank [1]\n"
-    "  --mem-limit SIZE memory limit per rank, e.g. 512MiB [unlimited]\n"
+    "  --mem-limit SIZE memory limit per rank (per GPU with --device cuda), e.g. 512MiB [unlimited]\n"
+    "  --device D       cpu, or cuda (the rank's GPU: local rank mod GPUs) [cpu]\n"
+    "  --tf32 on|off    with cuda: matrix products on TF32 tensor cores, or in full fp32 [on]\n"
+    "  --precision P    fp32 (bf16 mixed precision is not built yet) [fp32]\n"
     "  --eval-batches N held-out global batches evaluated at the end [8]\n"
     "  --log FILE       one JSON object per step, then a summary line\n"
     "  --save FILE --load FILE   llm.c GPT-2 checkpoint (fp32, version 3)\n"
@@ -56,6 +59,7 @@ typedef struct TrainRun {
   PlanReport report;    /* --plan auto: what the trial measured */
   double* step_times;   /* the timed steps' seconds (the first TIMES_KEPT), for the median */
   long ntimes;
+  int *tokens, *targets; /* this rank's micro-batch on the host, copied into the engine */
 } TrainRun;
 
 /* Reads every option, builds the model, data source, plan and engine. */
@@ -99,6 +103,9 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
   const char* logp = args_get(&r->args, "log", NULL);
   if (logp && comm_rank() == 0 && !(r->log = fopen(logp, "w")))
     return osdp_fail("--log: cannot write '%s'", logp);
+  r->tokens = malloc((size_t)r->B * r->T * sizeof(int));
+  r->targets = malloc((size_t)r->B * r->T * sizeof(int));
+  if (!r->tokens || !r->targets) return osdp_fail("out of host memory");
   return engine_create(&r->eng, &r->d, &r->plan, &r->opt);
 }
 
@@ -137,8 +144,8 @@ static int train_save(TrainRun* r) {
 /* Fills this rank's rows of global batch `step` and returns the global target count. */
 static long load_batch(TrainRun* r, DataSplit split, long step, int* problem) {
   int world = comm_size(), rank = comm_rank();
-  data_batch(r->data, split, step, world * r->B, rank * r->B, r->B, engine_tokens(&r->eng),
-             engine_targets(&r->eng), problem);
+  data_batch(r->data, split, step, world * r->B, rank * r->B, r->B, r->tokens, r->targets, problem);
+  engine_set_batch(&r->eng, r->tokens, r->targets);
   return data_batch_target_count(r->data, split, step, world * r->B);
 }
 
@@ -156,7 +163,7 @@ static void report_step(TrainRun* r, long step, const StepResult* sr, double ela
   if (comm_rank() != 0) return;
   double tokens = (double)comm_size() * r->B * r->T;
   double tps = tokens / sr->seconds;
-  size_t peak = r->eng.arena.peak_total;
+  size_t peak = engine_peak_bytes(&r->eng, NULL);
   if (r->log) {
     fprintf(r->log, "{\"step\":%ld,\"loss\":%.6f,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,"
             "\"peak_bytes\":%zu,\"grad_norm\":%.6f,\"lr\":%.6g}\n",
@@ -202,7 +209,7 @@ static double median_step_s(TrainRun* r) {
 
 static void train_summary(TrainRun* r, double first_loss, double last_loss, double tps,
                           double step_s, double val_loss, double acc, long nprob) {
-  size_t peak = r->eng.arena.peak_total;
+  size_t peak = engine_peak_bytes(&r->eng, NULL);
   double med = median_step_s(r);
   double off = comm_allreduce_f64(peak != r->eng.predicted.peak ? 1.0 : 0.0);
   if (comm_rank() != 0) return;
@@ -320,6 +327,8 @@ int cmd_train(int argc, char** argv) {
   if (r.log) fclose(r.log);
   engine_destroy(&r.eng);
   free(r.step_times);
+  free(r.tokens);
+  free(r.targets);
   data_close(r.data);
   plan_free(&r.plan);
   gpt_desc_free(&r.d);

@@ -78,8 +78,26 @@ int setup_plan(const Args* a, const GptDesc* d, int B, int T, int B_given, int T
   return plan_validate(p, d, world);
 }
 
+const Backend* setup_backend(const Args* a) {
+  const char* tf32 = args_get(a, "tf32", "on");
+  const char* precision = args_get(a, "precision", "fp32");
+  if (strcmp(tf32, "on") && strcmp(tf32, "off")) {
+    osdp_fail("--tf32: '%s' is not on or off", tf32);
+    return NULL;
+  }
+  if (strcmp(precision, "fp32")) {
+    osdp_fail("--precision: '%s' is not available; this osdp trains in fp32 (bf16 mixed precision is "
+              "not built yet)", precision);
+    return NULL;
+  }
+  const Backend* bk = backend_by_name(args_get(a, "device", "cpu"), "--device");
+  if (bk) bk->set_tf32(strcmp(tf32, "on") == 0);
+  return bk;
+}
+
 int setup_train_options(const Args* a, TrainOptions* o) {
   train_options_default(o);
+  if (!(o->backend = setup_backend(a))) return -1;
   long threads, seed, warmup;
   /* The command line's defaults (lr 1e-2, 100 warm-up steps) suit the built-in tiny demo;
   ** GPT-2-sized models want about 6e-4. */

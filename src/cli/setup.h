@@ -36,7 +36,11 @@ int setup_recompute(const Args* a, const GptDesc* d, Plan* p);
 /* --recompute N|all for a search (plan, train --plan auto): exactly that many layers recompute
 ** (min = max); absent, the planner chooses. -1 with an error as setup_recompute. */
 int setup_recompute_search(const Args* a, const GptDesc* d, SearchOptions* so);
-/* Optimizer, threads and memory options (--lr --seed --threads --mem-limit --warmup ...). */
+/* The backend of --device cpu|cuda (default cpu) with --tf32 on|off (default on) and
+** --precision fp32 (bf16 is not built yet). NULL with a one-line error (e.g. no GPU here). */
+const Backend* setup_backend(const Args* a);
+/* Optimizer, threads, memory and device options (--lr --seed --threads --mem-limit --warmup
+** --device ...). */
 int setup_train_options(const Args* a, TrainOptions* o);
 /* Profiling options (--seq --threads --mem-limit --profile-steps) for profile and train --plan auto. */
 int profile_options_from_args(const Args* a, const GptDesc* d, ProfileOptions* o);
@@ -55,6 +59,6 @@ int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions
 /* The option names the three helpers read, for the subcommands' option lists. */
 #define SETUP_OPTIONS "model", "plan", "lr", "seed", "threads", "mem-limit", "warmup", \
   "weight-decay", "grad-clip", "batch", "seq", "load", "profile-steps", "max-batch", "trial-steps", \
-  "recompute"
+  "recompute", "device", "tf32", "precision"
 
 #endif

@@ -4,12 +4,15 @@
 ** The same binary runs as one process (no mpirun: world size 1, every collective is a
 ** copy or a no-op) or as N ranks under mpirun / Slurm on one or several hosts. Everything
 ** the runtime communicates goes through this interface, so a NCCL version can sit beside
-** it. Each call adds its wall time and payload to per-kind counters for reporting.
+** it. Each call adds its wall time and payload to per-kind counters for reporting. Float buffers
+** are in the memory of the backend set by comm_use_backend (host memory by default).
 */
 #ifndef OSDP_COMM_H
 #define OSDP_COMM_H
 
 #include <stddef.h>
+
+#include "kernels/backend.h"
 
 typedef enum CommKind { COMM_ALLREDUCE = 0, COMM_ALLGATHER, COMM_REDUCE_SCATTER, COMM_KINDS } CommKind;
 
@@ -20,8 +23,17 @@ typedef struct CommStats {
   long calls[COMM_KINDS];
 } CommStats;
 
-/* An outstanding non-blocking collective. */
-typedef struct CommRequest { void* mpi; int active; CommKind kind; double bytes; } CommRequest;
+/* An outstanding non-blocking collective. With device memory (comm_use_backend) the MPI side runs
+** on the host copy `host`, and `result_bytes` of it go back to `device_result` on completion. */
+typedef struct CommRequest {
+  void* mpi;
+  int active;
+  CommKind kind;
+  double bytes;
+  void* host;
+  void* device_result;
+  size_t result_bytes;
+} CommRequest;
 
 /* Initialises MPI (once per process); rank and world size are then available. */
 int comm_init(int* argc, char*** argv);
@@ -32,6 +44,11 @@ int comm_size(void);
 /* Stops every rank at once after an unrecoverable error (never hangs the others). */
 void comm_abort(int code) __attribute__((noreturn));
 void comm_barrier(void);
+
+/* Says where the buffers given to the collectives live: the backend's memory (NULL: the CPU's).
+** For a GPU every collective goes through host copies (MPI over host memory; the way several
+** ranks share one GPU); on the CPU the buffers are used directly. The engine sets it. */
+void comm_use_backend(const Backend* bk);
 
 /* In-place sum of buf[0..n) across ranks. */
 void comm_allreduce_f32(float* buf, size_t n);

@@ -12,6 +12,39 @@
 static int g_rank, g_size = 1;
 static CommStats g_stats;
 static double g_clock; /* all seconds inside communication calls (comm_clock) */
+static const Backend* g_bk;  /* the buffers' backend (comm_use_backend) */
+static int g_staged;         /* 1: buffers are device memory, copied through host staging */
+static void* g_stage;        /* the blocking calls' host staging buffer (grows, never shrinks) */
+static size_t g_stage_bytes;
+
+void comm_use_backend(const Backend* bk) {
+  g_bk = bk ? bk : backend_cpu();
+  g_staged = g_bk->device_memory;
+}
+
+/* Copies between buffers of the backend (a world of one's collectives). */
+static void buffer_copy(void* dst, const void* src, size_t bytes) {
+  if (g_bk) g_bk->copy(dst, src, bytes);
+  else memcpy(dst, src, bytes);
+}
+
+/* A host buffer of at least `bytes` for a blocking staged call. */
+static void* stage_buffer(size_t bytes) {
+  if (bytes > g_stage_bytes) {
+    free(g_stage);
+    g_stage = malloc(bytes);
+    g_stage_bytes = g_stage ? bytes : 0;
+    if (!g_stage) { fprintf(stderr, "osdp: error: out of host memory staging a collective\n"); comm_abort(2); }
+  }
+  return g_stage;
+}
+
+/* A fresh host buffer for a non-blocking staged call (freed when the request finishes). */
+static void* request_buffer(size_t bytes) {
+  void* p = malloc(bytes ? bytes : 1);
+  if (!p) { fprintf(stderr, "osdp: error: out of host memory staging a collective\n"); comm_abort(2); }
+  return p;
+}
 
 /* Counts are int in MPI: every buffer osdp communicates is far below 2^31 elements, but
 ** say so clearly rather than truncate if a model ever grows past it. */
@@ -65,7 +98,11 @@ const double* comm_clock(void) { return &g_clock; }
 void comm_allreduce_f32(float* buf, size_t n) {
   if (g_size == 1) return;
   double t0 = now_seconds();
-  MPI_Allreduce(MPI_IN_PLACE, buf, to_count(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  size_t bytes = n * sizeof(float);
+  float* host = g_staged ? stage_buffer(bytes) : buf;
+  if (g_staged) g_bk->to_host(host, buf, bytes);
+  MPI_Allreduce(MPI_IN_PLACE, host, to_count(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  if (g_staged) g_bk->to_device(buf, host, bytes);
   count(COMM_ALLREDUCE, t0, 4.0 * (double)n);
 }
 
@@ -75,7 +112,15 @@ void comm_iallreduce_f32(float* buf, size_t n, CommRequest* r) {
   MPI_Request* req = malloc(sizeof *req);
   if (!req) { fprintf(stderr, "osdp: error: out of host memory\n"); comm_abort(2); }
   double t0 = now_seconds();
-  MPI_Iallreduce(MPI_IN_PLACE, buf, to_count(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, req);
+  float* host = buf;
+  if (g_staged) {
+    size_t bytes = n * sizeof(float);
+    host = r->host = request_buffer(bytes);
+    g_bk->to_host(host, buf, bytes);
+    r->device_result = buf;
+    r->result_bytes = bytes;
+  }
+  MPI_Iallreduce(MPI_IN_PLACE, host, to_count(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, req);
   count_time(COMM_ALLREDUCE, t0);
   r->mpi = req;
   r->active = 1;
@@ -83,8 +128,11 @@ void comm_iallreduce_f32(float* buf, size_t n, CommRequest* r) {
   r->bytes = 4.0 * (double)n;
 }
 
-/* Releases a finished request and counts its payload. */
+/* Releases a finished request (copying a staged result back) and counts its payload. */
 static void finish_request(CommRequest* r) {
+  if (r->host) g_bk->to_device(r->device_result, r->host, r->result_bytes);
+  free(r->host);
+  r->host = NULL;
   free(r->mpi);
   r->mpi = NULL;
   r->active = 0;
@@ -97,8 +145,8 @@ int comm_test(CommRequest* r) {
   int done = 0;
   double t0 = now_seconds();
   MPI_Test((MPI_Request*)r->mpi, &done, MPI_STATUS_IGNORE);
-  count_time(r->kind, t0);
   if (done) finish_request(r);
+  count_time(r->kind, t0);
   return done;
 }
 
@@ -106,33 +154,56 @@ void comm_wait(CommRequest* r) {
   if (!r->active) return;
   double t0 = now_seconds();
   MPI_Wait((MPI_Request*)r->mpi, MPI_STATUS_IGNORE);
-  count_time(r->kind, t0);
   finish_request(r);
+  count_time(r->kind, t0);
 }
 
 void comm_allgather_f32(float* full, size_t shard_n) {
   if (g_size == 1) return;
   double t0 = now_seconds();
-  MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, full, to_count(shard_n), MPI_FLOAT,
+  size_t shard_bytes = shard_n * sizeof(float), bytes = shard_bytes * (size_t)g_size;
+  float* host = g_staged ? stage_buffer(bytes) : full;
+  if (g_staged) g_bk->to_host(host + shard_n * (size_t)g_rank, full + shard_n * (size_t)g_rank, shard_bytes);
+  MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, host, to_count(shard_n), MPI_FLOAT,
                 MPI_COMM_WORLD);
+  if (g_staged) g_bk->to_device(full, host, bytes);
   count(COMM_ALLGATHER, t0, 4.0 * (double)shard_n * g_size);
 }
 
 void comm_allgather_into_f32(const float* shard, float* full, size_t shard_n) {
-  if (g_size == 1) { memcpy(full, shard, shard_n * sizeof(float)); return; }
+  if (g_size == 1) { buffer_copy(full, shard, shard_n * sizeof(float)); return; }
   double t0 = now_seconds();
-  MPI_Allgather(shard, to_count(shard_n), MPI_FLOAT, full, to_count(shard_n), MPI_FLOAT,
+  size_t shard_bytes = shard_n * sizeof(float), bytes = shard_bytes * (size_t)g_size;
+  float* host = g_staged ? stage_buffer(bytes + shard_bytes) : full;
+  const float* send = shard;
+  if (g_staged) {
+    g_bk->to_host(host + shard_n * (size_t)g_size, shard, shard_bytes);
+    send = host + shard_n * (size_t)g_size;
+  }
+  MPI_Allgather(send, to_count(shard_n), MPI_FLOAT, host, to_count(shard_n), MPI_FLOAT,
                 MPI_COMM_WORLD);
+  if (g_staged) g_bk->to_device(full, host, bytes);
   count(COMM_ALLGATHER, t0, 4.0 * (double)shard_n * g_size);
 }
 
 void comm_iallgather_into_f32(const float* shard, float* full, size_t shard_n, CommRequest* r) {
   memset(r, 0, sizeof *r);
-  if (g_size == 1) { memcpy(full, shard, shard_n * sizeof(float)); return; }
+  if (g_size == 1) { buffer_copy(full, shard, shard_n * sizeof(float)); return; }
   MPI_Request* req = malloc(sizeof *req);
   if (!req) { fprintf(stderr, "osdp: error: out of host memory\n"); comm_abort(2); }
   double t0 = now_seconds();
-  MPI_Iallgather(shard, to_count(shard_n), MPI_FLOAT, full, to_count(shard_n), MPI_FLOAT,
+  const float* send = shard;
+  float* recv = full;
+  if (g_staged) {
+    size_t shard_bytes = shard_n * sizeof(float), bytes = shard_bytes * (size_t)g_size;
+    /* The host copy: the gathered result, then this rank's shard to send. */
+    recv = r->host = request_buffer(bytes + shard_bytes);
+    g_bk->to_host(recv + shard_n * (size_t)g_size, shard, shard_bytes);
+    send = recv + shard_n * (size_t)g_size;
+    r->device_result = full;
+    r->result_bytes = bytes;
+  }
+  MPI_Iallgather(send, to_count(shard_n), MPI_FLOAT, recv, to_count(shard_n), MPI_FLOAT,
                  MPI_COMM_WORLD, req);
   count_time(COMM_ALLGATHER, t0);
   r->mpi = req;
@@ -142,13 +213,18 @@ void comm_iallgather_into_f32(const float* shard, float* full, size_t shard_n, C
 }
 
 void comm_reduce_scatter_add_f32(float* full, float* shard_acc, size_t shard_n) {
-  const float* mine = full;
   double t0 = now_seconds();
+  size_t shard_bytes = shard_n * sizeof(float);
   /* In place: the result for this rank lands at the start of the buffer. */
-  if (g_size > 1)
-    MPI_Reduce_scatter_block(MPI_IN_PLACE, full, to_count(shard_n), MPI_FLOAT, MPI_SUM,
+  if (g_size > 1) {
+    float* host = g_staged ? stage_buffer(shard_bytes * (size_t)g_size) : full;
+    if (g_staged) g_bk->to_host(host, full, shard_bytes * (size_t)g_size);
+    MPI_Reduce_scatter_block(MPI_IN_PLACE, host, to_count(shard_n), MPI_FLOAT, MPI_SUM,
                              MPI_COMM_WORLD);
-  for (size_t i = 0; i < shard_n; i++) shard_acc[i] += mine[i];
+    if (g_staged) g_bk->to_device(full, host, shard_bytes);
+  }
+  if (g_bk) g_bk->f32->accumulate(shard_acc, full, shard_n);
+  else for (size_t i = 0; i < shard_n; i++) shard_acc[i] += full[i];
   /* The accumulation counts as part of the collective (profiled the same way). */
   if (g_size > 1) count(COMM_REDUCE_SCATTER, t0, 4.0 * (double)shard_n * g_size);
 }

@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "core/util.h"
 
@@ -18,27 +17,40 @@ const char* mem_category_name(MemCategory c) {
   return (c >= 0 && c < MEM_CATEGORY_COUNT) ? category_names[c] : "?";
 }
 
-int arena_init(Arena* a, size_t capacity) {
+/* The bytes to reserve for a capacity (see arena_init). */
+static size_t reserve_bytes(size_t capacity, size_t available) {
+  const size_t MiB = (size_t)1 << 20;
+  if (!available) return capacity ? capacity * 2 + 64 * MiB : ((size_t)1 << 40);
+  size_t want = capacity ? capacity + capacity / 16 + 64 * MiB
+                         : (available > 512 * MiB ? available - 256 * MiB : available / 2);
+  return want < available ? want : available;
+}
+
+int arena_init(Arena* a, size_t capacity, const ArenaMemory* mem) {
   memset(a, 0, sizeof *a);
+  a->mem = *mem;
   a->capacity = capacity;
-  /* Reserve generously: alignment padding and fragmentation need some room beyond the
-  ** live bytes. Address space is free; pages are committed only when touched. */
-  size_t want = capacity ? capacity * 2 + ((size_t)64 << 20) : ((size_t)1 << 40);
-  void* p = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                 -1, 0);
-  if (p == MAP_FAILED) return osdp_fail("arena: cannot reserve %zu bytes of address space", want);
+  size_t available = mem->available ? mem->available() : 0;
+  if (available && capacity > available) {
+    char cap[32], av[32];
+    return osdp_fail("--mem-limit: %s is more than the %s the device has free; lower --mem-limit",
+                     format_bytes((double)capacity, cap), format_bytes((double)available, av));
+  }
+  size_t want = reserve_bytes(capacity, available);
+  void* p = mem->reserve(want);
+  if (!p) return -1;
   a->base = p;
   a->reserved = want;
   a->maxblocks = ARENA_MAX_BLOCKS;
   a->blocks = calloc((size_t)a->maxblocks, sizeof *a->blocks);
-  if (!a->blocks) { munmap(p, want); return osdp_fail("arena: out of host memory"); }
+  if (!a->blocks) { mem->release(p, want); return osdp_fail("arena: out of host memory"); }
   a->blocks[0] = (ArenaBlock){.offset = 0, .size = want, .used = 0};
   a->nblocks = 1;
   return 0;
 }
 
 void arena_destroy(Arena* a) {
-  if (a->base) munmap(a->base, a->reserved);
+  if (a->base) a->mem.release(a->base, a->reserved);
   free(a->blocks);
   memset(a, 0, sizeof *a);
 }
@@ -103,7 +115,7 @@ void* arena_alloc(Arena* a, size_t bytes, MemCategory cat, const char* what) {
     b->cat = cat;
     account(a, cat, bytes, +1);
     void* p = a->base + b->offset;
-    memset(p, 0, size);
+    a->mem.zero(p, size);
     return p;
   }
   osdp_fail("arena: address space exhausted allocating %zu bytes for %s", bytes, what);

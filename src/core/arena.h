@@ -1,8 +1,10 @@
 /*
 ** arena.h: the one memory arena that owns every tensor of a rank.
 **
-** The arena reserves address space once (mmap, pages committed on first touch) and hands
-** out blocks from it with a first-fit free list, so a training step never calls malloc.
+** The arena reserves one block of memory once (on the CPU address space whose pages are
+** committed on first touch; on a GPU one cudaMalloc) through the ArenaMemory of its backend,
+** and hands out blocks from it with a first-fit free list, so a training step never allocates.
+** The bookkeeping lives on the host; the memory may not be host-addressable.
 ** It accounts the exact bytes requested per category, current and peak; the capacity is
 ** the device memory limit, checked against those exact bytes. The planner predicts the
 ** same numbers from the model description, so the two can be compared to the byte.
@@ -25,9 +27,18 @@ typedef enum MemCategory {
 /* Short lowercase name of a category ("params", "grads", ...). */
 const char* mem_category_name(MemCategory c);
 
+/* Where the arena's block comes from (a backend's memory functions; see kernels/backend.h). */
+typedef struct ArenaMemory {
+  void* (*reserve)(size_t bytes);           /* NULL with an error when it cannot */
+  void (*release)(void* base, size_t bytes);
+  void (*zero)(void* p, size_t bytes);
+  size_t (*available)(void);                /* bytes reserve can still give; 0 = not bounded */
+} ArenaMemory;
+
 typedef struct ArenaBlock { size_t offset, size, bytes; int used; MemCategory cat; } ArenaBlock;
 
 typedef struct Arena {
+  ArenaMemory mem;
   char* base;              /* start of the reserved address range */
   size_t reserved;         /* bytes of address space reserved */
   size_t capacity;         /* limit on live bytes; 0 = unlimited */
@@ -38,8 +49,12 @@ typedef struct Arena {
   size_t peak_at[MEM_CATEGORY_COUNT]; /* per-category bytes at the moment of the total peak */
 } Arena;
 
-/* Reserves the arena. capacity = limit on live bytes (0: unlimited). Returns 0 or -1. */
-int arena_init(Arena* a, size_t capacity);
+/* Reserves the arena from mem. capacity = limit on live bytes (0: unlimited). Where mem is
+** bounded (available() > 0: a GPU), the block is the capacity plus room for alignment and
+** fragmentation (capacity / 16 + 64 MiB), at most what is available; unlimited takes what is
+** available less 256 MiB. Unbounded memory (the CPU) reserves twice the capacity plus 64 MiB of
+** address space, or 1 TiB when unlimited. Returns 0 or -1 with an error. */
+int arena_init(Arena* a, size_t capacity, const ArenaMemory* mem);
 /* Releases the arena and everything in it. */
 void arena_destroy(Arena* a);
 /* Allocates `bytes` (64-byte aligned, zero-filled) in category `cat`; `what` names the

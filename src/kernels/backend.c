@@ -4,12 +4,31 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "kernels/cpu_kernels.h"
 
 const Backend* backend_by_name(const char* name, const char* field) {
   if (!strcmp(name, "cpu")) return backend_cpu();
   if (!strcmp(name, "cuda")) return backend_cuda();
   osdp_fail("%s: unknown device '%s': use cpu or cuda", field, name);
   return NULL;
+}
+
+double backend_matmul_gflops(const Backend* bk, int M, int N, int K) {
+  if (bk == backend_cpu()) return kernels_sgemm_gflops(M, N, K);
+  size_t n = (size_t)M * K + (size_t)K * N + (size_t)M * N;
+  float* a = bk->reserve(n * sizeof(float));
+  if (!a) { osdp_clear_error(); return 0; }
+  bk->zero(a, n * sizeof(float));
+  float *w = a + (size_t)M * K, *out = w + (size_t)K * N;
+  double best = 1e30;
+  for (int r = 0; r < 6; r++) { /* the first is a warm-up */
+    double t0 = bk->clock();
+    bk->f32->matmul_forward(out, a, K, w, NULL, M, K, N, 0);
+    double t = bk->clock() - t0;
+    if (r > 0 && t < best) best = t;
+  }
+  bk->release(a, n * sizeof(float));
+  return 2.0 * M * N * K / best / 1e9;
 }
 
 #ifndef OSDP_HAVE_CUDA

@@ -66,6 +66,10 @@ const Backend* backend_cuda(void);
 /* The backend called `name` ("cpu" or "cuda"), or NULL with an error naming `field` (the option
 ** being read, e.g. "--device") and the accepted values. */
 const Backend* backend_by_name(const char* name, const char* field);
+/* GFLOP/s of a matrix product of M x K by K x N on backend bk: OpenBLAS's sgemm rate
+** (kernels_sgemm_gflops) on the CPU, the best of 5 timed matmul_forward calls on the backend's
+** clock elsewhere; 0 when the buffers do not fit. The reference a step's speed is compared to. */
+double backend_matmul_gflops(const Backend* bk, int M, int N, int K);
 /* Whether this osdp was built with the CUDA backend. */
 int backend_cuda_built(void);
 

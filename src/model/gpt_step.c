@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "core/util.h"
-#include "kernels/cpu_kernels.h"
 
 int* gpt_acts_tokens(const GptDesc* d, const GptActs* a) {
   size_t BTC = (size_t)a->B * a->T * d->cfg.n_embd;
@@ -99,14 +98,24 @@ size_t gpt_acts_layout(const GptDesc* d, int B, int T, size_t elem, const int* r
   return total + shared;
 }
 
+/* The backend of the activations a: where the step's kernels run. */
+static const Backend* step_backend(const GptActs* a) { return a->backend ? a->backend : backend_cpu(); }
+#define STEP_BACKEND(a) step_backend(a)
+
+/* KT(a): the kernel table of the REAL being instantiated, on a's backend. A backend without
+** fp64 kernels (CUDA) cannot run the fp64 pass: the fp64 pass is the CPU's test path. */
 #define REAL float
 #define KN(name) name##_f32
+#define KT(a) (step_backend(a)->f32)
 #include "model/gpt_step_impl.inc"
 #undef REAL
 #undef KN
+#undef KT
 
 #define REAL double
 #define KN(name) name##_f64
+#define KT(a) (step_backend(a)->f64)
 #include "model/gpt_step_impl.inc"
 #undef REAL
 #undef KN
+#undef KT

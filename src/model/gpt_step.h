@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 
+#include "kernels/backend.h"
 #include "model/gpt.h"
 
 /* The three passes a parameter can be used in: the forward pass, the backward pass, and the
@@ -37,7 +38,8 @@ typedef struct GptParamHooks {
 /* The buffers of one micro-batch: each op's activation block (gpt_op_act_bytes, placed as
 ** gpt_acts_layout says), and the backward working buffers (gpt_scratch_bytes) split into dres
 ** [BT,C], dbuf_a and dbuf_b [BT,4C] and the attention scratch (which the forward uses too).
-** Elements are float or double (elem bytes).
+** Elements are float or double (elem bytes). Every buffer is in the backend's memory; the
+** step reaches them only through the backend's kernels, zero and copy.
 **
 ** Recomputation: a layer l with recompute[l] != 0 keeps only its output (the fcproj block, the
 ** next layer's input) between forward and backward; its other blocks are views of one buffer
@@ -47,6 +49,7 @@ typedef struct GptParamHooks {
 typedef struct GptActs {
   int B, T;
   size_t elem;
+  const Backend* backend; /* where the buffers live and the kernels run (NULL: the CPU) */
   void** op_acts;   /* nops pointers */
   const int* recompute; /* NULL, or n_layer flags: which layers recompute */
   void* scratch;    /* gpt_scratch_bytes */

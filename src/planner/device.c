@@ -328,6 +328,11 @@ static int json_compute(const cJSON* root, const char* path, DeviceInfo* dev) {
 /* Fills dev from a parsed device file. */
 static int device_from_json(const cJSON* root, const char* path, DeviceInfo* dev) {
   dev->threads = 1;
+  snprintf(dev->backend, sizeof dev->backend, "cpu");
+  const cJSON* kind = cJSON_GetObjectItemCaseSensitive(root, "device");
+  if (kind && (!cJSON_IsString(kind) || (strcmp(kind->valuestring, "cpu") && strcmp(kind->valuestring, "cuda"))))
+    return osdp_fail("%s: field \"device\" must be \"cpu\" or \"cuda\"", path);
+  if (kind) snprintf(dev->backend, sizeof dev->backend, "%s", kind->valuestring);
   if (json_integer(root, "ranks", "ranks", 1, path, &dev->ranks) ||
       json_mem_limit(root, path, &dev->mem_limit) ||
       json_integer(root, "threads", "threads", 0, path, &dev->threads) ||
@@ -358,6 +363,7 @@ static cJSON* device_to_json(const DeviceInfo* dev) {
   cJSON_AddNumberToObject(root, "ranks", dev->ranks);
   cJSON_AddNumberToObject(root, "mem_limit", (double)dev->mem_limit);
   cJSON_AddNumberToObject(root, "threads", dev->threads);
+  cJSON_AddStringToObject(root, "device", dev->backend[0] ? dev->backend : "cpu");
   cJSON_AddNumberToObject(root, "flops", dev->flops);
   cJSON_AddNumberToObject(root, "optimizer_s_per_param", dev->optimizer_s_per_param);
   cJSON* c = cJSON_AddObjectToObject(root, "collectives");

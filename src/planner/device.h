@@ -8,6 +8,7 @@
 ** On disk (JSON):
 **   {"ranks": 8, "mem_limit": 8589934592 (bytes, or a string such as "8GiB"),
 **    "threads": 1,                      kernel threads per rank (sizes the attention scratch)
+**    "device": "cpu",                   what the ranks compute on: cpu or cuda (optional, cpu)
 **    "flops": 9.4e10,                   FLOP/s per rank, used for ops without measured times
 **    "optimizer_s_per_param": 1.5e-9,   AdamW time per parameter a rank updates (optional, 0)
 **    "collectives": {                   t(bytes) = latency_s + bytes / bandwidth_Bps, where
@@ -73,6 +74,7 @@ typedef struct DeviceInfo {
   int ranks;
   size_t mem_limit;
   int threads;
+  char backend[8];            /* "cpu" or "cuda": the backend a trial of plans runs on */
   double flops;
   double optimizer_s_per_param;
   CollectiveModel coll[COLL_COUNT];

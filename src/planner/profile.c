@@ -87,16 +87,18 @@ static double interpolation_residual(const double* x, const double* t, int n) {
 
 /* Measures the three collectives at every power of two from 1 KiB to 16 MiB: the table is the
 ** model (interpolated between sizes); latency and bandwidth summarise it. */
-static int profile_collectives(DeviceInfo* dev, int verbose) {
+static int profile_collectives(DeviceInfo* dev, const Backend* bk, int verbose) {
   if (comm_size() == 1) {
     for (int k = 0; k < COLL_COUNT; k++) dev->coll[k] = (CollectiveModel){.latency_s = 0, .bandwidth_Bps = 1e15};
     return 0;
   }
   enum { NS = 15 }; /* 256 floats (1 KiB) .. 4Mi floats (16 MiB) */
   size_t maxn = (size_t)256 << (NS - 1);
-  float* buf = calloc(maxn, sizeof(float));
-  float* shard = calloc(maxn, sizeof(float));
-  if (!buf || !shard) { free(buf); free(shard); return osdp_fail("out of host memory"); }
+  /* Both buffers in the backend's memory, where the training step's buffers are. */
+  float* buf = bk->reserve(2 * maxn * sizeof(float));
+  if (!buf) return -1;
+  float* shard = buf + maxn;
+  bk->zero(buf, 2 * maxn * sizeof(float));
   static const char* names[] = {"all-reduce", "all-gather", "reduce-scatter"};
   for (int k = 0; k < COLL_COUNT; k++) {
     double bytes[NS], t[NS];
@@ -121,22 +123,25 @@ static int profile_collectives(DeviceInfo* dev, int verbose) {
              100 * line.residual);
     }
   }
-  free(buf);
-  free(shard);
+  bk->release(buf, 2 * maxn * sizeof(float));
   return 0;
 }
 
-/* sgemm GFLOP/s at the model's MLP shape on the slowest rank (a stand-in FLOP rate for
-** unmeasured ops). */
-static double profile_sgemm(const GptDesc* d, int T) {
+/* The matrix-product GFLOP/s at the model's MLP shape on the slowest rank (a stand-in FLOP rate
+** for unmeasured ops). */
+static double profile_sgemm(const GptDesc* d, const Backend* bk, int T) {
   int M = T < 256 ? 256 : T, K = d->cfg.n_embd, N = 4 * d->cfg.n_embd;
-  return -comm_allreduce_max_f64(-kernels_sgemm_gflops(M, N, K));
+  double g = backend_matmul_gflops(bk, M, N, K);
+  return -comm_allreduce_max_f64(-g);
 }
 
 /* ---- Compute, overhead, optimizer and the collectives inside steps ----------------------- */
 
-/* Physical memory of this host divided among the ranks (the default memory limit). */
-static size_t default_mem_limit(void) {
+/* The default memory limit: on a GPU 90% of its free memory (ranks sharing one GPU give
+** --mem-limit), else the host's physical memory divided among the ranks. */
+static size_t default_mem_limit(const Backend* bk) {
+  size_t gpu = bk->available();
+  if (gpu) return gpu / 10 * 9;
   long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
   return (size_t)pages * (size_t)psz / (size_t)comm_size();
 }
@@ -216,7 +221,7 @@ static int profile_compute(const GptDesc* d, const ProfileOptions* o, DeviceInfo
     progress(o, "timing a dp step and every operator", B);
     if (profile_plan(d, STRAT_DP, B, o->seq, 1, &p)) { rc = -1; break; }
     int j = pts->n;
-    rc = planner_measure_plan(d, &p, o->threads, 0, o->steps, &pts->m[j], &AT(0, j, 0));
+    rc = planner_measure_plan(d, &p, o->backend, o->threads, 0, o->steps, &pts->m[j], &AT(0, j, 0));
     plan_free(&p);
     if (rc) { if (j >= 2) { rc = 0; osdp_clear_error(); } break; } /* out of memory: fit what we have */
     pts->B[pts->n++] = B;
@@ -235,7 +240,7 @@ static int profile_compute(const GptDesc* d, const ProfileOptions* o, DeviceInfo
       Plan p;
       PlanMeasure m;
       rc = profile_plan(d, STRAT_DP, pts->B[j], o->seq, 1 << l, &p);
-      if (!rc) rc = planner_measure_plan(d, &p, o->threads, 0, o->steps, &m, &AT(l, j, 0));
+      if (!rc) rc = planner_measure_plan(d, &p, o->backend, o->threads, 0, o->steps, &m, &AT(l, j, 0));
       plan_free(&p);
     }
   }
@@ -326,12 +331,12 @@ static int profile_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* 
   int steps = 2 * o->steps < 6 ? 6 : 2 * o->steps; /* one plan calibrates two kinds: more steps */
   progress(o, "timing zero3 steps (all-gather, reduce-scatter, prefetch)", B);
   if (profile_plan(d, STRAT_ZERO3, B, o->seq, 1, &p)) return -1;
-  int rc = planner_measure_plan(d, &p, o->threads, 0, steps, &m, NULL);
+  int rc = planner_measure_plan(d, &p, o->backend, o->threads, 0, steps, &m, NULL);
   if (!rc) {
     calibrate(d, dev, &p, COLL_ALLGATHER, m.wait_s[COMM_ALLGATHER]);
     calibrate(d, dev, &p, COLL_REDUCE_SCATTER, m.wait_s[COMM_REDUCE_SCATTER]);
     p.prefetch = 1;
-    rc = planner_measure_plan(d, &p, o->threads, 0, steps, &m, NULL);
+    rc = planner_measure_plan(d, &p, o->backend, o->threads, 0, steps, &m, NULL);
     /* Prefetched gathers that waited less than the replay without overlap: the share hidden
     ** (the in-step factor of the blocking gathers stays). */
     if (!rc && m.wait_s[COMM_ALLGATHER] < replay_exposed(d, dev, &p, COLL_ALLGATHER))
@@ -351,10 +356,13 @@ int profile_device(const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev) {
   memset(dev, 0, sizeof *dev);
   dev->ranks = comm_size();
   dev->threads = o->threads;
-  dev->mem_limit = o->mem_limit ? o->mem_limit : default_mem_limit();
-  kernels_set_threads(o->threads);
-  if (profile_collectives(dev, o->verbose)) return -1;
-  dev->flops = 1e9 * profile_sgemm(d, o->seq);
+  const Backend* bk = o->backend ? o->backend : backend_cpu();
+  snprintf(dev->backend, sizeof dev->backend, "%s", bk->name);
+  dev->mem_limit = o->mem_limit ? o->mem_limit : default_mem_limit(bk);
+  bk->set_threads(o->threads);
+  comm_use_backend(bk);
+  if (profile_collectives(dev, bk, o->verbose)) return -1;
+  dev->flops = 1e9 * profile_sgemm(d, bk, o->seq);
   if (device_alloc_op_times(dev, d->nops + 1)) return -1;
   snprintf(dev->compute_model, sizeof dev->compute_model, "%s", d->cfg.name);
   dev->compute_seq = o->seq;

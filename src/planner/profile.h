@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 
+#include "kernels/backend.h"
 #include "model/gpt.h"
 #include "planner/device.h"
 
@@ -18,6 +19,7 @@ typedef struct ProfileOptions {
   size_t mem_limit;   /* recorded in the device information (0: physical memory / ranks) */
   int steps;          /* timed steps per micro-batch size (after one warm-up) */
   int verbose;        /* progress lines on rank 0 */
+  const Backend* backend; /* the device measured (NULL: the CPU) */
 } ProfileOptions;
 
 /* Measures everything on all ranks (collective) and fills dev. Returns 0, or -1 with an error

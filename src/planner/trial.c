@@ -9,13 +9,14 @@
 #include "core/util.h"
 #include "runtime/engine.h"
 
-int planner_measure_plan(const GptDesc* d, const Plan* p, int threads, size_t mem_limit, int steps,
+int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int threads, size_t mem_limit, int steps,
                          PlanMeasure* m, double* op_s) {
   TrainOptions opt;
   Engine e;
   train_options_default(&opt);
   opt.threads = threads;
   opt.mem_limit = mem_limit;
+  opt.backend = bk;
   memset(m, 0, sizeof *m);
   if (steps < 1) steps = 1;
   enum { F_STEP, F_OPTIM, F_COMM, F_WAIT0, NF = F_WAIT0 + COMM_KINDS };
@@ -25,10 +26,11 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, int threads, size_t me
   Rng g;
   rng_seed(&g, 4242 + (uint64_t)comm_rank());
   int BT = p->micro_batch * p->seq;
-  for (int i = 0; i < BT; i++) {
-    engine_tokens(&e)[i] = (int)rng_below(&g, (uint64_t)d->cfg.vocab_size);
-    engine_targets(&e)[i] = (int)rng_below(&g, (uint64_t)d->cfg.vocab_size);
-  }
+  int* tok = malloc((size_t)BT * 2 * sizeof *tok);
+  if (!tok) { engine_destroy(&e); free(v); return osdp_fail("out of host memory"); }
+  for (int i = 0; i < 2 * BT; i++) tok[i] = (int)rng_below(&g, (uint64_t)d->cfg.vocab_size);
+  engine_set_batch(&e, tok, tok + BT);
+  free(tok);
   StepResult sr;
   long targets = (long)BT * comm_size();
   engine_step(&e, targets, &sr); /* warm-up: first touch of the arena's pages */
@@ -52,7 +54,7 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, int threads, size_t me
   m->optim_s = median_of(v + (size_t)F_OPTIM * steps, steps);
   m->comm_s = median_of(v + (size_t)F_COMM * steps, steps);
   for (int k = 0; k < COMM_KINDS; k++) m->wait_s[k] = median_of(v + (size_t)(F_WAIT0 + k) * steps, steps);
-  m->peak = (size_t)comm_allreduce_max_f64((double)e.arena.peak_total);
+  m->peak = (size_t)comm_allreduce_max_f64((double)engine_peak_bytes(&e, NULL));
   for (int i = 0; op_s && i < d->nops; i++) op_s[i] = comm_allreduce_max_f64(op_s[i] / steps);
   engine_destroy(&e);
   free(v);
@@ -63,7 +65,7 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, int threads, size_t me
 ** of the machine (another process) falls on several candidates, not on one. */
 #define TRIAL_ROUNDS 3
 
-int planner_trial(const GptDesc* d, const Candidate* c, int n, int threads, size_t mem_limit,
+int planner_trial(const GptDesc* d, const Candidate* c, int n, const Backend* bk, int threads, size_t mem_limit,
                   int steps, int verbose, TrialResult* r) {
   int best = -1, per_round = (steps + TRIAL_ROUNDS - 1) / TRIAL_ROUNDS;
   if (per_round < 2) per_round = 2;
@@ -76,7 +78,7 @@ int planner_trial(const GptDesc* d, const Candidate* c, int n, int threads, size
     for (int i = 0; i < n; i++) {
       if (round > 0 && !r[i].ok) continue; /* did not run: it will not now */
       PlanMeasure m;
-      if (planner_measure_plan(d, &c[i].plan, threads, mem_limit, per_round, &m, NULL)) {
+      if (planner_measure_plan(d, &c[i].plan, bk, threads, mem_limit, per_round, &m, NULL)) {
         if (verbose && comm_rank() == 0)
           printf("trial: %s did not run: %s\n", c[i].origin, osdp_last_error());
         continue;

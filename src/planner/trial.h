@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 
+#include "kernels/backend.h"
 #include "model/gpt.h"
 #include "planner/search.h"
 
@@ -21,12 +22,12 @@ typedef struct PlanMeasure {
   size_t peak;        /* arena peak, the largest over ranks */
 } PlanMeasure;
 
-/* Runs plan p on a fresh engine (threads, arena limit mem_limit; 0: none) for one warm-up step
+/* Runs plan p on a fresh engine on backend bk (NULL: the CPU; threads, arena limit mem_limit; 0: none) for one warm-up step
 ** and `steps` timed ones on synthetic tokens (a step's time does not depend on their values),
 ** then destroys it. With op_s (nops entries) not NULL, also each op's compute seconds per step
 ** without its hooks' communication (engine_time_ops), mean over the steps, slowest rank.
 ** Collective. Returns 0, or -1 with the engine's error (e.g. the plan does not fit). */
-int planner_measure_plan(const GptDesc* d, const Plan* p, int threads, size_t mem_limit, int steps,
+int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int threads, size_t mem_limit, int steps,
                          PlanMeasure* m, double* op_s);
 
 typedef struct TrialResult {
@@ -38,11 +39,11 @@ typedef struct TrialResult {
 
 /* Trains each of the n candidates for about `steps` timed steps, in 3 rounds that visit every
 ** candidate in turn (each round: a fresh engine, a warm-up step, at least 2 timed steps), with
-** `threads` kernel threads and the arena limited to mem_limit, and fills r[0..n) with the
+** backend bk (NULL: the CPU), `threads` kernel threads and the arena limited to mem_limit, and fills r[0..n) with the
 ** fastest round's median step. Collective: every rank must pass the same candidates. Returns
 ** the index of the measured fastest, or -1 (with an error) when none ran. Prints a progress
 ** line per round on rank 0 if verbose. */
-int planner_trial(const GptDesc* d, const Candidate* c, int n, int threads, size_t mem_limit,
+int planner_trial(const GptDesc* d, const Candidate* c, int n, const Backend* bk, int threads, size_t mem_limit,
                   int steps, int verbose, TrialResult* r);
 
 #endif

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "core/util.h"
-#include "kernels/cpu_kernels.h"
 
 void train_options_default(TrainOptions* o) {
   memset(o, 0, sizeof *o);
@@ -222,9 +221,16 @@ static int alloc_slice(Engine* e, int opi, int i, SliceState* s) {
   size_t first = s->strat == STRAT_ZERO3 ? s->off : 0;
   size_t count = first < s->n ? s->n - first : 0;
   if (count > held_w) count = held_w;
+  /* Initialised on the host, then copied in (in place on the CPU). */
+  float* host = e->bk->device_memory ? malloc((count ? count : 1) * sizeof(float)) : s->w;
+  if (!host) return osdp_fail("out of host memory initialising %s", e->d->ops[opi].name);
 #pragma omp parallel for schedule(static)
   for (long j = 0; j < (long)count; j++)
-    s->w[j] = gpt_init_value(e->d, opi, base + first + (size_t)j, e->opt.seed);
+    host[j] = gpt_init_value(e->d, opi, base + first + (size_t)j, e->opt.seed);
+  if (host != s->w) {
+    e->bk->to_device(s->w, host, count * sizeof(float));
+    free(host);
+  }
   return 0;
 }
 
@@ -246,13 +252,16 @@ int engine_create(Engine* e, const GptDesc* d, const Plan* p, const TrainOptions
   memset(e, 0, sizeof *e);
   e->d = d;
   e->opt = *opt;
+  e->bk = opt->backend ? opt->backend : backend_cpu();
   e->rank = comm_rank();
   e->world = comm_size();
   if (plan_validate(p, d, e->world) || plan_copy(&e->plan, p)) return -1;
-  kernels_set_threads(opt->threads);
+  e->bk->set_threads(opt->threads);
+  comm_use_backend(e->bk);
   plan_predict_memory(d, p, opt->threads, &e->predicted);
   if (opt->mem_limit && e->predicted.peak > opt->mem_limit) return memory_limit_error(e);
-  if (arena_init(&e->arena, opt->mem_limit)) return -1;
+  ArenaMemory mem = {e->bk->reserve, e->bk->release, e->bk->zero, e->bk->available};
+  if (arena_init(&e->arena, opt->mem_limit, &mem)) return -1;
   e->slices = calloc((size_t)d->nops, sizeof *e->slices);
   e->slice_counts = calloc((size_t)d->nops, sizeof *e->slice_counts);
   e->act_ptrs = calloc((size_t)d->nops, sizeof *e->act_ptrs);
@@ -268,8 +277,10 @@ int engine_create(Engine* e, const GptDesc* d, const Plan* p, const TrainOptions
     }
   }
   if (build_buckets(e)) return -1;
-  e->acts = (GptActs){.B = p->micro_batch, .T = p->seq, .elem = sizeof(float), .op_acts = e->act_ptrs,
-                      .recompute = e->plan.recompute};
+  e->acts = (GptActs){.B = p->micro_batch, .T = p->seq, .elem = sizeof(float), .backend = e->bk,
+                      .op_acts = e->act_ptrs, .recompute = e->plan.recompute};
+  e->host_targets = calloc((size_t)p->micro_batch * p->seq, sizeof(int));
+  if (!e->host_targets) return osdp_fail("out of memory");
   if (alloc_activations(e)) return -1;
   e->acts.scratch = arena_alloc(&e->arena,
                                 gpt_scratch_bytes(d, p->micro_batch, p->seq, sizeof(float), opt->threads),
@@ -293,6 +304,7 @@ void engine_destroy(Engine* e) {
   free(e->act_ptrs);
   free(e->buckets);
   free(e->sched);
+  free(e->host_targets);
   arena_destroy(&e->arena);
   plan_free(&e->plan);
   memset(e, 0, sizeof *e);
@@ -303,22 +315,31 @@ void engine_time_ops(Engine* e, double* op_seconds) {
   e->acts.exclude_clock = op_seconds ? comm_clock() : NULL;
 }
 
-int* engine_tokens(Engine* e) { return gpt_acts_tokens(e->d, &e->acts); }
-int* engine_targets(Engine* e) { return gpt_acts_targets(e->d, &e->acts); }
+void engine_set_batch(Engine* e, const int* tokens, const int* targets) {
+  size_t bytes = (size_t)e->acts.B * e->acts.T * sizeof(int);
+  e->bk->to_device(gpt_acts_tokens(e->d, &e->acts), tokens, bytes);
+  e->bk->to_device(gpt_acts_targets(e->d, &e->acts), targets, bytes);
+  memcpy(e->host_targets, targets, bytes);
+}
+
+size_t engine_peak_bytes(const Engine* e, size_t* at_peak) {
+  if (at_peak) memcpy(at_peak, e->arena.peak_at, sizeof e->arena.peak_at);
+  return e->arena.peak_total;
+}
 
 /* ---- The training step ------------------------------------------------------------- */
 
 /* Zeroes the gradients the rank keeps and re-arms the per-step counters. */
 static void zero_grads(Engine* e) {
   for (int b = 0; b < e->nbuckets; b++) {
-    memset(e->buckets[b].buf, 0, e->buckets[b].n * sizeof(float));
+    e->bk->zero(e->buckets[b].buf, e->buckets[b].n * sizeof(float));
     e->buckets[b].pending = e->buckets[b].members;
   }
   for (int opi = 0; opi < e->d->nops; opi++)
     for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++) {
       SliceState* s = &e->slices[opi][i];
       s->bwd_done = 0;
-      if (s->strat != STRAT_DP) memset(s->g, 0, s->shard * sizeof(float));
+      if (s->strat != STRAT_DP) e->bk->zero(s->g, s->shard * sizeof(float));
     }
 }
 
@@ -329,10 +350,10 @@ static double owned_grad_sumsq(Engine* e) {
   for (int opi = 0; opi < e->d->nops; opi++)
     for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++) {
       SliceState* s = &e->slices[opi][i];
-      if (s->strat != STRAT_DP) { acc += sum_squares_f32(s->g, s->shard); continue; }
+      if (s->strat != STRAT_DP) { acc += e->bk->f32->sum_squares(s->g, s->shard); continue; }
       size_t a = s->n * (size_t)e->rank / (size_t)e->world;
       size_t b = s->n * (size_t)(e->rank + 1) / (size_t)e->world;
-      acc += sum_squares_f32(s->g + a, b - a);
+      acc += e->bk->f32->sum_squares(s->g + a, b - a);
     }
   return acc;
 }
@@ -349,9 +370,9 @@ static void update_slice(Engine* e, SliceState* s, float lr, float scale) {
   if (split > count) split = count;
   int t = (int)e->step;
   float b1 = (float)e->opt.beta1, b2 = (float)e->opt.beta2, eps = (float)e->opt.eps;
-  if (split) adamw_update_f32(w, s->g, s->m, s->v, split, lr, b1, b2, eps, wd, t, scale);
+  if (split) e->bk->f32->adamw_update(w, s->g, s->m, s->v, split, lr, b1, b2, eps, wd, t, scale);
   if (count > split)
-    adamw_update_f32(w + split, s->g + split, s->m + split, s->v + split, count - split, lr, b1,
+    e->bk->f32->adamw_update(w + split, s->g + split, s->m + split, s->v + split, count - split, lr, b1,
                      b2, eps, s->tail_decay ? wd : 0.0f, t, scale);
   if (s->strat == STRAT_ZERO2) comm_allgather_f32(s->w, s->shard);
 }
@@ -368,7 +389,7 @@ static double learning_rate(const TrainOptions* o, long t) {
 }
 
 void engine_step(Engine* e, long global_targets, StepResult* r) {
-  double t0 = now_seconds();
+  double t0 = e->bk->clock();
   prefetch_drain(e);
   zero_grads(e);
   double scale = 1.0 / (double)(global_targets > 0 ? global_targets : 1);
@@ -382,15 +403,15 @@ void engine_step(Engine* e, long global_targets, StepResult* r) {
   if (e->opt.grad_clip > 0 && norm > e->opt.grad_clip) clip = (float)(e->opt.grad_clip / norm);
   e->step++;
   double lr = learning_rate(&e->opt, e->step);
-  double t_opt = now_seconds();
+  double t_opt = e->bk->clock();
   for (int opi = 0; opi < e->d->nops; opi++)
     for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++)
       update_slice(e, &e->slices[opi][i], (float)lr, clip);
-  r->optim_seconds = now_seconds() - t_opt;
+  r->optim_seconds = e->bk->clock() - t_opt;
   r->loss = sums[0] * scale;
   r->grad_norm = norm;
   r->lr = lr;
-  r->seconds = now_seconds() - t0;
+  r->seconds = e->bk->clock() - t0;
 }
 
 double engine_eval(Engine* e, const int* problem, long* problems_total, long* problems_ok) {
@@ -399,24 +420,36 @@ double engine_eval(Engine* e, const int* problem, long* problems_total, long* pr
                        gpt_scratch_bytes(e->d, e->acts.B, e->acts.T, sizeof(float), e->opt.threads) -
                        2 * (size_t)BT * sizeof(int));
   prefetch_drain(e);
-  double loss = gpt_forward_f32(e->d, &e->acts, &e->hooks, e->slice_counts, 1.0, argmax);
+  double loss = gpt_forward_f32(e->d, &e->acts, &e->hooks, e->slice_counts, 1.0, problem ? argmax : NULL);
   prefetch_drain(e);
   double sums[3] = {loss, 0, 0};
+  int* pred = problem ? malloc((size_t)BT * sizeof *pred) : NULL;
+  if (problem && !pred) { fprintf(stderr, "osdp: error: out of host memory\n"); comm_abort(2); }
   if (problem) {
+    e->bk->to_host(pred, argmax, (size_t)BT * sizeof *pred);
     /* A problem is right when all of its answer positions are; ids are contiguous runs. */
-    const int* tg = engine_targets(e);
+    const int* tg = e->host_targets;
     for (int i = 0; i < BT;) {
       if (problem[i] < 0) { i++; continue; }
       int id = problem[i], ok = 1;
-      for (; i < BT && problem[i] == id; i++) ok &= argmax[i] == tg[i];
+      for (; i < BT && problem[i] == id; i++) ok &= pred[i] == tg[i];
       sums[1] += 1;
       sums[2] += ok;
     }
   }
+  free(pred);
   comm_allreduce_f64_array(sums, 3);
   if (problems_total) *problems_total = (long)sums[1];
   if (problems_ok) *problems_ok = (long)sums[2];
   return sums[0];
+}
+
+/* A transient buffer of n floats in the arena (between steps the step's transients are free, and
+** the largest zero3 gather a step makes is at least this big, so the peak does not grow). */
+static float* transient_floats(Engine* e, size_t n, const char* what) {
+  float* p = arena_alloc(&e->arena, n * sizeof(float), MEM_GATHER, what);
+  if (!p) { fprintf(stderr, "osdp: error: %s\n", osdp_last_error()); comm_abort(3); }
+  return p;
 }
 
 void engine_get_params(Engine* e, float* full) {
@@ -425,12 +458,11 @@ void engine_get_params(Engine* e, float* full) {
     for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++) {
       SliceState* s = &e->slices[opi][i];
       float* dst = full + base + gpt_slice_offset(&e->d->ops[opi], e->slice_counts[opi], i);
-      if (s->strat != STRAT_ZERO3) { memcpy(dst, s->w, s->n * sizeof(float)); continue; }
-      float* tmp = malloc(s->n_pad * sizeof(float));
-      if (!tmp) { fprintf(stderr, "osdp: error: out of host memory\n"); comm_abort(2); }
+      if (s->strat != STRAT_ZERO3) { e->bk->to_host(dst, s->w, s->n * sizeof(float)); continue; }
+      float* tmp = transient_floats(e, s->n_pad, "gathered weight (copy out)");
       comm_allgather_into_f32(s->w, tmp, s->shard);
-      memcpy(dst, tmp, s->n * sizeof(float));
-      free(tmp);
+      e->bk->to_host(dst, tmp, s->n * sizeof(float));
+      arena_free(&e->arena, tmp);
     }
     base += e->d->ops[opi].n_params;
   }
@@ -442,15 +474,15 @@ void engine_set_params(Engine* e, const float* full) {
     for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++) {
       SliceState* s = &e->slices[opi][i];
       const float* src = full + base + gpt_slice_offset(&e->d->ops[opi], e->slice_counts[opi], i);
-      if (s->strat != STRAT_ZERO3) memcpy(s->w, src, s->n * sizeof(float));
+      if (s->strat != STRAT_ZERO3) e->bk->to_device(s->w, src, s->n * sizeof(float));
       else {
         size_t first = s->off < s->n ? s->off : s->n;
         size_t cnt = s->n - first < s->shard ? s->n - first : s->shard;
-        memset(s->w, 0, s->shard * sizeof(float));
-        memcpy(s->w, src + first, cnt * sizeof(float));
+        e->bk->zero(s->w, s->shard * sizeof(float));
+        e->bk->to_device(s->w, src + first, cnt * sizeof(float));
       }
-      memset(s->m, 0, s->shard * sizeof(float));
-      memset(s->v, 0, s->shard * sizeof(float));
+      e->bk->zero(s->m, s->shard * sizeof(float));
+      e->bk->zero(s->v, s->shard * sizeof(float));
     }
     base += e->d->ops[opi].n_params;
   }

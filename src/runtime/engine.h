@@ -27,6 +27,7 @@ typedef struct TrainOptions {
   int threads;                /* kernel threads per rank */
   size_t mem_limit;           /* arena capacity in bytes (0: unlimited) */
   size_t bucket_bytes;        /* dp gradient bucket size */
+  const Backend* backend;     /* where the rank computes (NULL: the CPU) */
 } TrainOptions;
 
 /* Defaults: AdamW lr 1e-3, betas (0.9, 0.95), eps 1e-8, weight decay 0.1, clip 1.0. */
@@ -56,6 +57,7 @@ typedef struct GradBucket {
 
 typedef struct Engine {
   const GptDesc* d;
+  const Backend* bk;       /* opt.backend, or the CPU */
   Plan plan;
   TrainOptions opt;
   int rank, world;
@@ -75,6 +77,7 @@ typedef struct Engine {
   float* pending_buf;
   CommRequest pending_req;
   MemPrediction predicted;
+  int* host_targets;       /* the micro-batch's targets as given to engine_set_batch (for eval) */
 } Engine;
 
 typedef struct StepResult {
@@ -90,11 +93,15 @@ typedef struct StepResult {
 int engine_create(Engine* e, const GptDesc* d, const Plan* p, const TrainOptions* opt);
 void engine_destroy(Engine* e);
 
-/* Token and target buffers of this rank's micro-batch ([B*T] each), to be filled before a step. */
-int* engine_tokens(Engine* e);
-int* engine_targets(Engine* e);
+/* Copies this rank's micro-batch (host arrays of B*T token ids and targets; a target < 0 has no
+** loss) into the engine's activations, for the next step or evaluation. */
+void engine_set_batch(Engine* e, const int* tokens, const int* targets);
 
-/* One training step on the micro-batch in engine_tokens/targets. global_targets is the number
+/* Bytes the arena has held at most since creation (or since the last trial reset), and the
+** bytes of each category at that moment (out[MEM_CATEGORY_COUNT], may be NULL). */
+size_t engine_peak_bytes(const Engine* e, size_t* at_peak);
+
+/* One training step on the micro-batch of engine_set_batch. global_targets is the number
 ** of targets in the whole global batch (the loss is their mean). Collective. */
 void engine_step(Engine* e, long global_targets, StepResult* r);
 
