@@ -13,3 +13,10 @@ set_tests_properties(runtime_optimizer PROPERTIES LABELS "sanitize"
 # Plan files: plan_load(plan_save(p)) == p for random plans (strategies, k 1..8, prefetch).
 add_test(NAME runtime_plan_roundtrip COMMAND plan_tool roundtrip tiny 300 11 ${CMAKE_CURRENT_BINARY_DIR})
 set_tests_properties(runtime_plan_roundtrip PROPERTIES LABELS "sanitize")
+# The GPU's communication path without a GPU: every plan trains bit-identically when the
+# collectives stage through host copies (backend_cpu_staged), on 2 and 3 ranks.
+osdp_add_test_exe(test_staging ${PROJECT_SOURCE_DIR}/tests/test_staging.c)
+add_test(NAME runtime_staging_2 COMMAND ${OSDP_MPIRUN} -np 2 $<TARGET_FILE:test_staging>)
+add_test(NAME runtime_staging_3 COMMAND ${OSDP_MPIRUN} -np 3 $<TARGET_FILE:test_staging>)
+set_tests_properties(runtime_staging_2 runtime_staging_3 PROPERTIES TIMEOUT 180
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")

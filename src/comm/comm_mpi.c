@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm_nccl.h"
 #include "core/util.h"
 
 static int g_rank, g_size = 1;
@@ -14,12 +15,19 @@ static CommStats g_stats;
 static double g_clock; /* all seconds inside communication calls (comm_clock) */
 static const Backend* g_bk;  /* the buffers' backend (comm_use_backend) */
 static int g_staged;         /* 1: buffers are device memory, copied through host staging */
+static int g_nccl;           /* 1: NCCL carries the collectives (each rank owns a GPU) */
+static int g_nccl_tried;
 static void* g_stage;        /* the blocking calls' host staging buffer (grows, never shrinks) */
 static size_t g_stage_bytes;
 
 void comm_use_backend(const Backend* bk) {
   g_bk = bk ? bk : backend_cpu();
-  g_staged = g_bk->device_memory;
+  /* Once per process, on the first device backend: NCCL where every rank owns a GPU. */
+  if (g_bk->device_memory && !g_nccl_tried) {
+    g_nccl_tried = 1;
+    g_nccl = comm_nccl_init(g_bk, g_rank, g_size);
+  }
+  g_staged = g_bk->device_memory && !g_nccl;
 }
 
 /* Copies between buffers of the backend (a world of one's collectives). */
@@ -66,7 +74,10 @@ int comm_init(int* argc, char*** argv) {
   return 0;
 }
 
-void comm_finalize(void) { MPI_Finalize(); }
+void comm_finalize(void) {
+  comm_nccl_finalize();
+  MPI_Finalize();
+}
 int comm_rank(void) { return g_rank; }
 int comm_size(void) { return g_size; }
 
@@ -98,6 +109,7 @@ const double* comm_clock(void) { return &g_clock; }
 void comm_allreduce_f32(float* buf, size_t n) {
   if (g_size == 1) return;
   double t0 = now_seconds();
+  if (g_nccl) { comm_nccl_allreduce(buf, n); count(COMM_ALLREDUCE, t0, 4.0 * (double)n); return; }
   size_t bytes = n * sizeof(float);
   float* host = g_staged ? stage_buffer(bytes) : buf;
   if (g_staged) g_bk->to_host(host, buf, bytes);
@@ -109,6 +121,13 @@ void comm_allreduce_f32(float* buf, size_t n) {
 void comm_iallreduce_f32(float* buf, size_t n, CommRequest* r) {
   memset(r, 0, sizeof *r);
   if (g_size == 1) return;
+  if (g_nccl) {
+    double t0 = now_seconds();
+    comm_nccl_iallreduce(buf, n, r);
+    count_time(COMM_ALLREDUCE, t0);
+    *r = (CommRequest){.mpi = r->mpi, .active = 1, .kind = COMM_ALLREDUCE, .bytes = 4.0 * (double)n};
+    return;
+  }
   MPI_Request* req = malloc(sizeof *req);
   if (!req) { fprintf(stderr, "osdp: error: out of host memory\n"); comm_abort(2); }
   double t0 = now_seconds();
@@ -133,7 +152,7 @@ static void finish_request(CommRequest* r) {
   if (r->host) g_bk->to_device(r->device_result, r->host, r->result_bytes);
   free(r->host);
   r->host = NULL;
-  free(r->mpi);
+  if (!g_nccl) free(r->mpi); /* NCCL's event is released by comm_nccl_test / wait */
   r->mpi = NULL;
   r->active = 0;
   g_stats.bytes[r->kind] += r->bytes;
@@ -144,7 +163,8 @@ int comm_test(CommRequest* r) {
   if (!r->active) return 1;
   int done = 0;
   double t0 = now_seconds();
-  MPI_Test((MPI_Request*)r->mpi, &done, MPI_STATUS_IGNORE);
+  if (g_nccl) done = comm_nccl_test(r);
+  else MPI_Test((MPI_Request*)r->mpi, &done, MPI_STATUS_IGNORE);
   if (done) finish_request(r);
   count_time(r->kind, t0);
   return done;
@@ -153,7 +173,8 @@ int comm_test(CommRequest* r) {
 void comm_wait(CommRequest* r) {
   if (!r->active) return;
   double t0 = now_seconds();
-  MPI_Wait((MPI_Request*)r->mpi, MPI_STATUS_IGNORE);
+  if (g_nccl) comm_nccl_wait(r);
+  else MPI_Wait((MPI_Request*)r->mpi, MPI_STATUS_IGNORE);
   finish_request(r);
   count_time(r->kind, t0);
 }
@@ -161,6 +182,11 @@ void comm_wait(CommRequest* r) {
 void comm_allgather_f32(float* full, size_t shard_n) {
   if (g_size == 1) return;
   double t0 = now_seconds();
+  if (g_nccl) {
+    comm_nccl_allgather(full + shard_n * (size_t)g_rank, full, shard_n);
+    count(COMM_ALLGATHER, t0, 4.0 * (double)shard_n * g_size);
+    return;
+  }
   size_t shard_bytes = shard_n * sizeof(float), bytes = shard_bytes * (size_t)g_size;
   float* host = g_staged ? stage_buffer(bytes) : full;
   if (g_staged) g_bk->to_host(host + shard_n * (size_t)g_rank, full + shard_n * (size_t)g_rank, shard_bytes);
@@ -173,6 +199,11 @@ void comm_allgather_f32(float* full, size_t shard_n) {
 void comm_allgather_into_f32(const float* shard, float* full, size_t shard_n) {
   if (g_size == 1) { buffer_copy(full, shard, shard_n * sizeof(float)); return; }
   double t0 = now_seconds();
+  if (g_nccl) {
+    comm_nccl_allgather(shard, full, shard_n);
+    count(COMM_ALLGATHER, t0, 4.0 * (double)shard_n * g_size);
+    return;
+  }
   size_t shard_bytes = shard_n * sizeof(float), bytes = shard_bytes * (size_t)g_size;
   float* host = g_staged ? stage_buffer(bytes + shard_bytes) : full;
   const float* send = shard;
@@ -189,6 +220,14 @@ void comm_allgather_into_f32(const float* shard, float* full, size_t shard_n) {
 void comm_iallgather_into_f32(const float* shard, float* full, size_t shard_n, CommRequest* r) {
   memset(r, 0, sizeof *r);
   if (g_size == 1) { buffer_copy(full, shard, shard_n * sizeof(float)); return; }
+  if (g_nccl) {
+    double t0 = now_seconds();
+    comm_nccl_iallgather(shard, full, shard_n, r);
+    count_time(COMM_ALLGATHER, t0);
+    *r = (CommRequest){.mpi = r->mpi, .active = 1, .kind = COMM_ALLGATHER,
+                       .bytes = 4.0 * (double)shard_n * g_size};
+    return;
+  }
   MPI_Request* req = malloc(sizeof *req);
   if (!req) { fprintf(stderr, "osdp: error: out of host memory\n"); comm_abort(2); }
   double t0 = now_seconds();
@@ -215,6 +254,13 @@ void comm_iallgather_into_f32(const float* shard, float* full, size_t shard_n, C
 void comm_reduce_scatter_add_f32(float* full, float* shard_acc, size_t shard_n) {
   double t0 = now_seconds();
   size_t shard_bytes = shard_n * sizeof(float);
+  if (g_nccl && g_size > 1) {
+    /* NCCL in place: this rank's result lands at its own part of the buffer. */
+    comm_nccl_reduce_scatter(full, shard_n);
+    g_bk->f32->accumulate(shard_acc, full + shard_n * (size_t)g_rank, shard_n);
+    count(COMM_REDUCE_SCATTER, t0, 4.0 * (double)shard_n * g_size);
+    return;
+  }
   /* In place: the result for this rank lands at the start of the buffer. */
   if (g_size > 1) {
     float* host = g_staged ? stage_buffer(shard_bytes * (size_t)g_size) : full;

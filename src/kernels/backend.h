@@ -55,10 +55,17 @@ typedef struct Backend {
   void (*set_tf32)(int on);
   const Kernels_f32* f32;
   const Kernels_f64* f64;   /* NULL where there are no fp64 kernels (CUDA) */
+  /* CUDA: the cudaStream_t all kernels are queued on (for NCCL's stream to order against);
+  ** NULL on the CPU. */
+  void* (*compute_stream)(void);
 } Backend;
 
 /* The CPU backend (always available). */
 const Backend* backend_cpu(void);
+/* The CPU kernels and memory under a backend that says its memory is not host-addressable
+** (device_memory = 1), so the engine and comm take the GPU's paths (host staging of every
+** collective, copies in and out): how those paths are tested on machines without a GPU. */
+const Backend* backend_cpu_staged(void);
 /* The CUDA backend on the process's GPU, initialised on first call; NULL with an error saying why
 ** (built without CUDA, no GPU visible, initialisation failed). Defined in src/kernels/cuda/
 ** when built with OSDP_CUDA, else in backend.c. */

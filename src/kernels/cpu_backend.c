@@ -25,6 +25,7 @@ static void cpu_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_copy(void* dst, const void* src, size_t bytes) { memmove(dst, src, bytes); }
 static void cpu_synchronize(void) {}
 static void cpu_set_tf32(int on) { (void)on; }
+static void* cpu_compute_stream(void) { return NULL; }
 
 #define CPU_KERNEL_TABLE(R)                                                              \
   {R(embed_pos_forward), R(embed_pos_backward), R(embed_tok_forward), R(embed_tok_backward), \
@@ -53,6 +54,30 @@ static const Backend cpu_backend = {
     .set_tf32 = cpu_set_tf32,
     .f32 = &cpu_f32,
     .f64 = &cpu_f64,
+    .compute_stream = cpu_compute_stream,
 };
 
 const Backend* backend_cpu(void) { return &cpu_backend; }
+
+/* The CPU again, but declaring its memory not host-addressable, so that everything above the
+** boundary takes the GPU's paths (staged collectives, copies in and out). */
+static const Backend cpu_staged_backend = {
+    .name = "cpu-staged",
+    .device_memory = 1,
+    .reserve = cpu_reserve,
+    .release = cpu_release,
+    .available = cpu_available,
+    .zero = cpu_zero,
+    .copy = cpu_copy,
+    .to_device = cpu_copy,
+    .to_host = cpu_copy,
+    .synchronize = cpu_synchronize,
+    .clock = now_seconds,
+    .set_threads = kernels_set_threads,
+    .set_tf32 = cpu_set_tf32,
+    .f32 = &cpu_f32,
+    .f64 = &cpu_f64,
+    .compute_stream = cpu_compute_stream,
+};
+
+const Backend* backend_cpu_staged(void) { return &cpu_staged_backend; }
