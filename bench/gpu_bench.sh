@@ -15,8 +15,9 @@
 # `timeout`. scripts/gpu-check.sh calls it with OSDP and BENCH_BUDGET set. Standalone:
 #   OSDP=build/osdp bash bench/gpu_bench.sh
 # Knobs: OSDP, OUT, PYTHON, BENCH_BUDGET, BENCH_BATCHES, BENCH_PRECISIONS, BENCH_SEQ,
-# BENCH_OSDP_STEPS, BENCH_TORCH_STEPS, BENCH_TORCH_WARMUP, BENCH_TORCH_BATCH (when osdp has no
-# result), BENCH_OSDP_TIMEOUT, BENCH_EAGER_TIMEOUT, BENCH_COMPILE_TIMEOUT.
+# BENCH_OSDP_STEPS, BENCH_OSDP_THREADS, BENCH_TORCH_STEPS, BENCH_TORCH_WARMUP,
+# BENCH_TORCH_BATCH (when osdp has no result), BENCH_OSDP_TIMEOUT, BENCH_EAGER_TIMEOUT,
+# BENCH_COMPILE_TIMEOUT.
 set -u
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,6 +33,9 @@ BUDGET=${BENCH_BUDGET:-180}
 BATCHES=${BENCH_BATCHES:-8 16 32}
 PRECISIONS=${BENCH_PRECISIONS:-fp32 bf16}
 OSDP_STEPS=${BENCH_OSDP_STEPS:-5}
+# osdp bench also times OpenBLAS sgemm on the CPU at the LM head's shape (its reference rate),
+# 4 times: on one thread that alone takes ~25 s at B=8 and ~100 s at B=32, so use every core.
+OSDP_THREADS=${BENCH_OSDP_THREADS:-$(nproc 2>/dev/null || echo 1)}
 TORCH_STEPS=${BENCH_TORCH_STEPS:-10}
 TORCH_WARMUP=${BENCH_TORCH_WARMUP:-3}
 OSDP_TIMEOUT=${BENCH_OSDP_TIMEOUT:-45}
@@ -93,7 +97,7 @@ say "osdp: $OSDP; python: $PY"
 # 1. osdp: the fastest micro-batch per precision.
 declare -A BEST_BATCH
 for prec in $PRECISIONS; do
-  flags=(--device cuda --tf32 on)
+  flags=(--device cuda --tf32 on --threads "$OSDP_THREADS")
   [ "$prec" = fp32 ] || flags+=(--precision "$prec")
   if [ ! -x "$OSDP" ]; then
     n=$((n + 1)); echo "osdp $prec - failed 0" > "$RUNS/$n.meta"; : > "$RUNS/$n.out"
