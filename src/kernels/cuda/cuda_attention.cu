@@ -1,0 +1,413 @@
+/*
+** cuda_attention.cu: causal multi-head self-attention on the GPU, FlashAttention-2 style: the
+** [T, T] score matrix is never stored. Contract as attention_forward / attention_backward in
+** cpu_kernels_decl.inc: qkv [B, T, 3C] (head h's q, k, v at columns h*hs, C + h*hs, 2C + h*hs),
+** out [B, T, C], lse [B, NH, T], scores scaled by 1/sqrt(hs), dqkv accumulated. The scratch
+** argument is not used. Head sizes up to ATT_MAX_HS; any T.
+**
+** Tiles are ATT_TILE = 32 queries and 32 keys, so that one lane of a warp owns one key (or one
+** query) of a tile when scores are formed, and a range of head dimensions (d = lane + 32 j) when
+** outputs are accumulated. A block has ATT_WARPS warps, each owning ATT_ROWS_PER_WARP rows of
+** the block's tile. Tiles are staged in shared memory; a tile whose rows are read by the lanes
+** (lane = row) has row stride hs + 1 so that the 32 lanes hit 32 different banks, a tile whose
+** rows are read whole by every lane (broadcast) or along d has stride hs.
+**
+**   forward:       one block per (query tile, b, h): online softmax over the key tiles of the
+**                  causal prefix; writes out and lse.
+**   backward dK dV: one block per (key tile, b, h), over the query tiles at or after it;
+**   backward dQ:    one block per (query tile, b, h), over the key tiles of its causal prefix.
+** Both backward kernels recompute P = exp(S - lse) and D = rowsum(dO * O). Every output element
+** is owned by one thread of one block and summed in a fixed order: no atomics, deterministic.
+*/
+#include "kernels/cuda/cuda_internal.cuh"
+
+#include <math.h>
+#include <stdio.h>
+
+#define ATT_TILE 32
+#define ATT_WARPS 8
+#define ATT_THREADS (ATT_WARPS * 32)
+#define ATT_ROWS_PER_WARP (ATT_TILE / ATT_WARPS)
+#define ATT_MAX_HS 128
+#define ATT_DIM_SLOTS (ATT_MAX_HS / 32) /* head dimensions per lane */
+
+/* Shared memory of the forward kernel: Q [32][hs], K [32][hs + 1], V [32][hs]. */
+static size_t forward_smem_bytes(int hs) {
+  return (size_t)ATT_TILE * (3 * hs + 1) * sizeof(float);
+}
+
+/* Shared memory of either backward kernel: two tiles of stride hs + 1, two of stride hs, and
+** the 32 lse and 32 D values of the query tile. */
+static size_t backward_smem_bytes(int hs) {
+  return ((size_t)ATT_TILE * (4 * hs + 2) + 2 * ATT_TILE) * sizeof(float);
+}
+
+/* Copies rows row0 .. row0+31 of a head's [T, hs] view (row stride ld) into the shared tile dst
+** (row stride sld); rows at or past T become 0. All threads of the block take part. */
+static __device__ void load_tile(float* dst, int sld, const float* src, size_t ld, int row0,
+                                 int T, int hs) {
+  for (int idx = threadIdx.x; idx < ATT_TILE * hs; idx += ATT_THREADS) {
+    int r = idx / hs, d = idx % hs;
+    int t = row0 + r;
+    dst[r * sld + d] = t < T ? src[(size_t)t * ld + d] : 0.0f;
+  }
+}
+
+/* The per-row values of the query tile at q0 that both backward kernels need: lse_s[r] = lse
+** of query q0 + r and D_s[r] = dO . O of that query (0 for rows at or past T). Warp w computes
+** its ATT_ROWS_PER_WARP rows, its lanes splitting the head dimensions. */
+static __device__ void load_row_stats(float* lse_s, float* D_s, const float* lse_head,
+                                      const float* dO, const float* o, size_t C, int q0, int T,
+                                      int hs) {
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+    int row = warp * ATT_ROWS_PER_WARP + r;
+    int t = q0 + row;
+    float part = 0;
+    if (t < T)
+      for (int d = lane; d < hs; d += 32) part += dO[(size_t)t * C + d] * o[(size_t)t * C + d];
+    part = warp_sum(part);
+    if (lane == 0) {
+      D_s[row] = part;
+      lse_s[row] = t < T ? lse_head[t] : 0.0f;
+    }
+  }
+}
+
+/* Forward of query tile blockIdx.x of (b, h) = blockIdx.y. For each key tile of the causal
+** prefix, lane k of a warp forms the scaled scores of key k against the warp's rows, and the
+** online softmax keeps each row's running max m and sum l of exp(S - m) (warp reductions); the
+** unnormalised output, lane owning dimensions lane + 32 j, is rescaled by exp(m_old - m_new)
+** and gets P V added. At the end out = O / l and lse = m + log l. Key 0 is valid for every row
+** (even rows past T, which are computed but not written), so m is finite after the first tile
+** and masked scores (-inf) contribute exp(-inf) = 0. */
+static __global__ void __launch_bounds__(ATT_THREADS)
+    attention_forward_kernel(float* out, float* lse, const float* qkv, int T, int C, int NH,
+                             float scale) {
+  extern __shared__ float smem[];
+  const int hs = C / NH;
+  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const int q0 = blockIdx.x * ATT_TILE;
+  const size_t C3 = 3 * (size_t)C;
+  const float* q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+  const float* k = q + C;
+  const float* v = q + 2 * C;
+  float* Qs = smem;                     /* [32][hs], read by broadcast */
+  float* Ks = Qs + ATT_TILE * hs;       /* [32][hs + 1], lane = key */
+  float* Vs = Ks + ATT_TILE * (hs + 1); /* [32][hs], lanes along d */
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = warp * ATT_ROWS_PER_WARP; /* this warp's first row of the tile */
+
+  load_tile(Qs, hs, q, C3, q0, T, hs);
+  float run_max[ATT_ROWS_PER_WARP], run_sum[ATT_ROWS_PER_WARP];
+  float acc[ATT_ROWS_PER_WARP][ATT_DIM_SLOTS];
+#pragma unroll
+  for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+    run_max[r] = -INFINITY;
+    run_sum[r] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < ATT_DIM_SLOTS; j++) acc[r][j] = 0.0f;
+  }
+  const int q_last = min(q0 + ATT_TILE, T) - 1;
+  for (int k0 = 0; k0 <= q_last; k0 += ATT_TILE) {
+    __syncthreads(); /* the previous tile's K and V are no longer read */
+    load_tile(Ks, hs + 1, k, C3, k0, T, hs);
+    load_tile(Vs, hs, v, C3, k0, T, hs);
+    __syncthreads();
+    float s[ATT_ROWS_PER_WARP] = {0};
+    const float* krow = Ks + lane * (hs + 1);
+    for (int d = 0; d < hs; d++) {
+      float kd = krow[d];
+#pragma unroll
+      for (int r = 0; r < ATT_ROWS_PER_WARP; r++) s[r] += Qs[(row0 + r) * hs + d] * kd;
+    }
+    const int key = k0 + lane;
+    float p[ATT_ROWS_PER_WARP];
+#pragma unroll
+    for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+      const int t = q0 + row0 + r;
+      float score = key <= t && key < T ? s[r] * scale : -INFINITY;
+      float new_max = fmaxf(run_max[r], warp_max(score));
+      p[r] = expf(score - new_max);
+      float alpha = expf(run_max[r] - new_max); /* 0 on the first tile (run_max = -inf) */
+      run_sum[r] = run_sum[r] * alpha + warp_sum(p[r]);
+      run_max[r] = new_max;
+#pragma unroll
+      for (int j = 0; j < ATT_DIM_SLOTS; j++) acc[r][j] *= alpha;
+    }
+    for (int kk = 0; kk < ATT_TILE; kk++) {
+      float pk[ATT_ROWS_PER_WARP];
+#pragma unroll
+      for (int r = 0; r < ATT_ROWS_PER_WARP; r++) pk[r] = __shfl_sync(CUDA_FULL_WARP, p[r], kk);
+#pragma unroll
+      for (int j = 0; j < ATT_DIM_SLOTS; j++) {
+        const int d = lane + 32 * j;
+        if (d < hs) {
+          float vd = Vs[kk * hs + d];
+#pragma unroll
+          for (int r = 0; r < ATT_ROWS_PER_WARP; r++) acc[r][j] += pk[r] * vd;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+    const int t = q0 + row0 + r;
+    if (t >= T) continue;
+    float inv = 1.0f / run_sum[r];
+    float* orow = out + ((size_t)b * T + t) * C + (size_t)h * hs;
+#pragma unroll
+    for (int j = 0; j < ATT_DIM_SLOTS; j++) {
+      const int d = lane + 32 * j;
+      if (d < hs) orow[d] = acc[r][j] * inv;
+    }
+    if (lane == 0) lse[(size_t)bh * T + t] = run_max[r] + logf(run_sum[r]);
+  }
+}
+
+/* dK and dV of key tile blockIdx.x of (b, h) = blockIdx.y, over the query tiles from the one at
+** the same position (earlier queries see none of these keys) to the end. Warp w owns keys
+** row0 .. row0+3 of the tile. Per query tile, lane t forms, for each of the warp's keys,
+**   S = scale Q_t . K, P = exp(S - lse_t) (0 where masked), dP = dO_t . V, dS = P (dP - D_t);
+** then, lanes along d, dV += sum_t P dO_t and dK += sum_t dS Q_t (scaled at the end). */
+static __global__ void __launch_bounds__(ATT_THREADS)
+    attention_backward_dkdv_kernel(float* dqkv, const float* dout, const float* qkv,
+                                   const float* out, const float* lse, int T, int C, int NH,
+                                   float scale) {
+  extern __shared__ float smem[];
+  const int hs = C / NH;
+  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const int k0 = blockIdx.x * ATT_TILE;
+  const size_t C3 = 3 * (size_t)C;
+  const float* q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+  const float* k = q + C;
+  const float* v = q + 2 * C;
+  const float* dO = dout + (size_t)b * T * C + (size_t)h * hs;
+  const float* o = out + (size_t)b * T * C + (size_t)h * hs;
+  float* dk = dqkv + (size_t)b * T * C3 + (size_t)h * hs + C;
+  float* dv = dk + C;
+  float* Qs = smem;                       /* [32][hs + 1], lane = query */
+  float* dOs = Qs + ATT_TILE * (hs + 1);  /* [32][hs + 1], lane = query */
+  float* Ks = dOs + ATT_TILE * (hs + 1);  /* [32][hs], read by broadcast */
+  float* Vs = Ks + ATT_TILE * hs;         /* [32][hs], read by broadcast */
+  float* lse_s = Vs + ATT_TILE * hs;      /* [32] */
+  float* D_s = lse_s + ATT_TILE;          /* [32] */
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = warp * ATT_ROWS_PER_WARP;
+
+  load_tile(Ks, hs, k, C3, k0, T, hs);
+  load_tile(Vs, hs, v, C3, k0, T, hs);
+  float dK[ATT_ROWS_PER_WARP][ATT_DIM_SLOTS], dV[ATT_ROWS_PER_WARP][ATT_DIM_SLOTS];
+#pragma unroll
+  for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+#pragma unroll
+    for (int j = 0; j < ATT_DIM_SLOTS; j++) {
+      dK[r][j] = 0.0f;
+      dV[r][j] = 0.0f;
+    }
+  }
+  for (int q0 = k0; q0 < T; q0 += ATT_TILE) {
+    __syncthreads(); /* the previous query tile is no longer read */
+    load_tile(Qs, hs + 1, q, C3, q0, T, hs);
+    load_tile(dOs, hs + 1, dO, C, q0, T, hs);
+    load_row_stats(lse_s, D_s, lse + (size_t)bh * T, dO, o, C, q0, T, hs);
+    __syncthreads();
+    float s[ATT_ROWS_PER_WARP] = {0}, dp[ATT_ROWS_PER_WARP] = {0};
+    const float* qrow = Qs + lane * (hs + 1);
+    const float* dorow = dOs + lane * (hs + 1);
+    for (int d = 0; d < hs; d++) {
+      float qd = qrow[d], dod = dorow[d];
+#pragma unroll
+      for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+        s[r] += qd * Ks[(row0 + r) * hs + d];
+        dp[r] += dod * Vs[(row0 + r) * hs + d];
+      }
+    }
+    const int t = q0 + lane; /* this lane's query */
+    float p[ATT_ROWS_PER_WARP], ds[ATT_ROWS_PER_WARP];
+#pragma unroll
+    for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+      const int key = k0 + row0 + r;
+      p[r] = key <= t && t < T ? expf(s[r] * scale - lse_s[lane]) : 0.0f;
+      ds[r] = p[r] * (dp[r] - D_s[lane]);
+    }
+    for (int tt = 0; tt < ATT_TILE; tt++) {
+      float pt[ATT_ROWS_PER_WARP], dst[ATT_ROWS_PER_WARP];
+#pragma unroll
+      for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+        pt[r] = __shfl_sync(CUDA_FULL_WARP, p[r], tt);
+        dst[r] = __shfl_sync(CUDA_FULL_WARP, ds[r], tt);
+      }
+#pragma unroll
+      for (int j = 0; j < ATT_DIM_SLOTS; j++) {
+        const int d = lane + 32 * j;
+        if (d < hs) {
+          float dod = dOs[tt * (hs + 1) + d], qd = Qs[tt * (hs + 1) + d];
+#pragma unroll
+          for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+            dV[r][j] += pt[r] * dod;
+            dK[r][j] += dst[r] * qd;
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+    const int key = k0 + row0 + r;
+    if (key >= T) continue;
+#pragma unroll
+    for (int j = 0; j < ATT_DIM_SLOTS; j++) {
+      const int d = lane + 32 * j;
+      if (d < hs) {
+        dk[(size_t)key * C3 + d] += scale * dK[r][j];
+        dv[(size_t)key * C3 + d] += dV[r][j];
+      }
+    }
+  }
+}
+
+/* dQ of query tile blockIdx.x of (b, h) = blockIdx.y, over the key tiles of its causal prefix.
+** Warp w owns queries row0 .. row0+3 of the tile. Per key tile, lane k forms, for each of the
+** warp's queries, S, P, dP and dS as in the dK dV kernel; then, lanes along d,
+** dQ += sum_k dS K_k (scaled at the end). */
+static __global__ void __launch_bounds__(ATT_THREADS)
+    attention_backward_dq_kernel(float* dqkv, const float* dout, const float* qkv,
+                                 const float* out, const float* lse, int T, int C, int NH,
+                                 float scale) {
+  extern __shared__ float smem[];
+  const int hs = C / NH;
+  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const int q0 = blockIdx.x * ATT_TILE;
+  const size_t C3 = 3 * (size_t)C;
+  const float* q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+  const float* k = q + C;
+  const float* v = q + 2 * C;
+  const float* dO = dout + (size_t)b * T * C + (size_t)h * hs;
+  const float* o = out + (size_t)b * T * C + (size_t)h * hs;
+  float* dq = dqkv + (size_t)b * T * C3 + (size_t)h * hs;
+  float* Ks = smem;                      /* [32][hs + 1], lane = key, then lanes along d */
+  float* Vs = Ks + ATT_TILE * (hs + 1);  /* [32][hs + 1], lane = key */
+  float* Qs = Vs + ATT_TILE * (hs + 1);  /* [32][hs], read by broadcast */
+  float* dOs = Qs + ATT_TILE * hs;       /* [32][hs], read by broadcast */
+  float* lse_s = dOs + ATT_TILE * hs;    /* [32] */
+  float* D_s = lse_s + ATT_TILE;         /* [32] */
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = warp * ATT_ROWS_PER_WARP;
+
+  load_tile(Qs, hs, q, C3, q0, T, hs);
+  load_tile(dOs, hs, dO, C, q0, T, hs);
+  load_row_stats(lse_s, D_s, lse + (size_t)bh * T, dO, o, C, q0, T, hs);
+  float dQ[ATT_ROWS_PER_WARP][ATT_DIM_SLOTS];
+#pragma unroll
+  for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+#pragma unroll
+    for (int j = 0; j < ATT_DIM_SLOTS; j++) dQ[r][j] = 0.0f;
+  }
+  const int q_last = min(q0 + ATT_TILE, T) - 1;
+  for (int k0 = 0; k0 <= q_last; k0 += ATT_TILE) {
+    __syncthreads(); /* the previous key tile is no longer read (and the query tile is loaded) */
+    load_tile(Ks, hs + 1, k, C3, k0, T, hs);
+    load_tile(Vs, hs + 1, v, C3, k0, T, hs);
+    __syncthreads();
+    float s[ATT_ROWS_PER_WARP] = {0}, dp[ATT_ROWS_PER_WARP] = {0};
+    const float* krow = Ks + lane * (hs + 1);
+    const float* vrow = Vs + lane * (hs + 1);
+    for (int d = 0; d < hs; d++) {
+      float kd = krow[d], vd = vrow[d];
+#pragma unroll
+      for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+        s[r] += Qs[(row0 + r) * hs + d] * kd;
+        dp[r] += dOs[(row0 + r) * hs + d] * vd;
+      }
+    }
+    const int key = k0 + lane; /* this lane's key */
+    float ds[ATT_ROWS_PER_WARP];
+#pragma unroll
+    for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+      const int t = q0 + row0 + r;
+      float p = key <= t && t < T ? expf(s[r] * scale - lse_s[row0 + r]) : 0.0f;
+      ds[r] = p * (dp[r] - D_s[row0 + r]);
+    }
+    for (int kk = 0; kk < ATT_TILE; kk++) {
+      float dsk[ATT_ROWS_PER_WARP];
+#pragma unroll
+      for (int r = 0; r < ATT_ROWS_PER_WARP; r++) dsk[r] = __shfl_sync(CUDA_FULL_WARP, ds[r], kk);
+#pragma unroll
+      for (int j = 0; j < ATT_DIM_SLOTS; j++) {
+        const int d = lane + 32 * j;
+        if (d < hs) {
+          float kd = Ks[kk * (hs + 1) + d];
+#pragma unroll
+          for (int r = 0; r < ATT_ROWS_PER_WARP; r++) dQ[r][j] += dsk[r] * kd;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+    const int t = q0 + row0 + r;
+    if (t >= T) continue;
+#pragma unroll
+    for (int j = 0; j < ATT_DIM_SLOTS; j++) {
+      const int d = lane + 32 * j;
+      if (d < hs) dq[(size_t)t * C3 + d] += scale * dQ[r][j];
+    }
+  }
+}
+
+/* Opts the three kernels in to the dynamic shared memory that head size ATT_MAX_HS needs (above
+** the 48 KiB default), once per process. */
+cudaError_t cuda_attention_setup(void) {
+  cudaError_t err = cudaFuncSetAttribute(attention_forward_kernel,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)forward_smem_bytes(ATT_MAX_HS));
+  if (err == cudaSuccess)
+    err = cudaFuncSetAttribute(attention_backward_dkdv_kernel,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)backward_smem_bytes(ATT_MAX_HS));
+  if (err == cudaSuccess)
+    err = cudaFuncSetAttribute(attention_backward_dq_kernel,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)backward_smem_bytes(ATT_MAX_HS));
+  return err;
+}
+
+/* Aborts on a head size the kernels do not handle (their per-lane accumulators cover
+** ATT_MAX_HS dimensions). */
+static void check_head_size(int C, int NH) {
+  if (NH <= 0 || C % NH != 0 || C / NH > ATT_MAX_HS) {
+    char message[96];
+    snprintf(message, sizeof message, "C = %d, NH = %d: head size must divide C and be <= %d",
+             C, NH, ATT_MAX_HS);
+    cuda_abort("attention", message);
+  }
+}
+
+/* Table entry attention_forward: one block per (query tile, b, h). */
+void cuda_attention_forward(float* out, float* lse, const float* qkv, float*, int B, int T,
+                            int C, int NH) {
+  if (B <= 0 || T <= 0) return;
+  check_head_size(C, NH);
+  int hs = C / NH;
+  dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
+  CUDA_LAUNCH(attention_forward_kernel, grid, ATT_THREADS, forward_smem_bytes(hs), out, lse, qkv,
+              T, C, NH, 1.0f / sqrtf((float)hs));
+}
+
+/* The dK dV kernel, then the dQ kernel (they write disjoint columns of dqkv, in order on the
+** stream). */
+void cuda_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                             const float* lse, float*, int B, int T, int C, int NH) {
+  if (B <= 0 || T <= 0) return;
+  check_head_size(C, NH);
+  int hs = C / NH;
+  float scale = 1.0f / sqrtf((float)hs);
+  dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
+  size_t smem = backward_smem_bytes(hs);
+  CUDA_LAUNCH(attention_backward_dkdv_kernel, grid, ATT_THREADS, smem, dqkv, dout, qkv, out, lse,
+              T, C, NH, scale);
+  CUDA_LAUNCH(attention_backward_dq_kernel, grid, ATT_THREADS, smem, dqkv, dout, qkv, out, lse, T,
+              C, NH, scale);
+}

@@ -1,0 +1,96 @@
+/*
+** cuda_internal.cuh: what the files of the CUDA backend share: the backend's state (device,
+** compute stream, cuBLAS handle, fixed reduction scratch), the error checks that abort on a
+** failed CUDA or cuBLAS call, the launch macro, and the warp / block reductions.
+**
+** Every kernel and every cuBLAS call goes on cuda_ctx.stream, in the order the host issues
+** them. Kernels allocate nothing: the only device memory besides the arena is allocated once
+** by backend_cuda() (see cuda_backend.cu).
+*/
+#ifndef OSDP_CUDA_INTERNAL_CUH
+#define OSDP_CUDA_INTERNAL_CUH
+
+/* The C headers are included first so that the extern "C" block below only re-includes them
+** (their include guards make that a no-op). */
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "core/util.h"
+#include "kernels/backend.h"
+}
+
+/* Partial sums of the first pass of sum_squares: a fixed count, so the order of the
+** reduction depends only on n. */
+#define CUDA_REDUCE_BLOCKS 512
+
+/* The state of the CUDA backend, set up once by backend_cuda(). */
+typedef struct CudaContext {
+  cudaStream_t stream;              /* the compute stream: every kernel, copy and GEMM */
+  cublasHandle_t cublas;            /* bound to stream, with a fixed workspace */
+  cublasComputeType_t gemm_compute; /* CUBLAS_COMPUTE_32F_FAST_TF32 or CUBLAS_COMPUTE_32F */
+  /* Device scratch of the fixed-order reductions: CUDA_REDUCE_BLOCKS partial sums followed by
+  ** the one result that is copied back to the host. */
+  double* reduce_partials;
+  double* reduce_result;
+} CudaContext;
+
+extern CudaContext cuda_ctx;
+
+/* Print "osdp: error: CUDA: <call>: <message>" and abort the process when a CUDA runtime call
+** (or a cuBLAS call) failed. Kernels return void, so a failure cannot be reported otherwise. */
+void cuda_check(cudaError_t err, const char* call);
+void cuda_check(cublasStatus_t status, const char* call);
+/* Prints "osdp: error: CUDA: <what>: <message>" and aborts. */
+void cuda_abort(const char* what, const char* message);
+
+#define CUDA_CHECK(call) cuda_check((call), #call)
+
+/* Launches kernel on the backend's stream and checks the launch (bad configuration, too much
+** shared memory, ...). Errors while the kernel runs surface at the next synchronising call. */
+#define CUDA_LAUNCH(kernel, grid, block, smem_bytes, ...)                       \
+  do {                                                                          \
+    kernel<<<(grid), (block), (smem_bytes), cuda_ctx.stream>>>(__VA_ARGS__);   \
+    cuda_check(cudaGetLastError(), "launch of " #kernel);                       \
+  } while (0)
+
+/* Fills the fp32 kernel table with the CUDA kernels (cuda_kernels.cu). */
+void cuda_fill_kernels(Kernels_f32* table);
+
+/* Raises the dynamic shared-memory limit of the attention kernels to what head size 128 needs
+** (more than the 48 KiB default). Called once at initialisation (cuda_attention.cu). */
+cudaError_t cuda_attention_setup(void);
+
+/* Causal attention, FlashAttention-2 style, with the contract of the kernel table
+** (cuda_attention.cu). scratch is not used. */
+void cuda_attention_forward(float* out, float* lse, const float* qkv, float* scratch, int B,
+                            int T, int C, int NH);
+void cuda_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                             const float* lse, float* scratch, int B, int T, int C, int NH);
+
+#define CUDA_FULL_WARP 0xffffffffu
+
+/* Sum of v over the 32 lanes of a warp, identical on every lane (xor butterfly: each step adds
+** the same two values on both partners, so the result is bit-identical everywhere). */
+static __device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(CUDA_FULL_WARP, v, offset);
+  return v;
+}
+
+/* Sum of v over a warp in double, identical on every lane. */
+static __device__ __forceinline__ double warp_sum_double(double v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(CUDA_FULL_WARP, v, offset);
+  return v;
+}
+
+/* Max of v over a warp, identical on every lane. */
+static __device__ __forceinline__ float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    v = fmaxf(v, __shfl_xor_sync(CUDA_FULL_WARP, v, offset));
+  return v;
+}
+
+#endif

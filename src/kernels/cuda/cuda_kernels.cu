@@ -1,0 +1,638 @@
+/*
+** cuda_kernels.cu: the fp32 kernels of the CUDA backend, with the contracts of
+** cpu_kernels_decl.inc (the same layouts; backward kernels accumulate) and the semantics of the
+** CPU kernels in cpu_kernels_impl.inc. Attention is in cuda_attention.cu.
+**
+** Determinism: no kernel uses atomics or a reduction whose order depends on scheduling. Sums
+** over rows (bias, LayerNorm weight and embedding gradients) are owned per column by fixed
+** threads that add rows in a fixed pattern; the loss and the sum of squares are reduced by
+** fixed-shape trees. Results are therefore bit-identical from run to run on the same GPU.
+** Matrix products go through cuBLAS, deterministic on a given GPU and cuBLAS version (fixed
+** workspace, one stream).
+*/
+#include "kernels/cuda/cuda_internal.cuh"
+
+#include <math.h>
+
+/* Threads per block of the elementwise and row kernels. */
+#define THREADS 256
+/* Most blocks of a grid-stride loop: enough to fill any current GPU several times over. */
+#define MAX_BLOCKS 8192
+/* Columns per block, and threads per column, of the column-sum kernels (a 32 x 32 block). */
+#define COLSUM_COLS 32
+#define COLSUM_ROWS 32
+/* Threads per block of the one-block-per-row softmax cross-entropy. */
+#define CE_THREADS 512
+/* Positions handled together by one thread of embed_tok_backward (see there). */
+#define EMBED_BATCH 8
+
+/* Blocks of THREADS threads for a grid-stride loop over n elements. */
+static unsigned grid_for(size_t n) {
+  size_t blocks = (n + THREADS - 1) / THREADS;
+  if (blocks > MAX_BLOCKS) blocks = MAX_BLOCKS;
+  return blocks > 0 ? (unsigned)blocks : 1u;
+}
+
+/* The index of this thread in a grid-stride loop, and the stride. */
+static __device__ __forceinline__ size_t grid_index(void) {
+  return (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+}
+static __device__ __forceinline__ size_t grid_stride(void) {
+  return (size_t)gridDim.x * blockDim.x;
+}
+
+/* Sum of v over the block (blockDim.x a multiple of 32, at most 1024) in double, by a fixed
+** tree, returned to every thread. Contains __syncthreads: every thread of the block must call
+** it. */
+static __device__ double block_sum_double(double v) {
+  __shared__ double warp_sums[32];
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  v = warp_sum_double(v);
+  __syncthreads(); /* an earlier call may still be reading warp_sums */
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  v = lane < (int)(blockDim.x / 32) ? warp_sums[lane] : 0.0;
+  return warp_sum_double(v);
+}
+
+/* Max of v over the block, as block_sum_double. */
+static __device__ float block_max(float v) {
+  __shared__ float warp_maxes[32];
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) warp_maxes[warp] = v;
+  __syncthreads();
+  v = lane < (int)(blockDim.x / 32) ? warp_maxes[lane] : -INFINITY;
+  return warp_max(v);
+}
+
+/* Copies the one double the reductions leave in cuda_ctx.reduce_result to the host (waits). */
+static double fetch_result(void) {
+  double result = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&result, cuda_ctx.reduce_result, sizeof result,
+                             cudaMemcpyDeviceToHost, cuda_ctx.stream));
+  CUDA_CHECK(cudaStreamSynchronize(cuda_ctx.stream));
+  return result;
+}
+
+/* *result = sum of x[0..n) in double, by one block: each thread adds a fixed strided subset in
+** order, then block_sum_double. Used for the losses and for sum_squares' partial sums. */
+template <typename T>
+static __global__ void sum_to_double_kernel(const T* x, size_t n, double* result) {
+  double acc = 0;
+  for (size_t i = threadIdx.x; i < n; i += blockDim.x) acc += (double)x[i];
+  acc = block_sum_double(acc);
+  if (threadIdx.x == 0) *result = acc;
+}
+
+// ----------------------------------------------------------------------------
+// positional and token embeddings
+
+/* out[b,t,:] = wpe[t,:]: element i of out[B*T*C] is wpe[i mod T*C]. */
+static __global__ void embed_pos_forward_kernel(float* out, const float* wpe, size_t n,
+                                                size_t TC) {
+  for (size_t i = grid_index(); i < n; i += grid_stride()) out[i] = wpe[i % TC];
+}
+
+/* Table entry embed_pos_forward: one thread per element of out. */
+static void cuda_embed_pos_forward(float* out, const float* wpe, int B, int T, int C) {
+  size_t n = (size_t)B * T * C;
+  CUDA_LAUNCH(embed_pos_forward_kernel, grid_for(n), THREADS, 0, out, wpe, n, (size_t)T * C);
+}
+
+/* dwpe[t,c] += sum_b dout[b,t,c]: one thread per (t, c) adds b = 0, 1, ... in order (the CPU's
+** order, so even the rounding matches). */
+static __global__ void embed_pos_backward_kernel(float* dwpe, const float* dout, int B,
+                                                 size_t TC) {
+  for (size_t i = grid_index(); i < TC; i += grid_stride()) {
+    float acc = dwpe[i];
+    for (int b = 0; b < B; b++) acc += dout[(size_t)b * TC + i];
+    dwpe[i] = acc;
+  }
+}
+
+/* Table entry embed_pos_backward: one thread per element of dwpe's first T rows. */
+static void cuda_embed_pos_backward(float* dwpe, const float* dout, int B, int T, int C) {
+  size_t TC = (size_t)T * C;
+  CUDA_LAUNCH(embed_pos_backward_kernel, grid_for(TC), THREADS, 0, dwpe, dout, B, TC);
+}
+
+/* out[i*ldo + r] += wrows[r*Vp + tok[i]]: one thread per (i, r), r fastest (coalesced writes). */
+static __global__ void embed_tok_forward_kernel(float* out, int ldo, const int* tok, size_t n,
+                                                const float* wrows, int nrows, int Vp) {
+  for (size_t idx = grid_index(); idx < n; idx += grid_stride()) {
+    size_t i = idx / nrows;
+    int r = (int)(idx % nrows);
+    out[i * ldo + r] += wrows[(size_t)r * Vp + tok[i]];
+  }
+}
+
+/* Table entry embed_tok_forward: one thread per (position, row). */
+static void cuda_embed_tok_forward(float* out, int ldo, const int* tok, int BT,
+                                   const float* wrows, int nrows, int Vp) {
+  size_t n = (size_t)BT * nrows;
+  CUDA_LAUNCH(embed_tok_forward_kernel, grid_for(n), THREADS, 0, out, ldo, tok, n, wrows, nrows,
+              Vp);
+}
+
+/* dwrows[r*Vp + tok[i]] += dout[i*ldo + r], deterministically and without atomics: one thread
+** owns table row r and walks the positions in order, so repeated tokens never race. To hide
+** the latency of its read-modify-writes, a thread takes EMBED_BATCH positions at a time: it
+** loads their gradients, folds each repeated token into its first occurrence in the batch (in
+** position order), then reads all the distinct table entries at once, adds and writes them
+** back. The order of every sum depends only on the tokens, never on scheduling. */
+static __global__ void embed_tok_backward_kernel(float* dwrows, const float* dout, int ldo,
+                                                 const int* tok, int BT, int nrows, int Vp) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= nrows) return;
+  float* dw = dwrows + (size_t)r * Vp;
+  for (int i0 = 0; i0 < BT; i0 += EMBED_BATCH) {
+    int t[EMBED_BATCH];   /* token of each position, -1 once folded (or past BT) */
+    float d[EMBED_BATCH]; /* its gradient, then the batch's sum for a first occurrence */
+#pragma unroll
+    for (int k = 0; k < EMBED_BATCH; k++) {
+      int i = i0 + k;
+      t[k] = i < BT ? tok[i] : -1;
+      d[k] = i < BT ? dout[(size_t)i * ldo + r] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 1; k < EMBED_BATCH; k++) {
+#pragma unroll
+      for (int j = 0; j < k; j++) {
+        if (t[k] >= 0 && t[j] == t[k]) {
+          d[j] += d[k];
+          t[k] = -1;
+        }
+      }
+    }
+    float w[EMBED_BATCH];
+#pragma unroll
+    for (int k = 0; k < EMBED_BATCH; k++) w[k] = t[k] >= 0 ? dw[t[k]] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < EMBED_BATCH; k++) {
+      if (t[k] >= 0) dw[t[k]] = w[k] + d[k];
+    }
+  }
+}
+
+/* Table entry embed_tok_backward: one warp per block, so that the nrows threads (C ~ 768) spread
+** over as many SMs as possible. */
+static void cuda_embed_tok_backward(float* dwrows, const float* dout, int ldo, const int* tok,
+                                    int BT, int nrows, int Vp) {
+  if (nrows <= 0) return;
+  CUDA_LAUNCH(embed_tok_backward_kernel, (nrows + 31) / 32, 32, 0, dwrows, dout, ldo, tok, BT,
+              nrows, Vp);
+}
+
+// ----------------------------------------------------------------------------
+// matmul through cuBLAS, weights stored [in, out]
+//
+// cuBLAS is column-major: a row-major [rows, cols] matrix with row stride ld is, to cuBLAS, its
+// transpose, a [cols, rows] column-major matrix with leading dimension ld. So a row-major
+// product C = A B is computed as the column-major C^T = B^T A^T, with the operands swapped.
+
+/* Column-major C[m, n] = op(A) op(B) + beta C in fp32 storage, with the compute type chosen by
+** set_tf32. */
+static void gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
+                 const float* A, int lda, const float* Bm, int ldb, float beta, float* Cm,
+                 int ldc) {
+  const float alpha = 1.0f;
+  CUDA_CHECK(cublasGemmEx(cuda_ctx.cublas, op_a, op_b, m, n, k, &alpha, A, CUDA_R_32F, lda, Bm,
+                          CUDA_R_32F, ldb, &beta, Cm, CUDA_R_32F, ldc, cuda_ctx.gemm_compute,
+                          CUBLAS_GEMM_DEFAULT));
+}
+
+/* out[i, c] = bias[c] (or += when accumulate) for every row of out[rows, OC]. */
+static __global__ void bias_rows_kernel(float* out, const float* bias, size_t n, int OC,
+                                        int accumulate) {
+  for (size_t i = grid_index(); i < n; i += grid_stride()) {
+    float b = bias[i % OC];
+    out[i] = accumulate ? out[i] + b : b;
+  }
+}
+
+/* dst[c] += sum over rows of src[rows, ncols] (row stride ncols). Block (COLSUM_COLS,
+** COLSUM_ROWS) owns COLSUM_COLS columns: thread (x, y) adds rows y, y + COLSUM_ROWS, ... of its
+** column in order, then thread y = 0 adds the COLSUM_ROWS partial sums in order. */
+static __global__ void colsum_accumulate_kernel(float* dst, const float* src, int rows,
+                                                int ncols) {
+  __shared__ float partial[COLSUM_ROWS][COLSUM_COLS];
+  int c = blockIdx.x * COLSUM_COLS + threadIdx.x;
+  float acc = 0;
+  if (c < ncols)
+    for (int i = threadIdx.y; i < rows; i += COLSUM_ROWS) acc += src[(size_t)i * ncols + c];
+  partial[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < ncols) {
+    float total = 0;
+    for (int y = 0; y < COLSUM_ROWS; y++) total += partial[y][threadIdx.x];
+    dst[c] += total;
+  }
+}
+
+/* The launch of colsum_accumulate_kernel over ncols columns. */
+static void colsum_accumulate(float* dst, const float* src, int rows, int ncols) {
+  dim3 block(COLSUM_COLS, COLSUM_ROWS);
+  CUDA_LAUNCH(colsum_accumulate_kernel, (ncols + COLSUM_COLS - 1) / COLSUM_COLS, block, 0, dst,
+              src, rows, ncols);
+}
+
+/* out[BT, OC] = (or += when accumulate) inp[BT, K] (row stride ldinp) @ w[K, OC] + bias: the
+** bias rows are written (or added) first and the product is then accumulated (beta = 1), as
+** on the CPU. Column-major: out^T[OC, BT] = w^T[OC, K] inp^T[K, BT]. */
+static void cuda_matmul_forward(float* out, const float* inp, int ldinp, const float* w,
+                                const float* bias, int BT, int K, int OC, int accumulate) {
+  if (BT <= 0 || OC <= 0) return;
+  float beta = accumulate ? 1.0f : 0.0f;
+  if (bias != NULL) {
+    size_t n = (size_t)BT * OC;
+    CUDA_LAUNCH(bias_rows_kernel, grid_for(n), THREADS, 0, out, bias, n, OC, accumulate);
+    beta = 1.0f;
+  }
+  gemm(CUBLAS_OP_N, CUBLAS_OP_N, OC, BT, K, w, OC, inp, ldinp, beta, out, OC);
+}
+
+/* Backward of matmul_forward; every product accumulates (beta = 1), dinp and dbias are
+** skipped when NULL:
+**   dinp[BT, K] += dout @ w^T,  column-major dinp^T[K, BT] = (w^T)^T[K, OC] dout^T[OC, BT];
+**   dw[K, OC] += inp^T @ dout,  column-major dw^T[OC, K] = dout^T[OC, BT] (inp^T)^T[BT, K];
+**   dbias[OC] += column sums of dout. */
+static void cuda_matmul_backward(float* dinp, float* dw, float* dbias, const float* dout,
+                                 const float* inp, int ldinp, const float* w, int BT, int K,
+                                 int OC) {
+  if (BT <= 0 || K <= 0 || OC <= 0) return;
+  if (dinp != NULL) gemm(CUBLAS_OP_T, CUBLAS_OP_N, K, BT, OC, w, OC, dout, OC, 1.0f, dinp, ldinp);
+  gemm(CUBLAS_OP_N, CUBLAS_OP_T, OC, K, BT, dout, OC, inp, ldinp, 1.0f, dw, OC);
+  if (dbias != NULL) colsum_accumulate(dbias, dout, BT, OC);
+}
+
+// ----------------------------------------------------------------------------
+// layernorm: one warp per row for the row statistics and the input gradient
+
+/* LayerNorm of row `row` of inp[BT, C] by one warp, eps = 1e-5, biased variance computed from
+** the centred values (two passes, as on the CPU); saves mean and rstd. */
+static __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd,
+                                                const float* inp, const float* w,
+                                                const float* b, int BT, int C) {
+  int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  if (row >= BT) return; /* the whole warp leaves together */
+  const float* x = inp + (size_t)row * C;
+  float* o = out + (size_t)row * C;
+  float sum = 0;
+  for (int c = lane; c < C; c += 32) sum += x[c];
+  float m = warp_sum(sum) / C;
+  float sq = 0;
+  for (int c = lane; c < C; c += 32) {
+    float centred = x[c] - m;
+    sq += centred * centred;
+  }
+  float var = warp_sum(sq) / C;
+  float s = 1.0f / sqrtf(var + 1e-5f);
+  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * s * w[c] + b[c];
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = s;
+  }
+}
+
+/* Table entry layernorm_forward: THREADS / 32 rows per block, one per warp. */
+static void cuda_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                   const float* w, const float* b, int BT, int C) {
+  if (BT <= 0) return;
+  int rows_per_block = THREADS / 32;
+  CUDA_LAUNCH(layernorm_forward_kernel, (BT + rows_per_block - 1) / rows_per_block, THREADS, 0,
+              out, mean, rstd, inp, w, b, BT, C);
+}
+
+/* Input gradient of LayerNorm for one row per warp (as in llm.c):
+**   dinp += (w*dout - mean(w*dout) - norm * mean(w*dout*norm)) * rstd, norm = (x - mean) rstd. */
+static __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout,
+                                                       const float* inp, const float* w,
+                                                       const float* mean, const float* rstd,
+                                                       int BT, int C) {
+  int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  if (row >= BT) return;
+  const float* x = inp + (size_t)row * C;
+  const float* d = dout + (size_t)row * C;
+  float* dx = dinp + (size_t)row * C;
+  float m = mean[row], s = rstd[row];
+  float wd = 0, wdc = 0;
+  for (int c = lane; c < C; c += 32) {
+    float g = w[c] * d[c];
+    wd += g;
+    wdc += g * (x[c] - m);
+  }
+  float dnorm_mean = warp_sum(wd) / C;
+  float dnorm_norm_mean = warp_sum(wdc) * s / C;
+  for (int c = lane; c < C; c += 32) {
+    float norm = (x[c] - m) * s;
+    dx[c] += (w[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
+  }
+}
+
+/* dw[c] += sum_i norm_i[c] dout_i[c], db[c] += sum_i dout_i[c]: the column sums of
+** colsum_accumulate_kernel, two at once. */
+static __global__ void layernorm_backward_params_kernel(float* dw, float* db, const float* dout,
+                                                        const float* inp, const float* mean,
+                                                        const float* rstd, int BT, int C) {
+  __shared__ float partial_w[COLSUM_ROWS][COLSUM_COLS];
+  __shared__ float partial_b[COLSUM_ROWS][COLSUM_COLS];
+  int c = blockIdx.x * COLSUM_COLS + threadIdx.x;
+  float acc_w = 0, acc_b = 0;
+  if (c < C) {
+    for (int i = threadIdx.y; i < BT; i += COLSUM_ROWS) {
+      float d = dout[(size_t)i * C + c];
+      acc_w += (inp[(size_t)i * C + c] - mean[i]) * rstd[i] * d;
+      acc_b += d;
+    }
+  }
+  partial_w[threadIdx.y][threadIdx.x] = acc_w;
+  partial_b[threadIdx.y][threadIdx.x] = acc_b;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float total_w = 0, total_b = 0;
+    for (int y = 0; y < COLSUM_ROWS; y++) {
+      total_w += partial_w[y][threadIdx.x];
+      total_b += partial_b[y][threadIdx.x];
+    }
+    dw[c] += total_w;
+    db[c] += total_b;
+  }
+}
+
+/* Table entry layernorm_backward: the input gradient (a warp per row), then the weight and
+** bias gradients (column sums). */
+static void cuda_layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
+                                    const float* inp, const float* w, const float* mean,
+                                    const float* rstd, int BT, int C) {
+  if (BT <= 0 || C <= 0) return;
+  int rows_per_block = THREADS / 32;
+  CUDA_LAUNCH(layernorm_backward_input_kernel, (BT + rows_per_block - 1) / rows_per_block,
+              THREADS, 0, dinp, dout, inp, w, mean, rstd, BT, C);
+  dim3 block(COLSUM_COLS, COLSUM_ROWS);
+  CUDA_LAUNCH(layernorm_backward_params_kernel, (C + COLSUM_COLS - 1) / COLSUM_COLS, block, 0,
+              dw, db, dout, inp, mean, rstd, BT, C);
+}
+
+// ----------------------------------------------------------------------------
+// GELU, residual, accumulate
+
+#define GELU_SCALING 0.7978845608028654f /* sqrt(2 / pi) */
+#define GELU_CUBE 0.044715f
+
+/* Tanh-approximation GELU: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+static __global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
+  for (size_t i = grid_index(); i < n; i += grid_stride()) {
+    float x = inp[i];
+    float u = GELU_SCALING * (x + GELU_CUBE * x * x * x);
+    out[i] = 0.5f * x * (1.0f + tanhf(u));
+  }
+}
+
+/* Table entry gelu_forward. */
+static void cuda_gelu_forward(float* out, const float* inp, size_t n) {
+  CUDA_LAUNCH(gelu_forward_kernel, grid_for(n), THREADS, 0, out, inp, n);
+}
+
+/* dinp += GELU'(x) dout, GELU'(x) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx. */
+static __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout,
+                                            size_t n) {
+  for (size_t i = grid_index(); i < n; i += grid_stride()) {
+    float x = inp[i];
+    float u = GELU_SCALING * (x + GELU_CUBE * x * x * x);
+    float th = tanhf(u);
+    float sech2 = 1.0f - th * th;
+    float du = GELU_SCALING * (1.0f + 3.0f * GELU_CUBE * x * x);
+    float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * du;
+    dinp[i] += grad * dout[i];
+  }
+}
+
+/* Table entry gelu_backward (accumulates). */
+static void cuda_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+  CUDA_LAUNCH(gelu_backward_kernel, grid_for(n), THREADS, 0, dinp, inp, dout, n);
+}
+
+#undef GELU_SCALING
+#undef GELU_CUBE
+
+/* out = a + b. */
+static __global__ void residual_forward_kernel(float* out, const float* a, const float* b,
+                                               size_t n) {
+  for (size_t i = grid_index(); i < n; i += grid_stride()) out[i] = a[i] + b[i];
+}
+
+/* Table entry residual_forward. */
+static void cuda_residual_forward(float* out, const float* a, const float* b, size_t n) {
+  CUDA_LAUNCH(residual_forward_kernel, grid_for(n), THREADS, 0, out, a, b, n);
+}
+
+/* da += dout, db += dout. */
+static __global__ void residual_backward_kernel(float* da, float* db, const float* dout,
+                                                size_t n) {
+  for (size_t i = grid_index(); i < n; i += grid_stride()) {
+    float d = dout[i];
+    da[i] += d;
+    db[i] += d;
+  }
+}
+
+/* Table entry residual_backward (accumulates). */
+static void cuda_residual_backward(float* da, float* db, const float* dout, size_t n) {
+  CUDA_LAUNCH(residual_backward_kernel, grid_for(n), THREADS, 0, da, db, dout, n);
+}
+
+/* dst += src. */
+static __global__ void accumulate_kernel(float* dst, const float* src, size_t n) {
+  for (size_t i = grid_index(); i < n; i += grid_stride()) dst[i] += src[i];
+}
+
+/* Table entry accumulate. */
+static void cuda_accumulate(float* dst, const float* src, size_t n) {
+  CUDA_LAUNCH(accumulate_kernel, grid_for(n), THREADS, 0, dst, src, n);
+}
+
+// ----------------------------------------------------------------------------
+// fused softmax cross-entropy, one block per position
+
+/* Row blockIdx.x of logits[BT, Vp]: without a target (< 0) the row and its loss become 0;
+** otherwise losses[i] = -log softmax(row[0..V))[target] and the row is overwritten with
+** scale * (p - onehot(target)), 0 in the padding. As on the CPU, the exponentials are stored
+** in the row and summed in double, and the target's shifted logit is read first. Every thread
+** touches only its own strided columns, so the row needs no barrier beyond the reductions'. */
+static __global__ void crossentropy_kernel(float* logits, float* losses, const int* targets,
+                                           int V, int Vp, double scale) {
+  int i = blockIdx.x;
+  float* row = logits + (size_t)i * Vp;
+  int target = targets[i];
+  if (target < 0) { /* the whole block takes this branch */
+    for (int v = threadIdx.x; v < Vp; v += blockDim.x) row[v] = 0.0f;
+    if (threadIdx.x == 0) losses[i] = 0.0f;
+    return;
+  }
+  float target_logit = row[target]; /* read by all before block_max's barrier, written after */
+  float local_max = -INFINITY;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) local_max = fmaxf(local_max, row[v]);
+  float maxv = block_max(local_max);
+  double local_sum = 0;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    float e = expf(row[v] - maxv);
+    row[v] = e;
+    local_sum += (double)e;
+  }
+  double sum = block_sum_double(local_sum);
+  float norm = (float)(scale / sum);
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    float p = row[v] * norm;
+    row[v] = v == target ? p - (float)scale : p;
+  }
+  for (int v = V + threadIdx.x; v < Vp; v += blockDim.x) row[v] = 0.0f;
+  if (threadIdx.x == 0) losses[i] = (float)(log(sum) - (double)(target_logit - maxv));
+}
+
+/* The fused cross-entropy, then the sum of the BT losses in double by one block (a fixed
+** order), copied back to the host. */
+static double cuda_crossentropy_forward_backward(float* logits, float* losses,
+                                                 const int* targets, int BT, int V, int Vp,
+                                                 double scale) {
+  if (BT <= 0) return 0.0;
+  CUDA_LAUNCH(crossentropy_kernel, BT, CE_THREADS, 0, logits, losses, targets, V, Vp, scale);
+  CUDA_LAUNCH(sum_to_double_kernel<float>, 1, 1024, 0, losses, (size_t)BT,
+              cuda_ctx.reduce_result);
+  return fetch_result();
+}
+
+// ----------------------------------------------------------------------------
+// sum of squares, optimizer, argmax
+
+/* partial[blk] = sum of g[i]^2 in double over block blk's fixed share of [0, n) (the shares
+** depend only on n and gridDim.x), by a fixed tree. */
+static __global__ void sum_squares_partial_kernel(const float* g, size_t n, double* partial) {
+  size_t lo = n * blockIdx.x / gridDim.x, hi = n * (blockIdx.x + 1) / gridDim.x;
+  double acc = 0;
+  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    double x = g[i];
+    acc += x * x;
+  }
+  acc = block_sum_double(acc);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+/* Two passes: CUDA_REDUCE_BLOCKS partial sums into the fixed scratch, then their sum by one
+** block; one double is copied back. */
+static double cuda_sum_squares(const float* g, size_t n) {
+  CUDA_LAUNCH(sum_squares_partial_kernel, CUDA_REDUCE_BLOCKS, THREADS, 0, g, n,
+              cuda_ctx.reduce_partials);
+  CUDA_LAUNCH(sum_to_double_kernel<double>, 1, CUDA_REDUCE_BLOCKS, 0, cuda_ctx.reduce_partials,
+              (size_t)CUDA_REDUCE_BLOCKS, cuda_ctx.reduce_result);
+  return fetch_result();
+}
+
+/* AdamW on each parameter, the CPU's arithmetic (in float, with the bias corrections' inverses
+** computed on the host in double). */
+static __global__ void adamw_kernel(float* w, const float* g, float* m, float* v, size_t n,
+                                    float lr, float b1, float b2, float eps, float wd,
+                                    float inv_bc1, float inv_bc2, float grad_scale) {
+  for (size_t i = grid_index(); i < n; i += grid_stride()) {
+    float gi = g[i] * grad_scale;
+    float mi = b1 * m[i] + (1.0f - b1) * gi;
+    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float mhat = mi * inv_bc1;
+    float vhat = vi * inv_bc2;
+    w[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * w[i]);
+  }
+}
+
+/* Table entry adamw_update: the bias corrections on the host in double, as on the CPU, then one
+** thread per parameter. */
+static void cuda_adamw_update(float* w, const float* g, float* m, float* v, size_t n, float lr,
+                              float b1, float b2, float eps, float wd, int t, float grad_scale) {
+  float inv_bc1 = (float)(1.0 / (1.0 - pow((double)b1, (double)t)));
+  float inv_bc2 = (float)(1.0 / (1.0 - pow((double)b2, (double)t)));
+  CUDA_LAUNCH(adamw_kernel, grid_for(n), THREADS, 0, w, g, m, v, n, lr, b1, b2, eps, wd, inv_bc1,
+              inv_bc2, grad_scale);
+}
+
+/* Whether candidate (value cv, index ci) beats (bv, bi) for "the first largest": larger, or
+** equal and earlier. Index -1 is "none yet". */
+static __device__ __forceinline__ bool argmax_better(float cv, int ci, float bv, int bi) {
+  return ci >= 0 && (bi < 0 || cv > bv || (cv == bv && ci < bi));
+}
+
+/* argmax[i] = first index of the largest of row i's V logits: one block per row; each thread
+** keeps the first largest of its strided columns, then the block reduces (value, index) pairs
+** with ties going to the smaller index. */
+static __global__ void logits_argmax_kernel(const float* logits, int V, int Vp, int* argmax) {
+  __shared__ float warp_value[32];
+  __shared__ int warp_index[32];
+  const float* row = logits + (size_t)blockIdx.x * Vp;
+  float best_value = 0.0f;
+  int best_index = -1;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    float x = row[v];
+    if (best_index < 0 || x > best_value) {
+      best_value = x;
+      best_index = v;
+    }
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    float other_value = __shfl_xor_sync(CUDA_FULL_WARP, best_value, offset);
+    int other_index = __shfl_xor_sync(CUDA_FULL_WARP, best_index, offset);
+    if (argmax_better(other_value, other_index, best_value, best_index)) {
+      best_value = other_value;
+      best_index = other_index;
+    }
+  }
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) {
+    warp_value[warp] = best_value;
+    warp_index[warp] = best_index;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int k = 1; k < (int)(blockDim.x / 32); k++) {
+      if (argmax_better(warp_value[k], warp_index[k], best_value, best_index)) {
+        best_value = warp_value[k];
+        best_index = warp_index[k];
+      }
+    }
+    argmax[blockIdx.x] = best_index;
+  }
+}
+
+/* Table entry logits_argmax: one block per row. */
+static void cuda_logits_argmax(const float* logits, int BT, int V, int Vp, int* argmax) {
+  if (BT <= 0) return;
+  CUDA_LAUNCH(logits_argmax_kernel, BT, THREADS, 0, logits, V, Vp, argmax);
+}
+
+// ----------------------------------------------------------------------------
+// the table
+
+/* Every member of the fp32 table (assigned one by one: C++17 has no designated initialisers). */
+void cuda_fill_kernels(Kernels_f32* table) {
+  table->embed_pos_forward = cuda_embed_pos_forward;
+  table->embed_pos_backward = cuda_embed_pos_backward;
+  table->embed_tok_forward = cuda_embed_tok_forward;
+  table->embed_tok_backward = cuda_embed_tok_backward;
+  table->matmul_forward = cuda_matmul_forward;
+  table->matmul_backward = cuda_matmul_backward;
+  table->layernorm_forward = cuda_layernorm_forward;
+  table->layernorm_backward = cuda_layernorm_backward;
+  table->attention_forward = cuda_attention_forward;
+  table->attention_backward = cuda_attention_backward;
+  table->gelu_forward = cuda_gelu_forward;
+  table->gelu_backward = cuda_gelu_backward;
+  table->residual_forward = cuda_residual_forward;
+  table->residual_backward = cuda_residual_backward;
+  table->crossentropy_forward_backward = cuda_crossentropy_forward_backward;
+  table->sum_squares = cuda_sum_squares;
+  table->adamw_update = cuda_adamw_update;
+  table->logits_argmax = cuda_logits_argmax;
+  table->accumulate = cuda_accumulate;
+}

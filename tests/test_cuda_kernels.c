@@ -1,0 +1,575 @@
+/*
+** test_cuda_kernels.c: the CUDA backend (src/kernels/cuda) against the CPU backend.
+**
+** Exits 77 (CTest: skipped) when backend_cuda() finds no usable GPU. Otherwise, with TF32 off:
+**  1. the backend's memory services: to_device, copy, zero and to_host round-trip bit-exactly,
+**     available() reports free memory, and clock() advances over queued work;
+**  2. every kernel of the fp32 table on random inputs of several shapes (T not a multiple of
+**     the tile sizes, head sizes 32, 48, 64 and 128, accumulate on and off, ldinp > K, bias and
+**     dinp / dbias NULL or not, targets of -1) against the CPU kernel on the same inputs;
+**     gradient buffers are pre-filled with random values, so the accumulating kernels must
+**     accumulate;
+**  3. the kernels that reduce (embedding, LayerNorm and attention gradients, the loss, the sum
+**     of squares) give bit-identical results when run twice;
+**  4. with TF32 on, matmul still agrees to TF32 precision.
+** The comparison is norm-relative: max_i |gpu[i] - cpu[i]| <= tol * max_i |cpu[i]|, with
+** tol = 1e-5 (fp32 against fp32 with a different summation order), 1e-12 for the sums of
+** squares (both in double) and 1e-2 for TF32. Every comparison prints its error.
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/util.h"
+#include "kernels/backend.h"
+#include "kernels/cpu_kernels.h"
+
+#define TOL 1e-5         /* fp32 GPU vs fp32 CPU, relative to the largest reference value */
+#define DOUBLE_TOL 1e-12 /* sums accumulated in double on both sides */
+#define TF32_TOL 1e-2    /* matmul on TF32 tensor cores */
+#define SKIP_EXIT 77     /* CTest's SKIP_RETURN_CODE */
+#define DEVICE_BYTES ((size_t)64 << 20)
+
+static Rng rng;
+static const Backend* gpu;
+static const Kernels_f32* gk; /* CUDA kernels */
+static const Kernels_f32* ck; /* CPU kernels */
+
+// ----------------------------------------------------------------------------
+// host and device buffers
+
+/* malloc that ends the test on failure. */
+static void* xmalloc(size_t bytes) {
+  void* p = malloc(bytes ? bytes : 1);
+  if (!p) { fprintf(stderr, "out of memory\n"); exit(2); }
+  return p;
+}
+
+/* A new array of n values normal(offset, sd). */
+static float* frandn(size_t n, double sd, double offset) {
+  float* a = xmalloc(n * sizeof(float));
+  for (size_t i = 0; i < n; i++) a[i] = (float)(offset + sd * rng_normal(&rng));
+  return a;
+}
+
+/* The device block every test carves its buffers from (one reserve), and the bytes in use. */
+static char* device_base;
+static size_t device_used;
+
+/* The next `bytes` of the device block, 256-byte aligned. */
+static void* device_alloc(size_t bytes) {
+  size_t offset = (device_used + 255) / 256 * 256;
+  if (offset + bytes > DEVICE_BYTES) {
+    fprintf(stderr, "test device block too small for %zu more bytes\n", bytes);
+    exit(2);
+  }
+  device_used = offset + bytes;
+  return device_base + offset;
+}
+
+/* Frees every buffer carved so far (each test starts from an empty block). */
+static void device_reset(void) { device_used = 0; }
+
+/* A new device buffer holding a copy of host[0..bytes). */
+static void* upload(const void* host, size_t bytes) {
+  void* d = device_alloc(bytes);
+  gpu->to_device(d, host, bytes);
+  return d;
+}
+
+static float* upload_f(const float* host, size_t n) { return upload(host, n * sizeof(float)); }
+static int* upload_i(const int* host, size_t n) { return upload(host, n * sizeof(int)); }
+
+/* A new host copy of the device buffer dev[0..n). */
+static float* download(const float* dev, size_t n) {
+  float* h = xmalloc(n * sizeof(float));
+  gpu->to_host(h, dev, n * sizeof(float));
+  return h;
+}
+
+// ----------------------------------------------------------------------------
+// comparisons
+
+/* max |a - ref| / max |ref| (0 when both are all zero). */
+static double rel_err(const float* a, const float* ref, size_t n) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < n; i++) {
+    diff = fmax(diff, fabs((double)a[i] - (double)ref[i]));
+    scale = fmax(scale, fabs((double)ref[i]));
+  }
+  if (diff == 0) return 0;
+  return scale > 0 ? diff / scale : INFINITY;
+}
+
+/* Checks the device result dev[0..n) against the CPU's ref to tol (norm-relative); prints the
+** error. */
+static void compare(const char* name, const float* dev, const float* ref, size_t n, double tol) {
+  float* got = download(dev, n);
+  double err = rel_err(got, ref, n);
+  printf("  %-52s %8zu values, max rel err %.2e\n", name, n, err);
+  CHECK_MSG(err <= tol, "%s: relative error %.3g > %.3g", name, err, tol);
+  free(got);
+}
+
+/* Checks that the device buffers a and b hold bit-identical values (run-to-run determinism). */
+static void compare_identical(const char* name, const float* a, const float* b, size_t n) {
+  float *ha = download(a, n), *hb = download(b, n);
+  CHECK_MSG(memcmp(ha, hb, n * sizeof(float)) == 0, "%s: two runs differ", name);
+  free(ha);
+  free(hb);
+}
+
+/* Checks a scalar result against the CPU's to tol relative to |ref|; prints the error. */
+static void compare_scalar(const char* name, double got, double ref, double tol) {
+  double err = fabs(got - ref) / fmax(fabs(ref), 1e-300);
+  printf("  %-52s %8d values, max rel err %.2e\n", name, 1, err);
+  CHECK_MSG(err <= tol, "%s: %.17g vs %.17g (relative error %.3g > %.3g)", name, got, ref, err,
+            tol);
+}
+
+// ----------------------------------------------------------------------------
+// the backend's memory services and clock
+
+/* to_device, copy, zero of a middle range, to_host: the values come back bit-exact. Also the
+** backend's identity and available(). */
+static void test_memory(void) {
+  device_reset();
+  CHECK(strcmp(gpu->name, "cuda") == 0);
+  CHECK(gpu->device_memory == 1);
+  CHECK(gpu->f64 == NULL);
+  CHECK(gpu->available() > 0);
+  size_t n = 1000, z0 = 100, nz = 200;
+  float* h = frandn(n, 1, 0);
+  float* a = upload_f(h, n);
+  float* b = device_alloc(n * sizeof(float));
+  gpu->copy(b, a, n * sizeof(float));
+  gpu->zero(b + z0, nz * sizeof(float));
+  float* back = download(b, n);
+  float* again = download(a, n);
+  int ok = memcmp(again, h, n * sizeof(float)) == 0;
+  for (size_t i = 0; i < n; i++) {
+    float want = i >= z0 && i < z0 + nz ? 0.0f : h[i];
+    ok &= memcmp(&back[i], &want, sizeof want) == 0;
+  }
+  CHECK_MSG(ok, "to_device / copy / zero / to_host round trip");
+  int ints[5] = {3, -1, 7, 0, 1 << 30}, ints_back[5];
+  gpu->to_host(ints_back, upload_i(ints, 5), sizeof ints);
+  CHECK(memcmp(ints, ints_back, sizeof ints) == 0);
+  free(h); free(back); free(again);
+}
+
+/* clock() advances over queued work (twenty 512^3 products) and never goes back. */
+static void test_clock(void) {
+  device_reset();
+  int n = 512;
+  size_t nn = (size_t)n * n;
+  float *ha = frandn(nn, 1, 0), *hb = frandn(nn, 1, 0);
+  float *a = upload_f(ha, nn), *b = upload_f(hb, nn), *c = device_alloc(nn * sizeof(float));
+  double t0 = gpu->clock();
+  for (int i = 0; i < 20; i++) gk->matmul_forward(c, a, n, b, NULL, n, n, n, 0);
+  double t1 = gpu->clock();
+  double t2 = gpu->clock();
+  printf("  clock: 20 products of 512^3 took %.3g ms\n", (t1 - t0) * 1e3);
+  CHECK_MSG(t1 > t0, "clock did not advance: %.9g then %.9g", t0, t1);
+  CHECK(t2 >= t1);
+  CHECK(t1 - t0 < 10);
+  gpu->synchronize();
+  free(ha); free(hb);
+}
+
+// ----------------------------------------------------------------------------
+// embeddings
+
+/* embed_pos forward and backward (dwpe has maxT > T rows: the extra ones stay untouched). */
+static void test_embed_pos(void) {
+  device_reset();
+  int B = 3, T = 37, C = 40, maxT = 50;
+  size_t n = (size_t)B * T * C, nw = (size_t)maxT * C;
+  float *wpe = frandn(nw, 1, 0), *out = xmalloc(n * sizeof(float));
+  ck->embed_pos_forward(out, wpe, B, T, C);
+  float* d_out = device_alloc(n * sizeof(float));
+  gk->embed_pos_forward(d_out, upload_f(wpe, nw), B, T, C);
+  compare("embed_pos_forward", d_out, out, n, TOL);
+
+  float *dwpe = frandn(nw, 1, 0), *dout = frandn(n, 1, 0);
+  float* d_dwpe = upload_f(dwpe, nw);
+  ck->embed_pos_backward(dwpe, dout, B, T, C);
+  gk->embed_pos_backward(d_dwpe, upload_f(dout, n), B, T, C);
+  compare("embed_pos_backward", d_dwpe, dwpe, nw, TOL);
+  free(wpe); free(out); free(dwpe); free(dout);
+}
+
+/* embed_tok forward and backward on a slice of rows (c0, nrows) and on whole rows, with many
+** repeated tokens (including the last column Vp - 1); the backward twice, bit-identical. */
+static void test_embed_tok(void) {
+  int shapes[][5] = {/* BT, C, Vp, c0, nrows */ {77, 48, 128, 5, 30}, {1000, 64, 256, 0, 64}};
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    device_reset();
+    int BT = shapes[si][0], C = shapes[si][1], Vp = shapes[si][2], c0 = shapes[si][3];
+    int nrows = shapes[si][4];
+    size_t nt = (size_t)C * Vp, no = (size_t)BT * C;
+    int* tok = xmalloc((size_t)BT * sizeof(int));
+    for (int i = 0; i < BT; i++) {
+      /* the first shape: 10 distinct tokens, so every batch of positions has repeats */
+      tok[i] = si == 0 ? (int)(rng_below(&rng, 10) * 13 % Vp) : (int)rng_below(&rng, Vp);
+    }
+    tok[BT - 1] = Vp - 1;
+    int* d_tok = upload_i(tok, BT);
+    float *table = frandn(nt, 1, 0), *out = frandn(no, 1, 0);
+    float* d_out = upload_f(out, no);
+    ck->embed_tok_forward(out + c0, C, tok, BT, table + (size_t)c0 * Vp, nrows, Vp);
+    gk->embed_tok_forward(d_out + c0, C, d_tok, BT, upload_f(table, nt) + (size_t)c0 * Vp, nrows,
+                          Vp);
+    char name[96];
+    snprintf(name, sizeof name, "embed_tok_forward BT%d C%d rows %d..%d", BT, C, c0, c0 + nrows);
+    compare(name, d_out, out, no, TOL);
+
+    float *dt = frandn(nt, 1, 0), *dout = frandn(no, 1, 0);
+    float *d_dt = upload_f(dt, nt), *d_dt2 = upload_f(dt, nt), *d_dout = upload_f(dout, no);
+    ck->embed_tok_backward(dt + (size_t)c0 * Vp, dout + c0, C, tok, BT, nrows, Vp);
+    gk->embed_tok_backward(d_dt + (size_t)c0 * Vp, d_dout + c0, C, d_tok, BT, nrows, Vp);
+    gk->embed_tok_backward(d_dt2 + (size_t)c0 * Vp, d_dout + c0, C, d_tok, BT, nrows, Vp);
+    snprintf(name, sizeof name, "embed_tok_backward BT%d C%d rows %d..%d", BT, C, c0, c0 + nrows);
+    compare(name, d_dt, dt, nt, TOL);
+    compare_identical(name, d_dt, d_dt2, nt);
+    free(tok); free(table); free(out); free(dt); free(dout);
+  }
+}
+
+// ----------------------------------------------------------------------------
+// matmul
+
+/* matmul forward with bias / without, accumulate 0 / 1, on strided inputs (ldinp > K); backward
+** with dinp and dbias present and both NULL (the padding columns of dinp stay untouched, which
+** the comparison of the whole strided buffer checks). */
+static void test_matmul(void) {
+  int shapes[][4] = {/* BT, K, OC, ldinp */ {37, 50, 70, 64}, {64, 128, 96, 128},
+                     {100, 33, 17, 40}, {1, 7, 5, 7}};
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    int BT = shapes[si][0], K = shapes[si][1], OC = shapes[si][2], ld = shapes[si][3];
+    size_t ni = (size_t)BT * ld, nw = (size_t)K * OC, no = (size_t)BT * OC;
+    char name[96];
+    for (int variant = 0; variant < 4; variant++) {
+      device_reset();
+      int with_bias = variant & 1, accumulate = variant >> 1;
+      float *inp = frandn(ni, 1, 0), *w = frandn(nw, 1, 0), *bias = frandn(OC, 1, 0);
+      float* out = frandn(no, 1, 0);
+      float* d_out = upload_f(out, no);
+      ck->matmul_forward(out, inp, ld, w, with_bias ? bias : NULL, BT, K, OC, accumulate);
+      gk->matmul_forward(d_out, upload_f(inp, ni), ld, upload_f(w, nw),
+                         with_bias ? upload_f(bias, OC) : NULL, BT, K, OC, accumulate);
+      snprintf(name, sizeof name, "matmul_forward BT%d K%d OC%d ld%d%s%s", BT, K, OC, ld,
+               with_bias ? " bias" : "", accumulate ? " accumulate" : "");
+      compare(name, d_out, out, no, TOL);
+      free(inp); free(w); free(bias); free(out);
+    }
+    for (int optional = 1; optional >= 0; optional--) {
+      device_reset();
+      float *inp = frandn(ni, 1, 0), *w = frandn(nw, 1, 0), *dout = frandn(no, 1, 0);
+      float *dinp = frandn(ni, 1, 0), *dw = frandn(nw, 1, 0), *db = frandn(OC, 1, 0);
+      float *d_dinp = upload_f(dinp, ni), *d_dw = upload_f(dw, nw), *d_db = upload_f(db, OC);
+      ck->matmul_backward(optional ? dinp : NULL, dw, optional ? db : NULL, dout, inp, ld, w, BT,
+                          K, OC);
+      gk->matmul_backward(optional ? d_dinp : NULL, d_dw, optional ? d_db : NULL,
+                          upload_f(dout, no), upload_f(inp, ni), ld, upload_f(w, nw), BT, K, OC);
+      const char* which = optional ? "" : " (dinp, dbias NULL)";
+      snprintf(name, sizeof name, "matmul_backward.dw BT%d K%d OC%d%s", BT, K, OC, which);
+      compare(name, d_dw, dw, nw, TOL);
+      snprintf(name, sizeof name, "matmul_backward.dinp BT%d K%d OC%d ld%d%s", BT, K, OC, ld,
+               which);
+      compare(name, d_dinp, dinp, ni, TOL);
+      snprintf(name, sizeof name, "matmul_backward.dbias BT%d K%d OC%d%s", BT, K, OC, which);
+      compare(name, d_db, db, OC, TOL);
+      free(inp); free(w); free(dout); free(dinp); free(dw); free(db);
+    }
+  }
+}
+
+/* With TF32 on, a larger product agrees to TF32 precision (and TF32 is switched off again). */
+static void test_matmul_tf32(void) {
+  device_reset();
+  int BT = 256, K = 512, OC = 384;
+  size_t ni = (size_t)BT * K, nw = (size_t)K * OC, no = (size_t)BT * OC;
+  float *inp = frandn(ni, 1, 0), *w = frandn(nw, 1, 0), *out = xmalloc(no * sizeof(float));
+  float* d_out = device_alloc(no * sizeof(float));
+  ck->matmul_forward(out, inp, K, w, NULL, BT, K, OC, 0);
+  gpu->set_tf32(1);
+  gk->matmul_forward(d_out, upload_f(inp, ni), K, upload_f(w, nw), NULL, BT, K, OC, 0);
+  gpu->set_tf32(0);
+  compare("matmul_forward TF32 BT256 K512 OC384", d_out, out, no, TF32_TOL);
+  free(inp); free(w); free(out);
+}
+
+// ----------------------------------------------------------------------------
+// layernorm
+
+/* layernorm forward (out, mean, rstd) and backward (dinp, dw, db accumulate), the backward
+** twice, bit-identical. */
+static void test_layernorm(void) {
+  int shapes[][2] = {{37, 100}, {300, 768}, {5, 33}};
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    device_reset();
+    int BT = shapes[si][0], C = shapes[si][1];
+    size_t n = (size_t)BT * C;
+    float *inp = frandn(n, 1.5, 0.7), *w = frandn(C, 0.5, 1), *b = frandn(C, 0.5, 0);
+    float *out = xmalloc(n * sizeof(float)), *mean = xmalloc(BT * sizeof(float));
+    float* rstd = xmalloc(BT * sizeof(float));
+    float *d_inp = upload_f(inp, n), *d_w = upload_f(w, C), *d_b = upload_f(b, C);
+    float* d_out = device_alloc(n * sizeof(float));
+    float *d_mean = device_alloc(BT * sizeof(float)), *d_rstd = device_alloc(BT * sizeof(float));
+    ck->layernorm_forward(out, mean, rstd, inp, w, b, BT, C);
+    gk->layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, BT, C);
+    char name[96];
+    snprintf(name, sizeof name, "layernorm_forward BT%d C%d", BT, C);
+    compare(name, d_out, out, n, TOL);
+    snprintf(name, sizeof name, "layernorm_forward.mean BT%d C%d", BT, C);
+    compare(name, d_mean, mean, BT, TOL);
+    snprintf(name, sizeof name, "layernorm_forward.rstd BT%d C%d", BT, C);
+    compare(name, d_rstd, rstd, BT, TOL);
+
+    /* the backward of both runs on the CPU's saved statistics */
+    float *dout = frandn(n, 1, 0), *dinp = frandn(n, 1, 0), *dw = frandn(C, 1, 0);
+    float* db = frandn(C, 1, 0);
+    float *d_dout = upload_f(dout, n), *d_m = upload_f(mean, BT), *d_r = upload_f(rstd, BT);
+    float *d_dinp = upload_f(dinp, n), *d_dw = upload_f(dw, C), *d_db = upload_f(db, C);
+    float *d_dinp2 = upload_f(dinp, n), *d_dw2 = upload_f(dw, C), *d_db2 = upload_f(db, C);
+    ck->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, BT, C);
+    gk->layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_m, d_r, BT, C);
+    gk->layernorm_backward(d_dinp2, d_dw2, d_db2, d_dout, d_inp, d_w, d_m, d_r, BT, C);
+    snprintf(name, sizeof name, "layernorm_backward.dinp BT%d C%d", BT, C);
+    compare(name, d_dinp, dinp, n, TOL);
+    compare_identical(name, d_dinp, d_dinp2, n);
+    snprintf(name, sizeof name, "layernorm_backward.dw BT%d C%d", BT, C);
+    compare(name, d_dw, dw, C, TOL);
+    compare_identical(name, d_dw, d_dw2, C);
+    snprintf(name, sizeof name, "layernorm_backward.db BT%d C%d", BT, C);
+    compare(name, d_db, db, C, TOL);
+    compare_identical(name, d_db, d_db2, C);
+    free(inp); free(w); free(b); free(out); free(mean); free(rstd);
+    free(dout); free(dinp); free(dw); free(db);
+  }
+}
+
+// ----------------------------------------------------------------------------
+// attention
+
+/* attention forward (out, lse) and backward (dqkv accumulates) for T = 1, T below, at and not
+** a multiple of the tile sizes (32 on the GPU, 64 on the CPU), several tiles, B > 1, NH 1 and 2,
+** head sizes 32, 48, 64 and 128; the backward runs on the CPU's out and lse, twice on the GPU,
+** bit-identical. The GPU gets no scratch (it uses none). */
+static void test_attention(void) {
+  int shapes[][4] = {/* B, T, C, NH */ {2, 37, 64, 2},  {1, 100, 128, 2}, {2, 64, 64, 1},
+                     {1, 70, 256, 2}, {1, 45, 96, 2},   {1, 1, 64, 2},    {2, 129, 64, 2}};
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    device_reset();
+    int B = shapes[si][0], T = shapes[si][1], C = shapes[si][2], NH = shapes[si][3];
+    int hs = C / NH;
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    float* scratch = xmalloc(attention_scratch_elems(T, hs) * kernels_threads() * sizeof(float));
+    float *qkv = frandn(nq, 1, 0), *out = xmalloc(no * sizeof(float));
+    float* lse = xmalloc(nl * sizeof(float));
+    float* d_qkv = upload_f(qkv, nq);
+    float *d_out = device_alloc(no * sizeof(float)), *d_lse = device_alloc(nl * sizeof(float));
+    ck->attention_forward(out, lse, qkv, scratch, B, T, C, NH);
+    gk->attention_forward(d_out, d_lse, d_qkv, NULL, B, T, C, NH);
+    char name[96];
+    snprintf(name, sizeof name, "attention_forward B%d T%d C%d NH%d (hs %d)", B, T, C, NH, hs);
+    compare(name, d_out, out, no, TOL);
+    snprintf(name, sizeof name, "attention_forward.lse B%d T%d C%d NH%d", B, T, C, NH);
+    compare(name, d_lse, lse, nl, TOL);
+
+    float *dout = frandn(no, 1, 0), *dqkv = frandn(nq, 1, 0);
+    float *d_dout = upload_f(dout, no), *d_o = upload_f(out, no), *d_l = upload_f(lse, nl);
+    float *d_dqkv = upload_f(dqkv, nq), *d_dqkv2 = upload_f(dqkv, nq);
+    ck->attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH);
+    gk->attention_backward(d_dqkv, d_dout, d_qkv, d_o, d_l, NULL, B, T, C, NH);
+    gk->attention_backward(d_dqkv2, d_dout, d_qkv, d_o, d_l, NULL, B, T, C, NH);
+    snprintf(name, sizeof name, "attention_backward.dqkv B%d T%d C%d NH%d", B, T, C, NH);
+    compare(name, d_dqkv, dqkv, nq, TOL);
+    compare_identical(name, d_dqkv, d_dqkv2, nq);
+    free(scratch); free(qkv); free(out); free(lse); free(dout); free(dqkv);
+  }
+}
+
+// ----------------------------------------------------------------------------
+// elementwise kernels
+
+/* gelu, residual and accumulate, forward and (accumulating) backward. */
+static void test_elementwise(void) {
+  device_reset();
+  size_t n = 10007;
+  float *x = frandn(n, 2, 0), *y = frandn(n, 1, 0), *d = frandn(n, 1, 0);
+  float *d_x = upload_f(x, n), *d_y = upload_f(y, n), *d_d = upload_f(d, n);
+  float* out = xmalloc(n * sizeof(float));
+  float* d_res = device_alloc(n * sizeof(float));
+
+  ck->gelu_forward(out, x, n);
+  gk->gelu_forward(d_res, d_x, n);
+  compare("gelu_forward", d_res, out, n, TOL);
+
+  float* dinp = frandn(n, 1, 0);
+  float* d_dinp = upload_f(dinp, n);
+  ck->gelu_backward(dinp, x, d, n);
+  gk->gelu_backward(d_dinp, d_x, d_d, n);
+  compare("gelu_backward", d_dinp, dinp, n, TOL);
+
+  ck->residual_forward(out, x, y, n);
+  gk->residual_forward(d_res, d_x, d_y, n);
+  compare("residual_forward", d_res, out, n, TOL);
+
+  float *da = frandn(n, 1, 0), *db = frandn(n, 1, 0);
+  float *d_da = upload_f(da, n), *d_db = upload_f(db, n);
+  ck->residual_backward(da, db, d, n);
+  gk->residual_backward(d_da, d_db, d_d, n);
+  compare("residual_backward.da", d_da, da, n, TOL);
+  compare("residual_backward.db", d_db, db, n, TOL);
+
+  float* dst = frandn(n, 1, 0);
+  float* d_dst = upload_f(dst, n);
+  ck->accumulate(dst, y, n);
+  gk->accumulate(d_dst, d_y, n);
+  compare("accumulate", d_dst, dst, n, TOL);
+  free(x); free(y); free(d); free(out); free(dinp); free(da); free(db); free(dst);
+}
+
+// ----------------------------------------------------------------------------
+// cross-entropy, sum of squares, AdamW, argmax
+
+/* The fused cross-entropy: dlogits (incl. 0 in the padding and on rows without a target),
+** losses (0 there) and the returned sum; twice, with the same sum. Random values in the
+** padding columns must be overwritten. */
+static void test_crossentropy(void) {
+  int shapes[][3] = {/* BT, V, Vp */ {20, 1000, 1024}, {3, 50257, 50304}, {4, 5, 128}};
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    device_reset();
+    int BT = shapes[si][0], V = shapes[si][1], Vp = shapes[si][2];
+    size_t n = (size_t)BT * Vp;
+    int* targets = xmalloc((size_t)BT * sizeof(int));
+    for (int i = 0; i < BT; i++) targets[i] = (int)rng_below(&rng, V);
+    targets[1] = -1;
+    if (BT > 3) targets[BT - 1] = -1;
+    float *logits = frandn(n, 2, 0), *losses = frandn(BT, 1, 0);
+    float *d_logits = upload_f(logits, n), *d_logits2 = upload_f(logits, n);
+    float *d_losses = upload_f(losses, BT), *d_losses2 = upload_f(losses, BT);
+    int* d_targets = upload_i(targets, BT);
+    double scale = 1.0 / BT;
+    double ref = ck->crossentropy_forward_backward(logits, losses, targets, BT, V, Vp, scale);
+    double got = gk->crossentropy_forward_backward(d_logits, d_losses, d_targets, BT, V, Vp, scale);
+    double again =
+        gk->crossentropy_forward_backward(d_logits2, d_losses2, d_targets, BT, V, Vp, scale);
+    char name[96];
+    snprintf(name, sizeof name, "crossentropy.dlogits BT%d V%d Vp%d", BT, V, Vp);
+    compare(name, d_logits, logits, n, TOL);
+    snprintf(name, sizeof name, "crossentropy.losses BT%d V%d Vp%d", BT, V, Vp);
+    compare(name, d_losses, losses, BT, TOL);
+    snprintf(name, sizeof name, "crossentropy.sum BT%d V%d Vp%d", BT, V, Vp);
+    compare_scalar(name, got, ref, TOL);
+    CHECK_MSG(got == again, "%s: two runs differ", name);
+    free(targets); free(logits); free(losses);
+  }
+}
+
+/* sum_squares for short and long arrays (fewer values than partial sums, and many per block);
+** twice, the same. */
+static void test_sum_squares(void) {
+  size_t sizes[] = {1, 1000, 1000003};
+  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+    device_reset();
+    size_t n = sizes[si];
+    float* g = frandn(n, 1, 0);
+    float* d_g = upload_f(g, n);
+    double ref = ck->sum_squares(g, n);
+    double got = gk->sum_squares(d_g, n);
+    char name[96];
+    snprintf(name, sizeof name, "sum_squares n=%zu", n);
+    compare_scalar(name, got, ref, DOUBLE_TOL);
+    CHECK_MSG(gk->sum_squares(d_g, n) == got, "%s: two runs differ", name);
+    free(g);
+  }
+}
+
+/* AdamW on the first and a later step (bias corrections), with weight decay and grad_scale. */
+static void test_adamw(void) {
+  int steps[] = {1, 7};
+  for (size_t si = 0; si < sizeof steps / sizeof steps[0]; si++) {
+    device_reset();
+    size_t n = 10007;
+    int t = steps[si];
+    float *w = frandn(n, 1, 0), *g = frandn(n, 1, 0), *m = frandn(n, 0.1, 0);
+    float* v = frandn(n, 0.01, 0);
+    for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+    float *d_w = upload_f(w, n), *d_g = upload_f(g, n), *d_m = upload_f(m, n);
+    float* d_v = upload_f(v, n);
+    ck->adamw_update(w, g, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, t, 0.5f);
+    gk->adamw_update(d_w, d_g, d_m, d_v, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, t, 0.5f);
+    char name[96];
+    snprintf(name, sizeof name, "adamw_update.w t=%d", t);
+    compare(name, d_w, w, n, TOL);
+    snprintf(name, sizeof name, "adamw_update.m t=%d", t);
+    compare(name, d_m, m, n, TOL);
+    snprintf(name, sizeof name, "adamw_update.v t=%d", t);
+    compare(name, d_v, v, n, TOL);
+    free(w); free(g); free(m); free(v);
+  }
+}
+
+/* logits_argmax with planted ties (the first index wins) and a larger value in the padding
+** (ignored): the indices agree exactly. */
+static void test_argmax(void) {
+  device_reset();
+  int BT = 33, V = 1000, Vp = 1024;
+  size_t n = (size_t)BT * Vp;
+  float* logits = frandn(n, 1, 0);
+  logits[0 * Vp + 10] = logits[0 * Vp + 500] = 100;       /* tie: 10 */
+  logits[1 * Vp + 0] = logits[1 * Vp + V - 1] = 100;      /* tie: 0 */
+  logits[2 * Vp + V - 1] = 50;
+  logits[2 * Vp + V] = 1000;                               /* padding: ignored, V - 1 */
+  int *ref = xmalloc((size_t)BT * sizeof(int)), *got = xmalloc((size_t)BT * sizeof(int));
+  int* d_arg = device_alloc((size_t)BT * sizeof(int));
+  ck->logits_argmax(logits, BT, V, Vp, ref);
+  gk->logits_argmax(upload_f(logits, n), BT, V, Vp, d_arg);
+  gpu->to_host(got, d_arg, (size_t)BT * sizeof(int));
+  int same = memcmp(ref, got, (size_t)BT * sizeof(int)) == 0;
+  printf("  %-52s %8d rows, %s\n", "logits_argmax", BT, same ? "identical" : "DIFFERENT");
+  CHECK(same);
+  CHECK(got[0] == 10 && got[1] == 0 && got[2] == V - 1);
+  free(logits); free(ref); free(got);
+}
+
+/* Skips without a GPU; otherwise one device block for every test, TF32 off except in
+** test_matmul_tf32. */
+int main(void) {
+  gpu = backend_cuda();
+  if (gpu == NULL) {
+    printf("test_cuda_kernels: SKIP: %s\n", osdp_last_error());
+    return SKIP_EXIT;
+  }
+  rng_seed(&rng, 4321);
+  ck = backend_cpu()->f32;
+  gk = gpu->f32;
+  backend_cpu()->set_threads(1);
+  gpu->set_tf32(0);
+  device_base = gpu->reserve(DEVICE_BYTES);
+  if (device_base == NULL) {
+    fprintf(stderr, "test_cuda_kernels: %s\n", osdp_last_error());
+    return 1;
+  }
+  test_memory();
+  test_clock();
+  test_embed_pos();
+  test_embed_tok();
+  test_matmul();
+  test_matmul_tf32();
+  test_layernorm();
+  test_attention();
+  test_elementwise();
+  test_crossentropy();
+  test_sum_squares();
+  test_adamw();
+  test_argmax();
+  gpu->synchronize();
+  gpu->release(device_base, DEVICE_BYTES);
+  return check_summary();
+}
