@@ -6,3 +6,9 @@ endif()
 osdp_add_test_exe(test_cuda_kernels ${PROJECT_SOURCE_DIR}/tests/test_cuda_kernels.c)
 add_test(NAME gpu_kernels COMMAND test_cuda_kernels)
 set_tests_properties(gpu_kernels PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77)
+# Training on the GPU reproduces the CPU (tiny and small, ddp / zero2 / zero3 / sliced plans,
+# 20 steps, 1e-4), 2 ranks sharing the GPU reproduce 1, measured peak = predicted.
+add_test(NAME gpu_train
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/gpu_train.sh $<TARGET_FILE:osdp> $<TARGET_FILE:plan_tool> ${OSDP_MPIRUN})
+set_tests_properties(gpu_train PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77 TIMEOUT 300
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")

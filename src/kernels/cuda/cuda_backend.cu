@@ -160,6 +160,9 @@ static int local_rank(void) {
   return -1;
 }
 
+/* The stream every kernel is queued on (NCCL's stream orders itself against it). */
+static void* cuda_compute_stream(void) { return (void*)cuda_ctx.stream; }
+
 /* Records why initialisation failed (for this and every later call) and returns -1. */
 static int init_failed(const char* message) {
   snprintf(init_error, sizeof init_error, "%s", message);
@@ -229,6 +232,7 @@ static int init_device(void) {
   cuda_backend.set_tf32 = cuda_set_tf32;
   cuda_backend.f32 = &cuda_kernels;
   cuda_backend.f64 = NULL;
+  cuda_backend.compute_stream = cuda_compute_stream;
   init_state = 1;
   return 0;
 }

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# tools/cuda-emu/build.sh: builds osdp's CUDA backend against a CPU emulation of the CUDA runtime
+# and cuBLAS (emu.cpp), for checking the CUDA kernels' LOGIC on a machine without a GPU: every
+# thread block runs as blockDim fibers with real barriers and warp shuffles, shared memory starts
+# as NaN garbage, launches are checked against CUDA's limits, and cuBLAS is a column-major fp64
+# reference GEMM that checks its leading dimensions. It says nothing about speed, real
+# concurrency or the GPU's rounding: a GPU result needs a GPU (scripts/gpu-check.sh).
+# Writes build-emu/osdp_emu (the CLI with --device cuda emulated; about 10^4 times slower than
+# a GPU: use tiny shapes and --mem-limit) and build-emu/test_cuda_kernels_emu.
+# usage: bash tools/cuda-emu/build.sh   (from the repository root)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+emu=$root/tools/cuda-emu
+out=$root/build-emu
+mkdir -p "$out/gen" "$out/obj/lib"
+# The CPU build the emulated backend is linked into (without CUDA: backend.c's stub is replaced).
+cmake -S "$root" -B "$out/cpu" -DOSDP_CUDA=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$out/cpu" -j "$(nproc)" >/dev/null
+cxx=(g++ -std=c++17 -O2 -g -Wno-unknown-pragmas -I"$emu/include" -I"$root/src" -DOSDP_HAVE_CUDA)
+for f in "$root"/src/kernels/cuda/*.cu; do
+  n=$(basename "$f" .cu)
+  # Dynamic shared memory is a per-launch buffer in the emulation.
+  sed 's/extern __shared__ float smem\[\];/float* smem = emu_dynamic_smem();/' "$f" > "$out/gen/$n.cpp"
+  "${cxx[@]}" -c "$out/gen/$n.cpp" -o "$out/obj/$n.o"
+done
+g++ -std=c++17 -O2 -g -I"$emu/include" -c "$emu/emu.cpp" -o "$out/obj/emu.o"
+cc=(gcc -std=c11 -O2 -g -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -DOSDP_HAVE_CUDA -I"$root/src"
+    -I"$root/tests" -I/usr/include/x86_64-linux-gnu/openblas-openmp)
+"${cc[@]}" -c "$root/src/kernels/backend.c" -o "$out/obj/backend.o"
+"${cc[@]}" -c "$root/tests/test_cuda_kernels.c" -o "$out/obj/test_cuda_kernels.o"
+(cd "$out/obj/lib" && rm -f ./*.o && ar x "$out/cpu/libosdp_lib.a" && rm -f backend.c.o)
+libs=(/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so -lcjson $(mpicc --showme:link) -lm)
+objs=("$out/obj/backend.o" "$out"/obj/cuda_*.o "$out/obj/emu.o" "$out"/obj/lib/*.o)
+g++ -fopenmp "${objs[@]}" "$out"/cpu/CMakeFiles/osdp.dir/src/cli/*.o -o "$out/osdp_emu" "${libs[@]}"
+g++ -fopenmp "$out/obj/test_cuda_kernels.o" "${objs[@]}" -o "$out/test_cuda_kernels_emu" "${libs[@]}"
+echo "built $out/osdp_emu and $out/test_cuda_kernels_emu"
