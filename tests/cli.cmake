@@ -35,3 +35,10 @@ set_tests_properties(cli_svg PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABEL
 add_test(NAME cli_plans
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_plans.sh $<TARGET_FILE:osdp> ${OSDP_MPIRUN})
 set_tests_properties(cli_plans PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 180)
+
+# Checkpoints and --resume: bit-identical continuation (1 process ddp, 2 ranks zero3), resharding
+# 2 x zero3 -> 4 x ddp (1e-5), a SIGKILLed rank (non-zero exit within 30 s, then resume), a damaged
+# newest checkpoint skipped, bad options refused in one line.
+add_test(NAME cli_resume
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_resume.sh $<TARGET_FILE:osdp> $<TARGET_FILE:plan_tool> ${OSDP_MPIRUN})
+set_tests_properties(cli_resume PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 180)

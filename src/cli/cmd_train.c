@@ -16,6 +16,7 @@
 #include "model/checkpoint.h"
 #include "planner/cost.h"
 #include "runtime/engine.h"
+#include "runtime/train_state.h"
 
 static const char* train_help =
     "usage: [mpirun -np N] osdp train [options]\n"
@@ -41,6 +42,12 @@ static const char* train_help =
     "  --eval-batches N held-out global batches evaluated at the end [8]\n"
     "  --log FILE       one JSON object per step, then a summary line\n"
     "  --save FILE --load FILE   llm.c GPT-2 checkpoint (fp32, version 3)\n"
+    "  --checkpoint DIR every --checkpoint-every N steps and at the end, DIR/step-N/: each rank's\n"
+    "                   weights and AdamW moments, a manifest; written whole or not at all\n"
+    "  --keep K         checkpoints kept in DIR, newest first [2]\n"
+    "  --resume DIR     continue from DIR's newest complete checkpoint (--steps counts from the\n"
+    "                   start); any ranks, micro-batch and plan with the same global batch\n"
+    "  --stop-after N   end this run after step N with its checkpoint, as if stopped there\n"
     "  --json           print the summary as JSON on stdout\n"
     "  --quiet          no progress lines\n";
 
@@ -60,12 +67,98 @@ typedef struct TrainRun {
   double* step_times;   /* the timed steps' seconds (the first TIMES_KEPT), for the median */
   long ntimes;
   int *tokens, *targets; /* this rank's micro-batch on the host, copied into the engine */
+  const char* ckpt_dir;  /* --checkpoint DIR (NULL: none) */
+  long ckpt_every, stop_after, start_step; /* --checkpoint-every, --stop-after, steps resumed */
+  int keep;              /* --keep: newest checkpoints kept */
+  cJSON* run_desc;       /* what a checkpoint records of this run, and --resume compares */
 } TrainRun;
+
+/* What a checkpoint records of this run: the model, data, batch geometry and optimizer settings
+** a resumed run must share (world size, micro-batch and plan may differ; the global batch not). */
+static cJSON* run_description(const TrainRun* r) {
+  const GptConfig* c = &r->d.cfg;
+  cJSON* o = cJSON_CreateObject();
+  cJSON* m = cJSON_AddObjectToObject(o, "model");
+  cJSON_AddStringToObject(m, "name", c->name);
+  cJSON_AddNumberToObject(m, "n_layer", c->n_layer);
+  cJSON_AddNumberToObject(m, "n_embd", c->n_embd);
+  cJSON_AddNumberToObject(m, "n_head", c->n_head);
+  cJSON_AddNumberToObject(m, "vocab_size", c->vocab_size);
+  cJSON_AddNumberToObject(m, "padded_vocab", c->padded_vocab);
+  cJSON_AddNumberToObject(m, "max_seq", c->max_seq);
+  cJSON_AddStringToObject(o, "data", args_get(&r->args, "data", "addition"));
+  cJSON_AddNumberToObject(o, "seed", (double)r->opt.seed);
+  cJSON_AddNumberToObject(o, "seq", r->T);
+  cJSON_AddNumberToObject(o, "global_batch", (double)comm_size() * r->B);
+  cJSON_AddNumberToObject(o, "lr", r->opt.lr);
+  cJSON_AddNumberToObject(o, "warmup", r->opt.warmup);
+  cJSON_AddNumberToObject(o, "decay_steps", (double)r->opt.decay_steps);
+  cJSON_AddNumberToObject(o, "lr_min_ratio", r->opt.lr_min_ratio);
+  cJSON_AddNumberToObject(o, "weight_decay", r->opt.weight_decay);
+  cJSON_AddNumberToObject(o, "grad_clip", r->opt.grad_clip);
+  cJSON_AddNumberToObject(o, "beta1", r->opt.beta1);
+  cJSON_AddNumberToObject(o, "beta2", r->opt.beta2);
+  cJSON_AddNumberToObject(o, "eps", r->opt.eps);
+  /* For people: how it was sharded (a resume may shard differently). */
+  cJSON_AddNumberToObject(o, "world", comm_size());
+  cJSON_AddNumberToObject(o, "micro_batch", r->B);
+  char* plan = plan_to_json(&r->plan, &r->d);
+  if (plan) cJSON_AddItemToObject(o, "plan", cJSON_Parse(plan));
+  free(plan);
+  return o;
+}
+
+/* Whether a checkpoint's run description `was` can continue as run `now`: every field but the
+** sharding ones must be equal. On a mismatch, an error naming the field and both values. */
+static int check_resumable(const cJSON* was, const cJSON* now, const char* path) {
+  static const char* const free_fields[] = {"world", "micro_batch", "plan", NULL};
+  for (const cJSON* f = now ? now->child : NULL; f; f = f->next) {
+    int skip = 0;
+    for (int i = 0; free_fields[i]; i++) skip |= strcmp(f->string, free_fields[i]) == 0;
+    if (skip) continue;
+    const cJSON* w = cJSON_GetObjectItemCaseSensitive(was, f->string);
+    if (w && cJSON_Compare(w, f, 1)) continue;
+    char* a = w ? cJSON_PrintUnformatted(w) : NULL;
+    char* b = cJSON_PrintUnformatted(f);
+    osdp_fail("--resume: %s was written with %s %s, this run has %s; resume with the same %s (only "
+              "ranks, micro-batch and plan may change, the global batch may not)", path, f->string,
+              a ? a : "(none)", b ? b : "?", f->string);
+    free(a);
+    free(b);
+    return -1;
+  }
+  return 0;
+}
+
+/* --resume DIR: loads the newest complete checkpoint into the engine and sets start_step. */
+static int train_resume(TrainRun* r) {
+  const char* dir = args_get(&r->args, "resume", NULL);
+  if (!dir) return 0;
+  char path[4096];
+  long step;
+  TrainState ts;
+  if (train_state_find(dir, path, sizeof path, &step) || train_state_open(path, &ts)) return -1;
+  int rc = 0;
+  if (ts.step > r->steps)
+    rc = osdp_fail("--resume: %s is at step %ld, past --steps %ld (--steps counts from the start of "
+                   "training)", path, ts.step, r->steps);
+  if (!rc) rc = check_resumable(ts.run, r->run_desc, path);
+  if (!rc) rc = train_state_load(&r->eng, &ts);
+  if (!rc) {
+    r->start_step = ts.step;
+    if (comm_rank() == 0 && !r->quiet && !r->json)
+      printf("resumed from %s (written by %d rank(s)): continuing at step %ld\n", path, ts.world,
+             ts.step + 1);
+  }
+  train_state_close(&ts);
+  return (int)comm_allreduce_max_f64(rc ? 1.0 : 0.0) ? -1 : 0;
+}
 
 /* Reads every option, builds the model, data source, plan and engine. */
 static int train_setup(TrainRun* r, int argc, char** argv) {
   static const char* const opts[] = {SETUP_OPTIONS, "data", "steps", "log", "save", "lr-schedule",
-                                     "eval-batches", NULL};
+                                     "eval-batches", "checkpoint", "checkpoint-every", "keep",
+                                     "resume", "stop-after", NULL};
   static const char* const sws[] = {"json", "quiet", "prefetch", NULL};
   if (args_parse(&r->args, "train", argc, argv, opts, sws)) return -1;
   long B, T, steps, evb;
@@ -74,6 +167,15 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
       args_int(&r->args, "eval-batches", 8, 0, 1 << 20, &evb) || setup_train_options(&r->args, &r->opt))
     return -1;
   r->steps = steps; r->eval_batches = evb;
+  long every, keep, stop;
+  if (args_int(&r->args, "checkpoint-every", 0, 0, 1L << 40, &every) ||
+      args_int(&r->args, "keep", 2, 1, 1 << 20, &keep) ||
+      args_int(&r->args, "stop-after", 0, 0, 1L << 40, &stop))
+    return -1;
+  r->ckpt_dir = args_get(&r->args, "checkpoint", NULL);
+  r->ckpt_every = every; r->keep = (int)keep; r->stop_after = stop;
+  if (!r->ckpt_dir && (args_has(&r->args, "checkpoint-every") || args_has(&r->args, "keep")))
+    return osdp_fail("--checkpoint-every / --keep need --checkpoint DIR (where to write them)");
   const char* sched = args_get(&r->args, "lr-schedule", "constant");
   if (strcmp(sched, "cosine") == 0) r->opt.decay_steps = steps;
   else if (strcmp(sched, "constant") != 0)
@@ -103,6 +205,8 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
   const char* logp = args_get(&r->args, "log", NULL);
   if (logp && comm_rank() == 0 && !(r->log = fopen(logp, "w")))
     return osdp_fail("--log: cannot write '%s'", logp);
+  if (r->ckpt_dir && train_state_check_dir(r->ckpt_dir)) return -1;
+  if (!(r->run_desc = run_description(r))) return osdp_fail("out of host memory");
   r->tokens = malloc((size_t)r->B * r->T * sizeof(int));
   r->targets = malloc((size_t)r->B * r->T * sizeof(int));
   if (!r->tokens || !r->targets) return osdp_fail("out of host memory");
@@ -296,17 +400,18 @@ int cmd_train(int argc, char** argv) {
   if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(train_help, stdout); return 0; }
   TrainRun r;
   memset(&r, 0, sizeof r);
-  if (train_setup(&r, argc, argv) || train_load(&r)) return cli_report_error();
+  if (train_setup(&r, argc, argv) || train_load(&r) || train_resume(&r)) return cli_report_error();
   train_banner(&r);
   r.step_times = malloc((size_t)(r.steps < TIMES_KEPT ? r.steps + 1 : TIMES_KEPT) * sizeof *r.step_times);
   double t0 = now_seconds(), first = 0, last = 0, train_s = 0;
-  for (long step = 1; step <= r.steps; step++) {
+  int rc = 0, stopped = 0;
+  for (long step = r.start_step + 1; step <= r.steps && !rc; step++) {
     long ntarg = load_batch(&r, DATA_TRAIN, step - 1, NULL);
     StepResult sr;
     engine_step(&r.eng, ntarg, &sr);
-    if (step == 1) first = sr.loss;
+    if (step == r.start_step + 1) first = sr.loss;
     last = sr.loss;
-    if (step > 1 || r.steps == 1) {
+    if (step > r.start_step + 1 || r.steps - r.start_step == 1) { /* the first is a warm-up */
       train_s += sr.seconds;
       if (r.ntimes < TIMES_KEPT) { /* the slowest rank's time: every rank calls, always */
         double slowest = comm_allreduce_max_f64(sr.seconds);
@@ -315,18 +420,26 @@ int cmd_train(int argc, char** argv) {
       }
     }
     report_step(&r, step, &sr, now_seconds() - t0);
+    stopped = r.stop_after > 0 && step == r.stop_after && step < r.steps;
+    int due = r.ckpt_every > 0 && step % r.ckpt_every == 0;
+    if (r.ckpt_dir && (due || step == r.steps || stopped))
+      rc = train_state_save(&r.eng, r.ckpt_dir, step, r.keep, r.run_desc);
+    if (stopped) break;
   }
-  long timed = r.steps > 1 ? r.steps - 1 : r.steps;
+  long ran = engine_steps_taken(&r.eng) - r.start_step;
+  long timed = ran > 1 ? ran - 1 : ran;
   double tps = train_s > 0 ? (double)timed * comm_size() * r.B * r.T / train_s : 0;
   double val_loss = 0, acc = -1;
   long nprob = 0;
-  train_evaluate(&r, &val_loss, &acc, &nprob);
-  int rc = train_save(&r);
+  /* A run stopped early (--stop-after) ends as a kill would, less the loss: with its checkpoint. */
+  if (!rc && !stopped) train_evaluate(&r, &val_loss, &acc, &nprob);
+  if (!rc && !stopped) rc = train_save(&r);
   double step_s = train_s > 0 ? train_s / (double)timed : 0;
   train_summary(&r, first, last, tps, step_s, val_loss, acc, nprob);
   if (r.log) fclose(r.log);
   engine_destroy(&r.eng);
   free(r.step_times);
+  cJSON_Delete(r.run_desc);
   free(r.tokens);
   free(r.targets);
   data_close(r.data);

@@ -488,3 +488,99 @@ void engine_set_params(Engine* e, const float* full) {
   }
   e->step = 0;
 }
+
+/* ---- Training state ------------------------------------------------------------------ */
+
+/* Where slice (opi, i) starts in the op-block order. */
+static size_t slice_base(const Engine* e, int opi, int i) {
+  size_t base = 0;
+  for (int o = 0; o < opi; o++) base += e->d->ops[o].n_params;
+  return base + gpt_slice_offset(&e->d->ops[opi], e->slice_counts[opi], i);
+}
+
+/* The part of slice s this rank writes: [*first, *first + *count) of its n elements. */
+static void owned_part(const Engine* e, const SliceState* s, size_t* first, size_t* count) {
+  if (s->strat == STRAT_DP) {
+    *first = s->n * (size_t)e->rank / (size_t)e->world;
+    *count = s->n * (size_t)(e->rank + 1) / (size_t)e->world - *first;
+    return;
+  }
+  *first = s->off < s->n ? s->off : s->n;
+  *count = s->n - *first < s->shard ? s->n - *first : s->shard;
+}
+
+int engine_owned_ranges(const Engine* e, ParamRange* out) {
+  int k = 0;
+  for (int opi = 0; opi < e->d->nops; opi++)
+    for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++) {
+      size_t first, count;
+      owned_part(e, &e->slices[opi][i], &first, &count);
+      if (out) out[k] = (ParamRange){slice_base(e, opi, i) + first, count};
+      k++;
+    }
+  return k;
+}
+
+void engine_read_owned(Engine* e, int index, float* w, float* m, float* v) {
+  int k = 0;
+  for (int opi = 0; opi < e->d->nops; opi++)
+    for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++, k++) {
+      if (k != index) continue;
+      SliceState* s = &e->slices[opi][i];
+      size_t first, count;
+      owned_part(e, s, &first, &count);
+      /* dp holds everything (its moments too); zero2 the full weight and its shard's moments;
+      ** zero3 only its shard. */
+      size_t wo = s->strat == STRAT_ZERO3 ? 0 : first, mo = s->strat == STRAT_DP ? first : 0;
+      size_t bytes = count * sizeof(float);
+      e->bk->to_host(w, s->w + wo, bytes);
+      e->bk->to_host(m, s->m + mo, bytes);
+      e->bk->to_host(v, s->v + mo, bytes);
+      return;
+    }
+}
+
+/* Loads n elements at global offset into backend memory dst (NULL: skipped) through a host
+** buffer; 0 or -1. */
+static int load_part(Engine* e, StateReadFn read, void* ctx, size_t offset, size_t n, float* dw,
+                     float* dm, float* dv, float* host) {
+  if (!n) return 0;
+  float* hw = dw ? host : NULL;
+  float* hm = dm ? host + n : NULL;
+  float* hv = dv ? host + 2 * n : NULL;
+  if (read(ctx, offset, n, hw, hm, hv)) return -1;
+  if (dw) e->bk->to_device(dw, hw, n * sizeof(float));
+  if (dm) e->bk->to_device(dm, hm, n * sizeof(float));
+  if (dv) e->bk->to_device(dv, hv, n * sizeof(float));
+  return 0;
+}
+
+int engine_load_state(Engine* e, StateReadFn read, void* ctx, long step) {
+  int rc = 0;
+  for (int opi = 0; !rc && opi < e->d->nops; opi++)
+    for (int i = 0; !rc && e->slices[opi] && i < e->slice_counts[opi]; i++) {
+      SliceState* s = &e->slices[opi][i];
+      size_t base = slice_base(e, opi, i), first, count;
+      owned_part(e, s, &first, &count);
+      float* host = malloc(3 * (s->n ? s->n : 1) * sizeof(float));
+      if (!host) return osdp_fail("out of host memory loading the training state");
+      if (s->strat == STRAT_ZERO3) e->bk->zero(s->w, s->shard * sizeof(float)); /* the padding */
+      if (s->strat == STRAT_DP) {
+        rc = load_part(e, read, ctx, base, s->n, s->w, s->m, s->v, host);
+      } else {
+        e->bk->zero(s->m, s->shard * sizeof(float));
+        e->bk->zero(s->v, s->shard * sizeof(float));
+        if (s->strat == STRAT_ZERO2) {
+          rc = load_part(e, read, ctx, base, s->n, s->w, NULL, NULL, host) ||
+               load_part(e, read, ctx, base + first, count, NULL, s->m, s->v, host);
+        } else {
+          rc = load_part(e, read, ctx, base + first, count, s->w, s->m, s->v, host);
+        }
+      }
+      free(host);
+    }
+  if (!rc) e->step = step;
+  return rc;
+}
+
+long engine_steps_taken(const Engine* e) { return e->step; }

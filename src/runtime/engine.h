@@ -122,4 +122,26 @@ void engine_get_params(Engine* e, float* full);
 ** optimizer. */
 void engine_set_params(Engine* e, const float* full);
 
+/* ---- Training state (checkpoints) ----------------------------------------------------- */
+
+/* A run of parameters: elements [offset, offset + n) of the op-block order (gpt.h). */
+typedef struct ParamRange { size_t offset, n; } ParamRange;
+
+/* The ranges of parameters whose weights and AdamW moments this rank writes to a checkpoint:
+** over all ranks, every parameter exactly once (a dp slice in N parts, one per rank; a sharded
+** slice's own shard). Writes up to the returned count into out (NULL: count only). */
+int engine_owned_ranges(const Engine* e, ParamRange* out);
+/* Copies the weights and moments of range i of engine_owned_ranges into host arrays of its n
+** floats each. */
+void engine_read_owned(Engine* e, int i, float* w, float* m, float* v);
+/* Reads the weights (w), moments (m, v) of parameters [offset, offset + n) into host arrays
+** (any may be NULL); returns 0, or -1 with an error. */
+typedef int (*StateReadFn)(void* ctx, size_t offset, size_t n, float* w, float* m, float* v);
+/* Sets every weight and moment this rank holds from `read`, whatever plan and world size wrote
+** them, and the optimizer's step count to `step`, so bias correction and the learning-rate
+** schedule continue from there. Returns 0, or -1 with the reader's error. */
+int engine_load_state(Engine* e, StateReadFn read, void* ctx, long step);
+/* Optimizer steps taken (after engine_load_state: counting the restored ones). */
+long engine_steps_taken(const Engine* e);
+
 #endif

@@ -1,0 +1,75 @@
+/*
+** train_state.h: checkpoints of a training run that survive a kill at any moment and reshard
+** on resume (another world size, another plan).
+**
+** A checkpoint is the directory DIR/step-<step>/:
+**   rank-<r>.bin   what rank r owns (engine_owned_ranges: every parameter once over the ranks),
+**                  little-endian: "OSDPST01", u32 version (1), u32 nranges, u64 n_params, then
+**                  nranges x {u64 offset, u64 n} (op-block order, ascending, disjoint), then for
+**                  each range its weights, AdamW m and v, n fp32 each;
+**   manifest.json  written last: {"format": "osdp-train-state", "version": 1, "step", "world",
+**                  "n_params", "run": {the writer's description of the run}, "files": [{"name",
+**                  "bytes", "fnv1a64"}]}.
+** It is written as DIR/.step-<step>.tmp/, every file fsynced, then renamed: a checkpoint
+** directory is complete or absent, so a kill leaves the previous one intact. Complete means the
+** manifest parses and every file it lists has its size and checksum; every size field of a rank
+** file is checked against the file's real size before anything is allocated from it.
+** Reading is by global ranges, so any plan on any number of ranks reads what it needs.
+*/
+#ifndef OSDP_TRAIN_STATE_H
+#define OSDP_TRAIN_STATE_H
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+
+#include "runtime/engine.h"
+
+/* One range of a rank file: parameters [offset, offset + n), found at byte `at` of file `file`
+** (weights; then m at + 4n, v at + 8n). */
+typedef struct StateExtent {
+  size_t offset, n;
+  int file;
+  long long at;
+} StateExtent;
+
+/* An opened, verified checkpoint. */
+typedef struct TrainState {
+  char path[4096];
+  long step;
+  int world;           /* ranks that wrote it */
+  size_t n_params;
+  cJSON* run;          /* the writer's description of the run (owned) */
+  int nfiles;
+  FILE** files;
+  StateExtent* ext;    /* sorted by offset, covering [0, n_params) exactly */
+  int next;
+} TrainState;
+
+/* Writes the state of engine e after `step` steps to dir/step-<step>/ (collective): each rank its
+** owned ranges, rank 0 the manifest with `run` (a JSON object describing the run; rank 0's is
+** used), then the rename; removes all but the newest `keep` complete checkpoints in dir. Returns
+** 0, or -1 with an error on every rank (the previous checkpoints are untouched). */
+int train_state_save(Engine* e, const char* dir, long step, int keep, const cJSON* run);
+
+/* The newest complete checkpoint in dir: its path into path[n] and its step. Incomplete or
+** damaged ones are skipped with a note on stderr. Returns 0, or -1 with an error when there is
+** none. */
+int train_state_find(const char* dir, char* path, size_t n, long* step);
+
+/* Opens and verifies the checkpoint directory `path` (the manifest, every file's size and
+** checksum, every rank file's header against its size, the ranges covering every parameter
+** once). Returns 0, or -1 with a one-line error naming the file and field. */
+int train_state_open(const char* path, TrainState* ts);
+void train_state_close(TrainState* ts);
+
+/* Sets engine e's weights, moments and step count from ts, whatever plan and world wrote it. */
+int train_state_load(Engine* e, TrainState* ts);
+
+/* Reads the weights (any of w, m, v may be NULL) of parameters [offset, offset + n) from ts. */
+int train_state_read(TrainState* ts, size_t offset, size_t n, float* w, float* m, float* v);
+
+/* Checks that dir can hold checkpoints (created if missing, a file can be written in it), so a
+** bad path fails before training starts. Rank 0's check, agreed by all ranks. */
+int train_state_check_dir(const char* dir);
+
+#endif

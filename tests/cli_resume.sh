@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# cli_resume.sh OSDP PLAN_TOOL MPIRUN...: checkpoints during training and --resume.
+#  - Same ranks and plan: a run stopped at step 10 and resumed to 30 saves weights
+#    byte-identical to an uninterrupted 30-step run (cosine schedule, warm-up 5), in one process
+#    (ddp) and on 2 ranks (zero3).
+#  - Resharding: written by 2 ranks under zero3 at micro-batch 4, resumed by 4 ranks under ddp
+#    at micro-batch 2: steps 11..30 within 1e-5 of one process on the same global batch.
+#  - A rank killed (SIGKILL) while a 2-rank run checkpoints every 5 steps: the job exits
+#    non-zero within 30 s, and resuming from the newest complete checkpoint runs its next steps.
+#  - A damaged newest checkpoint is skipped for the previous one; every bad option fails with
+#    one line before training.
+set -u
+OSDP=$1; tool=$(cd "${2%/*}" && pwd)/${2##*/}; shift 2; mpirun=("$@")
+source "${BASH_SOURCE%/*}/cli_common.sh"
+osdp=$OSDP
+C=(train --steps 30 --lr-schedule cosine --warmup 5 --quiet --json --eval-batches 0)
+
+# 1. Same ranks, same plan: bit-identical.
+"$osdp" "${C[@]}" --save full1.bin >/dev/null 2>&1
+"$osdp" "${C[@]}" --checkpoint d1 --checkpoint-every 10 --stop-after 10 >/dev/null 2>err.txt
+"$osdp" "${C[@]}" --resume d1 --save res1.bin >/dev/null 2>>err.txt
+if cmp -s full1.bin res1.bin; then ok; else bad "1 process: resumed weights differ: $(head -2 err.txt)"; fi
+"${mpirun[@]}" -np 2 "$osdp" "${C[@]}" --plan zero3 --batch 4 --save full2.bin >/dev/null 2>&1
+"${mpirun[@]}" -np 2 "$osdp" "${C[@]}" --plan zero3 --batch 4 --checkpoint d2 --checkpoint-every 5 \
+  --stop-after 10 >/dev/null 2>err.txt
+if [ -f d2/step-10/manifest.json ] && [ -f d2/step-10/rank-00001.bin ] && [ -f d2/step-5/manifest.json ]; then ok
+else bad "2 ranks: checkpoints step-5 and step-10 not written: $(ls d2 2>&1; head -2 err.txt)"; fi
+"${mpirun[@]}" -np 2 "$osdp" "${C[@]}" --plan zero3 --batch 4 --resume d2 --save res2.bin >/dev/null 2>err.txt
+if cmp -s full2.bin res2.bin; then ok; else bad "2 ranks zero3: resumed weights differ: $(head -2 err.txt)"; fi
+
+# 2. Resharding: 2 ranks zero3 x 4 -> 4 ranks ddp x 2, against one process x 8.
+"$osdp" "${C[@]}" --batch 8 --log one.jsonl >/dev/null 2>&1
+awk -F'"step":' 'NF > 1 { split($2, a, ","); if (a[1] + 0 >= 11) print }' one.jsonl > one11.jsonl
+if "${mpirun[@]}" -np 4 "$osdp" "${C[@]}" --plan ddp --batch 2 --resume d2 --log four.jsonl >/dev/null 2>err.txt &&
+   out=$("$tool" losses one11.jsonl four.jsonl 1e-5); then ok
+else bad "resharded 2 x zero3 -> 4 x ddp: ${out:-} $(head -2 err.txt)"; fi
+first=$(head -n 1 four.jsonl)
+if [[ "$first" == '{"step":11,'* ]]; then ok; else bad "resumed run did not start at step 11: $first"; fi
+
+# 3. SIGKILL of a rank while checkpointing every 5 steps.
+"${mpirun[@]}" -np 2 "$osdp" train --steps 100000000 --quiet --batch 4 --plan zero3 --checkpoint dk \
+  --checkpoint-every 5 --eval-batches 0 >kill.out 2>&1 &
+job=$!
+for _ in $(seq 600); do [ -f dk/step-15/manifest.json ] && break; sleep 0.1; done
+victim=$(pgrep -f "osdp train --steps 100000000" | grep -v "^$job\$" | while read -r p; do
+  [ "$(ps -o comm= -p "$p")" = osdp ] && echo "$p"; done | tail -n 1)
+if [ -z "$victim" ]; then bad "kill: no rank process found"; kill "$job" 2>/dev/null
+else
+  t0=$(date +%s)
+  kill -9 "$victim"
+  rc=0; wait "$job" || rc=$?
+  dt=$(( $(date +%s) - t0 ))
+  if [ "$rc" -ne 0 ] && [ "$dt" -le 30 ]; then ok; else bad "kill: exit $rc after ${dt}s (want non-zero within 30 s)"; fi
+  newest=$(ls dk | sed -n 's/^step-\([0-9]*\)$/\1/p' | sort -n | tail -n 1)
+  if [ -n "$newest" ] && "${mpirun[@]}" -np 2 "$osdp" train --steps $((newest + 2)) --quiet --batch 4 --plan zero3 \
+       --resume dk --eval-batches 0 --log after.jsonl >/dev/null 2>err.txt &&
+     grep -q "\"step\":$((newest + 1))," after.jsonl && grep -q "\"step\":$((newest + 2))," after.jsonl &&
+     [ "$(grep -c '"step":' after.jsonl)" -eq 2 ]; then ok
+  else bad "kill: resuming from step-$newest did not run steps $((newest + 1)), $((newest + 2)): $(head -2 err.txt)"; fi
+fi
+
+# 4. A damaged newest checkpoint: skipped (with a note) for the previous complete one.
+cp -r d2 d3
+printf 'X' | dd of=d3/step-10/rank-00000.bin bs=1 seek=100 conv=notrunc 2>/dev/null
+if "${mpirun[@]}" -np 2 "$osdp" "${C[@]}" --plan zero3 --batch 4 --resume d3 --log d3.jsonl >/dev/null 2>err.txt &&
+   grep -q "skipping .*step-10.*checksum" err.txt && [[ "$(head -n 1 d3.jsonl)" == '{"step":6,'* ]]; then ok
+else bad "damaged checkpoint not skipped for step-5: $(head -3 err.txt)"; fi
+
+# 5. Bad input: one line, non-zero, before training.
+check_error() { # NAME PATTERN -- CMD...
+  local name=$1 pat=$2; shift 3
+  "$@" >out.txt 2>err.txt; local rc=$?
+  if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$(wc -l <err.txt)" -eq 1 ] && grep -q "^osdp: error: .*$pat" err.txt; then ok
+  else bad "$name: exit $rc, stderr: $(head -3 err.txt)"; fi
+}
+check_error "resume from a missing directory" "--resume: nowhere" -- "$osdp" "${C[@]}" --resume nowhere
+mkdir empty
+check_error "resume from a directory without checkpoints" "no complete checkpoint in empty" -- "$osdp" "${C[@]}" --resume empty
+check_error "resume with another seq" "seq 64, this run has 32" -- "$osdp" "${C[@]}" --resume d1 --seq 32
+check_error "resume with another global batch" "global_batch" -- "$osdp" "${C[@]}" --resume d1 --batch 3
+check_error "resume past --steps" "past --steps 5" -- "$osdp" train --steps 5 --lr-schedule cosine --warmup 5 --resume d1 --quiet
+check_error "checkpoint in an unwritable place" "--checkpoint" -- "$osdp" "${C[@]}" --checkpoint /proc/osdp-ckpt
+check_error "checkpoint-every without a directory" "--checkpoint DIR" -- "$osdp" "${C[@]}" --checkpoint-every 5
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
