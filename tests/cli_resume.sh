@@ -7,8 +7,10 @@
 #    at micro-batch 2: steps 11..30 within 1e-5 of one process on the same global batch.
 #  - A rank killed (SIGKILL) while a 2-rank run checkpoints every 5 steps: the job exits
 #    non-zero within 30 s, and resuming from the newest complete checkpoint runs its next steps.
-#  - A damaged newest checkpoint is skipped for the previous one; every bad option fails with
-#    one line before training.
+#  - A damaged newest checkpoint is skipped for the previous one; a NaN loss stops the run
+#    naming the step (or is skipped with --on-nonfinite skip); every bad option fails with one
+#    line before training, including a --save path that cannot be written and a plan larger
+#    than the host's memory without --mem-limit.
 set -u
 OSDP=$1; tool=$(cd "${2%/*}" && pwd)/${2##*/}; shift 2; mpirun=("$@")
 source "${BASH_SOURCE%/*}/cli_common.sh"
@@ -41,7 +43,7 @@ if [[ "$first" == '{"step":11,'* ]]; then ok; else bad "resumed run did not star
 "${mpirun[@]}" -np 2 "$osdp" train --steps 100000000 --quiet --batch 4 --plan zero3 --checkpoint dk \
   --checkpoint-every 5 --eval-batches 0 >kill.out 2>&1 &
 job=$!
-for _ in $(seq 600); do [ -f dk/step-15/manifest.json ] && break; sleep 0.1; done
+for _ in $(seq 600); do [ -f dk/step-15/manifest.json ] && break; kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
 victim=$(pgrep -f "osdp train --steps 100000000" | grep -v "^$job\$" | while read -r p; do
   [ "$(ps -o comm= -p "$p")" = osdp ] && echo "$p"; done | tail -n 1)
 if [ -z "$victim" ]; then bad "kill: no rank process found"; kill "$job" 2>/dev/null
@@ -66,7 +68,19 @@ if "${mpirun[@]}" -np 2 "$osdp" "${C[@]}" --plan zero3 --batch 4 --resume d3 --l
    grep -q "skipping .*step-10.*checksum" err.txt && [[ "$(head -n 1 d3.jsonl)" == '{"step":6,'* ]]; then ok
 else bad "damaged checkpoint not skipped for step-5: $(head -3 err.txt)"; fi
 
-# 5. Bad input: one line, non-zero, before training.
+# 5. Non-finite: weights with a NaN (the last LayerNorm bias) make step 1's loss NaN.
+"$osdp" train --steps 1 --quiet --save good.bin >/dev/null 2>&1
+cp good.bin nan.bin
+size=$(stat -c %s nan.bin)
+printf '\xff\xff\xff\xff' | dd of=nan.bin bs=1 seek=$((size - 4)) conv=notrunc 2>/dev/null
+"$osdp" train --steps 5 --quiet --load nan.bin --eval-batches 0 --save after-nan.bin >out.txt 2>err.txt; rc=$?
+if [ $rc -ne 0 ] && grep -q "^osdp: error: step 1: loss nan.*not finite" err.txt && [ ! -e after-nan.bin ]; then ok
+else bad "NaN loss: exit $rc, $(head -2 err.txt)"; fi
+"$osdp" train --steps 3 --quiet --load nan.bin --eval-batches 0 --on-nonfinite skip >out.txt 2>err.txt; rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c 'its update skipped' err.txt)" -eq 3 ]; then ok
+else bad "--on-nonfinite skip: exit $rc, $(head -2 err.txt)"; fi
+
+# 6. Bad input: one line, non-zero, before training.
 check_error() { # NAME PATTERN -- CMD...
   local name=$1 pat=$2; shift 3
   "$@" >out.txt 2>err.txt; local rc=$?
@@ -81,5 +95,8 @@ check_error "resume with another global batch" "global_batch" -- "$osdp" "${C[@]
 check_error "resume past --steps" "past --steps 5" -- "$osdp" train --steps 5 --lr-schedule cosine --warmup 5 --resume d1 --quiet
 check_error "checkpoint in an unwritable place" "--checkpoint" -- "$osdp" "${C[@]}" --checkpoint /proc/osdp-ckpt
 check_error "checkpoint-every without a directory" "--checkpoint DIR" -- "$osdp" "${C[@]}" --checkpoint-every 5
+check_error "--on-nonfinite not a policy" "--on-nonfinite" -- "$osdp" "${C[@]}" --on-nonfinite maybe
+check_error "--save to a missing directory, before training" "--save: cannot write 'nowhere/x.bin'" -- "$osdp" train --steps 100000 --save nowhere/x.bin
+check_error "no --mem-limit: more than the host has" "the host has" -- "$osdp" train --steps 3 --batch 100000 --seq 256
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -3,6 +3,7 @@
 ** logging JSON lines, evaluating on the held-out split and saving an llm.c checkpoint.
 */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,7 @@ typedef struct TrainRun {
   const char* ckpt_dir;  /* --checkpoint DIR (NULL: none) */
   long ckpt_every, stop_after, start_step; /* --checkpoint-every, --stop-after, steps resumed */
   int keep;              /* --keep: newest checkpoints kept */
+  int skip_nonfinite;    /* --on-nonfinite skip (default stop) */
   cJSON* run_desc;       /* what a checkpoint records of this run, and --resume compares */
 } TrainRun;
 
@@ -158,7 +160,7 @@ static int train_resume(TrainRun* r) {
 static int train_setup(TrainRun* r, int argc, char** argv) {
   static const char* const opts[] = {SETUP_OPTIONS, "data", "steps", "log", "save", "lr-schedule",
                                      "eval-batches", "checkpoint", "checkpoint-every", "keep",
-                                     "resume", "stop-after", NULL};
+                                     "resume", "stop-after", "on-nonfinite", NULL};
   static const char* const sws[] = {"json", "quiet", "prefetch", NULL};
   if (args_parse(&r->args, "train", argc, argv, opts, sws)) return -1;
   long B, T, steps, evb;
@@ -174,6 +176,10 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
     return -1;
   r->ckpt_dir = args_get(&r->args, "checkpoint", NULL);
   r->ckpt_every = every; r->keep = (int)keep; r->stop_after = stop;
+  const char* nf = args_get(&r->args, "on-nonfinite", "stop");
+  if (strcmp(nf, "stop") && strcmp(nf, "skip"))
+    return osdp_fail("--on-nonfinite: '%s' is not stop or skip", nf);
+  r->skip_nonfinite = strcmp(nf, "skip") == 0;
   if (!r->ckpt_dir && (args_has(&r->args, "checkpoint-every") || args_has(&r->args, "keep")))
     return osdp_fail("--checkpoint-every / --keep need --checkpoint DIR (where to write them)");
   const char* sched = args_get(&r->args, "lr-schedule", "constant");
@@ -206,6 +212,11 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
   if (logp && comm_rank() == 0 && !(r->log = fopen(logp, "w")))
     return osdp_fail("--log: cannot write '%s'", logp);
   if (r->ckpt_dir && train_state_check_dir(r->ckpt_dir)) return -1;
+  /* Output paths fail now, not after the run. */
+  const char* savep = args_get(&r->args, "save", NULL);
+  int bad = savep && comm_rank() == 0 ? check_writable(savep, "--save") : 0;
+  if (comm_allreduce_max_f64(bad ? 1.0 : 0.0) > 0)
+    return bad ? -1 : osdp_fail("--save: rank 0 cannot write %s", savep);
   if (!(r->run_desc = run_description(r))) return osdp_fail("out of host memory");
   r->tokens = malloc((size_t)r->B * r->T * sizeof(int));
   r->targets = malloc((size_t)r->B * r->T * sizeof(int));
@@ -262,25 +273,29 @@ static const char* format_eta(double s, char buf[32]) {
   return buf;
 }
 
-/* Prints the progress line and the JSON log line of one step (rank 0). */
-static void report_step(TrainRun* r, long step, const StepResult* sr, double elapsed) {
-  if (comm_rank() != 0) return;
+/* Prints the progress line and writes the JSON log line of one step (rank 0); -1 with an error
+** when the log cannot be written (a full disk). */
+static int report_step(TrainRun* r, long step, const StepResult* sr, double elapsed) {
+  if (comm_rank() != 0) return 0;
   double tokens = (double)comm_size() * r->B * r->T;
   double tps = tokens / sr->seconds;
   size_t peak = engine_peak_bytes(&r->eng, NULL);
   if (r->log) {
-    fprintf(r->log, "{\"step\":%ld,\"loss\":%.6f,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,"
-            "\"peak_bytes\":%zu,\"grad_norm\":%.6f,\"lr\":%.6g}\n",
-            step, sr->loss, 1e3 * sr->seconds, tps, peak, sr->grad_norm, sr->lr);
-    fflush(r->log);
+    int bad = fprintf(r->log, "{\"step\":%ld,\"loss\":%.6f,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,"
+                      "\"peak_bytes\":%zu,\"grad_norm\":%.6f,\"lr\":%.6g}\n",
+                      step, sr->loss, 1e3 * sr->seconds, tps, peak, sr->grad_norm, sr->lr) < 0;
+    if (bad || fflush(r->log))
+      return osdp_fail("--log: writing %s failed at step %ld: %s", args_get(&r->args, "log", ""), step,
+                       strerror(errno));
   }
   long every = r->steps > 20 ? r->steps / 20 : 1;
-  if (r->quiet || (step % every != 0 && step != 1 && step != r->steps)) return;
+  if (r->quiet || (step % every != 0 && step != 1 && step != r->steps)) return 0;
   char mem[32], eta[32];
   double per = elapsed / (double)step;
   printf("step %5ld/%ld | loss %.4f | %8.0f tok/s | peak %s | ETA %s\n", step, r->steps, sr->loss,
          tps, format_bytes((double)peak, mem), format_eta(per * (double)(r->steps - step), eta));
   fflush(stdout);
+  return 0;
 }
 
 /* Evaluates on eval_batches held-out global batches: mean loss and problem accuracy. */
@@ -405,10 +420,12 @@ int cmd_train(int argc, char** argv) {
   r.step_times = malloc((size_t)(r.steps < TIMES_KEPT ? r.steps + 1 : TIMES_KEPT) * sizeof *r.step_times);
   double t0 = now_seconds(), first = 0, last = 0, train_s = 0;
   int rc = 0, stopped = 0;
+  long ran = 0;
   for (long step = r.start_step + 1; step <= r.steps && !rc; step++) {
     long ntarg = load_batch(&r, DATA_TRAIN, step - 1, NULL);
     StepResult sr;
     engine_step(&r.eng, ntarg, &sr);
+    ran++;
     if (step == r.start_step + 1) first = sr.loss;
     last = sr.loss;
     if (step > r.start_step + 1 || r.steps - r.start_step == 1) { /* the first is a warm-up */
@@ -419,14 +436,31 @@ int cmd_train(int argc, char** argv) {
         r.ntimes++;
       }
     }
-    report_step(&r, step, &sr, now_seconds() - t0);
+    if (sr.nonfinite) {
+      char note[4200] = "";
+      if (r.ckpt_dir) snprintf(note, sizeof note, "; the checkpoints in %s are intact", r.ckpt_dir);
+      if (!r.skip_nonfinite) {
+        rc = osdp_fail("step %ld: loss %g, gradient norm %g: not finite; stopped before updating the "
+                       "weights%s (--on-nonfinite skip steps over such batches; a lower --lr may help)",
+                       step, sr.loss, sr.grad_norm, note);
+        break;
+      }
+      if (comm_rank() == 0)
+        fprintf(stderr, "osdp: note: step %ld: loss %g, gradient norm %g: not finite; its update "
+                "skipped (--on-nonfinite skip)\n", step, sr.loss, sr.grad_norm);
+    }
+    /* A log that cannot be written (a full disk) stops every rank, not just rank 0's output. */
+    int log_bad = report_step(&r, step, &sr, now_seconds() - t0) != 0;
+    if (comm_allreduce_max_f64(log_bad ? 1.0 : 0.0) > 0) {
+      rc = log_bad ? -1 : osdp_fail("--log: rank 0 could not write the log");
+      break;
+    }
     stopped = r.stop_after > 0 && step == r.stop_after && step < r.steps;
     int due = r.ckpt_every > 0 && step % r.ckpt_every == 0;
     if (r.ckpt_dir && (due || step == r.steps || stopped))
       rc = train_state_save(&r.eng, r.ckpt_dir, step, r.keep, r.run_desc);
     if (stopped) break;
   }
-  long ran = engine_steps_taken(&r.eng) - r.start_step;
   long timed = ran > 1 ? ran - 1 : ran;
   double tps = train_s > 0 ? (double)timed * comm_size() * r.B * r.T / train_s : 0;
   double val_loss = 0, acc = -1;
@@ -436,7 +470,8 @@ int cmd_train(int argc, char** argv) {
   if (!rc && !stopped) rc = train_save(&r);
   double step_s = train_s > 0 ? train_s / (double)timed : 0;
   train_summary(&r, first, last, tps, step_s, val_loss, acc, nprob);
-  if (r.log) fclose(r.log);
+  if (r.log && (ferror(r.log) | fclose(r.log)) && !rc)
+    rc = osdp_fail("--log: writing %s failed: %s", args_get(&r.args, "log", ""), strerror(errno));
   engine_destroy(&r.eng);
   free(r.step_times);
   cJSON_Delete(r.run_desc);

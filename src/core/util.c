@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static _Thread_local char last_error[512];
 
@@ -169,3 +170,48 @@ double rng_normal(Rng* r) {
 }
 
 uint64_t rng_below(Rng* r, uint64_t n) { return n ? rng_next(r) % n : 0; }
+
+/* The temporary name beside path used while writing it. */
+static void temp_name(const char* path, char* out, size_t n) {
+  snprintf(out, n, "%s.tmp-%ld", path, (long)getpid());
+}
+
+int write_file_atomic(const char* path, const char* text, const char* field) {
+  char tmp[4200];
+  temp_name(path, tmp, sizeof tmp);
+  FILE* f = fopen(tmp, "w");
+  if (!f) return osdp_fail("%s: cannot write '%s': %s", field, path, strerror(errno));
+  size_t n = strlen(text);
+  int bad = fwrite(text, 1, n, f) != n || fflush(f) || fsync(fileno(f));
+  int err = errno;
+  if (fclose(f)) { bad = 1; err = errno; }
+  if (!bad && rename(tmp, path)) { bad = 1; err = errno; }
+  if (bad) {
+    unlink(tmp);
+    return osdp_fail("%s: writing '%s' failed: %s; the previous file, if any, is unchanged", field,
+                     path, strerror(err));
+  }
+  return 0;
+}
+
+int check_writable(const char* path, const char* field) {
+  char tmp[4200];
+  temp_name(path, tmp, sizeof tmp);
+  FILE* f = fopen(tmp, "w");
+  if (!f) return osdp_fail("%s: cannot write '%s': %s", field, path, strerror(errno));
+  fclose(f);
+  unlink(tmp);
+  return 0;
+}
+
+size_t host_available_bytes(void) {
+  FILE* f = fopen("/proc/meminfo", "r");
+  char line[256];
+  unsigned long long kb = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+  if (f) fclose(f);
+  if (kb) return (size_t)kb * 1024;
+  long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  return pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz : 0;
+}

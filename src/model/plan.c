@@ -235,12 +235,13 @@ char* plan_to_json(const Plan* p, const GptDesc* d) {
 
 int plan_save(const Plan* p, const GptDesc* d, const char* path) {
   char* s = plan_to_json(p, d);
-  FILE* f = fopen(path, "w");
-  if (!f) { free(s); return osdp_fail("--out: cannot write '%s': %s", path, strerror(errno)); }
-  int ok = fputs(s, f) >= 0 && fputc('\n', f) != EOF;
-  ok = (fclose(f) == 0) && ok;
-  free(s);
-  return ok ? 0 : osdp_fail("--out: error writing '%s'", path);
+  size_t n = s ? strlen(s) : 0;
+  char* text = s ? realloc(s, n + 2) : NULL;
+  if (!text) { free(s); return osdp_fail("out of memory writing '%s'", path); }
+  memcpy(text + n, "\n", 2);
+  int rc = write_file_atomic(path, text, "--out");
+  free(text);
+  return rc;
 }
 
 size_t slice_padded(size_t n, Strategy s, int world) {

@@ -414,14 +414,11 @@ int device_save(const DeviceInfo* dev, const char* path) {
   char* s = cJSON_Print(root);
   cJSON_Delete(root);
   if (!s) return osdp_fail("out of memory");
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE* f = fopen(tmp, "w");
-  if (!f) { free(s); return osdp_fail("--out: cannot write '%s': %s", path, strerror(errno)); }
-  int ok = fputs(s, f) >= 0 && fputc('\n', f) != EOF;
-  ok = (fclose(f) == 0) && ok;
-  free(s);
-  if (ok && rename(tmp, path) == 0) return 0;
-  remove(tmp);
-  return osdp_fail("--out: error writing '%s'", path);
+  size_t n = strlen(s);
+  char* text = realloc(s, n + 2);
+  if (!text) { free(s); return osdp_fail("out of memory writing '%s'", path); }
+  memcpy(text + n, "\n", 2);
+  int rc = write_file_atomic(path, text, "--out");
+  free(text);
+  return rc;
 }

@@ -248,6 +248,22 @@ static int memory_limit_error(const Engine* e) {
                    format_bytes((double)m->transient, tr), need);
 }
 
+/* Without --mem-limit on the CPU: the plan must fit the memory this host has available, shared by
+** the ranks on it (OpenMPI's OMPI_COMM_WORLD_LOCAL_SIZE), or it fails now with what it needs
+** instead of being killed by the kernel minutes later. */
+static int host_memory_error(const Engine* e) {
+  size_t avail = host_available_bytes();
+  const char* local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  long ranks = local ? strtol(local, NULL, 10) : 1;
+  if (ranks < 1) ranks = 1;
+  if (!avail || e->predicted.peak <= avail / (size_t)ranks) return 0;
+  char need[32], have[32];
+  return osdp_fail("memory: this plan needs %s per rank at micro-batch %d, seq %d, but the host has "
+                   "%s available for %ld rank(s); lower --batch or --seq, shard more (--plan zero3), or "
+                   "recompute (--recompute all)", format_bytes((double)e->predicted.peak, need),
+                   e->plan.micro_batch, e->plan.seq, format_bytes((double)avail, have), ranks);
+}
+
 int engine_create(Engine* e, const GptDesc* d, const Plan* p, const TrainOptions* opt) {
   memset(e, 0, sizeof *e);
   e->d = d;
@@ -260,6 +276,7 @@ int engine_create(Engine* e, const GptDesc* d, const Plan* p, const TrainOptions
   comm_use_backend(e->bk);
   plan_predict_memory(d, p, opt->threads, &e->predicted);
   if (opt->mem_limit && e->predicted.peak > opt->mem_limit) return memory_limit_error(e);
+  if (!opt->mem_limit && !e->bk->available() && host_memory_error(e)) return -1;
   ArenaMemory mem = {e->bk->reserve, e->bk->release, e->bk->zero, e->bk->available};
   if (arena_init(&e->arena, opt->mem_limit, &mem)) return -1;
   e->slices = calloc((size_t)d->nops, sizeof *e->slices);
@@ -399,6 +416,15 @@ void engine_step(Engine* e, long global_targets, StepResult* r) {
   double sums[2] = {loss, owned_grad_sumsq(e)};
   comm_allreduce_f64_array(sums, 2);
   double norm = sqrt(sums[1]);
+  r->nonfinite = !isfinite(sums[0]) || !isfinite(norm);
+  if (r->nonfinite) { /* never apply such an update: the weights stay as they were */
+    r->optim_seconds = 0;
+    r->loss = sums[0] * scale;
+    r->grad_norm = norm;
+    r->lr = learning_rate(&e->opt, e->step + 1);
+    r->seconds = e->bk->clock() - t0;
+    return;
+  }
   float clip = 1.0f;
   if (e->opt.grad_clip > 0 && norm > e->opt.grad_clip) clip = (float)(e->opt.grad_clip / norm);
   e->step++;

@@ -86,6 +86,7 @@ typedef struct StepResult {
   double seconds;
   double optim_seconds; /* of which the optimizer (and zero2's all-gathers) */
   double lr;
+  int nonfinite;      /* 1: the loss or gradient norm was not finite; the weights were not updated */
 } StepResult;
 
 /* Builds the engine for plan p on this rank: checks the plan and the memory limit, reserves
@@ -101,7 +102,8 @@ void engine_set_batch(Engine* e, const int* tokens, const int* targets);
 ** bytes of each category at that moment (out[MEM_CATEGORY_COUNT], may be NULL). */
 size_t engine_peak_bytes(const Engine* e, size_t* at_peak);
 
-/* One training step on the micro-batch of engine_set_batch. global_targets is the number
+/* One training step on the micro-batch of engine_set_batch. A step whose loss or gradient norm
+** is not finite updates nothing (r->nonfinite = 1; the optimizer's step count stays). global_targets is the number
 ** of targets in the whole global batch (the loss is their mean). Collective. */
 void engine_step(Engine* e, long global_targets, StepResult* r);
 

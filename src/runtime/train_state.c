@@ -208,7 +208,11 @@ int train_state_save(Engine* e, const char* dir, long step, int keep, const cJSO
   /* Sizes and checksums to rank 0 (a checksum as two exact 32-bit halves). */
   double* v = calloc((size_t)world * 3, sizeof *v);
   if (!v) rc = osdp_fail("out of host memory");
-  if (agree(rc)) { free(v); return -1; }
+  if (agree(rc)) {
+    free(v);
+    if (rank == 0) remove_dir(tmp); /* no partial checkpoint stays behind */
+    return -1;
+  }
   v[rank] = (double)bytes;
   v[world + 2 * rank] = (double)(hash >> 32);
   v[world + 2 * rank + 1] = (double)(hash & 0xffffffffu);
@@ -237,6 +241,7 @@ int train_state_save(Engine* e, const char* dir, long step, int keep, const cJSO
     }
   }
   free(v);
+  if (rank == 0 && rc) remove_dir(tmp);
   return agree(rc);
 }
 
