@@ -97,6 +97,12 @@ check_error "checkpoint in an unwritable place" "--checkpoint" -- "$osdp" "${C[@
 check_error "checkpoint-every without a directory" "--checkpoint DIR" -- "$osdp" "${C[@]}" --checkpoint-every 5
 check_error "--on-nonfinite not a policy" "--on-nonfinite" -- "$osdp" "${C[@]}" --on-nonfinite maybe
 check_error "--save to a missing directory, before training" "--save: cannot write 'nowhere/x.bin'" -- "$osdp" train --steps 100000 --save nowhere/x.bin
+# llm.c headers claiming huge shapes: refused at once (sizes checked before allocating).
+cp good.bin bigc.bin; printf '\x00\x00\x01\x00' | dd of=bigc.bin bs=1 seek=24 conv=notrunc 2>/dev/null
+cp good.bin bigv.bin; printf '\x00\x00\x00\x01' | dd of=bigv.bin bs=1 seek=12 conv=notrunc 2>/dev/null
+printf '\x00\x00\x00\x01' | dd of=bigv.bin bs=1 seek=28 conv=notrunc 2>/dev/null
+check_error "checkpoint header with C=65536" "bigc.bin' is truncated" -- timeout 20 "$osdp" train --load bigc.bin --steps 1
+check_error "checkpoint header with V=16777216" "bigv.bin' is truncated" -- timeout 20 "$osdp" train --load bigv.bin --steps 1
 check_error "no --mem-limit: more than the host has" "the host has" -- "$osdp" train --steps 3 --batch 100000 --seq 256
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -296,12 +296,21 @@ static FILE* checkpoint_open(const char* path, GptConfig* cfg, long long* size) 
   return NULL;
 }
 
+/* Checks that a checkpoint of model d is exactly `size` bytes long. */
+static int size_check(long long size, const GptDesc* d, const char* path);
+
 int checkpoint_read_config(const char* path, GptConfig* cfg) {
   GptConfig c;
   long long size;
   FILE* f = checkpoint_open(path, &c, &size);
   if (!f) return -1;
   fclose(f);
+  /* The header's shape against the file's real size, before anything that big is allocated. */
+  GptDesc d;
+  if (gpt_desc_build(&d, &c)) return -1;
+  int rc = size_check(size, &d, path);
+  gpt_desc_free(&d);
+  if (rc) return -1;
   *cfg = c;
   return 0;
 }
