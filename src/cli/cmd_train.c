@@ -49,6 +49,10 @@ static const char* train_help =
     "  --resume DIR     continue from DIR's newest complete checkpoint (--steps counts from the\n"
     "                   start); any ranks, micro-batch and plan with the same global batch\n"
     "  --stop-after N   end this run after step N with its checkpoint, as if stopped there\n"
+    "  --on-nonfinite P a step whose loss or gradient norm is not finite: stop (naming the step)\n"
+    "                   or skip its update [stop]\n"
+    "  --watchdog S     end the job when a rank is silent for S s, or a step makes no progress\n"
+    "                   for max(S, 10 x the median step) [300; 0: off]\n"
     "  --json           print the summary as JSON on stdout\n"
     "  --quiet          no progress lines\n";
 
@@ -160,7 +164,7 @@ static int train_resume(TrainRun* r) {
 static int train_setup(TrainRun* r, int argc, char** argv) {
   static const char* const opts[] = {SETUP_OPTIONS, "data", "steps", "log", "save", "lr-schedule",
                                      "eval-batches", "checkpoint", "checkpoint-every", "keep",
-                                     "resume", "stop-after", "on-nonfinite", NULL};
+                                     "resume", "stop-after", "on-nonfinite", "watchdog", NULL};
   static const char* const sws[] = {"json", "quiet", "prefetch", NULL};
   if (args_parse(&r->args, "train", argc, argv, opts, sws)) return -1;
   long B, T, steps, evb;
@@ -170,6 +174,10 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
     return -1;
   r->steps = steps; r->eval_batches = evb;
   long every, keep, stop;
+  double watchdog;
+  if (args_double(&r->args, "watchdog", 300, &watchdog)) return -1;
+  if (watchdog < 0) return osdp_fail("--watchdog: %g must be >= 0 seconds (0: off)", watchdog);
+  if (watchdog > 0 && comm_watchdog_start(watchdog)) return -1;
   if (args_int(&r->args, "checkpoint-every", 0, 0, 1L << 40, &every) ||
       args_int(&r->args, "keep", 2, 1, 1 << 20, &keep) ||
       args_int(&r->args, "stop-after", 0, 0, 1L << 40, &stop))
@@ -421,7 +429,10 @@ int cmd_train(int argc, char** argv) {
   double t0 = now_seconds(), first = 0, last = 0, train_s = 0;
   int rc = 0, stopped = 0;
   long ran = 0;
+  double typical = 0; /* the median step so far, for the watchdog */
   for (long step = r.start_step + 1; step <= r.steps && !rc; step++) {
+    if (r.ntimes && (r.ntimes & 63) == 1) typical = median_step_s(&r); /* now and then: it sorts */
+    comm_watchdog_step(step, typical);
     long ntarg = load_batch(&r, DATA_TRAIN, step - 1, NULL);
     StepResult sr;
     engine_step(&r.eng, ntarg, &sr);
@@ -461,6 +472,7 @@ int cmd_train(int argc, char** argv) {
       rc = train_state_save(&r.eng, r.ckpt_dir, step, r.keep, r.run_desc);
     if (stopped) break;
   }
+  comm_watchdog_step(-1, 0);
   long timed = ran > 1 ? ran - 1 : ran;
   double tps = train_s > 0 ? (double)timed * comm_size() * r.B * r.T / train_s : 0;
   double val_loss = 0, acc = -1;

@@ -50,6 +50,18 @@ void comm_barrier(void);
 ** ranks share one GPU); on the CPU the buffers are used directly. The engine sets it. */
 void comm_use_backend(const Backend* bk);
 
+/* The watchdog (comm_watchdog.c): a thread per rank exchanging heartbeats with rank 0 on a
+** communicator of its own. A rank silent for timeout_s seconds (stopped, dead, its host hung) is
+** named on stderr and the job aborted; so is a training step (comm_watchdog_step) that makes no
+** progress for max(timeout_s, 10 x the median step) while every rank answers. Collective; a no-op
+** on one rank. -1 with an error when the MPI lacks MPI_THREAD_MULTIPLE. */
+int comm_watchdog_start(double timeout_s);
+/* Step `step` begins (-1: no step in progress, e.g. evaluation or saving); median_step_s is the
+** median step so far (0: none yet). */
+void comm_watchdog_step(long step, double median_step_s);
+/* Stops the watchdog (collective: every rank drains its heartbeats); comm_finalize calls it. */
+void comm_watchdog_stop(void);
+
 /* In-place sum of buf[0..n) across ranks. */
 void comm_allreduce_f32(float* buf, size_t n);
 /* Starts an in-place sum; buf must not be touched until comm_wait. */

@@ -67,7 +67,8 @@ static int to_count(size_t n) {
 
 int comm_init(int* argc, char*** argv) {
   int provided = 0;
-  if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+  /* MULTIPLE: the watchdog's thread sends and receives its heartbeats beside the main thread. */
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
     return osdp_fail("MPI_Init failed");
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
@@ -75,6 +76,7 @@ int comm_init(int* argc, char*** argv) {
 }
 
 void comm_finalize(void) {
+  comm_watchdog_stop();
   comm_nccl_finalize();
   MPI_Finalize();
 }
