@@ -289,7 +289,10 @@ static void test_tokens(void) {
   CHECK(write_token_file(path, 20240520, 1, ntok, 2 * (size_t)ntok) == 0);
   DataSource* ds;
   CHECK(data_open(&ds, spec, T, 1) == 0);
-  CHECK(data_vocab_size(ds) == 50257);
+  /* The vocabulary a token file needs is its largest id + 1, not GPT-2's 50257. */
+  long max_id = 0;
+  for (long i = 0; i < ntok; i++) if (i * 7919 % DATA_GPT2_VOCAB > max_id) max_id = i * 7919 % DATA_GPT2_VOCAB;
+  CHECK_MSG(data_vocab_size(ds) == max_id + 1, "vocab %d, largest id %ld", data_vocab_size(ds), max_id);
   CHECK(strstr(data_describe(ds), "(2000 tokens)") != NULL);
   int *in = malloc(R * T * sizeof(int)), *tg = malloc(R * T * sizeof(int));
   for (int split = 0; split < 2; split++) {
@@ -336,6 +339,22 @@ static void test_tokens(void) {
   fwrite(&big, 2, 1, f);
   fclose(f);
   CHECK(open_fails_with(spec, T, "token 60000 at position 17"));
+  /* Small ids: a file whose largest id is 300 needs a vocabulary of 301, wherever the 300 is. */
+  for (int at = 0; at < 400; at += 399) {
+    unsigned char* raw = calloc(1, 1024 + 800);
+    int32_t header[256] = {20240520, 1, 400};
+    memcpy(raw, header, sizeof header);
+    for (int i = 0; i < 400; i++) {
+      uint16_t t = (uint16_t)(i == at ? 300 : i % 200);
+      memcpy(raw + 1024 + 2 * i, &t, 2);
+    }
+    CHECK(write_file(path, raw, 1024 + 800) == 0);
+    free(raw);
+    CHECK(data_open(&ds, spec, T, 1) == 0);
+    CHECK_MSG(data_vocab_size(ds) == 301, "largest id 300 at %d: vocab %d", at, data_vocab_size(ds));
+    CHECK(strcmp(data_token_text(ds, 300, buf), "<300>") == 0);
+    data_close(ds);
+  }
   remove(path);
   CHECK(open_fails_with(spec, T, "No such file"));
 }

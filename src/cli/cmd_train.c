@@ -15,6 +15,7 @@
 #include "core/util.h"
 #include "data/data.h"
 #include "model/checkpoint.h"
+#include "model/weights_file.h"
 #include "planner/cost.h"
 #include "runtime/engine.h"
 #include "runtime/train_state.h"
@@ -42,7 +43,8 @@ static const char* train_help =
     "  --precision P    fp32 (bf16 mixed precision is not built yet) [fp32]\n"
     "  --eval-batches N held-out global batches evaluated at the end [8]\n"
     "  --log FILE       one JSON object per step, then a summary line\n"
-    "  --save FILE --load FILE   llm.c GPT-2 checkpoint (fp32, version 3)\n"
+    "  --save FILE      save an llm.c GPT-2 checkpoint (fp32, version 3)\n"
+    "  --load FILE      start from an llm.c checkpoint or a safetensors file (HF GPT-2 names)\n"
     "  --checkpoint DIR every --checkpoint-every N steps and at the end, DIR/step-N/: each rank's\n"
     "                   weights and AdamW moments, a manifest; written whole or not at all\n"
     "  --keep K         checkpoints kept in DIR, newest first [2]\n"
@@ -238,7 +240,7 @@ static int train_load(TrainRun* r) {
   if (!path) return 0;
   float* full = malloc(r->d.n_params * sizeof(float));
   if (!full) return osdp_fail("out of host memory reading %s", path);
-  int rc = comm_rank() == 0 ? checkpoint_load(path, &r->d, full) : 0;
+  int rc = comm_rank() == 0 ? weights_load(path, &r->d, full) : 0; /* llm.c or safetensors */
   double rcs = comm_allreduce_f64(rc ? 1.0 : 0.0);
   if (rcs == 0) {
     size_t chunk = (size_t)1 << 26, n = r->d.n_params;

@@ -17,6 +17,7 @@ static const char* usage =
     "  describe  print the model's operator list, sizes and predicted memory\n"
     "  profile   measure this machine's ranks (collectives, operator times) into device.json\n"
     "  plan      find the fastest per-operator plan that fits the memory limit\n"
+    "  export    convert weights between llm.c checkpoints and safetensors (Hugging Face GPT-2)\n"
     "run 'osdp <command> --help' for a command's options; under mpirun -np N every command\n"
     "runs on N ranks.\n";
 
@@ -29,9 +30,10 @@ int main(int argc, char** argv) {
   else if (strcmp(cmd, "describe") == 0) rc = cmd_describe(argc - 2, argv + 2);
   else if (strcmp(cmd, "profile") == 0) rc = cmd_profile(argc - 2, argv + 2);
   else if (strcmp(cmd, "plan") == 0) rc = cmd_plan(argc - 2, argv + 2);
+  else if (strcmp(cmd, "export") == 0) rc = cmd_export(argc - 2, argv + 2);
   else if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) { fputs(usage, stdout); rc = 0; }
   else if (comm_rank() == 0) {
-    if (*cmd) fprintf(stderr, "osdp: error: unknown command '%s'; use train, bench, describe, profile or plan (see osdp --help)\n", cmd);
+    if (*cmd) fprintf(stderr, "osdp: error: unknown command '%s'; use train, bench, describe, profile, plan or export (see osdp --help)\n", cmd);
     else fputs(usage, stderr);
   }
   comm_finalize();

@@ -1,27 +1,38 @@
 /* setup.c: model, plan and option set-up shared by the subcommands; see setup.h. */
 #include "cli/setup.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/comm.h"
 #include "core/util.h"
-#include "model/checkpoint.h"
+#include "model/weights_file.h"
 
 int setup_model(const Args* a, const char* def, GptDesc* d) {
   const char* name = args_get(a, "model", NULL);
   const char* load = args_get(a, "load", NULL);
   GptConfig cfg, ck;
-  if (load && checkpoint_read_config(load, &ck)) return -1;
+  /* --load is an llm.c checkpoint or a safetensors file (told apart by content); a safetensors
+  ** file without osdp's metadata does not say its number of heads (ck.n_head = 0). */
+  if (load && weights_read_config(load, &ck)) return -1;
   if (name) {
     if (gpt_config_load(name, &cfg)) return -1;
-    if (load && (cfg.n_layer != ck.n_layer || cfg.n_embd != ck.n_embd || cfg.n_head != ck.n_head ||
-                 cfg.vocab_size != ck.vocab_size || cfg.max_seq != ck.max_seq))
-      return osdp_fail("--load: %s holds a model of L=%d C=%d heads=%d V=%d maxT=%d, but --model %s "
+    if (load && (cfg.n_layer != ck.n_layer || cfg.n_embd != ck.n_embd ||
+                 (ck.n_head && cfg.n_head != ck.n_head) || cfg.vocab_size != ck.vocab_size ||
+                 cfg.max_seq != ck.max_seq)) {
+      char heads[16] = "?";
+      if (ck.n_head) snprintf(heads, sizeof heads, "%d", ck.n_head);
+      return osdp_fail("--load: %s holds a model of L=%d C=%d heads=%s V=%d maxT=%d, but --model %s "
                        "is L=%d C=%d heads=%d V=%d maxT=%d; drop --model to use the checkpoint's",
-                       load, ck.n_layer, ck.n_embd, ck.n_head, ck.vocab_size, ck.max_seq, name,
+                       load, ck.n_layer, ck.n_embd, heads, ck.vocab_size, ck.max_seq, name,
                        cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab_size, cfg.max_seq);
+    }
   } else if (load) {
+    if (ck.n_head == 0)
+      return osdp_fail("--load: %s does not record its number of heads (no n_head in its "
+                       "safetensors __metadata__); give --model with the model's shape (a preset "
+                       "or a JSON file)", load);
     cfg = ck;
   } else if (gpt_config_load(def, &cfg)) {
     return -1;

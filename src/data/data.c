@@ -247,10 +247,16 @@ static int tokens_check(DataSource* ds, const char* path) {
                      size < expect ? "truncated" : "longer than its header says");
   ds->tokens = (const uint16_t*)(ds->file + TOKEN_FILE_HEADER_BYTES);
   ds->ntok = ntok;
-  for (size_t i = 0; i < ntok; i++)
+  /* One pass over the tokens: each must be a GPT-2 token, and the largest sets the vocabulary
+  ** the file needs (the format does not record it; a file of small ids trains a small model). */
+  int max_id = 0;
+  for (size_t i = 0; i < ntok; i++) {
     if (ds->tokens[i] >= DATA_GPT2_VOCAB)
       return osdp_fail("data: tokens file '%s' has token %d at position %zu, outside the GPT-2 "
                        "vocabulary of %d", path, (int)ds->tokens[i], i, DATA_GPT2_VOCAB);
+    if (ds->tokens[i] > max_id) max_id = ds->tokens[i];
+  }
+  ds->vocab = max_id + 1;
   return 0;
 }
 
@@ -258,7 +264,6 @@ static int tokens_check(DataSource* ds, const char* path) {
 static int tokens_open(DataSource* ds, const char* path) {
   if (*path == 0) return osdp_fail("data: 'tokens:' needs a file name, e.g. tokens:train.bin");
   ds->kind = SOURCE_TOKENS;
-  ds->vocab = DATA_GPT2_VOCAB;
   if (read_whole_file(path, "tokens", &ds->file, &ds->ntok)) return -1;
   if (tokens_check(ds, path)) return -1;
   if (split_train_val(ds, "tokens", path, "tokens")) return -1;
@@ -385,7 +390,9 @@ static const char* byte_text(int c, char buf[8]) {
 }
 
 const char* data_token_text(const DataSource* ds, int token, char buf[8]) {
-  if (token < 0 || token >= ds->vocab) return strcpy(buf, "?");
+  /* A token file's vocabulary is what it uses; its ids are GPT-2's, so any GPT-2 id prints. */
+  int bound = ds->kind == SOURCE_TOKENS ? DATA_GPT2_VOCAB : ds->vocab;
+  if (token < 0 || token >= bound) return strcpy(buf, "?");
   if (ds->kind == SOURCE_TEXT) return byte_text(token, buf);
   if (ds->kind == SOURCE_TOKENS) {
     snprintf(buf, 8, "<%d>", token % 100000);  /* token < 50257; the % tells the compiler "<%d>" fits */

@@ -12,7 +12,8 @@
 **   "addition"     n = 3 digit addition problems, made up on the fly (needs no file).
 **   "addition:N"   the same with N-digit operands, 1 <= N <= 9.
 **   "text:FILE"    the bytes of FILE, vocabulary 256.
-**   "tokens:FILE"  a GPT-2 token file in llm.c's format (see below), vocabulary 50257.
+**   "tokens:FILE"  a GPT-2 token file in llm.c's format (see below); its vocabulary is its
+**                  largest token id + 1 (the format does not record one).
 **
 ** Addition format. Tokens: '0'..'9' = 0..9, '+' = 10, '=' = 11, end-of-problem = 12
 ** (shown as ';'), pad = 13 (shown as '_'); vocabulary 14. One problem a + b with n-digit
@@ -82,8 +83,9 @@ int data_open(DataSource** out, const char* spec, int seq_len, uint64_t seed);
 /* Frees a source and its file contents. NULL is allowed. */
 void data_close(DataSource* ds);
 
-/* Number of distinct token ids the model must handle: 14 for addition, 256 for text,
-** 50257 for GPT-2 token files. */
+/* Number of token ids the model must handle: 14 for addition, 256 for text, the largest
+** token id + 1 for a GPT-2 token file (at most 50257), found in the one pass over its tokens
+** that data_open makes anyway. */
 int data_vocab_size(const DataSource* ds);
 
 /* Sequence length T every sample has (the seq_len given to data_open). */

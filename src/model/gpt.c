@@ -234,7 +234,12 @@ float gpt_init_value(const GptDesc* d, int opi, size_t idx, unsigned long long s
   const GptOp* op = &d->ops[opi];
   size_t rows_n = op->rows * op->width;
   switch (op->kind) {
-    case OP_EMBED: return (float)(0.02 * hashed_normal(seed, opi, idx));
+    case OP_EMBED:
+      /* wte's padded columns (tokens V..Vp of [C, Vp]) start at 0 as in llm.c's files: no
+      ** token or logit uses them, so they get no gradient and weight decay keeps them 0, and a
+      ** checkpoint's padding stays zero (safetensors files hold only the V real rows). */
+      if (idx < rows_n && idx % op->width >= (size_t)d->cfg.vocab_size) return 0.0f;
+      return (float)(0.02 * hashed_normal(seed, opi, idx));
     case OP_LAYERNORM: return idx < (size_t)d->cfg.n_embd ? 1.0f : 0.0f;
     case OP_LINEAR: {
       if (idx >= rows_n) return 0.0f; /* bias */

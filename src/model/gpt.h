@@ -108,7 +108,8 @@ const char* gpt_op_kind_name(OpKind k);
 /* The initial value of parameter idx of op's block for a seed, computed from (seed, op, idx)
 ** alone, so every rank can initialise exactly its own shard and the result is the same for
 ** every plan: N(0, 0.02) for weights (0.02/sqrt(2L) for the projections into the residual
-** stream, as GPT-2 does), 0 for biases, 1 and 0 for LayerNorm's scale and shift. */
+** stream, as GPT-2 does), 0 for biases and for wte's padded columns (tokens V..Vp, which
+** nothing uses), 1 and 0 for LayerNorm's scale and shift. */
 float gpt_init_value(const GptDesc* d, int op, size_t idx, unsigned long long seed);
 /* Total forward+backward FLOPs of one training step for B x T tokens. */
 double gpt_step_flops(const GptDesc* d, int B, int T);

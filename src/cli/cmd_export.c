@@ -1,0 +1,156 @@
+/*
+** cmd_export.c: `osdp export FILE --format llmc|safetensors OUT`: converts model weights
+** between llm.c's GPT-2 checkpoint and a safetensors file with Hugging Face GPT-2 names (or
+** rewrites a file in its own format). The input's format is read from its content. Rank 0
+** converts; under mpirun the other ranks only wait for its result.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/cli.h"
+#include "comm/comm.h"
+#include "core/util.h"
+#include "model/gpt.h"
+#include "model/weights_file.h"
+
+static const char* export_help =
+    "usage: osdp export FILE --format llmc|safetensors OUT [--model M] [--quiet]\n"
+    "  converts the weights in FILE (an llm.c GPT-2 checkpoint or a safetensors file, told\n"
+    "  apart by content) into OUT:\n"
+    "  --format llmc         llm.c's GPT-2 checkpoint (fp32, version 3): llm.c and osdp's\n"
+    "                        --load read it\n"
+    "  --format safetensors  Hugging Face GPT-2 tensor names and shapes (wte.weight [V, C],\n"
+    "                        h.0.attn.c_attn.weight [C, 3C], ...): transformers'\n"
+    "                        GPT2LMHeadModel and osdp's --load read it\n"
+    "  --model M             the model's shape (preset or JSON file), needed only for a\n"
+    "                        safetensors FILE that does not record its number of heads\n"
+    "  --quiet               print nothing on success\n"
+    "  OUT is written to OUT.tmp and renamed, so a failed export leaves an existing OUT as it was.\n";
+
+/* Splits argv into the positional arguments (FILE, OUT) and the options, so that the options
+** go through the shared parser. pos and opt have room for argc entries. */
+static int split_args(int argc, char** argv, char** pos, int* npos, char** opt, int* nopt) {
+  static const char* const valued[] = {"--format", "--model", NULL};
+  *npos = *nopt = 0;
+  for (int i = 0; i < argc; i++) {
+    if (strncmp(argv[i], "--", 2) != 0) { pos[(*npos)++] = argv[i]; continue; }
+    opt[(*nopt)++] = argv[i];
+    for (int k = 0; valued[k]; k++)
+      if (strcmp(argv[i], valued[k]) == 0 && i + 1 < argc) { opt[(*nopt)++] = argv[++i]; break; }
+  }
+  if (*npos == 2) return 0;
+  return osdp_fail("osdp export: expected FILE and OUT, got %d positional argument%s; usage: "
+                   "osdp export FILE --format llmc|safetensors OUT", *npos, *npos == 1 ? "" : "s");
+}
+
+/* The model shape of weights file `path` in *cfg: the file's own, or --model's (which must
+** agree with the file's; it supplies n_head when a safetensors file does not record it). */
+static int export_config(const char* path, const char* model, GptConfig* cfg) {
+  GptConfig fc;
+  if (weights_read_config(path, &fc)) return -1;
+  if (!model) {
+    if (fc.n_head == 0)
+      return osdp_fail("export: %s does not record its number of heads (no n_head in its "
+                       "safetensors __metadata__); give --model with the model's shape (a preset "
+                       "or a JSON file)", path);
+    *cfg = fc;
+    return 0;
+  }
+  if (gpt_config_load(model, cfg)) return -1;
+  if (cfg->n_layer == fc.n_layer && cfg->n_embd == fc.n_embd && cfg->vocab_size == fc.vocab_size &&
+      cfg->max_seq == fc.max_seq && (fc.n_head == 0 || fc.n_head == cfg->n_head)) {
+    cfg->padded_vocab = fc.padded_vocab; /* keep the file's padding (llm.c files record it) */
+    return 0;
+  }
+  char heads[16] = "?";
+  if (fc.n_head) snprintf(heads, sizeof heads, "%d", fc.n_head);
+  return osdp_fail("export: %s holds a model of L=%d C=%d heads=%s V=%d maxT=%d, but --model %s "
+                   "is L=%d C=%d heads=%d V=%d maxT=%d; drop --model to use the file's", path,
+                   fc.n_layer, fc.n_embd, heads, fc.vocab_size, fc.max_seq, model, cfg->n_layer,
+                   cfg->n_embd, cfg->n_head, cfg->vocab_size, cfg->max_seq);
+}
+
+/* The one place an export input becomes (model, parameters): *d built and *params (op-block
+** order, d->n_params floats, the caller frees) filled from the input at `path`. Files of
+** either format are read here; a directory is where a checkpoint directory of `osdp train`
+** will be read. Returns 0, or -1 with a one-line error (d and params left empty). */
+static int export_read_input(const char* path, const char* model, GptDesc* d, float** params) {
+  memset(d, 0, sizeof *d);
+  *params = NULL;
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+    /* directories: a training-state directory (runtime/train_state.h) goes here, e.g.
+    **   GptConfig cfg;
+    **   if (train_state_load_params(path, &cfg, params)) return -1;
+    **   (with --model: check cfg against it as export_config does)
+    **   if (gpt_desc_build(d, &cfg)) { free(*params); *params = NULL; return -1; }
+    **   return 0;
+    ** Until that header exists in this tree, a directory is refused. */
+    return osdp_fail("export: '%s' is a directory: DIR input is not supported yet; give an llm.c "
+                     "checkpoint or a safetensors file", path);
+  }
+  GptConfig cfg;
+  if (export_config(path, model, &cfg) || gpt_desc_build(d, &cfg)) return -1;
+  *params = malloc(d->n_params * sizeof(float));
+  int rc = *params ? weights_load(path, d, *params)
+                   : osdp_fail("export: out of host memory for the %zu parameters of %s",
+                               d->n_params, path);
+  if (rc) {
+    free(*params);
+    *params = NULL;
+    gpt_desc_free(d);
+  }
+  return rc;
+}
+
+/* Converts FILE into OUT (rank 0's work); prints a line unless quiet. */
+static int export_run(const char* in, const char* out, WeightsFormat fmt, const char* model,
+                      int quiet) {
+  GptDesc d;
+  float* params;
+  if (export_read_input(in, model, &d, &params)) return -1;
+  int rc = weights_save(out, fmt, &d, params);
+  if (rc == 0 && !quiet) {
+    WeightsFormat from = fmt;
+    struct stat st;
+    (void)weights_detect(in, &from);
+    char sz[32];
+    printf("export: %s (%s) -> %s (%s, %s): %d layers, hidden %d, %d heads, vocab %d, max seq "
+           "%d, %zu parameters\n", in, weights_format_name(from), out, weights_format_name(fmt),
+           stat(out, &st) == 0 ? format_bytes((double)st.st_size, sz) : "?", d.cfg.n_layer,
+           d.cfg.n_embd, d.cfg.n_head, d.cfg.vocab_size, d.cfg.max_seq, d.n_params);
+  }
+  free(params);
+  gpt_desc_free(&d);
+  return rc;
+}
+
+/* `osdp export`: parses FILE, OUT and the options, converts on rank 0 and agrees on the
+** outcome with every rank (so under mpirun all ranks exit alike). */
+int cmd_export(int argc, char** argv) {
+  if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(export_help, stdout); return 0; }
+  static const char* const opts[] = {"format", "model", NULL};
+  static const char* const sws[] = {"quiet", NULL};
+  char** pos = malloc(((size_t)argc + 1) * sizeof *pos);
+  char** opt = malloc(((size_t)argc + 1) * sizeof *opt);
+  Args a;
+  WeightsFormat fmt = WEIGHTS_LLMC;
+  int npos = 0, nopt = 0, rc = -1;
+  if (!pos || !opt) osdp_fail("out of host memory");
+  else if (split_args(argc, argv, pos, &npos, opt, &nopt) == 0 &&
+           args_parse(&a, "export", nopt, opt, opts, sws) == 0) {
+    if (!args_has(&a, "format"))
+      osdp_fail("osdp export: --format is required: llmc or safetensors");
+    else if (weights_format_parse(args_get(&a, "format", ""), "--format", &fmt) == 0)
+      rc = comm_rank() == 0 ? export_run(pos[0], pos[1], fmt, args_get(&a, "model", NULL),
+                                         args_has(&a, "quiet")) : 0;
+    double failed = comm_allreduce_f64(rc ? 1.0 : 0.0); /* every rank got here */
+    if (failed != 0 && comm_rank() != 0) osdp_fail("export: rank 0 failed");
+    rc = failed != 0 ? -1 : 0;
+  }
+  free(pos);
+  free(opt);
+  return rc ? cli_report_error() : 0;
+}

@@ -1,0 +1,65 @@
+/* weights_file.c: llm.c checkpoints and safetensors files behind one interface; see
+** weights_file.h. */
+#include "model/weights_file.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/util.h"
+#include "model/checkpoint.h"
+#include "model/safetensors.h"
+
+int weights_format_parse(const char* name, const char* field, WeightsFormat* fmt) {
+  if (strcmp(name, "llmc") == 0) { *fmt = WEIGHTS_LLMC; return 0; }
+  if (strcmp(name, "safetensors") == 0) { *fmt = WEIGHTS_SAFETENSORS; return 0; }
+  return osdp_fail("%s: '%s' is not a weights format; use llmc (llm.c's GPT-2 checkpoint) or "
+                   "safetensors (Hugging Face GPT-2 names)", field, name);
+}
+
+const char* weights_format_name(WeightsFormat fmt) {
+  return fmt == WEIGHTS_SAFETENSORS ? "safetensors" : "llmc";
+}
+
+int weights_detect(const char* path, WeightsFormat* fmt) {
+  FILE* f = fopen(path, "rb");
+  if (!f) return osdp_fail("cannot open weights file '%s': %s", path, strerror(errno));
+  struct stat st;
+  unsigned char b[9];
+  size_t n = 0;
+  int regular = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
+  if (regular) n = fread(b, 1, sizeof b, f);
+  fclose(f);
+  if (!regular) return osdp_fail("weights file '%s' is not a regular file", path);
+  int32_t magic = 0;
+  if (n >= 4) memcpy(&magic, b, 4);
+  if (n >= 4 && magic == CHECKPOINT_MAGIC) { *fmt = WEIGHTS_LLMC; return 0; }
+  if (n >= 9 && b[8] == '{') { *fmt = WEIGHTS_SAFETENSORS; return 0; }
+  if (n < 9)
+    return osdp_fail("weights file '%s' is %zu bytes, too short for an llm.c checkpoint or a "
+                     "safetensors file", path, n);
+  return osdp_fail("weights file '%s' is neither an llm.c checkpoint (its first int32 is %d, not "
+                   "the magic %d) nor a safetensors file (byte 8 is not the header's '{')", path,
+                   (int)magic, CHECKPOINT_MAGIC);
+}
+
+int weights_read_config(const char* path, GptConfig* cfg) {
+  WeightsFormat fmt;
+  if (weights_detect(path, &fmt)) return -1;
+  return fmt == WEIGHTS_SAFETENSORS ? safetensors_read_config(path, cfg)
+                                    : checkpoint_read_config(path, cfg);
+}
+
+int weights_load(const char* path, const GptDesc* d, float* params) {
+  WeightsFormat fmt;
+  if (weights_detect(path, &fmt)) return -1;
+  return fmt == WEIGHTS_SAFETENSORS ? safetensors_load(path, d, params)
+                                    : checkpoint_load(path, d, params);
+}
+
+int weights_save(const char* path, WeightsFormat fmt, const GptDesc* d, const float* params) {
+  return fmt == WEIGHTS_SAFETENSORS ? safetensors_save(path, d, params)
+                                    : checkpoint_save(path, d, params);
+}
