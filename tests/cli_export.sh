@@ -3,7 +3,7 @@
 # llm.c checkpoint to safetensors and back byte-identically; `train --load` reads either format
 # (by content, whatever the name) with the same result; a file that does not record its number
 # of heads needs --model; corrupt or truncated files are refused with one error line; failed
-# exports leave no temporary file and an existing OUT as it was; a directory input is refused
+# exports leave no temporary file and an existing OUT as it was; a directory without checkpoints is refused
 # (not supported yet). llm.c token files need a vocabulary of their largest id + 1. With
 # MPIRUN, export and --load of a safetensors file also work on two ranks.
 set -u
@@ -115,7 +115,7 @@ head -c 4096 /dev/urandom >noise.st
 printf 'xxxxxxxxx' | dd of=noise.st conv=notrunc status=none  # neither magic nor '{' at byte 8
 expect_error "neither format" "noise.st" "neither an llm.c checkpoint" -- "$OSDP" export noise.st --format llmc t.bin
 expect_error "missing input" "missing.st" -- "$OSDP" export missing.st --format llmc t.bin
-expect_error "directory input" "DIR input is not supported yet" -- "$OSDP" export "$W" --format llmc t.bin
+expect_error "directory input without checkpoints" "no complete checkpoint" -- "$OSDP" export "$W" --format llmc t.bin
 expect_error "bad --format" "--format" "gguf" -- "$OSDP" export a.bin --format gguf t.gguf
 expect_error "no --format" "--format" -- "$OSDP" export a.bin t.st
 expect_error "one positional argument" "FILE and OUT" -- "$OSDP" export a.bin --format llmc

@@ -7,6 +7,8 @@
 #    at micro-batch 2: steps 11..30 within 1e-5 of one process on the same global batch.
 #  - A rank killed (SIGKILL) while a 2-rank run checkpoints every 5 steps: the job exits
 #    non-zero within 30 s, and resuming from the newest complete checkpoint runs its next steps.
+#  - A rank stopped (SIGSTOP): the watchdog (--watchdog 3) names rank 1 and ends the job.
+#  - Export of a checkpoint directory equals --save of the same state.
 #  - A damaged newest checkpoint is skipped for the previous one; a NaN loss stops the run
 #    naming the step (or is skipped with --on-nonfinite skip); every bad option fails with one
 #    line before training, including a --save path that cannot be written and a plan larger
@@ -29,6 +31,15 @@ if [ -f d2/step-10/manifest.json ] && [ -f d2/step-10/rank-00001.bin ] && [ -f d
 else bad "2 ranks: checkpoints step-5 and step-10 not written: $(ls d2 2>&1; head -2 err.txt)"; fi
 "${mpirun[@]}" -np 2 "$osdp" "${C[@]}" --plan zero3 --batch 4 --resume d2 --save res2.bin >/dev/null 2>err.txt
 if cmp -s full2.bin res2.bin; then ok; else bad "2 ranks zero3: resumed weights differ: $(head -2 err.txt)"; fi
+
+# Export of a checkpoint directory: the same weights as --save of the same run (byte-identical
+# llm.c file), from the directory (its newest) and from the step directory.
+"${mpirun[@]}" -np 2 "$osdp" train --steps 10 --quiet --plan zero3 --batch 4 --eval-batches 0 --checkpoint dx \
+  --save x.bin >/dev/null 2>&1
+if "$osdp" export dx --format llmc ex.bin --quiet 2>err.txt && cmp -s x.bin ex.bin &&
+   "$osdp" export dx/step-10 --format safetensors ex.st --quiet 2>>err.txt &&
+   "$osdp" export ex.st --format llmc ex2.bin --quiet 2>>err.txt && cmp -s x.bin ex2.bin; then ok
+else bad "export of a checkpoint directory differs from --save: $(head -2 err.txt)"; fi
 
 # 2. Resharding: 2 ranks zero3 x 4 -> 4 ranks ddp x 2, against one process x 8.
 "$osdp" "${C[@]}" --batch 8 --log one.jsonl >/dev/null 2>&1
@@ -59,6 +70,24 @@ else
      grep -q "\"step\":$((newest + 1))," after.jsonl && grep -q "\"step\":$((newest + 2))," after.jsonl &&
      [ "$(grep -c '"step":' after.jsonl)" -eq 2 ]; then ok
   else bad "kill: resuming from step-$newest did not run steps $((newest + 1)), $((newest + 2)): $(head -2 err.txt)"; fi
+fi
+
+# 3b. A rank that stops answering (SIGSTOP): the watchdog names it and ends the job.
+"${mpirun[@]}" -np 2 "$osdp" train --steps 100000000 --quiet --batch 4 --watchdog 3 --eval-batches 0 \
+  >stop.out 2>&1 &
+job=$!
+sleep 1.5
+victim=$(pgrep -f "osdp train --steps 100000000" | while read -r p; do
+  [ "$(ps -o comm= -p "$p")" = osdp ] && echo "$p"; done | tail -n 1)
+if [ -z "$victim" ]; then bad "watchdog: no rank process found"; kill "$job" 2>/dev/null
+else
+  t0=$(date +%s)
+  kill -STOP "$victim"
+  rc=0; wait "$job" || rc=$?
+  dt=$(( $(date +%s) - t0 ))
+  kill -CONT "$victim" 2>/dev/null; kill -9 "$victim" 2>/dev/null
+  if [ "$rc" -ne 0 ] && [ "$dt" -le 20 ] && grep -q "osdp: error: rank 1 has not answered for" stop.out; then ok
+  else bad "watchdog: exit $rc after ${dt}s: $(grep -m1 error stop.out)"; fi
 fi
 
 # 4. A damaged newest checkpoint: skipped (with a note) for the previous complete one.

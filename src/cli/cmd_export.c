@@ -14,6 +14,7 @@
 #include "core/util.h"
 #include "model/gpt.h"
 #include "model/weights_file.h"
+#include "runtime/train_state.h"
 
 static const char* export_help =
     "usage: osdp export FILE --format llmc|safetensors OUT [--model M] [--quiet]\n"
@@ -81,15 +82,19 @@ static int export_read_input(const char* path, const char* model, GptDesc* d, fl
   *params = NULL;
   struct stat st;
   if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-    /* directories: a training-state directory (runtime/train_state.h) goes here, e.g.
-    **   GptConfig cfg;
-    **   if (train_state_load_params(path, &cfg, params)) return -1;
-    **   (with --model: check cfg against it as export_config does)
-    **   if (gpt_desc_build(d, &cfg)) { free(*params); *params = NULL; return -1; }
-    **   return 0;
-    ** Until that header exists in this tree, a directory is refused. */
-    return osdp_fail("export: '%s' is a directory: DIR input is not supported yet; give an llm.c "
-                     "checkpoint or a safetensors file", path);
+    /* A checkpoint directory of osdp train --checkpoint (or one step of it). */
+    GptConfig cfg;
+    if (train_state_load_params(path, &cfg, params)) return -1;
+    GptConfig want;
+    if (model && (gpt_config_load(model, &want) || want.n_layer != cfg.n_layer ||
+                  want.n_embd != cfg.n_embd || want.vocab_size != cfg.vocab_size ||
+                  want.max_seq != cfg.max_seq)) {
+      free(*params);
+      *params = NULL;
+      return osdp_fail("export: --model %s does not match the checkpoint's model %s", model, cfg.name);
+    }
+    if (gpt_desc_build(d, &cfg)) { free(*params); *params = NULL; return -1; }
+    return 0;
   }
   GptConfig cfg;
   if (export_config(path, model, &cfg) || gpt_desc_build(d, &cfg)) return -1;
@@ -115,10 +120,12 @@ static int export_run(const char* in, const char* out, WeightsFormat fmt, const 
   if (rc == 0 && !quiet) {
     WeightsFormat from = fmt;
     struct stat st;
-    (void)weights_detect(in, &from);
+    int is_dir = stat(in, &st) == 0 && S_ISDIR(st.st_mode);
+    if (!is_dir) (void)weights_detect(in, &from);
     char sz[32];
     printf("export: %s (%s) -> %s (%s, %s): %d layers, hidden %d, %d heads, vocab %d, max seq "
-           "%d, %zu parameters\n", in, weights_format_name(from), out, weights_format_name(fmt),
+           "%d, %zu parameters\n", in, is_dir ? "checkpoint directory" : weights_format_name(from),
+           out, weights_format_name(fmt),
            stat(out, &st) == 0 ? format_bytes((double)st.st_size, sz) : "?", d.cfg.n_layer,
            d.cfg.n_embd, d.cfg.n_head, d.cfg.vocab_size, d.cfg.max_seq, d.n_params);
   }

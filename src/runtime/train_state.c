@@ -480,3 +480,46 @@ int train_state_find(const char* dir, char* path, size_t n, long* step) {
   free(steps);
   return osdp_fail("--resume: no complete checkpoint in %s (train with --checkpoint %s first)", dir, dir);
 }
+
+/* The model of a run description ({"model": {...}}), checked as a model file's would be. */
+static int run_model(const cJSON* run, const char* path, GptConfig* cfg) {
+  const cJSON* m = cJSON_GetObjectItemCaseSensitive(run, "model");
+  const cJSON* name = cJSON_GetObjectItemCaseSensitive(m, "name");
+  memset(cfg, 0, sizeof *cfg);
+  snprintf(cfg->name, sizeof cfg->name, "%s", cJSON_IsString(name) ? name->valuestring : "checkpoint");
+  struct { const char* key; int* out; } f[] = {
+      {"n_layer", &cfg->n_layer}, {"n_embd", &cfg->n_embd}, {"n_head", &cfg->n_head},
+      {"vocab_size", &cfg->vocab_size}, {"padded_vocab", &cfg->padded_vocab}, {"max_seq", &cfg->max_seq}};
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+    const cJSON* v = cJSON_GetObjectItemCaseSensitive(m, f[i].key);
+    if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1 << 26)
+      return osdp_fail("%s: the manifest's run.model.%s is missing or out of range", path, f[i].key);
+    *f[i].out = (int)v->valuedouble;
+  }
+  return 0;
+}
+
+int train_state_load_params(const char* path, GptConfig* cfg, float** params) {
+  char dir[4096], manifest[4096 + 32];
+  long step;
+  *params = NULL;
+  snprintf(manifest, sizeof manifest, "%s/manifest.json", path);
+  struct stat st;
+  if (stat(manifest, &st) == 0) snprintf(dir, sizeof dir, "%s", path);
+  else if (train_state_find(path, dir, sizeof dir, &step)) return -1;
+  TrainState ts;
+  if (train_state_open(dir, &ts)) return -1;
+  GptDesc d;
+  int rc = run_model(ts.run, dir, cfg);
+  if (!rc) rc = gpt_desc_build(&d, cfg);
+  if (!rc) {
+    if (d.n_params != ts.n_params)
+      rc = osdp_fail("%s: the manifest's model has %zu parameters, its files %zu", dir, d.n_params, ts.n_params);
+    gpt_desc_free(&d);
+  }
+  if (!rc && !(*params = malloc(ts.n_params * sizeof(float)))) rc = osdp_fail("out of host memory");
+  if (!rc) rc = train_state_read(&ts, 0, ts.n_params, *params, NULL, NULL);
+  if (rc) { free(*params); *params = NULL; }
+  train_state_close(&ts);
+  return rc;
+}

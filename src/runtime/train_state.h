@@ -68,6 +68,11 @@ int train_state_load(Engine* e, TrainState* ts);
 /* Reads the weights (any of w, m, v may be NULL) of parameters [offset, offset + n) from ts. */
 int train_state_read(TrainState* ts, size_t offset, size_t n, float* w, float* m, float* v);
 
+/* The model and weights of a checkpoint: `path` is a checkpoint directory (DIR/step-N) or a
+** --checkpoint DIR (its newest complete one). Fills cfg from the manifest's run description and
+** *params (a new host array of cfg's n_params floats, caller frees). Returns 0 or -1 with an error. */
+int train_state_load_params(const char* path, GptConfig* cfg, float** params);
+
 /* Checks that dir can hold checkpoints (created if missing, a file can be written in it), so a
 ** bad path fails before training starts. Rank 0's check, agreed by all ranks. */
 int train_state_check_dir(const char* dir);
