@@ -142,10 +142,9 @@ static int check_resumable(const cJSON* was, const cJSON* now, const char* path)
 static int train_resume(TrainRun* r) {
   const char* dir = args_get(&r->args, "resume", NULL);
   if (!dir) return 0;
-  char path[4096];
-  long step;
   TrainState ts;
-  if (train_state_find(dir, path, sizeof path, &step) || train_state_open(path, &ts)) return -1;
+  if (train_state_open_newest(dir, &ts)) return -1;
+  const char* path = ts.path;
   int rc = 0;
   if (ts.step > r->steps)
     rc = osdp_fail("--resume: %s is at step %ld, past --steps %ld (--steps counts from the start of "

@@ -458,7 +458,7 @@ int train_state_load(Engine* e, TrainState* ts) {
   return engine_load_state(e, read_from_state, ts, ts->step);
 }
 
-int train_state_find(const char* dir, char* path, size_t n, long* step) {
+int train_state_open_newest(const char* dir, TrainState* ts) {
   int count;
   long* steps = list_steps(dir, &count);
   if (!steps && count == 0) {
@@ -466,11 +466,9 @@ int train_state_find(const char* dir, char* path, size_t n, long* step) {
     if (stat(dir, &st)) return osdp_fail("--resume: %s: %s", dir, strerror(errno));
   }
   for (int i = 0; i < count; i++) {
-    snprintf(path, n, "%s/step-%ld", dir, steps[i]);
-    TrainState ts;
-    if (train_state_open(path, &ts) == 0) {
-      train_state_close(&ts);
-      *step = steps[i];
+    char path[4096];
+    snprintf(path, sizeof path, "%s/step-%ld", dir, steps[i]);
+    if (train_state_open(path, ts) == 0) {
       free(steps);
       return 0;
     }
@@ -479,6 +477,15 @@ int train_state_find(const char* dir, char* path, size_t n, long* step) {
   }
   free(steps);
   return osdp_fail("--resume: no complete checkpoint in %s (train with --checkpoint %s first)", dir, dir);
+}
+
+int train_state_find(const char* dir, char* path, size_t n, long* step) {
+  TrainState ts;
+  if (train_state_open_newest(dir, &ts)) return -1;
+  snprintf(path, n, "%s", ts.path);
+  *step = ts.step;
+  train_state_close(&ts);
+  return 0;
 }
 
 /* The model of a run description ({"model": {...}}), checked as a model file's would be. */
@@ -501,14 +508,12 @@ static int run_model(const cJSON* run, const char* path, GptConfig* cfg) {
 
 int train_state_load_params(const char* path, GptConfig* cfg, float** params) {
   char dir[4096], manifest[4096 + 32];
-  long step;
   *params = NULL;
   snprintf(manifest, sizeof manifest, "%s/manifest.json", path);
   struct stat st;
-  if (stat(manifest, &st) == 0) snprintf(dir, sizeof dir, "%s", path);
-  else if (train_state_find(path, dir, sizeof dir, &step)) return -1;
   TrainState ts;
-  if (train_state_open(dir, &ts)) return -1;
+  if (stat(manifest, &st) == 0 ? train_state_open(path, &ts) : train_state_open_newest(path, &ts)) return -1;
+  snprintf(dir, sizeof dir, "%s", ts.path);
   GptDesc d;
   int rc = run_model(ts.run, dir, cfg);
   if (!rc) rc = gpt_desc_build(&d, cfg);

@@ -56,6 +56,10 @@ int train_state_save(Engine* e, const char* dir, long step, int keep, const cJSO
 ** none. */
 int train_state_find(const char* dir, char* path, size_t n, long* step);
 
+/* train_state_find, then train_state_open of it: the newest complete checkpoint in dir, opened
+** (each file read once). */
+int train_state_open_newest(const char* dir, TrainState* ts);
+
 /* Opens and verifies the checkpoint directory `path` (the manifest, every file's size and
 ** checksum, every rank file's header against its size, the ranges covering every parameter
 ** once). Returns 0, or -1 with a one-line error naming the file and field. */
