@@ -124,6 +124,7 @@ check_error "resume with another global batch" "global_batch" -- "$osdp" "${C[@]
 check_error "resume past --steps" "past --steps 5" -- "$osdp" train --steps 5 --lr-schedule cosine --warmup 5 --resume d1 --quiet
 check_error "checkpoint in an unwritable place" "--checkpoint" -- "$osdp" "${C[@]}" --checkpoint /proc/osdp-ckpt
 check_error "checkpoint-every without a directory" "--checkpoint DIR" -- "$osdp" "${C[@]}" --checkpoint-every 5
+check_error "--load with --resume" "give one" -- "$osdp" "${C[@]}" --resume d1 --load good.bin
 check_error "--on-nonfinite not a policy" "--on-nonfinite" -- "$osdp" "${C[@]}" --on-nonfinite maybe
 check_error "--save to a missing directory, before training" "--save: cannot write 'nowhere/x.bin'" -- "$osdp" train --steps 100000 --save nowhere/x.bin
 # llm.c headers claiming huge shapes: refused at once (sizes checked before allocating).

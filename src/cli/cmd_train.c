@@ -189,6 +189,8 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
   if (strcmp(nf, "stop") && strcmp(nf, "skip"))
     return osdp_fail("--on-nonfinite: '%s' is not stop or skip", nf);
   r->skip_nonfinite = strcmp(nf, "skip") == 0;
+  if (args_has(&r->args, "resume") && args_has(&r->args, "load"))
+    return osdp_fail("--load and --resume: give one (--resume restores the weights and the optimizer)");
   if (!r->ckpt_dir && (args_has(&r->args, "checkpoint-every") || args_has(&r->args, "keep")))
     return osdp_fail("--checkpoint-every / --keep need --checkpoint DIR (where to write them)");
   const char* sched = args_get(&r->args, "lr-schedule", "constant");
