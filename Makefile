@@ -6,7 +6,7 @@ export OMPI_ALLOW_RUN_AS_ROOT ?= 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM ?= 1
 export OMPI_MCA_rmaps_base_oversubscribe ?= 1
 
-.PHONY: all deps build demo test asan bench clean
+.PHONY: all deps build demo test asan fuzz bench clean
 
 all: build
 
@@ -40,9 +40,20 @@ asan: deps
 	@cmake --build $(BUILD)-asan -j $(JOBS)
 	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j $(JOBS) -L sanitize
 
+# Every file parser under libFuzzer (clang, ASan + UBSan), FUZZ_RUNS executions each from the
+# seed corpus fuzz/corpus/<target>/; crash reproducers land in build-fuzz/crashes/<target>/.
+# FUZZ_TARGETS picks targets; see fuzz/README.md.
+FUZZ_RUNS ?= 1000000
+FUZZ_TARGETS ?= model plan device checkpoint safetensors train_state tokens
+fuzz: deps
+	@CC=clang cmake -S . -B $(BUILD)-fuzz -DCMAKE_C_COMPILER=clang -DOSDP_FUZZ=ON -DOSDP_CUDA=OFF \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build $(BUILD)-fuzz -j $(JOBS) --target fuzz_targets
+	fuzz/run.sh $(BUILD)-fuzz $(FUZZ_RUNS) $(FUZZ_TARGETS)
+
 bench: build
 	bench/compare_plans.sh $(BUILD)
 	bench/fidelity.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-fuzz

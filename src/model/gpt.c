@@ -46,11 +46,13 @@ int gpt_config_validate(const GptConfig* c) {
   return 0;
 }
 
-/* Reads an integer field of a JSON config; missing or non-integer values are errors. */
+/* Reads an integer field of a JSON config; missing or non-integer values are errors (so are
+** values outside int's range, checked before the cast, which would be undefined for them). */
 static int json_int_field(const cJSON* o, const char* path, const char* key, int* out) {
   const cJSON* v = cJSON_GetObjectItemCaseSensitive(o, key);
   if (!v) return osdp_fail("%s: missing field \"%s\" (an integer)", path, key);
-  if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble)
+  if (!cJSON_IsNumber(v) || !(v->valuedouble >= -2147483648.0 && v->valuedouble <= 2147483647.0) ||
+      v->valuedouble != (double)(int)v->valuedouble)
     return osdp_fail("%s: field \"%s\" must be an integer", path, key);
   *out = (int)v->valuedouble;
   return 0;

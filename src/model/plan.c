@@ -94,10 +94,12 @@ int plan_validate(const Plan* p, const GptDesc* d, int world) {
   return 0;
 }
 
-/* Reads an integer member of a JSON object (a plan field). */
+/* Reads an integer member of a JSON object (a plan field); values outside int's range are
+** refused before the cast, which would be undefined for them. */
 static int plan_json_int(const cJSON* o, const char* path, const char* key, int* out) {
   const cJSON* v = cJSON_GetObjectItemCaseSensitive(o, key);
-  if (!v || !cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble)
+  if (!v || !cJSON_IsNumber(v) || !(v->valuedouble >= -2147483648.0 && v->valuedouble <= 2147483647.0) ||
+      v->valuedouble != (double)(int)v->valuedouble)
     return osdp_fail("%s: field \"%s\" must be an integer", path, key);
   *out = (int)v->valuedouble;
   return 0;

@@ -322,18 +322,31 @@ static int index_rank_file(TrainState* ts, int i, const char* path, long long si
   return rc;
 }
 
-/* Sorts the extents by offset and checks they cover [0, n_params) exactly once. */
+/* qsort order of extents: by offset, then by length. */
+static int by_offset(const void* a, const void* b) {
+  const StateExtent *x = a, *y = b;
+  if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+  return x->n < y->n ? -1 : x->n > y->n;
+}
+
+/* Sorts the extents by offset, drops the empty ones and checks that the rest cover
+** [0, n_params) exactly once. Empty extents hold no data, but a rank that owns nothing of a
+** slice writes one at the slice's end, where the next slice starts: kept, it would sit after
+** that slice's first extent, and train_state_read's binary search (which needs extent ends
+** ascending) would skip the parameters of that extent. qsort: a checkpoint of many ranks and
+** slices has many extents. */
 static int check_coverage(TrainState* ts) {
-  for (int i = 1; i < ts->next; i++)
-    for (int j = i; j > 0 && ts->ext[j].offset < ts->ext[j - 1].offset; j--) {
-      StateExtent t = ts->ext[j]; ts->ext[j] = ts->ext[j - 1]; ts->ext[j - 1] = t;
-    }
+  if (ts->next > 1) qsort(ts->ext, (size_t)ts->next, sizeof *ts->ext, by_offset);
+  int kept = 0;
+  for (int i = 0; i < ts->next; i++)
+    if (ts->ext[i].n) ts->ext[kept++] = ts->ext[i];
+  ts->next = kept;
   size_t at = 0;
   for (int i = 0; i < ts->next; i++) {
-    if (ts->ext[i].n == 0) continue;
-    if (ts->ext[i].offset != at)
-      return osdp_fail("--resume: %s: parameters %zu..%zu are %s", ts->path, at, ts->ext[i].offset,
-                       ts->ext[i].offset > at ? "missing" : "written twice");
+    size_t off = ts->ext[i].offset;
+    if (off != at)
+      return osdp_fail("--resume: %s: parameters %zu..%zu are %s", ts->path, off > at ? at : off,
+                       off > at ? off : at, off > at ? "missing" : "written twice");
     at += ts->ext[i].n;
   }
   if (at != ts->n_params) return osdp_fail("--resume: %s: parameters from %zu on are missing", ts->path, at);
