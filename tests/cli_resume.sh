@@ -4,7 +4,9 @@
 #    byte-identical to an uninterrupted 30-step run (cosine schedule, warm-up 5), in one process
 #    (ddp) and on 2 ranks (zero3).
 #  - Resharding: written by 2 ranks under zero3 at micro-batch 4, resumed by 4 ranks under ddp
-#    at micro-batch 2: steps 11..30 within 1e-5 of one process on the same global batch.
+#    at micro-batch 2: steps 11..30 within 1e-5 of one process on the same global batch; written
+#    by 5 zero3 ranks (some owning empty shards), resumed by one process: within 1e-5 of the
+#    uninterrupted 5-rank run.
 #  - A rank killed (SIGKILL) while a 2-rank run checkpoints every 5 steps: the job exits
 #    non-zero within 30 s, and resuming from the newest complete checkpoint runs its next steps.
 #  - A rank stopped (SIGSTOP): the watchdog (--watchdog 3) names rank 1 and ends the job.
@@ -47,6 +49,14 @@ awk -F'"step":' 'NF > 1 { split($2, a, ","); if (a[1] + 0 >= 11) print }' one.js
 if "${mpirun[@]}" -np 4 "$osdp" "${C[@]}" --plan ddp --batch 2 --resume d2 --log four.jsonl >/dev/null 2>err.txt &&
    out=$("$tool" losses one11.jsonl four.jsonl 1e-5); then ok
 else bad "resharded 2 x zero3 -> 4 x ddp: ${out:-} $(head -2 err.txt)"; fi
+# 5 ranks zero3 (ranks owning empty shards of small slices) -> 1 process: every parameter read.
+# Against the uninterrupted 5-rank run (the same state at step 10; a wrong read shows at once).
+"${mpirun[@]}" -np 5 "$osdp" "${C[@]}" --plan zero3 --batch 1 --checkpoint d5 --stop-after 10 >/dev/null 2>err.txt
+"${mpirun[@]}" -np 5 "$osdp" "${C[@]}" --plan zero3 --batch 1 --log five.jsonl >/dev/null 2>&1
+awk -F'"step":' 'NF > 1 { split($2, a, ","); if (a[1] + 0 >= 11) print }' five.jsonl > one5-11.jsonl
+if "$osdp" "${C[@]}" --batch 5 --resume d5 --log from5.jsonl >/dev/null 2>>err.txt &&
+   out=$("$tool" losses one5-11.jsonl from5.jsonl 1e-5); then ok
+else bad "resharded 5 x zero3 -> 1 process: ${out:-} $(head -2 err.txt)"; fi
 first=$(head -n 1 four.jsonl)
 if [[ "$first" == '{"step":11,'* ]]; then ok; else bad "resumed run did not start at step 11: $first"; fi
 
