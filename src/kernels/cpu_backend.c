@@ -60,24 +60,14 @@ static const Backend cpu_backend = {
 const Backend* backend_cpu(void) { return &cpu_backend; }
 
 /* The CPU again, but declaring its memory not host-addressable, so that everything above the
-** boundary takes the GPU's paths (staged collectives, copies in and out). */
-static const Backend cpu_staged_backend = {
-    .name = "cpu-staged",
-    .device_memory = 1,
-    .reserve = cpu_reserve,
-    .release = cpu_release,
-    .available = cpu_available,
-    .zero = cpu_zero,
-    .copy = cpu_copy,
-    .to_device = cpu_copy,
-    .to_host = cpu_copy,
-    .synchronize = cpu_synchronize,
-    .clock = now_seconds,
-    .set_threads = kernels_set_threads,
-    .set_tf32 = cpu_set_tf32,
-    .f32 = &cpu_f32,
-    .f64 = &cpu_f64,
-    .compute_stream = cpu_compute_stream,
-};
-
-const Backend* backend_cpu_staged(void) { return &cpu_staged_backend; }
+** boundary takes the GPU's paths (staged collectives, copies in and out): the CPU backend with
+** another name and device_memory set. */
+const Backend* backend_cpu_staged(void) {
+  static Backend staged;
+  if (!staged.name) {
+    staged = cpu_backend;
+    staged.name = "cpu-staged";
+    staged.device_memory = 1;
+  }
+  return &staged;
+}
