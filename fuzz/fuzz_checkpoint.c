@@ -15,9 +15,6 @@
 #include "model/checkpoint.h"
 #include "model/gpt.h"
 
-/* Largest model the target loads (floats; 16 MiB). */
-#define FUZZ_MAX_PARAMS ((size_t)4 << 20)
-
 /* Aborts unless the checkpoint at path has the input's size, header fields [0, 8) and
 ** parameter bytes (checkpoint_save writes the rest of the header as 0, which the input need not). */
 static void expect_same_file(const char* path, const uint8_t* data, size_t size) {
@@ -32,22 +29,10 @@ static void expect_same_file(const char* path, const uint8_t* data, size_t size)
   free(got);
 }
 
-/* The model the CLI would hold for `--model micro --load FILE`: 1 layer, hidden 4, 2 heads,
-** vocabulary 14, 8 positions (the seed corpus's model). */
-static const GptDesc* micro_model(void) {
-  static GptDesc d;
-  if (!d.ops) {
-    GptConfig c = {.name = "micro", .n_layer = 1, .n_embd = 4, .n_head = 2, .vocab_size = 14,
-                   .padded_vocab = 128, .max_seq = 8};
-    if (gpt_desc_build(&d, &c)) fuzz_die("cannot build the micro model", osdp_last_error());
-  }
-  return &d;
-}
-
 /* Loads the file into the fixed micro model, whatever the file's own shape (the shape checks
 ** against a model given on the command line). */
 static void load_into_micro(const char* path) {
-  const GptDesc* d = micro_model();
+  const GptDesc* d = fuzz_micro_model();
   static float* params;
   if (!params && !(params = malloc(d->n_params * sizeof(float)))) fuzz_die("out of memory", NULL);
   if (checkpoint_load(path, d, params)) fuzz_expect_message("checkpoint_load into micro");

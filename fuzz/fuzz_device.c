@@ -53,11 +53,8 @@ static void device_expect_equal(const DeviceInfo* a, const DeviceInfo* b) {
 /* libFuzzer's entry point: one device file per call. */
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const char *path, *again;
-  static GptDesc tiny;
+  const GptDesc* tiny = fuzz_tiny_model();
   if (!path) {
-    GptConfig c;
-    if (gpt_config_load("tiny", &c) || gpt_desc_build(&tiny, &c))
-      fuzz_die("cannot build the tiny model", osdp_last_error());
     path = fuzz_temp_path(NULL, "device.json", 0);
     again = fuzz_temp_path(NULL, "device-again.json", 0);
   }
@@ -76,9 +73,9 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       sink += device_step_collective_s(&dev, k, bytes);
   int seqs[2] = {dev.compute_seq, 64};
   for (int s = 0; s < 2; s++)
-    for (int i = 0; i < tiny.nops; i++)
+    for (int i = 0; i < tiny->nops; i++)
       for (int kk = 1; kk <= GPT_MAX_SLICES; kk++)
-        sink += device_op_time_s(&dev, &tiny, i, 3, seqs[s], kk);
+        sink += device_op_time_s(&dev, tiny, i, 3, seqs[s], kk);
   (void)sink;
   if (device_save(&dev, again)) fuzz_die("device_save", osdp_last_error());
   DeviceInfo back;

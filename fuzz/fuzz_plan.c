@@ -29,33 +29,30 @@ static void plan_expect_equal(const Plan* a, const Plan* b) {
 /* libFuzzer's entry point: one plan file per call. */
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const char *path, *again;
-  static GptDesc tiny;
+  const GptDesc* tiny = fuzz_tiny_model();
   if (!path) {
-    GptConfig c;
-    if (gpt_config_load("tiny", &c) || gpt_desc_build(&tiny, &c))
-      fuzz_die("cannot build the tiny model", osdp_last_error());
     path = fuzz_temp_path(NULL, "plan.json", 0);
     again = fuzz_temp_path(NULL, "plan-again.json", 0);
   }
   fuzz_write_file(path, data, size);
   osdp_clear_error();
   Plan p;
-  if (plan_load(&p, &tiny, path)) {
+  if (plan_load(&p, tiny, path)) {
     fuzz_expect_message("plan_load");
     return 0;
   }
-  if (plan_validate(&p, &tiny, p.world) == 0) {
+  if (plan_validate(&p, tiny, p.world) == 0) {
     MemPrediction m;
-    plan_predict_memory(&tiny, &p, 1, &m);
+    plan_predict_memory(tiny, &p, 1, &m);
   } else {
     fuzz_expect_message("plan_validate");
   }
-  char* text = plan_to_json(&p, &tiny);
+  char* text = plan_to_json(&p, tiny);
   if (!text) fuzz_die("plan_to_json", "returned NULL");
   fuzz_write_file(again, text, strlen(text));
   free(text);
   Plan q;
-  if (plan_load(&q, &tiny, again)) fuzz_die("plan_load refused plan_to_json's output", osdp_last_error());
+  if (plan_load(&q, tiny, again)) fuzz_die("plan_load refused plan_to_json's output", osdp_last_error());
   plan_expect_equal(&p, &q);
   plan_free(&q);
   plan_free(&p);

@@ -15,25 +15,10 @@
 #include "model/gpt.h"
 #include "model/weights_file.h"
 
-/* Largest model the target loads (floats; 16 MiB). */
-#define FUZZ_MAX_PARAMS ((size_t)4 << 20)
-
-/* The model the CLI would hold for `--model micro --load FILE`: 1 layer, hidden 4, 2 heads,
-** vocabulary 14, 8 positions (the seed corpus's model). */
-static const GptDesc* micro_model(void) {
-  static GptDesc d;
-  if (!d.ops) {
-    GptConfig c = {.name = "micro", .n_layer = 1, .n_embd = 4, .n_head = 2, .vocab_size = 14,
-                   .padded_vocab = 128, .max_seq = 8};
-    if (gpt_desc_build(&d, &c)) fuzz_die("cannot build the micro model", osdp_last_error());
-  }
-  return &d;
-}
-
 /* Loads the file into the fixed micro model, whatever the file's own shape (the shape checks
 ** against a model given on the command line). */
 static void load_into_micro(const char* path) {
-  const GptDesc* d = micro_model();
+  const GptDesc* d = fuzz_micro_model();
   static float* params;
   if (!params && !(params = malloc(d->n_params * sizeof(float)))) fuzz_die("out of memory", NULL);
   if (weights_load(path, d, params)) fuzz_expect_message("weights_load into micro");

@@ -26,7 +26,7 @@
 #include "runtime/train_state.h"
 
 /* Largest checkpoint the target reads whole (parameters). */
-#define FUZZ_MAX_PARAMS ((size_t)1 << 20)
+#define STATE_MAX_PARAMS ((size_t)1 << 20)
 /* Most rank files an input holds. */
 #define FUZZ_MAX_RANKS 8
 
@@ -178,7 +178,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   size_t np = ts.n_params;
-  if (np <= FUZZ_MAX_PARAMS) {
+  if (np <= STATE_MAX_PARAMS) {
     check_reads(&ts);
     read_range(&ts, np / 3, np / 2 - np / 3, NULL, NULL, NULL);
     float w;

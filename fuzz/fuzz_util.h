@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/util.h"
+#include "model/gpt.h"
 
 /* Most temporary paths one target uses (files and directories), removed at exit. */
 #define FUZZ_MAX_TEMPS 16
@@ -72,6 +73,32 @@ static inline void fuzz_expect_message(const char* call) {
   if (!osdp_last_error()[0]) fuzz_die("returned -1 without an error message", call);
   if (getenv("OSDP_FUZZ_VERBOSE")) fprintf(stderr, "  %s: %s\n", call, osdp_last_error());
   osdp_clear_error();
+}
+
+/* Largest model the weights-file targets load from a valid header (floats; 16 MiB). */
+#define FUZZ_MAX_PARAMS ((size_t)4 << 20)
+
+/* The model the CLI would hold for `--model micro --load FILE`: 1 layer, hidden 4, 2 heads,
+** vocabulary 14, 8 positions (the seed corpus's model); built once. */
+static inline const GptDesc* fuzz_micro_model(void) {
+  static GptDesc d;
+  if (!d.ops) {
+    GptConfig c = {.name = "micro", .n_layer = 1, .n_embd = 4, .n_head = 2, .vocab_size = 14,
+                   .padded_vocab = 128, .max_seq = 8};
+    if (gpt_desc_build(&d, &c)) fuzz_die("cannot build the micro model", osdp_last_error());
+  }
+  return &d;
+}
+
+/* The tiny preset, built once (the model plan and device files are read against). */
+static inline const GptDesc* fuzz_tiny_model(void) {
+  static GptDesc d;
+  if (!d.ops) {
+    GptConfig c;
+    if (gpt_config_load("tiny", &c) || gpt_desc_build(&d, &c))
+      fuzz_die("cannot build the tiny model", osdp_last_error());
+  }
+  return &d;
 }
 
 #endif
