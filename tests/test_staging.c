@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
   }
   gpt_desc_free(&d);
   int rc = check_summary();
-  rc = (int)comm_allreduce_max_f64(rc);
+  rc = (int)comm_allreduce_max_f64(comm_world(), rc);
   comm_finalize();
   return rc;
 }

@@ -69,9 +69,9 @@ int cmd_bench(int argc, char** argv) {
   double total = 0, worst = 0;
   for (long s = 1; s <= steps; s++) {
     random_batch(&e, &d, &p, s);
-    comm_barrier();
+    comm_barrier(comm_world());
     engine_step(&e, (long)comm_size() * p.micro_batch * p.seq, &sr);
-    double t = comm_allreduce_max_f64(sr.seconds);
+    double t = comm_allreduce_max_f64(comm_world(), sr.seconds);
     total += t;
     if (t > worst) worst = t;
   }
@@ -88,7 +88,7 @@ int cmd_bench(int argc, char** argv) {
   int BT = p.micro_batch * p.seq;
   const Backend* bk = opt.backend ? opt.backend : backend_cpu();
   double ref = comm_rank() == 0 ? backend_matmul_gflops(bk, BT, d.cfg.padded_vocab, d.cfg.n_embd) : 0;
-  double peak_max = comm_allreduce_max_f64((double)engine_peak_bytes(&e, NULL));
+  double peak_max = comm_allreduce_max_f64(comm_world(), (double)engine_peak_bytes(&e, NULL));
   double comm_s = cs.seconds[0] + cs.seconds[1] + cs.seconds[2];
   if (comm_rank() == 0) {
     char pk[32], pr[32];

@@ -153,7 +153,7 @@ int cmd_export(int argc, char** argv) {
     else if (weights_format_parse(args_get(&a, "format", ""), "--format", &fmt) == 0)
       rc = comm_rank() == 0 ? export_run(pos[0], pos[1], fmt, args_get(&a, "model", NULL),
                                          args_has(&a, "quiet")) : 0;
-    double failed = comm_allreduce_f64(rc ? 1.0 : 0.0); /* every rank got here */
+    double failed = comm_allreduce_f64(comm_world(), rc ? 1.0 : 0.0); /* every rank got here */
     if (failed != 0 && comm_rank() != 0) osdp_fail("export: rank 0 failed");
     rc = failed != 0 ? -1 : 0;
   }

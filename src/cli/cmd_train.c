@@ -158,7 +158,7 @@ static int train_resume(TrainRun* r) {
              ts.step + 1);
   }
   train_state_close(&ts);
-  return (int)comm_allreduce_max_f64(rc ? 1.0 : 0.0) ? -1 : 0;
+  return (int)comm_allreduce_max_f64(comm_world(), rc ? 1.0 : 0.0) ? -1 : 0;
 }
 
 /* Reads every option, builds the model, data source, plan and engine. */
@@ -226,7 +226,7 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
   /* Output paths fail now, not after the run. */
   const char* savep = args_get(&r->args, "save", NULL);
   int bad = savep && comm_rank() == 0 ? check_writable(savep, "--save") : 0;
-  if (comm_allreduce_max_f64(bad ? 1.0 : 0.0) > 0)
+  if (comm_allreduce_max_f64(comm_world(), bad ? 1.0 : 0.0) > 0)
     return bad ? -1 : osdp_fail("--save: rank 0 cannot write %s", savep);
   if (!(r->run_desc = run_description(r))) return osdp_fail("out of host memory");
   r->tokens = malloc((size_t)r->B * r->T * sizeof(int));
@@ -242,11 +242,11 @@ static int train_load(TrainRun* r) {
   float* full = malloc(r->d.n_params * sizeof(float));
   if (!full) return osdp_fail("out of host memory reading %s", path);
   int rc = comm_rank() == 0 ? weights_load(path, &r->d, full) : 0; /* llm.c or safetensors */
-  double rcs = comm_allreduce_f64(rc ? 1.0 : 0.0);
+  double rcs = comm_allreduce_f64(comm_world(), rc ? 1.0 : 0.0);
   if (rcs == 0) {
     size_t chunk = (size_t)1 << 26, n = r->d.n_params;
     for (size_t at = 0; at < n; at += chunk)
-      comm_bcast(full + at, (n - at < chunk ? n - at : chunk) * sizeof(float));
+      comm_bcast(comm_world(), full + at, (n - at < chunk ? n - at : chunk) * sizeof(float));
     engine_set_params(&r->eng, full);
   } else if (comm_rank() != 0) {
     osdp_fail("--load: rank 0 could not read %s", path);
@@ -341,7 +341,7 @@ static void train_summary(TrainRun* r, double first_loss, double last_loss, doub
                           double step_s, double val_loss, double acc, long nprob) {
   size_t peak = engine_peak_bytes(&r->eng, NULL);
   double med = median_step_s(r);
-  double off = comm_allreduce_f64(peak != r->eng.predicted.peak ? 1.0 : 0.0);
+  double off = comm_allreduce_f64(comm_world(), peak != r->eng.predicted.peak ? 1.0 : 0.0);
   if (comm_rank() != 0) return;
   cJSON* o = cJSON_CreateObject();
   cJSON_AddBoolToObject(o, "summary", 1);
@@ -445,7 +445,7 @@ int cmd_train(int argc, char** argv) {
     if (step > r.start_step + 1 || r.steps - r.start_step == 1) { /* the first is a warm-up */
       train_s += sr.seconds;
       if (r.ntimes < TIMES_KEPT) { /* the slowest rank's time: every rank calls, always */
-        double slowest = comm_allreduce_max_f64(sr.seconds);
+        double slowest = comm_allreduce_max_f64(comm_world(), sr.seconds);
         if (r.step_times) r.step_times[r.ntimes] = slowest;
         r.ntimes++;
       }
@@ -465,7 +465,7 @@ int cmd_train(int argc, char** argv) {
     }
     /* A log that cannot be written (a full disk) stops every rank, not just rank 0's output. */
     int log_bad = report_step(&r, step, &sr, now_seconds() - t0) != 0;
-    if (comm_allreduce_max_f64(log_bad ? 1.0 : 0.0) > 0) {
+    if (comm_allreduce_max_f64(comm_world(), log_bad ? 1.0 : 0.0) > 0) {
       rc = log_bad ? -1 : osdp_fail("--log: rank 0 could not write the log");
       break;
     }

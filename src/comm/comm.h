@@ -16,15 +16,28 @@
 
 typedef enum CommKind { COMM_ALLREDUCE = 0, COMM_ALLGATHER, COMM_REDUCE_SCATTER, COMM_KINDS } CommKind;
 
+/* The element type a gradient reduction sends: fp32, or bf16 (each rank rounds its float
+** contribution to bf16; the owner of each part sums the contributions in fp32; an all-reduce's
+** sums then travel back as bf16 too). Half the bytes of fp32. */
+typedef enum CommDtype { COMM_FP32 = 0, COMM_BF16 = 1 } CommDtype;
+
 typedef struct CommStats {
   double seconds[COMM_KINDS];  /* wall time spent inside calls: blocking ones, and starting,
                                ** testing and waiting for non-blocking ones */
-  double bytes[COMM_KINDS];    /* payload bytes (the full buffer size of each call) */
+  double bytes[COMM_KINDS];    /* payload bytes (the full buffer size of each call, in the
+                               ** element type sent) */
   long calls[COMM_KINDS];
 } CommStats;
 
+/* A communicator: a set of ranks (an MPI communicator) with this rank's place in it and its own
+** counters. The world, the ranks of one host, and the shard groups of hybrid plans are Comms;
+** every collective takes the Comm it runs on. Owned by comm_mpi.c until comm_finalize. */
+typedef struct Comm Comm;
+
 /* An outstanding non-blocking collective. With device memory (comm_use_backend) the MPI side runs
-** on the host copy `host`, and `result_bytes` of it go back to `device_result` on completion. */
+** on the host copy `host`, and `result_bytes` of it go back to `device_result` on completion.
+** A reduce-scatter adds its part into `acc` when it completes; a bf16 all-reduce has a second
+** phase (the summed parts gathered back). Private to comm_mpi.c apart from `active`. */
 typedef struct CommRequest {
   void* mpi;
   int active;
@@ -33,17 +46,47 @@ typedef struct CommRequest {
   void* host;
   void* device_result;
   size_t result_bytes;
+  Comm* comm;
+  CommDtype dtype;
+  int phase;           /* bf16 all-reduce: 1 exchanging parts, 2 gathering the sums */
+  float* acc;          /* reduce-scatter: where this rank's part is added (NULL: none) */
+  float* buf;          /* the caller's buffer (full gradient / all-reduced buffer) */
+  size_t n;            /* its elements (all-reduce) or the shard's (reduce-scatter) */
 } CommRequest;
 
-/* Initialises MPI (once per process); rank and world size are then available. */
+/* Initialises MPI (once per process) and the world and host communicators. */
 int comm_init(int* argc, char*** argv);
-/* Finalises MPI. */
+/* Finalises MPI (and frees every Comm). */
 void comm_finalize(void);
+/* This rank and the world's size: shortcuts for comm_rank_in/comm_size_of(comm_world()). */
 int comm_rank(void);
 int comm_size(void);
 /* Stops every rank at once after an unrecoverable error (never hangs the others). */
 void comm_abort(int code) __attribute__((noreturn));
-void comm_barrier(void);
+void comm_barrier(Comm* c);
+
+/* Every rank of the job. */
+Comm* comm_world(void);
+/* The ranks that share this rank's host (MPI_Comm_split_type shared memory). */
+Comm* comm_host(void);
+/* The number of ranks per host when every host runs the same number and each host's ranks are
+** consecutive world ranks (the hybrid plans' shard groups are then hosts); else 0. */
+int comm_ranks_per_host(void);
+/* The shard group of G ranks holding this rank: world ranks g*G .. g*G+G-1 for g = rank / G
+** (G must divide the world size). Created on first use, which is collective over the world:
+** every rank asks for the same G's in the same order (the engine does, from the plan). */
+Comm* comm_group(int G);
+/* The ranks holding the same index in their groups of G: world ranks j, G+j, 2G+j, .. for
+** j = rank % G (size world / G); what a hybrid plan's shards are all-reduced over. */
+Comm* comm_across(int G);
+int comm_rank_in(const Comm* c);
+int comm_size_of(const Comm* c);
+/* "world", "host", "group of G", "across groups of G". */
+const char* comm_name(const Comm* c);
+/* The Comms created so far (world first); returns their count, writes up to max of them. */
+int comm_list(Comm** out, int max);
+/* A Comm's counters since the last comm_reset_stats. */
+CommStats comm_stats_of(const Comm* c);
 
 /* Says where the buffers given to the collectives live: the backend's memory (NULL: the CPU's).
 ** For a GPU every collective goes through host copies (MPI over host memory; the way several
@@ -62,37 +105,44 @@ void comm_watchdog_step(long step, double median_step_s);
 /* Stops the watchdog (collective: every rank drains its heartbeats); comm_finalize calls it. */
 void comm_watchdog_stop(void);
 
-/* In-place sum of buf[0..n) across ranks. */
-void comm_allreduce_f32(float* buf, size_t n);
-/* Starts an in-place sum; buf must not be touched until comm_wait. */
-void comm_iallreduce_f32(float* buf, size_t n, CommRequest* r);
+/* In the collectives below N is comm_size_of(c) and r this rank's comm_rank_in(c).
+** In-place sum of buf[0..n) across c's ranks. */
+void comm_allreduce_f32(Comm* c, float* buf, size_t n);
+/* Starts an in-place sum sent as dtype; buf must not be touched until comm_wait. */
+void comm_iallreduce_f32(Comm* c, float* buf, size_t n, CommDtype dtype, CommRequest* r);
 /* Lets outstanding requests progress (call between operators). Returns 1 if r is done. */
 int comm_test(CommRequest* r);
 void comm_wait(CommRequest* r);
 /* full holds N shards of shard_n floats; rank r's own shard is already at full + r*shard_n;
 ** afterwards every rank has all of them. */
-void comm_allgather_f32(float* full, size_t shard_n);
+void comm_allgather_f32(Comm* c, float* full, size_t shard_n);
 /* Gathers each rank's shard[0..shard_n) into full[0..N*shard_n). */
-void comm_allgather_into_f32(const float* shard, float* full, size_t shard_n);
+void comm_allgather_into_f32(Comm* c, const float* shard, float* full, size_t shard_n);
 /* Starts gathering each rank's shard into full; neither may be touched until comm_wait. */
-void comm_iallgather_into_f32(const float* shard, float* full, size_t shard_n, CommRequest* r);
-/* Sums full[0..N*shard_n) across ranks and ADDS rank r's part (elements r*shard_n ..) into
-** shard_acc[0..shard_n). full is used as a work buffer and is clobbered. */
-void comm_reduce_scatter_add_f32(float* full, float* shard_acc, size_t shard_n);
-/* Sum of one double across ranks. */
-double comm_allreduce_f64(double x);
-/* Sum of n doubles in place across ranks. */
-void comm_allreduce_f64_array(double* x, int n);
-/* Maximum of one double across ranks. */
-double comm_allreduce_max_f64(double x);
-/* Broadcast of bytes from rank 0. */
-void comm_bcast(void* buf, size_t bytes);
+void comm_iallgather_into_f32(Comm* c, const float* shard, float* full, size_t shard_n,
+                              CommRequest* r);
+/* Sums full[0..N*shard_n) across ranks (sent as dtype) and ADDS rank r's part (elements
+** r*shard_n ..) into shard_acc[0..shard_n). full is used as a work buffer and is clobbered. */
+void comm_reduce_scatter_add_f32(Comm* c, float* full, float* shard_acc, size_t shard_n,
+                                 CommDtype dtype);
+/* Starts the same; neither buffer may be touched until comm_wait, which adds into shard_acc. */
+void comm_ireduce_scatter_add_f32(Comm* c, float* full, float* shard_acc, size_t shard_n,
+                                  CommDtype dtype, CommRequest* r);
+/* Sum of one double across c's ranks. */
+double comm_allreduce_f64(Comm* c, double x);
+/* Sum of n doubles in place across c's ranks. */
+void comm_allreduce_f64_array(Comm* c, double* x, int n);
+/* Maximum of one double across c's ranks. */
+double comm_allreduce_max_f64(Comm* c, double x);
+/* Broadcast of bytes from c's rank 0. */
+void comm_bcast(Comm* c, void* buf, size_t bytes);
 
-/* The counters since the last reset. */
+/* The counters of every Comm together since the last reset. */
 CommStats comm_stats(void);
 /* A clock of all seconds spent inside communication calls since the process started (never
 ** reset): callers subtract it from compute timings. */
 const double* comm_clock(void);
+/* Resets every Comm's counters. */
 void comm_reset_stats(void);
 
 #endif

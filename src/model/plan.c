@@ -19,6 +19,24 @@ int strategy_parse(const char* s) {
   return -1;
 }
 
+static const char* reduce_dtype_names[2] = {"fp32", "bf16"};
+
+const char* reduce_dtype_name(ReduceDtype t) { return t == REDUCE_BF16 ? "bf16" : "fp32"; }
+
+int reduce_dtype_parse(const char* s) {
+  for (int i = 0; i < 2; i++) if (strcmp(s, reduce_dtype_names[i]) == 0) return i;
+  return -1;
+}
+
+int plan_op_group(const Plan* p, int op) {
+  int g = p->ops[op].group;
+  return g > 0 ? g : p->world;
+}
+
+void plan_set_group(Plan* p, int G) {
+  for (int i = 0; i < p->nops; i++) p->ops[i].group = G == p->world ? 0 : G;
+}
+
 int plan_uniform(Plan* p, const GptDesc* d, Strategy s, int world, int B, int T) {
   memset(p, 0, sizeof *p);
   p->ops = calloc((size_t)d->nops, sizeof *p->ops);
@@ -90,7 +108,12 @@ int plan_validate(const Plan* p, const GptDesc* d, int world) {
     for (int s = 0; s < o->k; s++)
       if (o->strat[s] < 0 || o->strat[s] >= STRAT_COUNT)
         return osdp_fail("plan: operator %s slice %d has an unknown strategy", op->name, s);
+    if (o->group < 0 || o->group > p->world || (o->group && p->world % o->group))
+      return osdp_fail("plan: operator %s has shard_group=%d; it must divide world_size=%d "
+                       "(e.g. the ranks per host)", op->name, o->group, p->world);
   }
+  if (p->reduce_dtype != REDUCE_FP32 && p->reduce_dtype != REDUCE_BF16)
+    return osdp_fail("plan: reduce_dtype must be fp32 or bf16");
   return 0;
 }
 
@@ -148,6 +171,13 @@ static int plan_read_ops(Plan* p, const GptDesc* d, const cJSON* ops, const char
                          "\"zero3\"", path, name->valuestring, s);
       p->ops[idx].strat[s] = (Strategy)v;
     }
+    const cJSON* g = cJSON_GetObjectItemCaseSensitive(o, "shard_group");
+    if (g && (!cJSON_IsNumber(g) || g->valuedouble != (double)(int)g->valuedouble ||
+              g->valuedouble < 1 || g->valuedouble > p->world || p->world % (int)g->valuedouble))
+      return osdp_fail("%s: operator \"%s\": \"shard_group\" must be a whole number that divides "
+                       "world_size=%d (the ranks a slice is sharded over; absent: all of them)", path,
+                       name->valuestring, p->world);
+    p->ops[idx].group = g && (int)g->valuedouble != p->world ? (int)g->valuedouble : 0;
   }
   return 0;
 }
@@ -190,6 +220,14 @@ int plan_load(Plan* p, const GptDesc* d, const char* path) {
   const cJSON* pf = cJSON_GetObjectItemCaseSensitive(root, "prefetch");
   if (!rc && pf && !cJSON_IsBool(pf)) rc = osdp_fail("%s: field \"prefetch\" must be true or false", path);
   if (!rc) p->prefetch = cJSON_IsTrue(pf);
+  const cJSON* ov = cJSON_GetObjectItemCaseSensitive(root, "overlap_reduce");
+  if (!rc && ov && !cJSON_IsBool(ov))
+    rc = osdp_fail("%s: field \"overlap_reduce\" must be true or false", path);
+  if (!rc) p->overlap_reduce = cJSON_IsTrue(ov);
+  const cJSON* rd = cJSON_GetObjectItemCaseSensitive(root, "reduce_dtype");
+  int rdt = !rd ? REDUCE_FP32 : cJSON_IsString(rd) ? reduce_dtype_parse(rd->valuestring) : -1;
+  if (!rc && rdt < 0) rc = osdp_fail("%s: field \"reduce_dtype\" must be \"fp32\" or \"bf16\"", path);
+  if (!rc) p->reduce_dtype = (ReduceDtype)rdt;
   if (!rc) rc = plan_read_ops(p, d, cJSON_GetObjectItemCaseSensitive(root, "ops"), path);
   if (!rc) rc = plan_read_layers(p, d, cJSON_GetObjectItemCaseSensitive(root, "layers"), path);
   cJSON_Delete(root);
@@ -210,6 +248,8 @@ char* plan_to_json(const Plan* p, const GptDesc* d) {
   cJSON_AddNumberToObject(root, "micro_batch", p->micro_batch);
   cJSON_AddNumberToObject(root, "seq_len", p->seq);
   cJSON_AddBoolToObject(root, "prefetch", p->prefetch);
+  cJSON_AddBoolToObject(root, "overlap_reduce", p->overlap_reduce);
+  cJSON_AddStringToObject(root, "reduce_dtype", reduce_dtype_name(p->reduce_dtype));
   cJSON* ops = cJSON_AddArrayToObject(root, "ops");
   for (int i = 0; i < d->nops; i++) {
     if (!d->ops[i].n_params) continue;
@@ -218,6 +258,7 @@ char* plan_to_json(const Plan* p, const GptDesc* d) {
     cJSON* sl = cJSON_AddArrayToObject(o, "slices");
     for (int s = 0; s < p->ops[i].k; s++)
       cJSON_AddItemToArray(sl, cJSON_CreateString(strategy_name(p->ops[i].strat[s])));
+    if (p->ops[i].group) cJSON_AddNumberToObject(o, "shard_group", p->ops[i].group);
     cJSON_AddItemToArray(ops, o);
   }
   if (plan_recompute_count(p)) {
@@ -246,29 +287,29 @@ int plan_save(const Plan* p, const GptDesc* d, const char* path) {
   return rc;
 }
 
-size_t slice_padded(size_t n, Strategy s, int world) {
+size_t slice_padded(size_t n, Strategy s, int group) {
   if (s == STRAT_DP) return n;
-  return (n + (size_t)world - 1) / (size_t)world * (size_t)world;
+  return (n + (size_t)group - 1) / (size_t)group * (size_t)group;
 }
 
-size_t slice_shard(size_t n, Strategy s, int world) {
-  return s == STRAT_DP ? n : slice_padded(n, s, world) / (size_t)world;
+size_t slice_shard(size_t n, Strategy s, int group) {
+  return s == STRAT_DP ? n : slice_padded(n, s, group) / (size_t)group;
 }
 
-void slice_persistent_bytes(size_t n, Strategy s, int world, size_t* params, size_t* grads,
+void slice_persistent_bytes(size_t n, Strategy s, int group, size_t* params, size_t* grads,
                             size_t* optim) {
-  size_t f = sizeof(float), sh = slice_shard(n, s, world);
-  *params = f * (s == STRAT_ZERO3 ? sh : slice_padded(n, s, world));
+  size_t f = sizeof(float), sh = slice_shard(n, s, group);
+  *params = f * (s == STRAT_ZERO3 ? sh : slice_padded(n, s, group));
   *grads = f * sh;
   *optim = 2 * f * sh;
 }
 
-size_t slice_transient_forward(size_t n, Strategy s, int world) {
-  return s == STRAT_ZERO3 ? sizeof(float) * slice_padded(n, s, world) : 0;
+size_t slice_transient_forward(size_t n, Strategy s, int group) {
+  return s == STRAT_ZERO3 ? sizeof(float) * slice_padded(n, s, group) : 0;
 }
 
-size_t slice_transient_backward(size_t n, Strategy s, int world, int needs_weight) {
-  size_t full = sizeof(float) * slice_padded(n, s, world);
+size_t slice_transient_backward(size_t n, Strategy s, int group, int needs_weight) {
+  size_t full = sizeof(float) * slice_padded(n, s, group);
   if (s == STRAT_DP) return 0;
   return full + (s == STRAT_ZERO3 && needs_weight ? full : 0);
 }
@@ -277,7 +318,7 @@ size_t slice_transient_backward(size_t n, Strategy s, int world, int needs_weigh
 static size_t slice_full_bytes(const GptDesc* d, const Plan* p, int owner, int slice) {
   const OpPlan* o = &p->ops[owner];
   size_t n = gpt_slice_params(&d->ops[owner], o->k, slice);
-  return sizeof(float) * slice_padded(n, o->strat[slice], p->world);
+  return sizeof(float) * slice_padded(n, o->strat[slice], plan_op_group(p, owner));
 }
 
 /* Index of the next use after i whose weight is fully sharded (what the runtime prefetches),
@@ -294,11 +335,14 @@ static int next_zero3_use(const Plan* p, const GptParamUse* u, int n, int i) {
 ** now, or prefetched at the previous zero3 use); with prefetch it also allocates the next zero3
 ** weight's buffer, which stays live until that use frees it; a sharded gradient use holds the
 ** slice's full gradient. Weight and gradient of one use are live together (the backward kernel
-** needs both); both are freed before the next use. */
+** needs both); both are freed before the next use, except that with overlap_reduce a sharded
+** full gradient stays live while its reduce-scatter is in flight: until the next sharded
+** gradient use ends (the runtime waits for it then) or the step's end. */
 static size_t replay_transient(const GptDesc* d, const Plan* p, const GptParamUse* u, int n,
                                size_t* live) {
   size_t cur = 0, peak = 0;
   int pending = -1; /* use index whose weight has been prefetched */
+  size_t reducing = 0; /* bytes of the full gradient whose reduce-scatter is in flight */
   for (int i = 0; i < n; i++) {
     Strategy st = p->ops[u[i].owner].strat[u[i].slice];
     size_t full = slice_full_bytes(d, p, u[i].owner, u[i].slice);
@@ -317,7 +361,12 @@ static size_t replay_transient(const GptDesc* d, const Plan* p, const GptParamUs
     if (live) live[i] = cur;
     if (cur > peak) peak = cur;
     if (gathered) cur -= full;
-    if (full_grad) cur -= full;
+    if (full_grad && p->overlap_reduce) { /* the previous one lands; this one goes in flight */
+      cur -= reducing;
+      reducing = full;
+    } else if (full_grad) {
+      cur -= full;
+    }
   }
   return peak;
 }
@@ -345,8 +394,9 @@ int plan_transient_timeline(const GptDesc* d, const Plan* p, size_t* live) {
 
 /* Largest transient bytes of plan p: the maximum of its timeline. If the schedule cannot be
 ** allocated, falls back to the largest single use (a slice's gathered weight plus its full
-** gradient), plus, with prefetch, the largest zero3 weight, which may be in flight beside it;
-** that bound is exact without prefetch and never below the truth with it. */
+** gradient), plus, with prefetch, the largest zero3 weight, which may be in flight beside it,
+** and with overlap_reduce the largest full gradient still being reduced; that bound is exact
+** without either and never below the truth with them. */
 static size_t plan_transient_peak(const GptDesc* d, const Plan* p) {
   int n = 0;
   GptParamUse* u = plan_schedule(d, p, &n);
@@ -356,31 +406,33 @@ static size_t plan_transient_peak(const GptDesc* d, const Plan* p) {
     return peak;
   }
   osdp_clear_error();
-  size_t use = 0, z3 = 0;
+  size_t use = 0, z3 = 0, rs = 0;
   for (int i = 0; i < d->nops; i++) {
     const GptOp* op = &d->ops[i];
     for (int s = 0; op->n_params && s < p->ops[i].k; s++) {
       size_t np = gpt_slice_params(op, p->ops[i].k, s);
       Strategy st = p->ops[i].strat[s];
-      size_t tb = slice_transient_backward(np, st, p->world, 1);
-      size_t tf = slice_transient_forward(np, st, p->world);
+      size_t tb = slice_transient_backward(np, st, plan_op_group(p, i), 1);
+      size_t tf = slice_transient_forward(np, st, plan_op_group(p, i));
       if (tb > use) use = tb;
       if (tf > z3) z3 = tf;
+      if (st != STRAT_DP && sizeof(float) * slice_padded(np, st, plan_op_group(p, i)) > rs)
+        rs = sizeof(float) * slice_padded(np, st, plan_op_group(p, i));
     }
   }
-  return use + (p->prefetch ? z3 : 0);
+  return use + (p->prefetch ? z3 : 0) + (p->overlap_reduce ? rs : 0);
 }
 
 void plan_predict_memory(const GptDesc* d, const Plan* p, int threads, MemPrediction* m) {
   memset(m, 0, sizeof *m);
-  int B = p->micro_batch, T = p->seq, N = p->world;
+  int B = p->micro_batch, T = p->seq;
   m->acts = gpt_acts_layout(d, B, T, sizeof(float), p->recompute, NULL, NULL, &m->recompute);
   for (int i = 0; i < d->nops; i++) {
     const GptOp* op = &d->ops[i];
     if (!op->n_params) continue;
     for (int s = 0; s < p->ops[i].k; s++) {
       size_t n = gpt_slice_params(op, p->ops[i].k, s), pa, gr, op_;
-      slice_persistent_bytes(n, p->ops[i].strat[s], N, &pa, &gr, &op_);
+      slice_persistent_bytes(n, p->ops[i].strat[s], plan_op_group(p, i), &pa, &gr, &op_);
       m->params += pa; m->grads += gr; m->optim += op_;
     }
   }

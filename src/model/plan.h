@@ -8,20 +8,27 @@
 **          updated shards all-gathered back into the full weight;
 **   zero3  only the rank's 1/N shard of everything kept; the full weight is gathered before
 **          each use and freed after; the full gradient is reduce-scattered and freed.
-** A slice of n parameters is padded to n_pad = ceil(n / N) * N when sharded; rank r owns
-** elements [r n_pad/N, (r+1) n_pad/N).
+** Sharded slices shard over a group of G ranks (the op's "shard_group"; default the whole world
+** of N): ranks r = g*G + j (group g, index j) hold shard j, replicated across the N/G groups
+** (hybrid sharding: weights gathered within the group; gradients reduce-scattered within it, then
+** the shard all-reduced across groups). A slice of n parameters is padded to
+** n_pad = ceil(n / G) * G when sharded; index j owns elements [j n_pad/G, (j+1) n_pad/G).
 **
 ** On disk a plan is JSON:
 **   {"model": {"name":..,"n_layer":..,"n_embd":..,"n_head":..,"vocab_size":..,"max_seq":..},
 **    "world_size": N, "micro_batch": B, "seq_len": T, "prefetch": false,
-**    "ops": [{"name": "embed", "slices": ["zero3", "zero3", "dp", "dp"]}, ...],
+**    "overlap_reduce": false, "reduce_dtype": "fp32",
+**    "ops": [{"name": "embed", "slices": ["zero3", "zero3", "dp", "dp"], "shard_group": 2}, ...],
 **    "layers": [{"layer": 0, "recompute": true}, ...]}
 ** listing every operator that owns parameters (ops not listed default to one dp slice) and the
 ** transformer layers that recompute their activations in backward (absent: not recomputed; see
 ** GptActs in gpt_step.h).
 ** With "prefetch" the runtime starts gathering the next fully sharded weight as soon as the
 ** current one is in place, so two gathered weights can be live at once; the memory model
-** replays the step to account for that exactly. The planner plans without prefetch.
+** replays the step to account for that exactly. With "overlap_reduce" a sharded slice's
+** reduce-scatter runs without blocking while the next gradient computes (its full gradient
+** stays live until then; also replayed). "reduce_dtype": "bf16" sends gradients as bf16 and
+** sums them in fp32 (half the bytes; the losses move by about bf16's rounding, see README).
 */
 #ifndef OSDP_PLAN_H
 #define OSDP_PLAN_H
@@ -35,16 +42,33 @@ typedef enum Strategy { STRAT_DP = 0, STRAT_ZERO2 = 1, STRAT_ZERO3 = 2, STRAT_CO
 typedef struct OpPlan {
   int k;                              /* slice count, 1..GPT_MAX_SLICES */
   Strategy strat[GPT_MAX_SLICES];     /* per slice */
+  int group;                          /* sharded slices shard over groups of this many ranks and
+                                      ** replicate across groups (0: the whole world) */
 } OpPlan;
+
+/* The element type gradients travel in: fp32, or bf16 with fp32 accumulation (each rank
+** rounds its contribution to bf16; the owner of a shard sums the contributions in fp32). */
+typedef enum ReduceDtype { REDUCE_FP32 = 0, REDUCE_BF16 = 1 } ReduceDtype;
 
 typedef struct Plan {
   int world, micro_batch, seq;
   int prefetch;                       /* zero3: gather the next weight while this one computes */
+  int overlap_reduce;                 /* sharded gradients: reduce-scatter without blocking, one
+                                      ** in flight while the next gradient computes */
+  ReduceDtype reduce_dtype;           /* gradient reductions' element type */
   int nops;
   OpPlan* ops;                        /* nops entries, one per op (parameterless ops: k = 1) */
   int nlayers;
   int* recompute;                     /* nlayers flags: the layer recomputes in backward */
 } Plan;
+
+/* The group size op i's sharded slices shard over: its group, or the world when 0. */
+int plan_op_group(const Plan* p, int op);
+/* Sets every op's shard group to G (0: the whole world). */
+void plan_set_group(Plan* p, int G);
+/* "fp32", "bf16"; and the parse (-1 if unknown). */
+const char* reduce_dtype_name(ReduceDtype t);
+int reduce_dtype_parse(const char* s);
 
 /* "dp", "zero2", "zero3". */
 const char* strategy_name(Strategy s);
@@ -72,9 +96,9 @@ void plan_set_recompute(Plan* p, int n);
 /* Number of layers the plan recomputes. */
 int plan_recompute_count(const Plan* p);
 
-/* Per-slice sizes under a strategy on N ranks. */
-size_t slice_padded(size_t n, Strategy s, int world);  /* n, or n rounded up to a multiple of N */
-size_t slice_shard(size_t n, Strategy s, int world);   /* elements a rank owns: n (dp) or n_pad/N */
+/* Per-slice sizes under a strategy sharded over `group` ranks (plan_op_group). */
+size_t slice_padded(size_t n, Strategy s, int group);  /* n, or n rounded up to a multiple of G */
+size_t slice_shard(size_t n, Strategy s, int group);   /* elements a rank owns: n (dp) or n_pad/G */
 
 /* Exact memory of one rank, per arena category, predicted from the description alone. */
 typedef struct MemPrediction {
@@ -85,11 +109,11 @@ typedef struct MemPrediction {
 } MemPrediction;
 
 /* Bytes a slice keeps between steps (weights, gradients, optimizer state). */
-void slice_persistent_bytes(size_t n, Strategy s, int world, size_t* params, size_t* grads,
+void slice_persistent_bytes(size_t n, Strategy s, int group, size_t* params, size_t* grads,
                             size_t* optim);
 /* Transient bytes live while a slice is used in forward and in backward. */
-size_t slice_transient_forward(size_t n, Strategy s, int world);
-size_t slice_transient_backward(size_t n, Strategy s, int world, int needs_weight);
+size_t slice_transient_forward(size_t n, Strategy s, int group);
+size_t slice_transient_backward(size_t n, Strategy s, int group, int needs_weight);
 /* The transient bytes over one training step: replays the step's parameter uses
 ** (gpt_param_schedule order: forward, then backward) as the runtime's hooks allocate them
 ** (zero3 gathers a weight before its use and frees it after; a sharded slice holds a full

@@ -39,12 +39,12 @@ static double time_collective(int kind, float* buf, float* shard, size_t n, int 
   size_t sh = n / (size_t)N;
   double best = 1e30;
   for (int r = 0; r <= reps; r++) {
-    comm_barrier();
+    comm_barrier(comm_world());
     double t0 = now_seconds();
-    if (kind == COLL_ALLREDUCE) comm_allreduce_f32(buf, n);
-    else if (kind == COLL_ALLGATHER) comm_allgather_into_f32(shard, buf, sh);
-    else comm_reduce_scatter_add_f32(buf, shard, sh);
-    double t = comm_allreduce_max_f64(now_seconds() - t0);
+    if (kind == COLL_ALLREDUCE) comm_allreduce_f32(comm_world(), buf, n);
+    else if (kind == COLL_ALLGATHER) comm_allgather_into_f32(comm_world(), shard, buf, sh);
+    else comm_reduce_scatter_add_f32(comm_world(), buf, shard, sh, COMM_FP32);
+    double t = comm_allreduce_max_f64(comm_world(), now_seconds() - t0);
     if (r > 0 && t < best) best = t;
   }
   return best;
@@ -132,7 +132,7 @@ static int profile_collectives(DeviceInfo* dev, const Backend* bk, int verbose) 
 static double profile_sgemm(const GptDesc* d, const Backend* bk, int T) {
   int M = T < 256 ? 256 : T, K = d->cfg.n_embd, N = 4 * d->cfg.n_embd;
   double g = backend_matmul_gflops(bk, M, N, K);
-  return -comm_allreduce_max_f64(-g);
+  return -comm_allreduce_max_f64(comm_world(), -g);
 }
 
 /* ---- Compute, overhead, optimizer and the collectives inside steps ----------------------- */

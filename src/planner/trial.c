@@ -40,7 +40,7 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
   }
   for (int s = 0; s < steps; s++) {
     comm_reset_stats();
-    comm_barrier();
+    comm_barrier(comm_world());
     engine_step(&e, targets, &sr);
     CommStats cs = comm_stats();
     double x[NF] = {sr.seconds, sr.optim_seconds, 0};
@@ -48,14 +48,14 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
       x[F_WAIT0 + k] = cs.seconds[k];
       x[F_COMM] += cs.seconds[k];
     }
-    for (int f = 0; f < NF; f++) v[(size_t)f * steps + s] = comm_allreduce_max_f64(x[f]);
+    for (int f = 0; f < NF; f++) v[(size_t)f * steps + s] = comm_allreduce_max_f64(comm_world(), x[f]);
   }
   m->step_s = median_of(v + (size_t)F_STEP * steps, steps);
   m->optim_s = median_of(v + (size_t)F_OPTIM * steps, steps);
   m->comm_s = median_of(v + (size_t)F_COMM * steps, steps);
   for (int k = 0; k < COMM_KINDS; k++) m->wait_s[k] = median_of(v + (size_t)(F_WAIT0 + k) * steps, steps);
-  m->peak = (size_t)comm_allreduce_max_f64((double)engine_peak_bytes(&e, NULL));
-  for (int i = 0; op_s && i < d->nops; i++) op_s[i] = comm_allreduce_max_f64(op_s[i] / steps);
+  m->peak = (size_t)comm_allreduce_max_f64(comm_world(), (double)engine_peak_bytes(&e, NULL));
+  for (int i = 0; op_s && i < d->nops; i++) op_s[i] = comm_allreduce_max_f64(comm_world(), op_s[i] / steps);
   engine_destroy(&e);
   free(v);
   return 0;

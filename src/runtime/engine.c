@@ -51,7 +51,7 @@ static void prefetch_after(Engine* e, int i) {
     if (!u->weight || s->strat != STRAT_ZERO3) continue;
     e->pending_buf = arena_alloc(&e->arena, s->n_pad * sizeof(float), MEM_GATHER, "prefetched weight");
     if (!e->pending_buf) { fprintf(stderr, "osdp: error: %s\n", osdp_last_error()); comm_abort(3); }
-    comm_iallgather_into_f32(s->w, e->pending_buf, s->shard, &e->pending_req);
+    comm_iallgather_into_f32(s->group, s->w, e->pending_buf, s->shard, &e->pending_req);
     e->pending = j;
     return;
   }
@@ -82,7 +82,7 @@ static void* hook_acquire_weight(void* ctx, int owner, int slice, GptPhase phase
   } else {
     s->gathered = arena_alloc(&e->arena, s->n_pad * sizeof(float), MEM_GATHER, "gathered weight");
     if (!s->gathered) { fprintf(stderr, "osdp: error: %s\n", osdp_last_error()); comm_abort(3); }
-    comm_allgather_into_f32(s->w, s->gathered, s->shard);
+    comm_allgather_into_f32(s->group, s->w, s->gathered, s->shard);
   }
   if (i >= 0) prefetch_after(e, i);
   return s->gathered;
@@ -108,34 +108,64 @@ static void* hook_acquire_grad(void* ctx, int owner, int slice) {
   return s->gfull;
 }
 
+/* A sharded slice's reduce-scatter of this use has landed in its shard: frees the full gradient
+** and, after the slice's last use of the step, starts the shard's all-reduce across groups
+** (hybrid plans; a no-op when the slice is sharded over the whole world). */
+static void reduced(Engine* e, SliceState* s) {
+  arena_free(&e->arena, s->gfull);
+  s->gfull = NULL;
+  if (s->bwd_done == s->bwd_uses && comm_size_of(s->across) > 1)
+    comm_iallreduce_f32(s->across, s->g, s->shard, e->reduce_dtype, &s->across_req);
+}
+
+/* Waits for the reduce-scatter in flight (overlap_reduce), if any. */
+static void finish_reducing(Engine* e) {
+  if (!e->reducing) return;
+  comm_wait(&e->reducing_req);
+  reduced(e, e->reducing);
+  e->reducing = NULL;
+}
+
 /* A use of a slice's gradient is complete: sharded slices reduce-scatter it into the rank's
-** shard now; dp slices start their bucket's all-reduce once every member is final. */
+** shard (now, or with overlap_reduce started now and finished at the next such use); dp slices
+** start their bucket's all-reduce once every member is final. */
 static void hook_release_grad(void* ctx, int owner, int slice) {
   Engine* e = ctx;
   SliceState* s = &e->slices[owner][slice];
   if (s->strat != STRAT_DP) {
-    comm_reduce_scatter_add_f32(s->gfull, s->g, s->shard);
-    arena_free(&e->arena, s->gfull);
-    s->gfull = NULL;
+    s->bwd_done++;
+    if (e->plan.overlap_reduce) {
+      finish_reducing(e);
+      comm_ireduce_scatter_add_f32(s->group, s->gfull, s->g, s->shard, e->reduce_dtype,
+                                   &e->reducing_req);
+      e->reducing = s;
+      if (!e->reducing_req.active) finish_reducing(e); /* a group of one: already done */
+      return;
+    }
+    comm_reduce_scatter_add_f32(s->group, s->gfull, s->g, s->shard, e->reduce_dtype);
+    reduced(e, s);
     return;
   }
   if (++s->bwd_done < s->bwd_uses) return;
   GradBucket* b = &e->buckets[s->bucket];
-  if (--b->pending == 0) comm_iallreduce_f32(b->buf, b->n, &b->req);
+  if (--b->pending == 0) comm_iallreduce_f32(comm_world(), b->buf, b->n, e->reduce_dtype, &b->req);
 }
 
 /* ---- Construction -------------------------------------------------------------------- */
 
-/* Fills a slice's sizes from its op, plan entry and the world size. */
-static void slice_geometry(const GptDesc* d, const Plan* p, int world, int rank, int opi, int i,
-                           SliceState* s) {
+/* Fills a slice's sizes and communicators from its op and plan entry: a sharded slice is
+** sharded over its op's group (comm_group, made here on first use: every rank creates the same
+** groups in the same order) and holds the shard of its index in that group. */
+static void slice_geometry(const GptDesc* d, const Plan* p, int opi, int i, SliceState* s) {
   const GptOp* op = &d->ops[opi];
-  int k = p->ops[opi].k;
+  int k = p->ops[opi].k, G = plan_op_group(p, opi);
   s->strat = p->ops[opi].strat[i];
   s->n = gpt_slice_params(op, k, i);
-  s->n_pad = slice_padded(s->n, s->strat, world);
-  s->shard = slice_shard(s->n, s->strat, world);
-  s->off = s->strat == STRAT_DP ? 0 : (size_t)rank * s->shard;
+  s->group = s->strat == STRAT_DP ? comm_world() : comm_group(G);
+  s->across = s->strat == STRAT_DP ? NULL : comm_across(G);
+  s->n_pad = slice_padded(s->n, s->strat, G);
+  s->shard = slice_shard(s->n, s->strat, G);
+  s->off = s->strat == STRAT_DP ? 0 : (size_t)comm_rank_in(s->group) * s->shard;
   size_t r0 = gpt_slice_row0(op->rows, k, i), r1 = gpt_slice_row0(op->rows, k, i + 1);
   s->rows_n = (r1 - r0) * op->width;
   s->tail_decay = op->tail_decay;
@@ -274,6 +304,7 @@ int engine_create(Engine* e, const GptDesc* d, const Plan* p, const TrainOptions
   if (plan_validate(p, d, e->world) || plan_copy(&e->plan, p)) return -1;
   e->bk->set_threads(opt->threads);
   comm_use_backend(e->bk);
+  e->reduce_dtype = p->reduce_dtype == REDUCE_BF16 ? COMM_BF16 : COMM_FP32;
   plan_predict_memory(d, p, opt->threads, &e->predicted);
   if (opt->mem_limit && e->predicted.peak > opt->mem_limit) return memory_limit_error(e);
   if (!opt->mem_limit && !e->bk->available() && host_memory_error(e)) return -1;
@@ -289,7 +320,7 @@ int engine_create(Engine* e, const GptDesc* d, const Plan* p, const TrainOptions
     e->slices[opi] = calloc((size_t)e->slice_counts[opi], sizeof(SliceState));
     if (!e->slices[opi]) return osdp_fail("out of memory");
     for (int i = 0; i < e->slice_counts[opi]; i++) {
-      slice_geometry(d, p, e->world, e->rank, opi, i, &e->slices[opi][i]);
+      slice_geometry(d, p, opi, i, &e->slices[opi][i]);
       if (alloc_slice(e, opi, i, &e->slices[opi][i])) return -1;
     }
   }
@@ -360,17 +391,38 @@ static void zero_grads(Engine* e) {
     }
 }
 
-/* Sum of squares of the gradient elements this rank accounts for: its shard of sharded slices
-** and its 1/N part of replicated ones, so the global sum counts each element once. */
+/* The part [*first, *first + *count) of slice s's n elements this rank holds: all of a dp
+** slice, the shard (less padding) of a sharded one. */
+static void held_part(const SliceState* s, size_t* first, size_t* count) {
+  if (s->strat == STRAT_DP) { *first = 0; *count = s->n; return; }
+  *first = s->off < s->n ? s->off : s->n;
+  *count = s->n - *first < s->shard ? s->n - *first : s->shard;
+}
+
+/* The part of slice s this rank accounts for, so that over the ranks every element is counted
+** once: the held part split evenly over the ranks that hold it too (all ranks for dp, one per
+** group for a hybrid shard). Used for the gradient norm and the checkpoint's owned ranges. */
+static void owned_part(const Engine* e, const SliceState* s, size_t* first, size_t* count) {
+  size_t f, c;
+  held_part(s, &f, &c);
+  int n = s->strat == STRAT_DP ? e->world : comm_size_of(s->across);
+  int r = s->strat == STRAT_DP ? e->rank : comm_rank_in(s->across);
+  *first = f + c * (size_t)r / (size_t)n;
+  *count = f + c * (size_t)(r + 1) / (size_t)n - *first;
+}
+
+/* Sum of squares of the gradient elements this rank accounts for (owned_part), so the global
+** sum counts each element once. */
 static double owned_grad_sumsq(Engine* e) {
   double acc = 0;
   for (int opi = 0; opi < e->d->nops; opi++)
     for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++) {
       SliceState* s = &e->slices[opi][i];
-      if (s->strat != STRAT_DP) { acc += e->bk->f32->sum_squares(s->g, s->shard); continue; }
-      size_t a = s->n * (size_t)e->rank / (size_t)e->world;
-      size_t b = s->n * (size_t)(e->rank + 1) / (size_t)e->world;
-      acc += e->bk->f32->sum_squares(s->g + a, b - a);
+      size_t first, count;
+      owned_part(e, s, &first, &count);
+      /* A dp gradient is the whole slice; a sharded one starts at the shard. */
+      size_t at = s->strat == STRAT_DP ? first : first - s->off;
+      if (count) acc += e->bk->f32->sum_squares(s->g + at, count);
     }
   return acc;
 }
@@ -391,7 +443,7 @@ static void update_slice(Engine* e, SliceState* s, float lr, float scale) {
   if (count > split)
     e->bk->f32->adamw_update(w + split, s->g + split, s->m + split, s->v + split, count - split, lr, b1,
                      b2, eps, s->tail_decay ? wd : 0.0f, t, scale);
-  if (s->strat == STRAT_ZERO2) comm_allgather_f32(s->w, s->shard);
+  if (s->strat == STRAT_ZERO2) comm_allgather_f32(s->group, s->w, s->shard);
 }
 
 /* The learning rate of (1-based) step t: linear warmup, then constant or cosine decay from lr
@@ -412,9 +464,13 @@ void engine_step(Engine* e, long global_targets, StepResult* r) {
   double scale = 1.0 / (double)(global_targets > 0 ? global_targets : 1);
   double loss = gpt_forward_f32(e->d, &e->acts, &e->hooks, e->slice_counts, scale, NULL);
   gpt_backward_f32(e->d, &e->acts, &e->hooks, e->slice_counts);
+  finish_reducing(e);
   for (int b = 0; b < e->nbuckets; b++) comm_wait(&e->buckets[b].req);
+  for (int opi = 0; opi < e->d->nops; opi++)
+    for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++)
+      comm_wait(&e->slices[opi][i].across_req);
   double sums[2] = {loss, owned_grad_sumsq(e)};
-  comm_allreduce_f64_array(sums, 2);
+  comm_allreduce_f64_array(comm_world(), sums, 2);
   double norm = sqrt(sums[1]);
   r->nonfinite = !isfinite(sums[0]) || !isfinite(norm);
   if (r->nonfinite) { /* never apply such an update: the weights stay as they were */
@@ -464,7 +520,7 @@ double engine_eval(Engine* e, const int* problem, long* problems_total, long* pr
     }
   }
   free(pred);
-  comm_allreduce_f64_array(sums, 3);
+  comm_allreduce_f64_array(comm_world(), sums, 3);
   if (problems_total) *problems_total = (long)sums[1];
   if (problems_ok) *problems_ok = (long)sums[2];
   return sums[0];
@@ -486,7 +542,7 @@ void engine_get_params(Engine* e, float* full) {
       float* dst = full + base + gpt_slice_offset(&e->d->ops[opi], e->slice_counts[opi], i);
       if (s->strat != STRAT_ZERO3) { e->bk->to_host(dst, s->w, s->n * sizeof(float)); continue; }
       float* tmp = transient_floats(e, s->n_pad, "gathered weight (copy out)");
-      comm_allgather_into_f32(s->w, tmp, s->shard);
+      comm_allgather_into_f32(s->group, s->w, tmp, s->shard);
       e->bk->to_host(dst, tmp, s->n * sizeof(float));
       arena_free(&e->arena, tmp);
     }
@@ -524,17 +580,6 @@ static size_t slice_base(const Engine* e, int opi, int i) {
   return base + gpt_slice_offset(&e->d->ops[opi], e->slice_counts[opi], i);
 }
 
-/* The part of slice s this rank writes: [*first, *first + *count) of its n elements. */
-static void owned_part(const Engine* e, const SliceState* s, size_t* first, size_t* count) {
-  if (s->strat == STRAT_DP) {
-    *first = s->n * (size_t)e->rank / (size_t)e->world;
-    *count = s->n * (size_t)(e->rank + 1) / (size_t)e->world - *first;
-    return;
-  }
-  *first = s->off < s->n ? s->off : s->n;
-  *count = s->n - *first < s->shard ? s->n - *first : s->shard;
-}
-
 int engine_owned_ranges(const Engine* e, ParamRange* out) {
   int k = 0;
   for (int opi = 0; opi < e->d->nops; opi++)
@@ -557,7 +602,8 @@ void engine_read_owned(Engine* e, int index, float* w, float* m, float* v) {
       owned_part(e, s, &first, &count);
       /* dp holds everything (its moments too); zero2 the full weight and its shard's moments;
       ** zero3 only its shard. */
-      size_t wo = s->strat == STRAT_ZERO3 ? 0 : first, mo = s->strat == STRAT_DP ? first : 0;
+      size_t wo = s->strat == STRAT_ZERO3 ? first - s->off : first;
+      size_t mo = s->strat == STRAT_DP ? first : first - s->off;
       size_t bytes = count * sizeof(float);
       e->bk->to_host(w, s->w + wo, bytes);
       e->bk->to_host(m, s->m + mo, bytes);
@@ -587,7 +633,7 @@ int engine_load_state(Engine* e, StateReadFn read, void* ctx, long step) {
     for (int i = 0; !rc && e->slices[opi] && i < e->slice_counts[opi]; i++) {
       SliceState* s = &e->slices[opi][i];
       size_t base = slice_base(e, opi, i), first, count;
-      owned_part(e, s, &first, &count);
+      held_part(s, &first, &count);
       float* host = malloc(3 * (s->n ? s->n : 1) * sizeof(float));
       if (!host) return osdp_fail("out of host memory loading the training state");
       if (s->strat == STRAT_ZERO3) e->bk->zero(s->w, s->shard * sizeof(float)); /* the padding */

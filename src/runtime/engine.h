@@ -46,6 +46,9 @@ typedef struct SliceState {
   float* gfull;     /* zero2/zero3 while acquired: the full gradient */
   int bwd_uses, bwd_done;  /* gradient uses per step (from the schedule; 2 for the tied wte), done so far */
   int bucket;              /* dp: bucket index */
+  Comm* group;             /* sharded: the ranks the slice is sharded over (plan_op_group) */
+  Comm* across;            /* sharded: the ranks holding the same shard (one per group) */
+  CommRequest across_req;  /* sharded, hybrid: the shard gradient's all-reduce across groups */
 } SliceState;
 
 typedef struct GradBucket {
@@ -76,6 +79,10 @@ typedef struct Engine {
   int nsched, cursor, pending;
   float* pending_buf;
   CommRequest pending_req;
+  /* With plan.overlap_reduce: the sharded slice whose gradient reduce-scatter is in flight. */
+  SliceState* reducing;
+  CommRequest reducing_req;
+  CommDtype reduce_dtype;  /* plan.reduce_dtype as comm's element type */
   MemPrediction predicted;
   int* host_targets;       /* the micro-batch's targets as given to engine_set_batch (for eval) */
 } Engine;

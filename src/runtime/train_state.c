@@ -183,7 +183,7 @@ static int write_manifest(const char* dir, long step, int world, size_t n_params
 
 /* Every rank returns rank 0's verdict on rc (an error text travels with it). */
 static int agree(int rc) {
-  double worst = comm_allreduce_max_f64(rc ? 1.0 : 0.0);
+  double worst = comm_allreduce_max_f64(comm_world(), rc ? 1.0 : 0.0);
   if (worst > 0 && !rc) osdp_fail("--checkpoint: another rank failed writing the checkpoint");
   return worst > 0 ? -1 : 0;
 }
@@ -216,7 +216,7 @@ int train_state_save(Engine* e, const char* dir, long step, int keep, const cJSO
   v[rank] = (double)bytes;
   v[world + 2 * rank] = (double)(hash >> 32);
   v[world + 2 * rank + 1] = (double)(hash & 0xffffffffu);
-  comm_allreduce_f64_array(v, 3 * world);
+  comm_allreduce_f64_array(comm_world(), v, 3 * world);
   if (rank == 0) {
     rc = write_manifest(tmp, step, world, e->d->n_params, run, v, v + world);
     if (!rc) rc = sync_dir(tmp);
@@ -256,7 +256,7 @@ int train_state_check_dir(const char* dir) {
       rc = osdp_fail("--checkpoint: cannot write in %s: %s", dir, strerror(errno));
     unlink(probe);
   }
-  double bad = comm_allreduce_max_f64(rc ? 1.0 : 0.0);
+  double bad = comm_allreduce_max_f64(comm_world(), rc ? 1.0 : 0.0);
   if (bad > 0 && !rc) return osdp_fail("--checkpoint: rank 0 cannot write in %s", dir);
   return bad > 0 ? -1 : 0;
 }
