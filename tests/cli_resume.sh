@@ -6,7 +6,8 @@
 #  - Resharding: written by 2 ranks under zero3 at micro-batch 4, resumed by 4 ranks under ddp
 #    at micro-batch 2: steps 11..30 within 1e-5 of one process on the same global batch; written
 #    by 5 zero3 ranks (some owning empty shards), resumed by one process: within 1e-5 of the
-#    uninterrupted 5-rank run.
+#    uninterrupted 5-rank run; written by 4 ranks sharding zero3 in 2 groups of 2, resumed by
+#    2 zero2 ranks: within 1e-5 of one process.
 #  - A rank killed (SIGKILL) while a 2-rank run checkpoints every 5 steps: the job exits
 #    non-zero within 30 s, and resuming from the newest complete checkpoint runs its next steps.
 #  - A rank stopped (SIGSTOP): the watchdog (--watchdog 3) names rank 1 and ends the job.
@@ -49,6 +50,13 @@ awk -F'"step":' 'NF > 1 { split($2, a, ","); if (a[1] + 0 >= 11) print }' one.js
 if "${mpirun[@]}" -np 4 "$osdp" "${C[@]}" --plan ddp --batch 2 --resume d2 --log four.jsonl >/dev/null 2>err.txt &&
    out=$("$tool" losses one11.jsonl four.jsonl 1e-5); then ok
 else bad "resharded 2 x zero3 -> 4 x ddp: ${out:-} $(head -2 err.txt)"; fi
+# Hybrid: 4 ranks zero3 sharded in 2 groups of 2 (each shard held twice: written once) x 2
+# -> 2 ranks zero2 x 4, against one process x 8.
+"${mpirun[@]}" -np 4 "$osdp" "${C[@]}" --plan zero3 --shard-group 2 --batch 2 --checkpoint dh \
+  --stop-after 10 >/dev/null 2>err.txt
+if "${mpirun[@]}" -np 2 "$osdp" "${C[@]}" --plan zero2 --batch 4 --resume dh --log hyb.jsonl >/dev/null 2>>err.txt &&
+   out=$("$tool" losses one11.jsonl hyb.jsonl 1e-5); then ok
+else bad "resharded 4 x zero3 in groups of 2 -> 2 x zero2: ${out:-} $(head -2 err.txt)"; fi
 # 5 ranks zero3 (ranks owning empty shards of small slices) -> 1 process: every parameter read.
 # Against the uninterrupted 5-rank run (the same state at step 10; a wrong read shows at once).
 "${mpirun[@]}" -np 5 "$osdp" "${C[@]}" --plan zero3 --batch 1 --checkpoint d5 --stop-after 10 >/dev/null 2>err.txt

@@ -1,14 +1,17 @@
 /*
 ** plan_tool.c: helpers for the plan-invariance test script.
 **   plan_tool random MODEL WORLD B T SEED OUT   writes a random mixed plan (random strategy
-**                                               and slice count per operator)
+**                                               and slice count per operator, random shard
+**                                               group per operator among WORLD's divisors,
+**                                               random prefetch, overlap_reduce, recompute)
 **   plan_tool losses A.jsonl B.jsonl RELTOL     compares the per-step losses of two --log files
 **   plan_tool weights A.bin B.bin TOL           compares two checkpoints' parameters
 **   plan_tool memory SUMMARY.json               checks peak_bytes == predicted_peak_bytes and
 **                                               that no rank differed
 **   plan_tool roundtrip MODEL COUNT SEED DIR    writes COUNT random plans (every strategy,
-**                                               k in 1..8 where the op allows, prefetch on and
-**                                               off, world 1..8) to DIR with plan_save, reads
+**                                               k in 1..8 where the op allows, prefetch and
+**                                               overlap_reduce on and off, both reduce dtypes,
+**                                               shard groups, world 1..8) to DIR with plan_save, reads
 **                                               them back with plan_load and checks every
 **                                               field equals the original
 ** Each prints one line and exits 0 when the check holds, 1 when it does not.
@@ -22,6 +25,14 @@
 #include "core/util.h"
 #include "model/gpt.h"
 #include "model/plan.h"
+
+/* A random shard group for a world of N ranks: 0 (the world) or one of N's divisors. */
+static int random_group(Rng* r, int N) {
+  int div[64], n = 0;
+  for (int g = 1; g <= N && n < 64; g++) if (N % g == 0) div[n++] = g;
+  int i = (int)rng_below(r, (uint64_t)n + 1);
+  return i == n || div[i] == N ? 0 : div[i];
+}
 
 /* Writes a random plan for MODEL. */
 static int tool_random(char** argv) {
@@ -40,8 +51,10 @@ static int tool_random(char** argv) {
     if (!d.ops[i].n_params) continue;
     p.ops[i].k = d.ops[i].splittable ? ks[rng_below(&r, 5)] : 1;
     for (int s = 0; s < p.ops[i].k; s++) p.ops[i].strat[s] = (Strategy)rng_below(&r, STRAT_COUNT);
+    p.ops[i].group = random_group(&r, p.world);
   }
   p.prefetch = (int)rng_below(&r, 2);
+  p.overlap_reduce = (int)rng_below(&r, 2);
   for (int l = 0; l < p.nlayers; l++) p.recompute[l] = (int)rng_below(&r, 2);
   int rc = plan_save(&p, &d, argv[5]);
   plan_free(&p);
@@ -127,10 +140,12 @@ static int tool_memory(char** argv) {
 /* Compares two plans field by field; prints the first difference. Returns 1 when equal. */
 static int plans_equal(const Plan* a, const Plan* b, const GptDesc* d, int n) {
   if (a->world != b->world || a->micro_batch != b->micro_batch || a->seq != b->seq ||
-      a->prefetch != b->prefetch || a->nops != b->nops) {
-    printf("roundtrip: plan %d: world %d/%d micro_batch %d/%d seq %d/%d prefetch %d/%d nops %d/%d\n",
-           n, a->world, b->world, a->micro_batch, b->micro_batch, a->seq, b->seq, a->prefetch,
-           b->prefetch, a->nops, b->nops);
+      a->prefetch != b->prefetch || a->nops != b->nops || a->overlap_reduce != b->overlap_reduce ||
+      a->reduce_dtype != b->reduce_dtype) {
+    printf("roundtrip: plan %d: world %d/%d micro_batch %d/%d seq %d/%d prefetch %d/%d nops %d/%d "
+           "overlap_reduce %d/%d reduce_dtype %d/%d\n", n, a->world, b->world, a->micro_batch,
+           b->micro_batch, a->seq, b->seq, a->prefetch, b->prefetch, a->nops, b->nops,
+           a->overlap_reduce, b->overlap_reduce, a->reduce_dtype, b->reduce_dtype);
     return 0;
   }
   for (int l = 0; l < a->nlayers; l++)
@@ -140,7 +155,7 @@ static int plans_equal(const Plan* a, const Plan* b, const GptDesc* d, int n) {
       return 0;
     }
   for (int i = 0; i < a->nops; i++) {
-    int same = a->ops[i].k == b->ops[i].k;
+    int same = a->ops[i].k == b->ops[i].k && plan_op_group(a, i) == plan_op_group(b, i);
     for (int s = 0; same && s < a->ops[i].k; s++) same = a->ops[i].strat[s] == b->ops[i].strat[s];
     if (!same) {
       printf("roundtrip: plan %d: operator %s differs (k %d vs %d)\n", n, d->ops[i].name,
@@ -163,6 +178,7 @@ static int tool_roundtrip(char** argv) {
   }
   int count = atoi(argv[1]), bad = 0;
   int seen_k[GPT_MAX_SLICES + 1] = {0}, seen_s[STRAT_COUNT] = {0}, seen_pf[2] = {0}, seen_rc[2] = {0};
+  int seen_g[2] = {0}, seen_ov[2] = {0}, seen_rd[2] = {0};
   Rng r;
   rng_seed(&r, (uint64_t)atoll(argv[2]));
   char path[4096];
@@ -182,9 +198,15 @@ static int tool_roundtrip(char** argv) {
         p.ops[i].strat[s] = (Strategy)rng_below(&r, STRAT_COUNT);
         seen_s[p.ops[i].strat[s]]++;
       }
+      p.ops[i].group = random_group(&r, world);
+      seen_g[p.ops[i].group != 0]++;
     }
     p.prefetch = (int)rng_below(&r, 2);
     seen_pf[p.prefetch]++;
+    p.overlap_reduce = (int)rng_below(&r, 2);
+    p.reduce_dtype = (ReduceDtype)rng_below(&r, 2);
+    seen_ov[p.overlap_reduce]++;
+    seen_rd[p.reduce_dtype]++;
     for (int l = 0; l < p.nlayers; l++) seen_rc[p.recompute[l] = (int)rng_below(&r, 2)]++;
     if (plan_save(&p, &d, path) || plan_load(&q, &d, path)) {
       printf("roundtrip: plan %d: %s\n", n, osdp_last_error());
@@ -195,7 +217,8 @@ static int tool_roundtrip(char** argv) {
     }
     plan_free(&p);
   }
-  int covered = seen_pf[0] && seen_pf[1] && seen_rc[0] && seen_rc[1];
+  int covered = seen_pf[0] && seen_pf[1] && seen_rc[0] && seen_rc[1] && seen_g[0] && seen_g[1] &&
+                seen_ov[0] && seen_ov[1] && seen_rd[0] && seen_rd[1];
   for (int k = 1; k <= GPT_MAX_SLICES; k++) covered = covered && seen_k[k];
   for (int s = 0; s < STRAT_COUNT; s++) covered = covered && seen_s[s];
   remove(path);

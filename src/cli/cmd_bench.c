@@ -21,6 +21,7 @@
 static const char* bench_help =
     "usage: [mpirun -np N] osdp bench [--model M] [--batch B] [--seq T] [--steps N] [--threads N]\n"
     "                         [--plan ddp|zero2|zero3|FILE] [--prefetch] [--recompute N|all]\n"
+    "                         [--shard-group G] [--overlap-reduce] [--reduce-dtype fp32|bf16]\n"
     "                         [--mem-limit SIZE] [--device cpu|cuda] [--tf32 on|off] [--json]\n"
     "  times N training steps (after one warm-up step) on random tokens. GFLOP/s count the\n"
     "  model's useful work (gpt_step_flops): a recomputed forward is not counted again.\n";
@@ -43,7 +44,7 @@ static void random_batch(Engine* e, const GptDesc* d, const Plan* p, long step) 
 int cmd_bench(int argc, char** argv) {
   if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(bench_help, stdout); return 0; }
   static const char* const opts[] = {SETUP_OPTIONS, "steps", NULL};
-  static const char* const sws[] = {"json", "prefetch", NULL};
+  static const char* const sws[] = {"json", "prefetch", "overlap-reduce", NULL};
   Args a;
   GptDesc d;
   Plan p;

@@ -14,6 +14,7 @@
 static const char* describe_help =
     "usage: osdp describe [--model M] [--batch B --seq T] [--plan P --ranks N --threads N] [--json]\n"
     "                     [--prefetch] [--recompute N|all] [--svg FILE [--mem-limit SIZE]]\n"
+    "                     [--shard-group G] [--overlap-reduce] [--reduce-dtype fp32|bf16]\n"
     "                     [--device cpu|cuda]\n"
     "  prints every operator (parameters, forward FLOPs per token, activation bytes per sample,\n"
     "  splittable) with totals, and the per-rank memory the plan needs at that batch and\n"
@@ -93,8 +94,9 @@ static void describe_json(const GptDesc* d, int T, const Plan* p, const MemPredi
 int cmd_describe(int argc, char** argv) {
   if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(describe_help, stdout); return 0; }
   static const char* const opts[] = {"model", "batch", "seq", "plan", "ranks", "threads", "load",
-                                     "svg", "mem-limit", "recompute", "device", NULL};
-  static const char* const sws[] = {"json", "prefetch", NULL};
+                                     "svg", "mem-limit", "recompute", "device",
+                                     "shard-group", "reduce-dtype", NULL};
+  static const char* const sws[] = {"json", "prefetch", "overlap-reduce", NULL};
   Args a;
   GptDesc d;
   long B, T, ranks, threads;
@@ -118,8 +120,10 @@ int cmd_describe(int argc, char** argv) {
   int rc = s >= 0 ? plan_uniform(&p, &d, (Strategy)s, (int)ranks, (int)B, (int)T)
                   : plan_load(&p, &d, pname);
   if (rc || plan_validate(&p, &d, p.world)) return cli_report_error();
-  if (args_has(&a, "prefetch")) p.prefetch = 1;
-  if (setup_recompute(&a, &d, &p)) { plan_free(&p); return cli_report_error(); }
+  if (setup_plan_options(&a, &d, &p) || plan_validate(&p, &d, p.world)) {
+    plan_free(&p);
+    return cli_report_error();
+  }
   plan_predict_memory(&d, &p, (int)threads, &m);
   const char* svg = args_get(&a, "svg", NULL);
   rc = 0;

@@ -29,7 +29,11 @@ static const char* train_help =
     "  --seq T          sequence length [64]\n"
     "  --plan P         ddp | zero2 | zero3 | plan.json | auto (profile, plan, train) [ddp]\n"
     "  --prefetch       gather the next zero3 weight while the current one computes\n"
-    "  --recompute N    the first N layers (or all) keep only their output and recompute the\n"
+    "  --shard-group G  sharded slices shard within groups of G ranks (G divides N; e.g. the\n"
+    "                   ranks per host) and replicate across the groups (hybrid sharding)\n"
+    "  --overlap-reduce zero2/zero3 gradient reduce-scatters run while the next gradient computes\n"
+    "  --reduce-dtype T fp32, or bf16: gradients travel as bf16, summed in fp32 (half the bytes;\n"
+    "                   losses move by ~1e-3 relative, see README) [fp32]\n"    "  --recompute N    the first N layers (or all) keep only their output and recompute the\n"
     "                   rest in backward: less activation memory, one more forward per layer\n"
     "                   (with --plan auto: exactly N layers; without it the planner chooses)\n"
     "  --max-batch B    with --plan auto: largest micro-batch to consider [512, or --batch]\n"
@@ -166,7 +170,7 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
   static const char* const opts[] = {SETUP_OPTIONS, "data", "steps", "log", "save", "lr-schedule",
                                      "eval-batches", "checkpoint", "checkpoint-every", "keep",
                                      "resume", "stop-after", "on-nonfinite", "watchdog", NULL};
-  static const char* const sws[] = {"json", "quiet", "prefetch", NULL};
+  static const char* const sws[] = {"json", "quiet", "prefetch", "overlap-reduce", NULL};
   if (args_parse(&r->args, "train", argc, argv, opts, sws)) return -1;
   long B, T, steps, evb;
   if (args_int(&r->args, "batch", 16, 1, 1 << 20, &B) || args_int(&r->args, "seq", 64, 1, 65536, &T) ||

@@ -67,19 +67,40 @@ int setup_recompute_search(const Args* a, const GptDesc* d, SearchOptions* so) {
   return rc < 0 ? -1 : 0;
 }
 
+int setup_plan_options(const Args* a, const GptDesc* d, Plan* p) {
+  if (args_has(a, "prefetch")) p->prefetch = 1;
+  if (args_has(a, "overlap-reduce")) p->overlap_reduce = 1;
+  const char* g = args_get(a, "shard-group", NULL);
+  if (g) {
+    char* end = NULL;
+    long G = strtol(g, &end, 10);
+    if (end == g || *end || G < 1 || G > p->world || p->world % G)
+      return osdp_fail("--shard-group: '%s' must divide the %d ranks (shard within groups of G "
+                       "ranks, e.g. the ranks per host, and replicate across groups)", g, p->world);
+    plan_set_group(p, (int)G);
+  }
+  const char* rd = args_get(a, "reduce-dtype", NULL);
+  if (rd) {
+    int t = reduce_dtype_parse(rd);
+    if (t < 0)
+      return osdp_fail("--reduce-dtype: '%s' is not fp32 or bf16 (bf16: gradients travel as bf16 "
+                       "and are summed in fp32; auto is for --plan auto and osdp plan)", rd);
+    p->reduce_dtype = (ReduceDtype)t;
+  }
+  return setup_recompute(a, d, p);
+}
+
 int setup_plan(const Args* a, const GptDesc* d, int B, int T, int B_given, int T_given, Plan* p) {
   const char* spec = args_get(a, "plan", "ddp");
   int world = comm_size();
   int s = strategy_parse(strcmp(spec, "ddp") == 0 ? "dp" : spec);
   if (s >= 0) {
     if (plan_uniform(p, d, (Strategy)s, world, B, T)) return -1;
-    p->prefetch = args_has(a, "prefetch");
-    if (setup_recompute(a, d, p)) return -1;
+    if (setup_plan_options(a, d, p)) return -1;
     return plan_validate(p, d, world);
   }
   if (plan_load(p, d, spec)) return -1;
-  if (args_has(a, "prefetch")) p->prefetch = 1;
-  if (setup_recompute(a, d, p)) return -1;
+  if (setup_plan_options(a, d, p)) return -1;
   if (B_given && p->micro_batch != B)
     return osdp_fail("--batch %d differs from micro_batch=%d of plan %s; drop --batch or re-plan",
                      B, p->micro_batch, spec);

@@ -361,11 +361,14 @@ static size_t replay_transient(const GptDesc* d, const Plan* p, const GptParamUs
     if (live) live[i] = cur;
     if (cur > peak) peak = cur;
     if (gathered) cur -= full;
-    if (full_grad && p->overlap_reduce) { /* the previous one lands; this one goes in flight */
+    /* With overlap the previous reduce-scatter lands and this one goes in flight (a group of
+    ** one has nothing to send: its gradient is added and freed at once). */
+    if (full_grad && p->overlap_reduce && plan_op_group(p, u[i].owner) > 1) {
       cur -= reducing;
       reducing = full;
     } else if (full_grad) {
-      cur -= full;
+      cur -= full + (p->overlap_reduce ? reducing : 0);
+      reducing = 0;
     }
   }
   return peak;
