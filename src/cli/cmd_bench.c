@@ -41,6 +41,52 @@ static void random_batch(Engine* e, const GptDesc* d, const Plan* p, long step) 
   free(tg);
 }
 
+/* Prints each communicator's time and payload per step (rank 0's counters): for people a line
+** per communicator, with --json one array member each. */
+static void print_comms(int json, long steps) {
+  Comm* comms[32];
+  int n = comm_list(comms, 32);
+  if (n > 32) n = 32;
+  static const char* kinds[COMM_KINDS] = {"allreduce", "allgather", "reduce_scatter"};
+  if (json) printf(",\"comms\":[");
+  else printf("  communication per communicator (rank 0, per step):\n");
+  int first = 1;
+  for (int i = 0; i < n; i++) {
+    CommStats st = comm_stats_of(comms[i]);
+    long calls = 0;
+    for (int k = 0; k < COMM_KINDS; k++) calls += st.calls[k];
+    if (comm_size_of(comms[i]) == 1 || (!json && !calls)) continue;
+    if (json) {
+      printf("%s{\"name\":\"%s\",\"ranks\":%d", first ? "" : ",", comm_name(comms[i]),
+             comm_size_of(comms[i]));
+      for (int k = 0; k < COMM_KINDS; k++)
+        printf(",\"%s\":{\"s\":%.5f,\"bytes\":%.0f,\"calls\":%.1f}", kinds[k],
+               st.seconds[k] / (double)steps, st.bytes[k] / (double)steps,
+               (double)st.calls[k] / (double)steps);
+      printf("}");
+    } else {
+      printf("    %-22s %2d ranks:", comm_name(comms[i]), comm_size_of(comms[i]));
+      for (int k = 0; k < COMM_KINDS; k++)
+        if (st.calls[k])
+          printf("  %s %.1f ms %.1f MB", kinds[k], 1e3 * st.seconds[k] / (double)steps,
+                 st.bytes[k] / (double)steps / 1e6);
+      printf("\n");
+    }
+    first = 0;
+  }
+  if (json) printf("]");
+}
+
+/* The plan's hybrid and reduction settings in words ("" when all are the defaults). */
+static void plan_extras(const Plan* p, char* out, size_t cap) {
+  int g = 0;
+  for (int i = 0; i < p->nops; i++) if (p->ops[i].group) g = p->ops[i].group;
+  char groups[48] = "";
+  if (g) snprintf(groups, sizeof groups, ", shard groups of %d", g);
+  snprintf(out, cap, "%s%s%s%s", groups, p->overlap_reduce ? ", overlapped reduce-scatters" : "",
+           p->reduce_dtype == REDUCE_BF16 ? ", bf16 reductions" : "", p->prefetch ? ", prefetch" : "");
+}
+
 int cmd_bench(int argc, char** argv) {
   if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(bench_help, stdout); return 0; }
   static const char* const opts[] = {SETUP_OPTIONS, "steps", NULL};
@@ -98,14 +144,20 @@ int cmd_bench(int argc, char** argv) {
              "\"threads\":%d,\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,\"gflops_per_rank\":%.2f,"
              "\"sgemm_gflops\":%.2f,\"ratio\":%.4f,\"peak_bytes\":%.0f,\"predicted_peak_bytes\":%zu,"
              "\"comm_s_per_step\":%.4f,\"recompute_layers\":%d,\"device\":\"%s\",\"tf32\":\"%s\","
-             "\"precision\":\"fp32\",\"flops_per_token\":%.0f}\n",
+             "\"precision\":\"fp32\",\"flops_per_token\":%.0f,\"reduce_dtype\":\"%s\","
+             "\"overlap_reduce\":%s,\"prefetch\":%s",
              d.cfg.name, args_get(&a, "plan", "ddp"), comm_size(), p.micro_batch, p.seq, opt.threads,
              ms, tokens / (ms / 1e3), gflops, ref, ref > 0 ? gflops / ref : 0, peak_max, e.predicted.peak,
              comm_s / steps, plan_recompute_count(&p), bk->name, args_get(&a, "tf32", "on"),
-             flops / (double)BT);
+             flops / (double)BT, reduce_dtype_name(p.reduce_dtype), p.overlap_reduce ? "true" : "false",
+             p.prefetch ? "true" : "false");
+      print_comms(1, steps);
+      printf("}\n");
     } else {
-      printf("osdp bench: %s, plan %s, %d rank(s) x micro-batch %d x seq %d, %d thread(s) per rank, "
-             "%d of %d layers recompute\n", d.cfg.name, args_get(&a, "plan", "ddp"), comm_size(),
+      char extras[200];
+      plan_extras(&p, extras, sizeof extras);
+      printf("osdp bench: %s, plan %s%s, %d rank(s) x micro-batch %d x seq %d, %d thread(s) per rank, "
+             "%d of %d layers recompute\n", d.cfg.name, args_get(&a, "plan", "ddp"), extras, comm_size(),
              p.micro_batch, p.seq, opt.threads, plan_recompute_count(&p), p.nlayers);
       printf("  %.1f ms/step (slowest %.1f), %.1f tokens/s global, %.1f GFLOP/s per rank\n", ms,
              1e3 * worst, tokens / (ms / 1e3), gflops);
@@ -118,6 +170,7 @@ int cmd_bench(int argc, char** argv) {
                ref > 0 ? 100 * gflops / ref : 0);
       printf("  peak memory %s per rank (predicted %s), communication %.1f ms/step (rank 0, blocking part)\n",
              format_bytes(peak_max, pk), format_bytes((double)e.predicted.peak, pr), 1e3 * comm_s / steps);
+      if (comm_size() > 1) print_comms(0, steps);
       printf("  time per operator kind (rank 0, forward+backward, ms/step):\n");
       const char* kinds[] = {"embed", "layernorm", "linear", "attention", "gelu", "lm_head", "loss"};
       double per_kind[7] = {0};

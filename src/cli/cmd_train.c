@@ -353,6 +353,15 @@ static void train_summary(TrainRun* r, double first_loss, double last_loss, doub
   cJSON_AddStringToObject(o, "data", data_describe(r->data));
   cJSON_AddStringToObject(o, "plan", args_get(&r->args, "plan", "ddp"));
   cJSON_AddBoolToObject(o, "prefetch", r->plan.prefetch);
+  cJSON_AddBoolToObject(o, "overlap_reduce", r->plan.overlap_reduce);
+  cJSON_AddStringToObject(o, "reduce_dtype", reduce_dtype_name(r->plan.reduce_dtype));
+  cJSON* groups = cJSON_AddArrayToObject(o, "shard_groups"); /* the distinct groups of the ops */
+  for (int G = 1; G <= comm_size(); G++)
+    for (int i = 0; i < r->plan.nops; i++)
+      if (plan_op_group(&r->plan, i) == G) {
+        cJSON_AddItemToArray(groups, cJSON_CreateNumber(G));
+        break;
+      }
   cJSON_AddNumberToObject(o, "recompute_layers", plan_recompute_count(&r->plan));
   cJSON_AddNumberToObject(o, "ranks", comm_size());
   cJSON_AddNumberToObject(o, "micro_batch", r->B);
