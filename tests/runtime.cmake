@@ -18,5 +18,13 @@ set_tests_properties(runtime_plan_roundtrip PROPERTIES LABELS "sanitize")
 osdp_add_test_exe(test_staging ${PROJECT_SOURCE_DIR}/tests/test_staging.c)
 add_test(NAME runtime_staging_2 COMMAND ${OSDP_MPIRUN} -np 2 $<TARGET_FILE:test_staging>)
 add_test(NAME runtime_staging_3 COMMAND ${OSDP_MPIRUN} -np 3 $<TARGET_FILE:test_staging>)
-set_tests_properties(runtime_staging_2 runtime_staging_3 PROPERTIES TIMEOUT 180
+add_test(NAME runtime_staging_4 COMMAND ${OSDP_MPIRUN} -np 4 $<TARGET_FILE:test_staging>)
+set_tests_properties(runtime_staging_2 runtime_staging_3 runtime_staging_4 PROPERTIES TIMEOUT 180
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+# Communicators (world, host, shard groups, across groups) and the collectives on them, fp32
+# and bf16 against their contract, directly and through host staging.
+osdp_add_test_exe(test_comm ${PROJECT_SOURCE_DIR}/tests/test_comm.c)
+add_test(NAME comm_4 COMMAND ${OSDP_MPIRUN} -np 4 $<TARGET_FILE:test_comm>)
+add_test(NAME comm_6 COMMAND ${OSDP_MPIRUN} -np 6 $<TARGET_FILE:test_comm>)
+set_tests_properties(comm_4 comm_6 PROPERTIES TIMEOUT 120
   ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")

@@ -1,11 +1,13 @@
 /*
 ** test_staging.c: the GPU's communication path, tested without a GPU. Run under mpirun with 2
 ** or more ranks. Each plan (dp, zero2, zero3, zero3 with prefetch, mixed random plans with
-** sliced operators and recomputed layers) trains a few steps twice: on the CPU backend, whose
+** sliced operators, recomputed layers, random shard groups, overlapped reduce-scatters and
+** bf16 reductions; on an even world zero3 in groups of 2) trains a few steps twice: on the CPU backend, whose
 ** collectives use the buffers directly, and on backend_cpu_staged(), which declares its memory
 ** not host-addressable, so every collective goes through host staging copies, the batch is
 ** copied in and the weights out, exactly as on a GPU shared by several ranks. The two must
-** agree bit for bit (staging only copies), and both peaks must equal the prediction.
+** agree bit for bit (staging only copies; bf16 packing is the same host code), and both peaks
+** must equal the prediction.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +101,15 @@ int main(int argc, char** argv) {
     }
     plan_free(&p);
   }
+  if (comm_size() % 2 == 0) {
+    plan_uniform(&p, &d, STRAT_ZERO3, comm_size(), B, T);
+    plan_set_group(&p, 2);
+    check_plan(&d, &p, "zero3 in groups of 2");
+    p.overlap_reduce = 1;
+    p.reduce_dtype = REDUCE_BF16;
+    check_plan(&d, &p, "zero3 in groups of 2, overlapped, bf16");
+    plan_free(&p);
+  }
   /* Mixed plans: every rank draws the same ones. */
   static const int ks[] = {1, 2, 3};
   for (int seed = 1; seed <= 3; seed++) {
@@ -109,8 +120,12 @@ int main(int argc, char** argv) {
       if (!d.ops[i].n_params) continue;
       p.ops[i].k = d.ops[i].splittable ? ks[rng_below(&r, 3)] : 1;
       for (int j = 0; j < p.ops[i].k; j++) p.ops[i].strat[j] = (Strategy)rng_below(&r, STRAT_COUNT);
+      int G = 1 + (int)rng_below(&r, (uint64_t)comm_size());
+      p.ops[i].group = comm_size() % G == 0 && G < comm_size() ? G : 0;
     }
     p.prefetch = (int)rng_below(&r, 2);
+    p.overlap_reduce = (int)rng_below(&r, 2);
+    p.reduce_dtype = (ReduceDtype)rng_below(&r, 2);
     for (int l = 0; l < p.nlayers; l++) p.recompute[l] = (int)rng_below(&r, 2);
     char name[32];
     snprintf(name, sizeof name, "random plan %d", seed);
