@@ -114,14 +114,19 @@ int cmd_bench(int argc, char** argv) {
   if (!sync_clock) engine_time_ops(&e, op_s);
   comm_reset_stats();
   double total = 0, worst = 0;
+  double* times = calloc((size_t)steps, sizeof(double));
+  if (!times) { osdp_fail("out of memory"); return cli_report_error(); }
   for (long s = 1; s <= steps; s++) {
     random_batch(&e, &d, &p, s);
     comm_barrier(comm_world());
     engine_step(&e, (long)comm_size() * p.micro_batch * p.seq, &sr);
     double t = comm_allreduce_max_f64(comm_world(), sr.seconds);
     total += t;
+    times[s - 1] = t;
     if (t > worst) worst = t;
   }
+  double median_ms = 1e3 * median_of(times, (int)steps);
+  free(times);
   CommStats cs = comm_stats();
   if (sync_clock) {
     engine_time_ops(&e, op_s);
@@ -145,12 +150,13 @@ int cmd_bench(int argc, char** argv) {
              "\"sgemm_gflops\":%.2f,\"ratio\":%.4f,\"peak_bytes\":%.0f,\"predicted_peak_bytes\":%zu,"
              "\"comm_s_per_step\":%.4f,\"recompute_layers\":%d,\"device\":\"%s\",\"tf32\":\"%s\","
              "\"precision\":\"fp32\",\"flops_per_token\":%.0f,\"reduce_dtype\":\"%s\","
-             "\"overlap_reduce\":%s,\"prefetch\":%s",
+             "\"overlap_reduce\":%s,\"prefetch\":%s,\"median_ms_per_step\":%.3f,"
+             "\"median_tokens_per_s\":%.1f",
              d.cfg.name, args_get(&a, "plan", "ddp"), comm_size(), p.micro_batch, p.seq, opt.threads,
              ms, tokens / (ms / 1e3), gflops, ref, ref > 0 ? gflops / ref : 0, peak_max, e.predicted.peak,
              comm_s / steps, plan_recompute_count(&p), bk->name, args_get(&a, "tf32", "on"),
              flops / (double)BT, reduce_dtype_name(p.reduce_dtype), p.overlap_reduce ? "true" : "false",
-             p.prefetch ? "true" : "false");
+             p.prefetch ? "true" : "false", median_ms, tokens / (median_ms / 1e3));
       print_comms(1, steps);
       printf("}\n");
     } else {
@@ -159,8 +165,8 @@ int cmd_bench(int argc, char** argv) {
       printf("osdp bench: %s, plan %s%s, %d rank(s) x micro-batch %d x seq %d, %d thread(s) per rank, "
              "%d of %d layers recompute\n", d.cfg.name, args_get(&a, "plan", "ddp"), extras, comm_size(),
              p.micro_batch, p.seq, opt.threads, plan_recompute_count(&p), p.nlayers);
-      printf("  %.1f ms/step (slowest %.1f), %.1f tokens/s global, %.1f GFLOP/s per rank\n", ms,
-             1e3 * worst, tokens / (ms / 1e3), gflops);
+      printf("  %.1f ms/step (median %.1f, slowest %.1f), %.1f tokens/s global, %.1f GFLOP/s per rank\n",
+             ms, median_ms, 1e3 * worst, tokens / (ms / 1e3), gflops);
       if (bk == backend_cpu())
         printf("  sgemm at %d x %d x %d (OpenBLAS kernel %s): %.1f GFLOP/s -> step reaches %.0f%% of sgemm\n",
                BT, d.cfg.padded_vocab, d.cfg.n_embd, kernels_blas_core(), ref, 100 * gflops / ref);

@@ -279,13 +279,11 @@ static int memory_limit_error(const Engine* e) {
 }
 
 /* Without --mem-limit on the CPU: the plan must fit the memory this host has available, shared by
-** the ranks on it (OpenMPI's OMPI_COMM_WORLD_LOCAL_SIZE), or it fails now with what it needs
-** instead of being killed by the kernel minutes later. */
+** the ranks on it (comm_host), or it fails now with what it needs instead of being killed by the
+** kernel minutes later. */
 static int host_memory_error(const Engine* e) {
   size_t avail = host_available_bytes();
-  const char* local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  long ranks = local ? strtol(local, NULL, 10) : 1;
-  if (ranks < 1) ranks = 1;
+  long ranks = comm_size_of(comm_host());
   if (!avail || e->predicted.peak <= avail / (size_t)ranks) return 0;
   char need[32], have[32];
   return osdp_fail("memory: this plan needs %s per rank at micro-batch %d, seq %d, but the host has "
