@@ -75,6 +75,16 @@ sed 's/]}$/], "layers": [{"layer": 2, "recompute": true}]}/' tinyplan.json >laye
 sed 's/]}$/], "layers": [{"layer": 0, "recompute": 1}]}/' tinyplan.json >flagplan.json
 expect_error "plan recomputing a missing layer" "layerplan.json" "layer=2" "0..1" -- "${T[@]}" --plan layerplan.json
 expect_error "plan with a non-boolean recompute" "flagplan.json" "recompute" "true or false" -- "${T[@]}" --plan flagplan.json
+sed 's/"slices": \["zero3"\]/"slices": ["zero3"], "shard_group": 3/' tinyplan.json >groupplan.json
+sed 's/"seq_len": 64,/"seq_len": 64, "reduce_dtype": "fp16",/' tinyplan.json >dtypeplan.json
+sed 's/"seq_len": 64,/"seq_len": 64, "overlap_reduce": "yes",/' tinyplan.json >ovplan.json
+expect_error "plan with a shard group not dividing the world" "groupplan.json" "shard_group" "world_size=1" -- "${T[@]}" --plan groupplan.json
+expect_error "plan with an unknown reduce dtype" "dtypeplan.json" "reduce_dtype" "bf16" -- "${T[@]}" --plan dtypeplan.json
+expect_error "plan with a non-boolean overlap_reduce" "ovplan.json" "overlap_reduce" "true or false" -- "${T[@]}" --plan ovplan.json
+expect_error "--shard-group not dividing the ranks" "--shard-group" "'2'" "divide" -- "${T[@]}" --plan zero3 --shard-group 2
+expect_error "--shard-group not a number" "--shard-group" "'x'" -- "${T[@]}" --plan zero3 --shard-group x
+expect_error "--reduce-dtype unknown" "--reduce-dtype" "'fp16'" "bf16" -- "${T[@]}" --reduce-dtype fp16
+expect_error "describe --shard-group not dividing --ranks" "--shard-group" "'3'" "4 ranks" -- "$OSDP" describe --plan zero3 --ranks 4 --shard-group 3
 expect_error "--recompute not a count" "--recompute" "'two'" "0..2" -- "${T[@]}" --recompute two
 expect_error "--device not a device" "--device" "'gpu'" "cpu or cuda" -- "${T[@]}" --device gpu
 expect_error "describe --device not a device" "--device" "'tpu'" -- "$OSDP" describe --device tpu
