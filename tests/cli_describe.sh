@@ -78,5 +78,12 @@ if ! "$OSDP" describe --model small --recompute 5 >/dev/null 2>err.txt &&
    grep -q -- "--recompute: '5' is not a layer count; give 0..4" err.txt; then ok
 else bad "describe --recompute 5 on a 4-layer model: $(cat err.txt)"; fi
 
+# Hybrid: zero3 sharded within groups of 2 of 4 ranks needs more than zero3 over all 4 and less
+# than ddp; gpt2-124m at seq 256, micro-batch 2 (the states dominate).
+peak() { "$OSDP" describe --model gpt2-124m --batch 2 --seq 256 --ranks 4 "$@" | sed -n 's/^ *peak \([0-9][0-9]*\) bytes.*/\1/p'; }
+pd=$(peak --plan ddp); p3=$(peak --plan zero3); ph=$(peak --plan zero3 --shard-group 2)
+if [ -n "$pd" ] && [ -n "$p3" ] && [ -n "$ph" ] && [ "$p3" -lt "$ph" ] && [ "$ph" -lt "$pd" ]; then ok
+else bad "describe --shard-group 2: peak $ph not between zero3 $p3 and ddp $pd"; fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
