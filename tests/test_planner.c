@@ -280,27 +280,57 @@ static int ref_recomputed(const GptDesc* d, const int* rec, int op) {
   return rec && l >= 0 && rec[l] && op != gpt_op_layer(l, GPT_FCPROJ);
 }
 
-/* dp exposure the search model applies (ref_exposure_of). */
+/* dp exposure the search model applies (ref_exposure_of), and the element type gradient
+** reductions send in the plan being checked (fp32 unless set). */
 static double ref_exposure;
+static ReduceDtype ref_reduce;
 
-/* The cost of one slice, from the formulas of the design (not from cost.c); rec: its op is
-** recomputed (one more forward weight use). */
-static void ref_slice(const DeviceInfo* dev, int op, int rec, size_t n, Strategy s, size_t* mem,
+/* H of a device: its ranks per host, all its ranks when 0. */
+static int ref_hosts(const DeviceInfo* dev) { return dev->ranks_per_host ? dev->ranks_per_host : dev->ranks; }
+
+/* The time of collective `kind` over n ranks (inter: between hosts) for a full buffer of
+** `bytes`, written out from the design: the level's latency + bandwidth line (the inter-host
+** one where given, else the intra-host one) at the bytes scaled by the ring's share of the
+** buffer each link moves (all-reduce 2(n-1)/n, the others (n-1)/n) over n ranks against the m
+** ranks the line was measured over (intra: H; inter: N/H, at least 2). */
+static double ref_coll(const DeviceInfo* dev, int kind, int n, int inter, double bytes) {
+  if (n <= 1 || bytes <= 0) return 0;
+  int H = ref_hosts(dev), given = inter && dev->inter_given[kind];
+  const CollectiveModel* c = given ? &dev->inter[kind] : &dev->coll[kind];
+  int m = given ? (dev->inter_ranks ? dev->inter_ranks : dev->ranks / H) : (dev->coll_ranks ? dev->coll_ranks : H);
+  if (m < 2) m = 2;
+  double k = kind == COLL_ALLREDUCE ? 2 : 1, sn = k * (n - 1) / n, sm = k * (m - 1) / m;
+  double x = n == m ? bytes : bytes * (sn / sm);
+  return c->latency_s + x / c->bandwidth_Bps;
+}
+
+/* A collective over groups of G consecutive ranks: within a host when G <= H and H % G == 0. */
+static double ref_group(const DeviceInfo* dev, int kind, int G, double bytes) {
+  int H = ref_hosts(dev);
+  return ref_coll(dev, kind, G, !(G <= H && H % G == 0), bytes);
+}
+
+/* The all-reduce over the N/G ranks holding one shard: between hosts whenever N > H. */
+static double ref_across(const DeviceInfo* dev, int G, double bytes) {
+  return ref_coll(dev, COLL_ALLREDUCE, dev->ranks / G, dev->ranks > ref_hosts(dev), bytes);
+}
+
+/* The cost of one slice sharded over G ranks (0: the world), from the formulas of the design
+** (not from cost.c); rec: its op is recomputed (one more forward weight use). On a device
+** without overlap the across-group all-reduce is fully exposed. */
+static void ref_slice(const DeviceInfo* dev, int op, int rec, size_t n, Strategy s, int G, size_t* mem,
                       size_t* tr, double* t) {
   int N = dev->ranks;
-  size_t np = s == STRAT_DP ? n : pad_to(n, N), sh = s == STRAT_DP ? n : np / (size_t)N;
-  double bytes = 4.0 * (double)np;
+  if (G <= 0) G = N;
+  size_t np = s == STRAT_DP ? n : pad_to(n, G), sh = s == STRAT_DP ? n : np / (size_t)G;
+  double bytes = 4.0 * (double)np, f = ref_reduce == REDUCE_BF16 ? 0.5 : 1;
   int fw = (op == 0 ? 2 : 1) + rec, bw = 1, bg = op == 0 ? 2 : 1;
-  const CollectiveModel *ar = &dev->coll[COLL_ALLREDUCE], *ag = &dev->coll[COLL_ALLGATHER],
-                        *rs = &dev->coll[COLL_REDUCE_SCATTER];
-  double comm = 0;
-  if (N > 1 && s == STRAT_DP)
-    comm = ref_exposure * (bytes / ar->bandwidth_Bps + ar->latency_s * bytes / (16.0 * 1048576.0));
-  if (N > 1 && s == STRAT_ZERO2)
-    comm = bg * (rs->latency_s + bytes / rs->bandwidth_Bps) + ag->latency_s + bytes / ag->bandwidth_Bps;
-  if (N > 1 && s == STRAT_ZERO3)
-    comm = (fw + bw) * (ag->latency_s + bytes / ag->bandwidth_Bps) +
-           bg * (rs->latency_s + bytes / rs->bandwidth_Bps);
+  double comm = 0, mib16 = 16.0 * 1048576.0;
+  double ag = ref_group(dev, COLL_ALLGATHER, G, bytes), rs = ref_group(dev, COLL_REDUCE_SCATTER, G, f * bytes);
+  double across = ref_across(dev, G, f * bytes / G);
+  if (N > 1 && s == STRAT_DP) comm = ref_exposure * bytes * ref_group(dev, COLL_ALLREDUCE, N, f * mib16) / mib16;
+  if (N > 1 && s == STRAT_ZERO2) comm = bg * rs + ag + across;
+  if (N > 1 && s == STRAT_ZERO3) comm = (fw + bw) * ag + bg * rs + across;
   *t = comm + (double)sh * dev->optimizer_s_per_param;
   *mem = s == STRAT_DP ? 16 * n : s == STRAT_ZERO2 ? 4 * np + 12 * sh : 16 * sh;
   *tr = s == STRAT_DP ? 0 : s == STRAT_ZERO2 ? 4 * np : 8 * np;
@@ -315,7 +345,7 @@ static void ref_op(const GptDesc* d, const DeviceInfo* dev, int op, int rec, con
   for (int s = 0; s < o->k; s++) {
     size_t m, r;
     double x;
-    ref_slice(dev, op, rec, gpt_slice_params(&d->ops[op], o->k, s), o->strat[s], &m, &r, &x);
+    ref_slice(dev, op, rec, gpt_slice_params(&d->ops[op], o->k, s), o->strat[s], o->group, &m, &r, &x);
     *mem += m;
     *t += x;
     if (r > *tr) *tr = r;
@@ -323,14 +353,24 @@ static void ref_op(const GptDesc* d, const DeviceInfo* dev, int op, int rec, con
 }
 
 /* The dp exposure for a model whose dp gradients fit one 16 MiB bucket, on a device without
-** overlap: the replay waits latency + all bytes / bandwidth once; the search model counts
-** bytes / bandwidth + latency * bytes / 16 MiB; the factor makes the all-dp plan agree. */
+** overlap: the replay waits for one all-reduce of all the bytes; the search model counts each
+** slice's share of a full bucket's all-reduce (latency shared out by bytes); the factor makes
+** the all-dp plan agree. */
 static double ref_exposure_of(const GptDesc* d, const DeviceInfo* dev) {
   if (dev->ranks <= 1) return 1;
-  double bytes = 4.0 * (double)d->n_params;
-  const CollectiveModel* ar = &dev->coll[COLL_ALLREDUCE];
-  return (ar->latency_s + bytes / ar->bandwidth_Bps) /
-         (bytes / ar->bandwidth_Bps + ar->latency_s * bytes / (16.0 * 1048576.0));
+  double bytes = 4.0 * (double)d->n_params, f = ref_reduce == REDUCE_BF16 ? 0.5 : 1, mib16 = 16.0 * 1048576.0;
+  int N = dev->ranks;
+  return ref_group(dev, COLL_ALLREDUCE, N, f * bytes) / (bytes * ref_group(dev, COLL_ALLREDUCE, N, f * mib16) / mib16);
+}
+
+/* The shard groups of the design: the divisors G > 1 of N with G <= H dividing H or G a
+** multiple of H (N itself on one rank), or o's fixed group. */
+static int ref_groups(const DeviceInfo* dev, const SearchOptions* o, int* out) {
+  int N = dev->ranks, H = ref_hosts(dev), n = 0;
+  if (o->shard_group > 0) { out[0] = o->shard_group; return 1; }
+  for (int G = 1; G <= N; G++)
+    if (N % G == 0 && (G > 1 || N == 1) && ((G <= H && H % G == 0) || G % H == 0)) out[n++] = G;
+  return n;
 }
 
 /* Activations + scratch and compute time at micro-batch B (with the gradient norm's
@@ -355,20 +395,22 @@ static void ref_batch(const GptDesc* d, const DeviceInfo* dev, int B, int T, con
     off = (end + 63) / 64 * 64;
   }
   *bytes += end;
-  const CollectiveModel* ar = &dev->coll[COLL_ALLREDUCE];
-  if (dev->ranks > 1) *comp += ar->latency_s + 16.0 / ar->bandwidth_Bps;
+  *comp += ref_group(dev, COLL_ALLREDUCE, dev->ranks, 16.0); /* the gradient norm */
 }
 
 /* plan_cost (the replay, on a device without overlap) and the search model of plan p against
-** the reference formulas: memory summed independently; the replay waits for every blocking
-** collective (a recomputed layer's zero3 slices gather once more) and for the one dp bucket at
-** full length; the search model prices dp with the exposure factor; both equal when the plan
-** has no dp slice, with or without recomputation. */
+** the reference formulas: memory summed independently (with overlap_reduce: at least that, and
+** plan_predict_memory's); the replay waits for every collective (a recomputed layer's zero3
+** slices gather once more; with overlap_reduce the reduce-scatters wait later, as long) and for
+** the one dp bucket at full length; the search model prices dp with the exposure factor; both
+** equal when the plan has no dp slice, with hybrid groups, bf16 reductions, overlap_reduce or
+** recomputation. */
 static void check_plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p) {
   PlanCost c;
   CHECK(plan_cost(d, dev, p, &c) == 0);
   size_t mem = 0, tr = 0, bytes, ndp = 0;
   double t = 0, t_sharded = 0, comp;
+  ref_reduce = p->reduce_dtype;
   ref_exposure = ref_exposure_of(d, dev);
   for (int i = 0; i < d->nops; i++) {
     if (!d->ops[i].n_params) continue;
@@ -382,7 +424,7 @@ static void check_plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan*
     for (int s = 0; s < p->ops[i].k; s++) { /* the replay: sharded slices as in the formulas */
       size_t n = gpt_slice_params(&d->ops[i], p->ops[i].k, s), m2, r2;
       double x2;
-      ref_slice(dev, i, rec, n, p->ops[i].strat[s], &m2, &r2, &x2);
+      ref_slice(dev, i, rec, n, p->ops[i].strat[s], p->ops[i].group, &m2, &r2, &x2);
       if (p->ops[i].strat[s] == STRAT_DP) {
         ndp += n;
         x2 = (double)n * dev->optimizer_s_per_param; /* its all-reduce is the bucket's, below */
@@ -391,9 +433,13 @@ static void check_plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan*
     }
   }
   ref_batch(d, dev, p->micro_batch, p->seq, p->recompute, &bytes, &comp);
-  const CollectiveModel* ar = &dev->coll[COLL_ALLREDUCE];
-  double bucket = dev->ranks > 1 && ndp ? ar->latency_s + 4.0 * (double)ndp / ar->bandwidth_Bps : 0;
-  CHECK(c.mem.peak == mem + tr + bytes);
+  double f = p->reduce_dtype == REDUCE_BF16 ? 0.5 : 1;
+  double bucket = ndp ? ref_group(dev, COLL_ALLREDUCE, dev->ranks, f * 4.0 * (double)ndp) : 0;
+  MemPrediction pm;
+  plan_predict_memory(d, p, dev->threads, &pm);
+  CHECK(memcmp(&pm, &c.mem, sizeof pm) == 0);
+  if (p->overlap_reduce) CHECK(c.mem.peak >= mem + tr + bytes);
+  else CHECK(c.mem.peak == mem + tr + bytes);
   CHECK_MSG(rel_diff(c.step_s, comp + t_sharded + bucket) < 1e-12, "replay %.17g vs %.17g", c.step_s,
             comp + t_sharded + bucket);
   CHECK(c.hidden_s == 0);
@@ -402,6 +448,7 @@ static void check_plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan*
   if (ndp == 0) CHECK_MSG(rel_diff(ts, c.step_s) < 1e-12, "no dp: search %.17g, replay %.17g", ts, c.step_s);
   CHECK(rel_diff(c.samples_per_s, dev->ranks * p->micro_batch / c.step_s) < 1e-12);
   CHECK(c.micro_batch == p->micro_batch);
+  ref_reduce = REDUCE_FP32;
 }
 
 /* Overlap: with the channel running beside compute, the replay hides part of the dp
@@ -478,22 +525,27 @@ static void test_cost_model(void) {
 static int all_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int op,
                        int rec, OpConfig** out) {
   Strategy al[STRAT_COUNT];
-  int na = 0, n = 0, cap = 64;
+  int na = 0, n = 0, cap = 64, groups[64], ng = ref_groups(dev, o, groups);
   for (int s = 0; s < STRAT_COUNT; s++) if (o->allow[s]) al[na++] = (Strategy)s;
   OpConfig* v = malloc((size_t)cap * sizeof *v);
   for (int k = 1; k <= GPT_MAX_SLICES; k *= 2) {
     if (k > 1 && (!d->ops[op].splittable || (size_t)k > d->ops[op].rows || k > o->max_slices)) continue;
     long total = 1;
     for (int s = 0; s < k; s++) total *= na;
-    for (long code = 0; code < total; code++) {
-      if (n == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
-      OpConfig* c = &v[n++];
-      memset(c, 0, sizeof *c);
-      c->plan.k = k;
-      long x = code;
-      for (int s = 0; s < k; s++, x /= na) c->plan.strat[s] = al[x % na];
-      ref_op(d, dev, op, rec, &c->plan, &c->mem, &c->transient, &c->time_s);
-    }
+    for (long code = 0; code < total; code++)
+      for (int g = 0; g < ng; g++) {
+        OpPlan pl = {.k = k};
+        long x = code;
+        int sharded = 0;
+        for (int s = 0; s < k; s++, x /= na) sharded |= (pl.strat[s] = al[x % na]) != STRAT_DP;
+        if (!sharded && g > 0) break; /* an all-dp assignment has no group */
+        pl.group = sharded && groups[g] != dev->ranks ? groups[g] : 0;
+        if (n == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+        OpConfig* c = &v[n++];
+        memset(c, 0, sizeof *c);
+        c->plan = pl;
+        ref_op(d, dev, op, rec, &c->plan, &c->mem, &c->transient, &c->time_s);
+      }
   }
   *out = v;
   return n;
@@ -508,6 +560,7 @@ static int covers(const OpConfig* a, const OpConfig* b) {
 ** flags (NULL: none) recomputed. */
 static void check_op_configs_with(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
                                   const int* flags) {
+  ref_reduce = o->reduce_dtype == REDUCE_BF16 ? REDUCE_BF16 : REDUCE_FP32;
   ref_exposure = ref_exposure_of(d, dev);
   for (int op = 0; op < d->nops; op++) {
     if (!d->ops[op].n_params) continue;
@@ -535,6 +588,7 @@ static void check_op_configs_with(const GptDesc* d, const DeviceInfo* dev, const
     free(mine);
     free(all);
   }
+  ref_reduce = REDUCE_FP32;
 }
 
 /* planner_op_configs of every op against the full enumeration, recomputed and not. */
@@ -720,13 +774,12 @@ static void check_found(const Brute* b, const GptDesc* d, const DeviceInfo* dev,
   }
 }
 
-/* One instance: model cfg, options o, N ranks, limits placed between the least memory and
-** the all-dp plan at the largest micro-batch. */
-static void check_against_brute(const GptConfig* cfg, const SearchOptions* o, int N) {
-  GptDesc d;
-  CHECK(gpt_desc_build(&d, cfg) == 0 && cfg->n_layer <= BF_MAX_LAYERS);
-  DeviceInfo dev = make_device(N, (size_t)1 << 40, 1e8);
-  ref_exposure = ref_exposure_of(&d, &dev);
+/* One instance on device dev (its limit set here): model cfg (built as d), options o, limits
+** placed between the least memory and the all-dp plan at the largest micro-batch. */
+static void check_against_brute_on(const GptConfig* cfg, const SearchOptions* o, GptDesc* d, DeviceInfo* dev) {
+  int N = dev->ranks;
+  ref_reduce = o->reduce_dtype == REDUCE_BF16 ? REDUCE_BF16 : REDUCE_FP32;
+  ref_exposure = ref_exposure_of(d, dev);
   Brute* b = calloc(1, sizeof *b);
   b->N = N;
   b->maxb = o->max_batch;
@@ -735,15 +788,15 @@ static void check_against_brute(const GptConfig* cfg, const SearchOptions* o, in
   /* Limits: from just below the least that fits to beyond the fastest plan at max_batch. */
   Plan dp;
   PlanCost dpc;
-  plan_uniform(&dp, &d, STRAT_DP, N, b->maxb, o->seq);
-  plan_cost(&d, &dev, &dp, &dpc);
+  plan_uniform(&dp, d, STRAT_DP, N, b->maxb, o->seq);
+  plan_cost(d, dev, &dp, &dpc);
   plan_free(&dp);
   size_t lo = 0, hi = dpc.mem.peak + dpc.mem.peak / 10;
   {
     Plan p;
     PlanCost c;
-    dev.mem_limit = 1;
-    CHECK(planner_search(&d, &dev, o, &p, &c, &lo, NULL) == -1);
+    dev->mem_limit = 1;
+    CHECK(planner_search(d, dev, o, &p, &c, &lo, NULL) == -1);
   }
   static const double frac[] = {0.0, 0.02, 0.1, 0.3, 0.55, 0.8, 1.0};
   b->nlim = 7;
@@ -754,26 +807,26 @@ static void check_against_brute(const GptConfig* cfg, const SearchOptions* o, in
     Plan p;
     PlanCost c;
     so.max_recompute = 0;
-    CHECK(planner_search(&d, &dev, &so, &p, &c, &plain, NULL) == -1);
+    CHECK(planner_search(d, dev, &so, &p, &c, &plain, NULL) == -1);
   }
   if (plain > lo) {
     b->lim[b->nlim++] = plain - 1;
     b->lim[b->nlim++] = plain + (plain - lo) / 4;
   }
-  brute_run(b, &d, &dev, o);
+  brute_run(b, d, dev, o);
   brute_leaves += b->leaves;
   size_t least = (size_t)-1;
   for (int R = 0; R <= b->maxr; R++) if (b->batch[R][1] < least) least = b->batch[R][1];
   CHECK_MSG(b->min_need + least == lo, "min_bytes %zu, brute force %zu", lo, b->min_need + least);
   for (int l = 0; l < b->nlim; l++) {
-    dev.mem_limit = b->lim[l];
+    dev->mem_limit = b->lim[l];
     Plan p;
     PlanCost c;
-    int rc = planner_search(&d, &dev, o, &p, &c, NULL, NULL);
+    int rc = planner_search(d, dev, o, &p, &c, NULL, NULL);
     CHECK_MSG(rc == 0 && b->best[l] > 0, "%s N=%d limit %zu: search rc %d (%s), brute %.6g", cfg->name,
               N, b->lim[l], rc, osdp_last_error(), b->best[l]);
     if (rc) continue;
-    check_found(b, &d, &dev, o, l, &p, &c);
+    check_found(b, d, dev, o, l, &p, &c);
     brute_recomputing += b->best_R[l] > 0;
     CHECK(planner_last_stats().peak == c.mem.peak); /* the search's own sum = the prediction */
     plan_free(&p);
@@ -783,9 +836,18 @@ static void check_against_brute(const GptConfig* cfg, const SearchOptions* o, in
     free(b->cfg[1][i]);
   }
   free(b);
-  gpt_desc_free(&d);
+  ref_reduce = REDUCE_FP32;
 }
 
+/* One instance: model cfg, options o, N ranks, limits placed between the least memory and
+** the all-dp plan at the largest micro-batch. */
+static void check_against_brute(const GptConfig* cfg, const SearchOptions* o, int N) {
+  GptDesc d;
+  CHECK(gpt_desc_build(&d, cfg) == 0 && cfg->n_layer <= BF_MAX_LAYERS);
+  DeviceInfo dev = make_device(N, (size_t)1 << 40, 1e8);
+  check_against_brute_on(cfg, o, &d, &dev);
+  gpt_desc_free(&d);
+}
 /* Brute-force instances: 1 and 2 layers, uneven slices, restricted option sets (slice counts,
 ** strategies, recompute counts), N = 1..4. */
 static void test_search_brute_force(void) {
@@ -797,6 +859,7 @@ static void test_search_brute_force(void) {
   double t0 = now_seconds();
   for (int N = 1; N <= 4; N++) {
     planner_default_options(&o, 8);
+    o.shard_group = N; /* over the world (test_search_groups_brute_force chooses groups) */
     o.max_batch = 6;
     o.max_slices = 2; /* 12 configurations per linear, 3 per LayerNorm */
     if (N > 1) check_against_brute(&one, &o, N);
