@@ -1,25 +1,34 @@
 /*
 ** test_planner.c: the planner (device files, cost model, search), without MPI.
-**  1. Device files: load/save round trip, and one clear error per kind of bad input.
+**  1. Device files: load/save round trip, and one clear error per kind of bad input; two link
+**     levels (ranks per host, measured rank counts, inter-host collectives falling back to the
+**     intra-host ones), old files as one host; the collective model over communicator shapes
+**     (group and across-group levels, ring rescaling from the measured rank count).
 **  2. Cost model: plan_cost's memory and replayed time equal formulas written out
-**     independently here (no overlap), for plans with random layers recomputed too; the search
-**     model (cost_search_step_s) equals its own formulas and equals the replay for plans
-**     without dp slices (also with measured split times and recomputation); overlap hides
-**     all-reduces and prefetched gathers; measured compute times (per slice count) and
-**     "overhead" are used.
+**     independently here (no overlap), for plans with random layers recomputed too, and with
+**     random shard groups, bf16 reductions and overlap_reduce on devices of 1..6 ranks with every
+**     host size; the search model (cost_search_step_s) equals its own formulas and equals the
+**     replay for plans without dp slices (also with measured split times and recomputation);
+**     overlap hides all-reduces, prefetched gathers and (overlap_reduce) reduce-scatters; bf16
+**     halves gradient reductions; measured compute times (per slice count) and "overhead" are
+**     used.
 **  3. Per-operator configurations: planner_op_configs covers every one of the 3^k
-**     assignments of every slice count (nothing lost by grouping equal slices or by pruning),
-**     for ops of recomputed layers too.
+**     assignments of every slice count and shard group (nothing lost by grouping equal slices
+**     or by pruning), for ops of recomputed layers too.
 **  4. Search = brute force over ALL plans (every configuration of every op, every
 **     micro-batch up to a cap, every number of recomputed layers) on small models, ranks 1..4,
 **     several limits; the chosen plan fits, its peak equals plan_predict_memory and the
-**     search's own sum, and it beats every uniform plan (which may recompute too).
+**     search's own sum, and it beats every uniform plan (which may recompute too). With shard
+**     groups chosen per op on 4, 6 and 8 ranks over 1 or 2 hosts (and bf16) too.
 **     And = an exact textbook reference (full Pareto frontiers) on a 2-layer model, k <= 8.
+**     Hybrid: slow links between hosts make the search shard within hosts and beat every plan
+**     sharded over the world; as fast as within, zero2 shards over the world; the candidates
+**     list the hybrid uniform plans and decide overlap_reduce and (auto) bf16 per plan.
 **  5. Limits too small: -1, the message names the minimum, and the minimum is exact.
 **     Recomputation: position does not matter in the model; a limit only recomputation meets
 **     gives a plan with 0 < R that fits; max_recompute bounds R.
-**  6. Speed: gpt2-1.5b on 8 ranks, 16 GiB, seq 1024, every option: well under a second; and at
-**     8 GiB, where only recomputation fits (printed).
+**  6. Speed: gpt2-1.5b on 8 ranks, 16 GiB, seq 1024, every option: well under a second; at
+**     8 GiB, where only recomputation fits; on 16 ranks, 8 per host (printed).
 */
 #include <math.h>
 #include <stdio.h>
@@ -103,18 +112,33 @@ static void expect_device_error(const char* text, const char* field) {
   CHECK_MSG(strchr(osdp_last_error(), '\n') == NULL, "one line: '%s'", osdp_last_error());
 }
 
+/* Replaces the first occurrence of `from` in text by `to` (static buffer). */
+static const char* text_variant(const char* text, const char* from, const char* to) {
+  static char buf[2048];
+  const char* at = strstr(text, from);
+  if (!at) { fprintf(stderr, "bad variant %s\n", from); return text; }
+  snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+  return buf;
+}
+
 /* Replaces the first occurrence of `from` in good_device by `to`. */
 static const char* device_variant(const char* from, const char* to) {
-  static char buf[2048];
-  const char* at = strstr(good_device, from);
-  if (!at) { fprintf(stderr, "bad variant %s\n", from); return good_device; }
-  snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - good_device), good_device, to, at + strlen(from));
-  return buf;
+  return text_variant(good_device, from, to);
 }
 
 /* Checks that two devices hold the same values. */
 static void check_same_device(const DeviceInfo* a, const DeviceInfo* b) {
   CHECK(a->ranks == b->ranks && a->mem_limit == b->mem_limit && a->threads == b->threads);
+  CHECK(device_ranks_per_host(a) == device_ranks_per_host(b));
+  for (int k = 0; k < COLL_COUNT; k++) {
+    CHECK(a->inter_given[k] == b->inter_given[k]);
+    for (int l = 0; l < LINK_LEVELS; l++) {
+      const CollectiveModel *x = device_link(a, l, k), *y = device_link(b, l, k);
+      CHECK(device_link_ranks(a, l, k) == device_link_ranks(b, l, k));
+      CHECK(x->latency_s == y->latency_s && x->bandwidth_Bps == y->bandwidth_Bps && x->overlap == y->overlap &&
+            x->in_step == y->in_step && x->npoints == y->npoints);
+    }
+  }
   CHECK(a->flops == b->flops && a->optimizer_s_per_param == b->optimizer_s_per_param);
   for (int k = 0; k < COLL_COUNT; k++)
     CHECK(a->coll[k].latency_s == b->coll[k].latency_s &&
@@ -135,9 +159,20 @@ static void check_same_device(const DeviceInfo* a, const DeviceInfo* b) {
   }
 }
 
+/* Saves device a, loads it back, checks the two agree and frees both. */
+static void check_round_trip(DeviceInfo* a) {
+  DeviceInfo b;
+  const char* path = write_temp("");
+  CHECK(device_save(a, path) == 0);
+  CHECK(device_load(&b, path) == 0);
+  check_same_device(a, &b);
+  device_free(a);
+  device_free(&b);
+}
+
 /* Round trip and the errors of device files. */
 static void test_device_files(void) {
-  DeviceInfo a, b;
+  DeviceInfo a;
   CHECK(device_load(&a, write_temp(good_device)) == 0);
   CHECK(a.ranks == 4 && a.mem_limit == ((size_t)8 << 30) && a.threads == 2);
   CHECK(a.coll[COLL_ALLGATHER].bandwidth_Bps == 4e8 && a.n_op_times == 2);
@@ -146,12 +181,7 @@ static void test_device_files(void) {
         a.op_times[0].measured[3] && a.op_times[0].fixed_s[3] == 6e-4 && !a.op_times[1].measured[1]);
   CHECK(strcmp(a.compute_model, "tiny") == 0 && a.compute_seq == 64);
   a.flops = 1.0 / 3.0; /* a value that needs all 17 digits */
-  const char* path = write_temp("");
-  CHECK(device_save(&a, path) == 0);
-  CHECK(device_load(&b, path) == 0);
-  check_same_device(&a, &b);
-  device_free(&a);
-  device_free(&b);
+  check_round_trip(&a);
   CHECK(a.n_op_times == 0 && a.op_times == NULL);
 
   expect_device_error("{\"ranks\": 4,", "malformed");
@@ -196,6 +226,118 @@ static void test_device_files(void) {
   CHECK(device_validate(&f, "flags") == -1 && strstr(osdp_last_error(), "allgather.bandwidth_Bps"));
   f = make_device(2, 0, 1e9);
   CHECK(device_validate(&f, "flags") == -1 && strstr(osdp_last_error(), "mem_limit"));
+}
+
+/* A device on two hosts of 8 ranks: a fast intra-host level measured over 8 ranks, a slow
+** inter-host level over 2 (one rank per host) that leaves the reduce-scatter to the intra one. */
+static const char* hosts_device =
+    "{\"ranks\": 16, \"ranks_per_host\": 8, \"mem_limit\": \"8GiB\", \"flops\": 1e12,"
+    " \"collectives\": {\"measured_ranks\": 8,"
+    "   \"allreduce\": {\"latency_s\": 1e-5, \"bandwidth_Bps\": 1e11},"
+    "   \"allgather\": {\"latency_s\": 1e-5, \"bandwidth_Bps\": 2e11},"
+    "   \"reduce_scatter\": {\"latency_s\": 1e-5, \"bandwidth_Bps\": 2e11}},"
+    " \"inter_host\": {\"measured_ranks\": 2,"
+    "   \"allreduce\": {\"latency_s\": 3e-5, \"bandwidth_Bps\": 1e10, \"overlap\": 0.5},"
+    "   \"allgather\": {\"latency_s\": 3e-5, \"bandwidth_Bps\": 2e10}}}";
+
+/* Device files with two link levels: the ranks per host, each level's measured rank count and
+** the inter-host collectives load, survive a round trip and fall back to the intra-host level
+** where absent; a file without them is one host measured over all its ranks; bad values give
+** one line naming the field. */
+static void test_device_levels(void) {
+  DeviceInfo a;
+  CHECK(device_load(&a, write_temp(hosts_device)) == 0);
+  CHECK(a.ranks == 16 && device_ranks_per_host(&a) == 8);
+  CHECK(a.inter_given[COLL_ALLREDUCE] && a.inter_given[COLL_ALLGATHER] && !a.inter_given[COLL_REDUCE_SCATTER]);
+  CHECK(device_link(&a, LINK_INTER, COLL_REDUCE_SCATTER) == &a.coll[COLL_REDUCE_SCATTER]);
+  CHECK(device_link(&a, LINK_INTER, COLL_ALLREDUCE)->bandwidth_Bps == 1e10 &&
+        device_link(&a, LINK_INTER, COLL_ALLREDUCE)->overlap == 0.5 &&
+        device_link(&a, LINK_INTRA, COLL_ALLREDUCE)->bandwidth_Bps == 1e11);
+  CHECK(device_link_ranks(&a, LINK_INTRA, COLL_ALLREDUCE) == 8 && device_link_ranks(&a, LINK_INTER, COLL_ALLREDUCE) == 2 &&
+        device_link_ranks(&a, LINK_INTER, COLL_REDUCE_SCATTER) == 8);
+  check_round_trip(&a);
+  /* Without the new fields: one host (H = ranks), every level the intra-host one. */
+  CHECK(device_load(&a, write_temp(good_device)) == 0);
+  CHECK(device_ranks_per_host(&a) == 4 && device_link_ranks(&a, LINK_INTRA, 0) == 4);
+  for (int k = 0; k < COLL_COUNT; k++) CHECK(!a.inter_given[k] && device_link(&a, LINK_INTER, k) == &a.coll[k]);
+  device_free(&a);
+  /* Defaults: the inter-host level over ranks / H, at least 2. */
+  DeviceInfo f = make_device(12, 1 << 20, 1e9);
+  f.ranks_per_host = 3;
+  f.inter_given[COLL_ALLGATHER] = 1;
+  f.inter[COLL_ALLGATHER] = f.coll[COLL_ALLGATHER];
+  CHECK(device_validate(&f, "flags") == 0 && device_link_ranks(&f, LINK_INTER, COLL_ALLGATHER) == 4 &&
+        device_link_ranks(&f, LINK_INTRA, COLL_ALLGATHER) == 3);
+  f.ranks_per_host = 12;
+  CHECK(device_link_ranks(&f, LINK_INTER, COLL_ALLGATHER) == 2);
+  f.ranks_per_host = 5;
+  CHECK(device_validate(&f, "flags") == -1 && strstr(osdp_last_error(), "ranks_per_host"));
+  f.ranks_per_host = 3;
+  f.inter[COLL_ALLGATHER].bandwidth_Bps = -1;
+  CHECK(device_validate(&f, "flags") == -1 && strstr(osdp_last_error(), "inter_host.allgather.bandwidth_Bps"));
+
+  const char* h = hosts_device;
+  expect_device_error(text_variant(h, "\"ranks_per_host\": 8", "\"ranks_per_host\": 3"), "ranks_per_host");
+  expect_device_error(text_variant(h, "\"ranks_per_host\": 8", "\"ranks_per_host\": 32"), "ranks_per_host");
+  expect_device_error(text_variant(h, "\"ranks_per_host\": 8", "\"ranks_per_host\": 0"), "ranks_per_host");
+  expect_device_error(text_variant(h, "\"ranks_per_host\": 8", "\"ranks_per_host\": 2.5"), "ranks_per_host");
+  expect_device_error(text_variant(h, "\"measured_ranks\": 8", "\"measured_ranks\": 0"), "collectives.measured_ranks");
+  expect_device_error(text_variant(h, "\"measured_ranks\": 2", "\"measured_ranks\": 99"), "inter_host.measured_ranks");
+  expect_device_error(text_variant(h, "\"inter_host\": {", "\"inter_host\": 5, \"x\": {"), "inter_host");
+  expect_device_error(text_variant(h, "\"bandwidth_Bps\": 1e10", "\"bandwidth_Bps\": 0"),
+                      "inter_host.allreduce.bandwidth_Bps");
+  expect_device_error(text_variant(h, "{\"latency_s\": 3e-5, \"bandwidth_Bps\": 2e10}", "{\"bandwidth_Bps\": 2e10}"),
+                      "inter_host.allgather.latency_s");
+  expect_device_error(text_variant(h, "{\"latency_s\": 3e-5, \"bandwidth_Bps\": 2e10}", "7"), "inter_host.allgather");
+  expect_device_error(text_variant(h, "\"overlap\": 0.5", "\"overlap\": 2"), "inter_host.allreduce.overlap");
+}
+
+/* The collective model over communicator shapes: levels of groups and across-group sets, the
+** ring rescaling from the measured rank count, in-step factors, one rank. */
+static void test_group_collectives(void) {
+  DeviceInfo dev;
+  CHECK(device_load(&dev, write_temp(hosts_device)) == 0);
+  CommShape w = device_world_shape(&dev), g8 = device_group_shape(&dev, 8), g4 = device_group_shape(&dev, 4);
+  CommShape g16 = device_group_shape(&dev, 16), a8 = device_across_shape(&dev, 8), a4 = device_across_shape(&dev, 4);
+  CHECK(w.ranks == 16 && w.level == LINK_INTER && g16.level == LINK_INTER);
+  CHECK(g8.ranks == 8 && g8.level == LINK_INTRA && g4.ranks == 4 && g4.level == LINK_INTRA);
+  CHECK(a8.ranks == 2 && a8.level == LINK_INTER && a4.ranks == 4 && a4.level == LINK_INTER);
+  CHECK(device_across_shape(&dev, 16).ranks == 1);
+  double B = 1e6;
+  /* At the measured rank count: the table itself; elsewhere the bytes scaled by the ring's share. */
+  CHECK(device_shape_collective_s(&dev, g8, COLL_ALLGATHER, B) == 1e-5 + B / 2e11);
+  CHECK_NEAR(device_shape_collective_s(&dev, g4, COLL_ALLGATHER, B), 1e-5 + B * (0.75 / 0.875) / 2e11, 1e-18);
+  CHECK(device_shape_collective_s(&dev, a8, COLL_ALLREDUCE, B) == 3e-5 + B / 1e10);
+  CHECK_NEAR(device_shape_collective_s(&dev, a4, COLL_ALLREDUCE, B), 3e-5 + B * (1.5 / 1.0) / 1e10, 1e-16);
+  CHECK_NEAR(device_collective_s(&dev, COLL_ALLREDUCE, B), 3e-5 + B * (30.0 / 16) / 1e10, 1e-16);
+  CHECK_NEAR(device_collective_s(&dev, COLL_ALLGATHER, B), 3e-5 + B * (15.0 / 16 / 0.5) / 2e10, 1e-16);
+  /* No inter-host reduce-scatter given: the intra-host line, measured over 8. */
+  CHECK_NEAR(device_collective_s(&dev, COLL_REDUCE_SCATTER, B), 1e-5 + B * (15.0 / 16 / 0.875) / 2e11, 1e-18);
+  CHECK(device_shape_collective_s(&dev, (CommShape){1, LINK_INTER}, COLL_ALLREDUCE, B) == 0);
+  dev.inter[COLL_ALLREDUCE].in_step = 2;
+  CHECK(device_shape_step_s(&dev, a8, COLL_ALLREDUCE, B) == 2 * (3e-5 + B / 1e10));
+  CHECK(device_step_collective_s(&dev, COLL_ALLREDUCE, B) == 2 * device_collective_s(&dev, COLL_ALLREDUCE, B));
+  CHECK(device_shape_step_s(&dev, g8, COLL_ALLREDUCE, B) == device_shape_collective_s(&dev, g8, COLL_ALLREDUCE, B));
+  /* A group that straddles hosts (4 ranks on hosts of 6) is inter-host; on one host everything
+  ** is intra-host, and a measured table is interpolated at the rescaled size. */
+  DeviceInfo o = make_device(12, 1 << 20, 1e9);
+  o.ranks_per_host = 6;
+  CHECK(device_group_shape(&o, 4).level == LINK_INTER && device_group_shape(&o, 3).level == LINK_INTRA &&
+        device_group_shape(&o, 6).level == LINK_INTRA && device_group_shape(&o, 12).level == LINK_INTER);
+  o.ranks_per_host = 0;
+  CHECK(device_group_shape(&o, 4).level == LINK_INTRA && device_across_shape(&o, 4).level == LINK_INTRA &&
+        device_world_shape(&o).level == LINK_INTRA);
+  CollectiveModel* rs = &o.coll[COLL_REDUCE_SCATTER];
+  rs->npoints = 2;
+  rs->point_bytes[0] = 1000;
+  rs->point_s[0] = 1e-5;
+  rs->point_bytes[1] = 2000;
+  rs->point_s[1] = 3e-5;
+  /* 6 ranks of 12 measured: 1200 bytes count as 1200 * (5/6) / (11/12) = 1090.9.. */
+  double x = 1200 * (5.0 / 6) / (11.0 / 12);
+  CHECK_NEAR(device_shape_collective_s(&o, device_group_shape(&o, 6), COLL_REDUCE_SCATTER, 1200),
+             1e-5 + 2e-5 * (x - 1000) / 1000, 1e-18);
+  device_free(&dev);
 }
 
 /* Collective and operator times. */
@@ -409,7 +551,8 @@ static void check_plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan*
   PlanCost c;
   CHECK(plan_cost(d, dev, p, &c) == 0);
   size_t mem = 0, tr = 0, bytes, ndp = 0;
-  double t = 0, t_sharded = 0, comp;
+  double t = 0, t_sharded = 0, comp, saved_exposure = ref_exposure;
+  ReduceDtype saved_reduce = ref_reduce; /* the caller's, restored at the end */
   ref_reduce = p->reduce_dtype;
   ref_exposure = ref_exposure_of(d, dev);
   for (int i = 0; i < d->nops; i++) {
@@ -448,7 +591,8 @@ static void check_plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan*
   if (ndp == 0) CHECK_MSG(rel_diff(ts, c.step_s) < 1e-12, "no dp: search %.17g, replay %.17g", ts, c.step_s);
   CHECK(rel_diff(c.samples_per_s, dev->ranks * p->micro_batch / c.step_s) < 1e-12);
   CHECK(c.micro_batch == p->micro_batch);
-  ref_reduce = REDUCE_FP32;
+  ref_reduce = saved_reduce;
+  ref_exposure = saved_exposure;
 }
 
 /* Overlap: with the channel running beside compute, the replay hides part of the dp
@@ -498,7 +642,35 @@ static void random_plan(const GptDesc* d, int world, int B, int T, Rng* r, Plan*
   }
 }
 
-/* plan_cost on random plans of several models and rank counts. */
+/* A device of N ranks, H per host (0: one host), whose inter-host level (given when H < N) is
+** about `slow` times slower than make_device's intra-host one, differently for each kind. */
+static DeviceInfo make_hosts_device(int N, int H, size_t limit, double flops, double slow) {
+  DeviceInfo dev = make_device(N, limit, flops);
+  dev.ranks_per_host = H;
+  for (int k = 0; k < COLL_COUNT; k++) {
+    dev.inter[k] = dev.coll[k];
+    dev.inter[k].bandwidth_Bps /= slow * (1 + 0.25 * k);
+    dev.inter[k].latency_s *= 2 + k;
+    dev.inter_given[k] = H > 0 && H < N;
+  }
+  return dev;
+}
+
+/* Randomises plan p's hybrid settings: each op's shard group any divisor of N (the world as
+** 0), the reduce dtype and overlap_reduce. */
+static void random_hybrid(const GptDesc* d, int N, Rng* r, Plan* p) {
+  int div[32], nd = 0;
+  for (int G = 1; G <= N; G++) if (N % G == 0 && nd < 32) div[nd++] = G;
+  for (int i = 0; i < d->nops; i++) {
+    int G = div[rng_below(r, (uint64_t)nd)];
+    p->ops[i].group = G == N ? 0 : G;
+  }
+  p->reduce_dtype = rng_below(r, 2) ? REDUCE_BF16 : REDUCE_FP32;
+  p->overlap_reduce = (int)rng_below(r, 2);
+}
+
+/* plan_cost on random plans of several models and rank counts, flat and (on 1..6 ranks with
+** every host size) with random shard groups, reduce dtypes and overlap_reduce. */
 static void test_cost_model(void) {
   GptConfig cfgs[] = {make_config("odd", 1, 6, 2, 20, 8), make_config("two", 2, 8, 2, 50, 16)};
   Rng r;
@@ -514,8 +686,74 @@ static void test_cost_model(void) {
         check_plan_cost(&d, &dev, &p);
         plan_free(&p);
       }
+    for (int N = 1; N <= 6; N++)
+      for (int H = 1; H <= N; H++)
+        for (int trial = 0; N % H == 0 && trial < 12; trial++) {
+          DeviceInfo dev = make_hosts_device(N, H, (size_t)1 << 30, 1e8, 7);
+          Plan p;
+          random_plan(&d, N, 1 + (int)rng_below(&r, 4), cfgs[c].max_seq, &r, &p);
+          random_hybrid(&d, N, &r, &p);
+          check_plan_cost(&d, &dev, &p);
+          plan_free(&p);
+        }
     gpt_desc_free(&d);
   }
+}
+
+/* Hybrid plans in the replay: overlap_reduce hides reduce-scatters beside the next gradient
+** use (less waiting, a larger transient: the full gradient stays live until then), and gains
+** nothing when the reduce-scatter cannot progress beside compute; bf16 halves every gradient
+** reduction's bytes (with no latency: half the time) but not the gathers; the across-group
+** exposure is the share of the all-dp plan's all-reduce work left exposed. */
+static void test_hybrid_cost(void) {
+  GptConfig cfg = make_config("wide", 2, 512, 2, 64, 16);
+  GptDesc d;
+  CHECK(gpt_desc_build(&d, &cfg) == 0);
+  DeviceInfo dev = make_hosts_device(4, 2, (size_t)1 << 32, 1e9, 4);
+  Plan p;
+  PlanCost c0, c1;
+  plan_uniform(&p, &d, STRAT_ZERO2, 4, 2, 16);
+  plan_set_group(&p, 2);
+  CHECK(plan_cost(&d, &dev, &p, &c0) == 0);
+  check_plan_cost(&d, &dev, &p);
+  CHECK(c0.exposed_s[COLL_ALLREDUCE] > 0); /* the shards' all-reduces across the 2 hosts */
+  p.overlap_reduce = 1;
+  CHECK(plan_cost(&d, &dev, &p, &c1) == 0);
+  CHECK_NEAR(c1.step_s, c0.step_s, 1e-12 * c0.step_s); /* no progress beside compute */
+  CHECK(c1.mem.transient > c0.mem.transient);
+  dev.coll[COLL_REDUCE_SCATTER].overlap = 1;
+  CHECK(plan_cost(&d, &dev, &p, &c1) == 0);
+  CHECK(c1.step_s < c0.step_s && c1.hidden_s > 0 && c1.exposed_s[COLL_REDUCE_SCATTER] < c0.exposed_s[COLL_REDUCE_SCATTER]);
+  CHECK_NEAR(c1.hidden_s + c1.exposed_s[COLL_REDUCE_SCATTER], c0.exposed_s[COLL_REDUCE_SCATTER], 1e-12);
+  dev.coll[COLL_REDUCE_SCATTER].overlap = 0;
+  p.overlap_reduce = 0;
+  /* bf16 with no latency: gradient reductions take half as long, gathers as long. */
+  for (int l = 0; l < LINK_LEVELS; l++)
+    for (int k = 0; k < COLL_COUNT; k++) (l ? dev.inter : dev.coll)[k].latency_s = 0;
+  plan_uniform(&p, &d, STRAT_ZERO3, 4, 2, 16);
+  plan_set_group(&p, 2);
+  p.ops[gpt_op_layer(1, GPT_FC)].strat[0] = STRAT_DP; /* and a dp bucket */
+  CHECK(plan_cost(&d, &dev, &p, &c0) == 0);
+  p.reduce_dtype = REDUCE_BF16;
+  CHECK(plan_cost(&d, &dev, &p, &c1) == 0);
+  CHECK_NEAR(c1.exposed_s[COLL_REDUCE_SCATTER], 0.5 * c0.exposed_s[COLL_REDUCE_SCATTER], 1e-15);
+  CHECK_NEAR(c1.exposed_s[COLL_ALLREDUCE], 0.5 * c0.exposed_s[COLL_ALLREDUCE], 1e-15);
+  CHECK(c1.exposed_s[COLL_ALLGATHER] == c0.exposed_s[COLL_ALLGATHER] && c1.mem.peak == c0.mem.peak);
+  check_plan_cost(&d, &dev, &p);
+  plan_free(&p);
+  /* The exposures: dp calibrates the all-dp plan; across is its exposed share of the work. */
+  dev = make_hosts_device(4, 2, (size_t)1 << 32, 1e9, 4);
+  dev.inter[COLL_ALLREDUCE].overlap = 0.5;
+  plan_uniform(&p, &d, STRAT_DP, 4, 2, 16);
+  CHECK(plan_cost(&d, &dev, &p, &c0) == 0);
+  double dp, across;
+  cost_exposures(&d, &dev, 2, 16, REDUCE_FP32, &dp, &across);
+  CHECK(c0.hidden_s > 0 && across < 1);
+  CHECK_NEAR(across, c0.exposed_s[COLL_ALLREDUCE] / (c0.exposed_s[COLL_ALLREDUCE] + c0.hidden_s), 1e-15);
+  CHECK_NEAR(cost_search_step_s(&d, &dev, &p), c0.step_s, 1e-12 * c0.step_s);
+  CHECK(dp == cost_dp_exposure(&d, &dev, 2, 16));
+  plan_free(&p);
+  gpt_desc_free(&d);
 }
 
 /* ---- 3. Per-operator configurations ----------------------------------------------------------- */
@@ -679,10 +917,12 @@ static void brute_plan(const Brute* b, const GptDesc* d, int l, int T, Plan* p) 
   plan_uniform(p, d, STRAT_DP, b->N, b->best_B[l], T);
   for (int i = 0; i < b->nops; i++) p->ops[b->op[i]] = b->cfg[0][i][b->best_cfg[l][i]].plan;
   plan_set_recompute(p, b->best_R[l]);
+  p->reduce_dtype = ref_reduce;
 }
 
-/* Complete plans the brute force evaluated, and optima that recompute, over all instances. */
-static long brute_leaves, brute_recomputing;
+/* Complete plans the brute force evaluated, and optima that recompute or shard an op over
+** fewer ranks than the world, over all instances. */
+static long brute_leaves, brute_recomputing, brute_hybrid;
 
 /* The first R of a model's layers flagged (up to BF_MAX_LAYERS). */
 static const int* first_flags(int R) {
@@ -828,6 +1068,11 @@ static void check_against_brute_on(const GptConfig* cfg, const SearchOptions* o,
     if (rc) continue;
     check_found(b, d, dev, o, l, &p, &c);
     brute_recomputing += b->best_R[l] > 0;
+    int hybrid = 0;
+    for (int i = 0; i < d->nops; i++)
+      for (int k = 0; k < p.ops[i].k && p.ops[i].group > 0 && p.ops[i].group < N; k++)
+        hybrid |= p.ops[i].strat[k] != STRAT_DP;
+    brute_hybrid += hybrid;
     CHECK(planner_last_stats().peak == c.mem.peak); /* the search's own sum = the prediction */
     plan_free(&p);
   }
@@ -887,6 +1132,39 @@ static void test_search_brute_force(void) {
   printf("brute force comparisons: %ld plans x up to 9 limits x up to 6 micro-batches, %ld optima "
          "recompute, %.2f s\n", brute_leaves, brute_recomputing, now_seconds() - t0);
   CHECK(brute_recomputing > 0);
+}
+
+/* Brute force with shard groups chosen per op: devices of 4 ranks on 2 hosts (slow links
+** between them; groups 2 and 4), on one host (groups 2 and 4), 6 ranks on 2 hosts (3 and 6),
+** 8 ranks on 2 hosts (2, 4 and 8, no zero2), and bf16 reductions; unsplit ops. */
+static void test_search_groups_brute_force(void) {
+  GptConfig thin = make_config("thin", 1, 2, 1, 20, 8);
+  GptDesc d;
+  CHECK(gpt_desc_build(&d, &thin) == 0);
+  SearchOptions o;
+  planner_default_options(&o, 8);
+  o.max_batch = 4;
+  o.max_slices = 1;
+  double t0 = now_seconds();
+  long before = brute_leaves;
+  long hybrid = brute_hybrid;
+  /* ranks, per host, how much slower between hosts, variant: 1 no zero2, 2 bf16, 3 k <= 2 and
+  ** no zero2 */
+  static const int shape[][4] = {{4, 2, 20, 0}, {4, 4, 1, 0}, {6, 3, 8, 0}, {8, 4, 30, 1}, {4, 2, 5, 2},
+                                 {4, 2, 50, 3}};
+  for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++) {
+    DeviceInfo dev = make_hosts_device(shape[i][0], shape[i][1], (size_t)1 << 40, 1e8, shape[i][2]);
+    o.allow[STRAT_ZERO2] = shape[i][3] != 1 && shape[i][3] != 3;
+    o.reduce_dtype = shape[i][3] == 2 ? REDUCE_BF16 : REDUCE_FP32;
+    o.max_slices = shape[i][3] == 3 ? 2 : 1;
+    int g[PLANNER_MAX_GROUPS], rg[64], n = planner_shard_groups(&dev, &o, g), rn = ref_groups(&dev, &o, rg);
+    CHECK(n == rn && memcmp(g, rg, (size_t)n * sizeof *g) == 0);
+    check_against_brute_on(&thin, &o, &d, &dev);
+  }
+  printf("brute force with shard groups: %ld plans, %ld optima shard within groups, %.2f s\n",
+         brute_leaves - before, brute_hybrid - hybrid, now_seconds() - t0);
+  CHECK(brute_hybrid > hybrid);
+  gpt_desc_free(&d);
 }
 
 /* ---- 4b. Search against an exact reference on a bigger model -------------------------------- */
@@ -1089,6 +1367,137 @@ static void test_candidates(void) {
   gpt_desc_free(&d);
 }
 
+/* ---- 4d. Hybrid sharding: groups when the links between hosts are slow -------------------- */
+
+/* A device of N ranks, H per host, whose tables are consistent with rings over uniform links
+** (an all-reduce takes as long as a reduce-scatter and an all-gather: half their bandwidth),
+** the same within and between hosts except that the inter-host bandwidth is `inter` times
+** the intra-host one. */
+static DeviceInfo make_link_device(int N, int H, size_t limit, double inter) {
+  DeviceInfo dev = make_device(N, limit, 1e10);
+  dev.ranks_per_host = H;
+  for (int k = 0; k < COLL_COUNT; k++) {
+    dev.coll[k] = (CollectiveModel){.latency_s = 1e-5, .bandwidth_Bps = k == COLL_ALLREDUCE ? 5e8 : 1e9};
+    dev.inter[k] = dev.coll[k];
+    dev.inter[k].bandwidth_Bps *= inter;
+    dev.inter_given[k] = 1;
+  }
+  return dev;
+}
+
+/* Whether plan p shards any op over groups smaller than the world. */
+static int plan_is_hybrid(const Plan* p) {
+  for (int i = 0; i < p->nops; i++)
+    for (int k = 0; p->ops[i].group > 0 && p->ops[i].group < p->world && k < p->ops[i].k; k++)
+      if (p->ops[i].strat[k] != STRAT_DP) return 1;
+  return 0;
+}
+
+/* The search with slow links between hosts shards within each host and beats the best plan
+** sharded over the world only; with links as fast between hosts as within (zero2 and dp only:
+** a hybrid zero2 slice moves as many bytes and pays more latencies), it shards over the world.
+** The candidates list the hybrid uniform plans, and decide overlap_reduce like prefetch. */
+static void test_hybrid_search(void) {
+  GptConfig cfg = make_config("hyb", 2, 64, 2, 256, 32);
+  GptDesc d;
+  CHECK(gpt_desc_build(&d, &cfg) == 0);
+  SearchOptions o, flat;
+  planner_default_options(&o, 32);
+  o.max_batch = 16;
+  for (int zero3 = 1; zero3 >= 0; zero3--)
+    for (int slow = 1; slow >= 0; slow--) {
+      DeviceInfo dev = make_link_device(8, 4, 1, slow ? 0.02 : 1);
+      o.allow[STRAT_ZERO3] = zero3;
+      flat = o;
+      flat.shard_group = 8;
+      Plan p, q, dp;
+      PlanCost c, fc, dc;
+      size_t least;
+      CHECK(planner_search(&d, &dev, &o, &p, &c, &least, NULL) == -1);
+      plan_uniform(&dp, &d, STRAT_DP, 8, 8, 32);
+      CHECK(plan_cost(&d, &dev, &dp, &dc) == 0);
+      plan_free(&dp);
+      dev.mem_limit = least + (dc.mem.peak - least) / 3;
+      CHECK(planner_search(&d, &dev, &o, &p, &c, NULL, NULL) == 0);
+      CHECK(planner_search(&d, &dev, &flat, &q, &fc, NULL, NULL) == 0);
+      double sps = 8.0 * p.micro_batch / cost_search_step_s(&d, &dev, &p);
+      double fsps = 8.0 * q.micro_batch / cost_search_step_s(&d, &dev, &q);
+      CHECK(!plan_is_hybrid(&q) && c.mem.peak <= dev.mem_limit && plan_validate(&p, &d, 8) == 0);
+      if (slow) {
+        CHECK_MSG(plan_is_hybrid(&p) && sps > fsps * (1 + 1e-9), "zero3 %d slow: hybrid %d, %.6g vs flat %.6g",
+                  zero3, plan_is_hybrid(&p), sps, fsps);
+      } else if (!zero3) {
+        CHECK_MSG(!plan_is_hybrid(&p) && rel_diff(sps, fsps) < 1e-12, "fast: hybrid %d, %.9g vs flat %.9g",
+                  plan_is_hybrid(&p), sps, fsps);
+      }
+      if (slow && zero3) {
+        /* Candidates: the hybrid uniform baselines are there; overlap_reduce decided per plan. */
+        dev.coll[COLL_REDUCE_SCATTER].overlap = dev.inter[COLL_REDUCE_SCATTER].overlap = 0.8;
+        Candidate cand[8];
+        int n = planner_candidates(&d, &dev, &o, cand, 8, NULL, NULL), hyb_uniform = 0, on = 0;
+        CHECK(n >= 3);
+        for (int i = 0; i < n; i++) {
+          hyb_uniform += cand[i].uniform >= 0 && cand[i].uniform_group == 4 && strstr(cand[i].origin, " G=4");
+          if (cand[i].uniform >= 0 && !cand[i].uniform_group) CHECK(!plan_is_hybrid(&cand[i].plan));
+          CHECK(cand[i].cost.mem.peak <= dev.mem_limit);
+          if (i > 0) CHECK(cand[i].cost.samples_per_s <= cand[i - 1].cost.samples_per_s);
+          Plan other;
+          PlanCost oc;
+          CHECK(plan_copy(&other, &cand[i].plan) == 0);
+          other.overlap_reduce = !other.overlap_reduce;
+          CHECK(plan_cost(&d, &dev, &other, &oc) == 0);
+          if (cand[i].plan.overlap_reduce) on++;
+          if (cand[i].plan.overlap_reduce) CHECK(cand[i].cost.step_s < oc.step_s);
+          else CHECK(oc.mem.peak > dev.mem_limit || oc.step_s >= cand[i].cost.step_s * (1 - 1e-12));
+          plan_free(&other);
+        }
+        CHECK_MSG(hyb_uniform >= 1 && on >= 1, "%d hybrid uniform candidates, %d with overlap_reduce", hyb_uniform, on);
+        CHECK(cand[0].cost.samples_per_s >= c.samples_per_s * (1 - 1e-12));
+        for (int i = 0; i < n; i++) plan_free(&cand[i].plan);
+      }
+      plan_free(&p);
+      plan_free(&q);
+    }
+  /* bf16 reductions: always at least as fast; auto keeps them where they gain >= 1%. */
+  DeviceInfo dev = make_link_device(8, 4, 1, 0.02);
+  Plan p, q;
+  PlanCost c, cb;
+  size_t least;
+  o.allow[STRAT_ZERO3] = 1;
+  CHECK(planner_search(&d, &dev, &o, &p, &c, &least, NULL) == -1);
+  dev.mem_limit = 2 * least;
+  CHECK(planner_search(&d, &dev, &o, &p, &c, NULL, NULL) == 0 && p.reduce_dtype == REDUCE_FP32);
+  o.reduce_dtype = REDUCE_BF16;
+  CHECK(planner_search(&d, &dev, &o, &q, &cb, NULL, NULL) == 0 && q.reduce_dtype == REDUCE_BF16);
+  CHECK(cb.samples_per_s >= c.samples_per_s);
+  plan_free(&q);
+  o.reduce_dtype = SEARCH_REDUCE_AUTO;
+  CHECK(planner_search(&d, &dev, &o, &q, &cb, NULL, NULL) == 0);
+  CHECK_MSG(q.reduce_dtype == REDUCE_BF16 && cb.samples_per_s > c.samples_per_s * (1 + REDUCE_BF16_MIN_GAIN),
+            "auto: %s at %.6g vs fp32 %.6g", reduce_dtype_name(q.reduce_dtype), cb.samples_per_s, c.samples_per_s);
+  plan_free(&q);
+  Candidate cand[8];
+  int n = planner_candidates(&d, &dev, &o, cand, 8, NULL, NULL);
+  for (int i = 0; i < n; i++) {
+    Plan other;
+    PlanCost a, x;
+    CHECK(plan_copy(&other, &cand[i].plan) == 0);
+    other.reduce_dtype = REDUCE_FP32;
+    CHECK(plan_cost(&d, &dev, &other, &a) == 0);
+    other.reduce_dtype = REDUCE_BF16;
+    CHECK(plan_cost(&d, &dev, &other, &x) == 0);
+    if (cand[i].plan.reduce_dtype == REDUCE_BF16) CHECK(x.step_s < a.step_s * (1 - REDUCE_BF16_MIN_GAIN));
+    else CHECK(x.step_s >= a.step_s * (1 - REDUCE_BF16_MIN_GAIN));
+    plan_free(&other);
+    plan_free(&cand[i].plan);
+  }
+  o.reduce_dtype = REDUCE_FP32;
+  o.shard_group = 3; /* not a divisor */
+  CHECK(planner_search(&d, &dev, &o, &q, &cb, NULL, NULL) == -1 && strstr(osdp_last_error(), "shard group 3"));
+  plan_free(&p);
+  gpt_desc_free(&d);
+}
+
 /* ---- 5. Limits too small -------------------------------------------------------------------- */
 
 /* -1 below the minimum, with the minimum in the message; success exactly at it. */
@@ -1245,13 +1654,20 @@ static void test_recompute_needed(void) {
 /* ---- 6. Speed ------------------------------------------------------------------------------- */
 
 /* Times one search on a GPT-2 preset and prints its figures. */
-static double time_search(const char* model, int N, size_t limit, int T, int print) {
+/* Times one search on a GPT-2 preset (H ranks per host, 0: one host, with links 12x slower
+** between hosts) and prints its figures. */
+static double time_search(const char* model, int N, int H, size_t limit, int T, int print) {
   GptConfig cfg;
   GptDesc d;
   CHECK(gpt_config_load(model, &cfg) == 0 && gpt_desc_build(&d, &cfg) == 0);
   DeviceInfo dev = make_device(N, limit, 1e14);
   dev.optimizer_s_per_param = 0;
-  for (int k = 0; k < COLL_COUNT; k++) dev.coll[k] = (CollectiveModel){.latency_s = 2e-5, .bandwidth_Bps = 1.25e10};
+  dev.ranks_per_host = H;
+  for (int k = 0; k < COLL_COUNT; k++) {
+    dev.coll[k] = (CollectiveModel){.latency_s = 2e-5, .bandwidth_Bps = 1.25e10};
+    dev.inter[k] = (CollectiveModel){.latency_s = 3e-5, .bandwidth_Bps = 1.25e10 / 12};
+    dev.inter_given[k] = H > 0;
+  }
   SearchOptions o;
   planner_default_options(&o, T);
   Plan p;
@@ -1264,11 +1680,12 @@ static double time_search(const char* model, int N, size_t limit, int T, int pri
     CHECK(c.mem.peak <= limit);
     PlannerStats st = planner_last_stats();
     if (print)
-      printf("search %-9s N=%-2d limit %-9s seq %4d: %.3f s  B=%d R=%d %.2f samples/s  (classes %d, "
-             "configs %d, caps %d, problems %ld, candidates %ld, programs %ld, states max %ld total "
-             "%ld)\n", model, N, format_bytes((double)limit, lim), T, s, c.micro_batch,
-             plan_recompute_count(&p), c.samples_per_s, st.classes, st.configs, st.taus, st.problems,
-             st.candidates, st.exact_solves, st.states_max, st.states_total);
+      printf("search %-9s N=%-2d H=%-2d limit %-9s seq %4d: %.3f s  B=%d R=%d %.2f samples/s%s  "
+             "(classes %d, configs %d, caps %d, problems %ld, candidates %ld, programs %ld, states max "
+             "%ld total %ld)\n", model, N, device_ranks_per_host(&dev), format_bytes((double)limit, lim), T,
+             s, c.micro_batch, plan_recompute_count(&p), c.samples_per_s, plan_is_hybrid(&p) ? " hybrid" : "",
+             st.classes, st.configs, st.taus, st.problems, st.candidates, st.exact_solves, st.states_max,
+             st.states_total);
     plan_free(&p);
   }
   gpt_desc_free(&d);
@@ -1276,28 +1693,35 @@ static double time_search(const char* model, int N, size_t limit, int T, int pri
 }
 
 /* gpt2-1.5b on 8 ranks at 16 GiB and at 8 GiB (nothing fits without recomputation), seq 1024,
-** every option, and other shapes: a plan is found in each. The times are printed, not
-** asserted (a timed unit test measures the machine, not the code; under the sanitizers the
-** search runs several times slower): `osdp plan ... --json` reports search_s. */
+** every option, and other shapes: a plan is found in each; and gpt2-1.5b on 16 ranks, 8 per
+** host (shard groups 2, 4, 8, 16 to choose from per op). The times are printed, not asserted
+** (a timed unit test measures the machine, not the code; under the sanitizers the search runs
+** several times slower): `osdp plan ... --json` reports search_s. */
 static void test_speed(void) {
-  time_search("gpt2-1.5b", 8, (size_t)16 << 30, 1024, 1);
-  time_search("gpt2-1.5b", 8, (size_t)8 << 30, 1024, 1);
-  time_search("gpt2-124m", 2, (size_t)2 << 30, 256, 1);
-  time_search("gpt2-350m", 16, (size_t)4 << 30, 512, 1);
+  time_search("gpt2-1.5b", 8, 0, (size_t)16 << 30, 1024, 1);
+  time_search("gpt2-1.5b", 8, 0, (size_t)8 << 30, 1024, 1);
+  time_search("gpt2-1.5b", 16, 8, (size_t)16 << 30, 1024, 1);
+  time_search("gpt2-124m", 2, 0, (size_t)2 << 30, 256, 1);
+  time_search("gpt2-350m", 16, 0, (size_t)4 << 30, 512, 1);
 }
 
 int main(void) {
   test_device_files();
+  test_device_levels();
+  test_group_collectives();
   test_device_times();
   test_cost_model();
   test_overlap();
+  test_hybrid_cost();
   test_op_configs();
   test_too_small();
   test_recompute_positions();
   test_recompute_needed();
   test_search_brute_force();
+  test_search_groups_brute_force();
   test_search_reference();
   test_candidates();
+  test_hybrid_search();
   test_speed();
   unlink(write_temp(""));
   return check_summary();
