@@ -1159,8 +1159,29 @@ static void test_search_groups_brute_force(void) {
     o.max_slices = shape[i][3] == 3 ? 2 : 1;
     int g[PLANNER_MAX_GROUPS], rg[64], n = planner_shard_groups(&dev, &o, g), rn = ref_groups(&dev, &o, rg);
     CHECK(n == rn && memcmp(g, rg, (size_t)n * sizeof *g) == 0);
+    for (int N = 1; N <= 64; N++) /* every host size: the rule, ascending */
+      for (int H = 1; H <= N; H++) {
+        DeviceInfo x = make_device(N, 1, 1);
+        x.ranks_per_host = N % H ? 0 : H;
+        n = planner_shard_groups(&x, &o, g);
+        rn = ref_groups(&x, &o, rg);
+        CHECK_MSG(n == rn && memcmp(g, rg, (size_t)n * sizeof *g) == 0, "groups of N=%d H=%d", N, H);
+      }
     check_against_brute_on(&thin, &o, &d, &dev);
   }
+  /* Many divisors: the largest PLANNER_MAX_GROUPS, H among them; 2^20 ranks, 8 per host. */
+  DeviceInfo big = make_device(720720, 1, 1);
+  int g[PLANNER_MAX_GROUPS], n = planner_shard_groups(&big, &o, g);
+  CHECK(n == PLANNER_MAX_GROUPS && g[n - 1] == 720720);
+  for (int i = 1; i < n; i++) CHECK(g[i] > g[i - 1] && 720720 % g[i] == 0);
+  big.ranks_per_host = 6;
+  n = planner_shard_groups(&big, &o, g);
+  int hasH = 0;
+  for (int i = 0; i < n; i++) hasH |= g[i] == 6;
+  CHECK(n == PLANNER_MAX_GROUPS && hasH && g[n - 1] == 720720);
+  big = make_device(1 << 20, 1, 1);
+  big.ranks_per_host = 8;
+  CHECK(planner_shard_groups(&big, &o, g) == 20 && g[0] == 2 && g[1] == 4 && g[2] == 8 && g[19] == 1 << 20);
   printf("brute force with shard groups: %ld plans, %ld optima shard within groups, %.2f s\n",
          brute_leaves - before, brute_hybrid - hybrid, now_seconds() - t0);
   CHECK(brute_hybrid > hybrid);
@@ -1326,7 +1347,9 @@ static void test_candidates(void) {
     CHECK(c[i].cost.mem.peak <= dev.mem_limit && c[i].origin[0]);
     if (i > 0) CHECK(c[i].cost.samples_per_s <= c[i - 1].cost.samples_per_s);
     for (int j = 0; j < i; j++) {
-      int same = c[i].plan.micro_batch == c[j].plan.micro_batch && c[i].plan.prefetch == c[j].plan.prefetch;
+      int same = c[i].plan.micro_batch == c[j].plan.micro_batch && c[i].plan.prefetch == c[j].plan.prefetch &&
+                 c[i].plan.overlap_reduce == c[j].plan.overlap_reduce &&
+                 c[i].plan.reduce_dtype == c[j].plan.reduce_dtype;
       for (int op = 0; same && op < d.nops; op++)
         same = memcmp(&c[i].plan.ops[op], &c[j].plan.ops[op], sizeof(OpPlan)) == 0;
       CHECK_MSG(!same, "candidates %d and %d are the same plan", j, i);

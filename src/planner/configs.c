@@ -22,19 +22,34 @@ void planner_default_options(SearchOptions* o, int seq) {
   for (int s = 0; s < STRAT_COUNT; s++) o->allow[s] = 1;
 }
 
+/* Orders ints ascending, for qsort. */
+static int cmp_int(const void* a, const void* b) {
+  int x = *(const int*)a, y = *(const int*)b;
+  return x < y ? -1 : x > y;
+}
+
 int planner_shard_groups(const DeviceInfo* dev, const SearchOptions* o, int* out) {
-  int N = dev->ranks, H = device_ranks_per_host(dev), n = 0, all[PLANNER_MAX_GROUPS];
+  int N = dev->ranks, H = device_ranks_per_host(dev), n = 0;
   if (o->shard_group > 0 && o->shard_group <= N && N % o->shard_group == 0) {
     out[0] = o->shard_group;
     return 1;
   }
-  /* Largest first, so that H and N are always kept; then reversed to ascending. */
-  for (int G = N; G >= 1 && n < PLANNER_MAX_GROUPS; G--) {
-    if (N % G || (G == 1 && N > 1)) continue;
-    if ((G <= H && H % G == 0) || G % H == 0) all[n++] = G;
+  /* The divisors of N (< 2^31: at most 1600), found in pairs (i, N / i) up to the square root,
+  ** kept when G > 1 (N on one rank) and within a host or spanning whole hosts. */
+  int all[2048];
+  for (int i = 1; (long)i * i <= N; i++) {
+    if (N % i) continue;
+    int pair[2] = {i, N / i};
+    for (int j = 0; j < (pair[0] == pair[1] ? 1 : 2); j++) {
+      int G = pair[j];
+      if ((G > 1 || N == 1) && ((G <= H && H % G == 0) || G % H == 0)) all[n++] = G;
+    }
   }
-  for (int i = 0; i < n; i++) out[i] = all[n - 1 - i];
-  return n;
+  qsort(all, (size_t)n, sizeof *all, cmp_int);
+  int first = n > PLANNER_MAX_GROUPS ? n - PLANNER_MAX_GROUPS : 0; /* the largest ones */
+  if (first > 0 && H > 1 && H < all[first]) all[first] = H; /* H always, in the smallest one's place */
+  for (int i = first; i < n; i++) out[i - first] = all[i];
+  return n - first;
 }
 
 /* The options with defaults filled in (seq: the model's max_seq; max_recompute: a count from
@@ -184,12 +199,13 @@ int op_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, 
   static const int ks[] = {1, 2, 4, 8};
   SliceContext x = *base;
   x.uses = cost_op_uses(d, op, recompute);
+  int shard[PLANNER_MAX_GROUPS], nshard = planner_shard_groups(dev, o, shard);
   for (int i = 0; i < 4; i++) {
     int k = ks[i];
     if (k > 1 && (!g->splittable || (size_t)k > g->rows || k > o->max_slices)) continue;
-    Enumerator e = {.dev = dev, .o = o, .op = op, .k = k, .out = l, .x = x,
+    Enumerator e = {.dev = dev, .o = o, .op = op, .k = k, .out = l, .x = x, .nshard = nshard,
                     .split_s = cost_split_extra_s(d, dev, op, k, B, o->seq, recompute)};
-    e.nshard = planner_shard_groups(dev, o, e.shard);
+    memcpy(e.shard, shard, (size_t)nshard * sizeof *shard);
     e.ngroups = slice_groups(g, k, e.g);
     for (int s = 0; s < k; s++) e.n[s] = gpt_slice_params(g, k, s);
     if (enum_group(&e, 0)) return -1;

@@ -331,9 +331,9 @@ int plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* 
   int nb = w.bucket ? plan_dp_buckets(d, &on_dev, COST_BUCKET_BYTES, w.bucket) : 0;
   w.members_left = calloc((size_t)nb + 1, sizeof *w.members_left);
   w.bucket_bytes = calloc((size_t)nb + 1, sizeof *w.bucket_bytes);
-  /* Jobs: at most one per use (prefetch, reduce-scatter or across all-reduce: 2 per gradient
-  ** use) and one per bucket. */
-  size_t njobs = 2 * (size_t)w.n + (size_t)nb + 1;
+  /* Jobs: per use at most a prefetch, a reduce-scatter and an across-group all-reduce; one per
+  ** bucket. */
+  size_t njobs = 3 * (size_t)w.n + (size_t)nb + 1;
   r.rem = malloc(njobs * sizeof *r.rem);
   r.rate = malloc(njobs * sizeof *r.rate);
   r.kind = malloc(njobs * sizeof *r.kind);

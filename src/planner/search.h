@@ -78,7 +78,7 @@ void planner_default_options(SearchOptions* o, int seq);
 ** (room for PLANNER_MAX_GROUPS): o->shard_group when set; else the divisors G of the ranks N
 ** that keep a group within one host (G <= H dividing H, G > 1) or span whole hosts (G a
 ** multiple of H), always H and N (N alone on one rank). With more than PLANNER_MAX_GROUPS, the
-** smallest ones are left out. Returns their count (>= 1). */
+** smallest ones are left out (not H). Returns their count (>= 1). */
 int planner_shard_groups(const DeviceInfo* dev, const SearchOptions* o, int* out);
 
 /* The non-dominated configurations of op at micro-batch B (no other has <= memory, <=
