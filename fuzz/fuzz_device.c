@@ -1,7 +1,8 @@
 /*
 ** fuzz_device.c: fuzzes device files (device_load, planner/device.h). A device that loads is
-** asked for collective and operator times (what the planner does with it), and must survive
-** a round trip through device_save and device_load unchanged.
+** asked for collective and operator times (what the planner does with it: over the world, shard
+** groups and across groups of every size dividing the ranks), and must survive a round trip
+** through device_save and device_load unchanged (both link levels).
 */
 #include <float.h>
 #include <math.h>
@@ -19,6 +20,17 @@ static int near(double a, double b) {
   return a == b || fabs(a - b) <= 2 * DBL_EPSILON * fmax(fabs(a), fabs(b));
 }
 
+/* Aborts unless collective tables x and y hold the same values (up to near()). */
+static void collective_expect_equal(const CollectiveModel* x, const CollectiveModel* y) {
+  if (!near(x->latency_s, y->latency_s) || !near(x->bandwidth_Bps, y->bandwidth_Bps) ||
+      !near(x->overlap, y->overlap) || !near(x->in_step, y->in_step) || !near(x->residual, y->residual) ||
+      x->npoints != y->npoints)
+    fuzz_die("device round trip", "a collective changed");
+  for (int i = 0; i < x->npoints; i++)
+    if (!near(x->point_bytes[i], y->point_bytes[i]) || !near(x->point_s[i], y->point_s[i]))
+      fuzz_die("device round trip", "a collective's points changed");
+}
+
 /* Aborts unless devices a and b hold the same values (up to near()). */
 static void device_expect_equal(const DeviceInfo* a, const DeviceInfo* b) {
   /* mem_limit travels as a JSON number: exact up to 2^53 bytes (8 PiB). */
@@ -27,15 +39,14 @@ static void device_expect_equal(const DeviceInfo* a, const DeviceInfo* b) {
       strcmp(a->backend, b->backend) || !near(a->flops, b->flops) ||
       !near(a->optimizer_s_per_param, b->optimizer_s_per_param))
     fuzz_die("device round trip", "a top-level field changed");
+  if (device_ranks_per_host(a) != device_ranks_per_host(b)) fuzz_die("device round trip", "ranks_per_host changed");
   for (int k = 0; k < COLL_COUNT; k++) {
-    const CollectiveModel *x = &a->coll[k], *y = &b->coll[k];
-    if (!near(x->latency_s, y->latency_s) || !near(x->bandwidth_Bps, y->bandwidth_Bps) ||
-        !near(x->overlap, y->overlap) || !near(x->in_step, y->in_step) || !near(x->residual, y->residual) ||
-        x->npoints != y->npoints)
-      fuzz_die("device round trip", "a collective changed");
-    for (int i = 0; i < x->npoints; i++)
-      if (!near(x->point_bytes[i], y->point_bytes[i]) || !near(x->point_s[i], y->point_s[i]))
-        fuzz_die("device round trip", "a collective's points changed");
+    if (a->inter_given[k] != b->inter_given[k]) fuzz_die("device round trip", "an inter_host collective changed");
+    for (int l = 0; l < LINK_LEVELS; l++) {
+      if (device_link_ranks(a, l, k) != device_link_ranks(b, l, k))
+        fuzz_die("device round trip", "a level's measured_ranks changed");
+      collective_expect_equal(device_link(a, l, k), device_link(b, l, k));
+    }
   }
   if (a->n_op_times != b->n_op_times) fuzz_die("device round trip", "compute.ops changed");
   if (a->n_op_times && (strcmp(a->compute_model, b->compute_model) || a->compute_seq != b->compute_seq))
@@ -69,8 +80,13 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ** the measured sequence length (so measured entries are used) and at another. */
   volatile double sink = 0;
   for (int k = 0; k < COLL_COUNT; k++)
-    for (double bytes = 1; bytes < 1e10; bytes *= 37)
+    for (double bytes = 1; bytes < 1e10; bytes *= 37) {
       sink += device_step_collective_s(&dev, k, bytes);
+      for (int G = 1; G <= dev.ranks && G <= 64; G++)
+        if (dev.ranks % G == 0)
+          sink += device_shape_step_s(&dev, device_group_shape(&dev, G), k, bytes) +
+                  device_shape_step_s(&dev, device_across_shape(&dev, G), k, bytes);
+    }
   int seqs[2] = {dev.compute_seq, 64};
   for (int s = 0; s < 2; s++)
     for (int i = 0; i < tiny->nops; i++)

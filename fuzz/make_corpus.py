@@ -102,6 +102,13 @@ small = {"ranks": 8, "mem_limit": "8GiB", "threads": 2, "device": "cuda", "flops
                          {"k": 8, "fixed_s": 2e-4, "per_sample_s": 3e-3}]},
              {"name": "overhead", "fixed_s": 1e-3, "per_sample_s": 0}]}}
 put("device", "hand.json", jdump(small))
+hosts = dict(json.loads(jdump(small)), ranks_per_host=4)
+hosts["collectives"]["measured_ranks"] = 4
+hosts["inter_host"] = {"measured_ranks": 2,
+                       "allreduce": {"latency_s": 3e-5, "bandwidth_Bps": 1e8, "overlap": 0.5},
+                       "allgather": {"latency_s": 3e-5, "bandwidth_Bps": 2e8,
+                                     "points": [[1024, 3e-5], [4096, 6e-5]]}}
+put("device", "hosts.json", jdump(hosts))
 for name, change in [
         ("no-collectives", lambda d: d.pop("collectives")),
         ("points-falling", lambda d: d["collectives"]["allgather"].update(points=[[4096, 1], [1024, 2]])),
@@ -112,7 +119,11 @@ for name, change in [
         ("ranks-fraction", lambda d: d.update(ranks=2.5)),
         ("in-step-zero", lambda d: d["collectives"]["allreduce"].update(in_step=0)),
         ("overlap-big", lambda d: d["collectives"]["allreduce"].update(overlap=2)),
-        ("seq-zero", lambda d: d["compute"].update(seq=0))]:
+        ("seq-zero", lambda d: d["compute"].update(seq=0)),
+        ("hosts-not-dividing", lambda d: d.update(ranks_per_host=3)),
+        ("inter-not-object", lambda d: d.update(inter_host=[1])),
+        ("inter-bandwidth-zero", lambda d: d.update(inter_host={"allreduce": {"latency_s": 0, "bandwidth_Bps": 0}})),
+        ("measured-ranks-zero", lambda d: d["collectives"].update(measured_ranks=0))]:
     d = json.loads(jdump(small))
     change(d)
     put("device", name + ".json", jdump(d))

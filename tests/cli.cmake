@@ -24,6 +24,13 @@ add_test(NAME cli_auto
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_auto.sh $<TARGET_FILE:osdp> ${OSDP_MPIRUN})
 set_tests_properties(cli_auto PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 300)
 
+# Plans for several hosts: the issue's acceptance command (gpt2-1.5b on 16 ranks, 8 per host, slow
+# links between hosts: shards within hosts, faster than every uniform plan over all 16), the
+# flags' errors, a device file with two link levels, a hybrid plan trained on 4 ranks.
+add_test(NAME cli_hybrid
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_hybrid.sh $<TARGET_FILE:osdp> ${OSDP_MPIRUN})
+set_tests_properties(cli_hybrid PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 180)
+
 # Pictures of plans: describe --svg / plan --svg carry describe --json's bytes, are well-formed
 # XML (xmllint) and fail cleanly on unwritable paths.
 add_test(NAME cli_svg

@@ -22,6 +22,9 @@ limit=12582912   # 12 MiB
 
 if "${mpirun[@]}" -np 2 "$OSDP" profile --model tiny --seq 64 --mem-limit $limit --out dev.json --quiet 2>err.txt \
    && [ -s dev.json ]; then ok; else bad "profile failed: $(cat err.txt)"; fi
+# One host: the host level measured over both ranks, no inter-host level.
+if grep -q '"ranks_per_host":[[:space:]]*2' dev.json && grep -q '"measured_ranks":[[:space:]]*2' dev.json \
+   && ! grep -q '"inter_host"' dev.json; then ok; else bad "profile on one host: $(head -c 300 dev.json)"; fi
 if "$OSDP" plan --model tiny --devices dev.json --seq 64 --out plan.json --json >plan.out 2>err.txt; then ok
 else bad "plan failed: $(cat err.txt)"; fi
 peak=$(pick predicted peak_bytes <plan.out)

@@ -1,25 +1,34 @@
 /*
 ** test_planner.c: the planner (device files, cost model, search), without MPI.
-**  1. Device files: load/save round trip, and one clear error per kind of bad input.
+**  1. Device files: load/save round trip, and one clear error per kind of bad input; two link
+**     levels (ranks per host, measured rank counts, inter-host collectives falling back to the
+**     intra-host ones), old files as one host; the collective model over communicator shapes
+**     (group and across-group levels, ring rescaling from the measured rank count).
 **  2. Cost model: plan_cost's memory and replayed time equal formulas written out
-**     independently here (no overlap), for plans with random layers recomputed too; the search
-**     model (cost_search_step_s) equals its own formulas and equals the replay for plans
-**     without dp slices (also with measured split times and recomputation); overlap hides
-**     all-reduces and prefetched gathers; measured compute times (per slice count) and
-**     "overhead" are used.
+**     independently here (no overlap), for plans with random layers recomputed too, and with
+**     random shard groups, bf16 reductions and overlap_reduce on devices of 1..6 ranks with every
+**     host size; the search model (cost_search_step_s) equals its own formulas and equals the
+**     replay for plans without dp slices (also with measured split times and recomputation);
+**     overlap hides all-reduces, prefetched gathers and (overlap_reduce) reduce-scatters; bf16
+**     halves gradient reductions; measured compute times (per slice count) and "overhead" are
+**     used.
 **  3. Per-operator configurations: planner_op_configs covers every one of the 3^k
-**     assignments of every slice count (nothing lost by grouping equal slices or by pruning),
-**     for ops of recomputed layers too.
+**     assignments of every slice count and shard group (nothing lost by grouping equal slices
+**     or by pruning), for ops of recomputed layers too.
 **  4. Search = brute force over ALL plans (every configuration of every op, every
 **     micro-batch up to a cap, every number of recomputed layers) on small models, ranks 1..4,
 **     several limits; the chosen plan fits, its peak equals plan_predict_memory and the
-**     search's own sum, and it beats every uniform plan (which may recompute too).
+**     search's own sum, and it beats every uniform plan (which may recompute too). With shard
+**     groups chosen per op on 4, 6 and 8 ranks over 1 or 2 hosts (and bf16) too.
 **     And = an exact textbook reference (full Pareto frontiers) on a 2-layer model, k <= 8.
+**     Hybrid: slow links between hosts make the search shard within hosts and beat every plan
+**     sharded over the world; as fast as within, zero2 shards over the world; the candidates
+**     list the hybrid uniform plans and decide overlap_reduce and (auto) bf16 per plan.
 **  5. Limits too small: -1, the message names the minimum, and the minimum is exact.
 **     Recomputation: position does not matter in the model; a limit only recomputation meets
 **     gives a plan with 0 < R that fits; max_recompute bounds R.
-**  6. Speed: gpt2-1.5b on 8 ranks, 16 GiB, seq 1024, every option: well under a second; and at
-**     8 GiB, where only recomputation fits (printed).
+**  6. Speed: gpt2-1.5b on 8 ranks, 16 GiB, seq 1024, every option: well under a second; at
+**     8 GiB, where only recomputation fits; on 16 ranks, 8 per host (printed).
 */
 #include <math.h>
 #include <stdio.h>
@@ -103,18 +112,33 @@ static void expect_device_error(const char* text, const char* field) {
   CHECK_MSG(strchr(osdp_last_error(), '\n') == NULL, "one line: '%s'", osdp_last_error());
 }
 
+/* Replaces the first occurrence of `from` in text by `to` (static buffer). */
+static const char* text_variant(const char* text, const char* from, const char* to) {
+  static char buf[2048];
+  const char* at = strstr(text, from);
+  if (!at) { fprintf(stderr, "bad variant %s\n", from); return text; }
+  snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+  return buf;
+}
+
 /* Replaces the first occurrence of `from` in good_device by `to`. */
 static const char* device_variant(const char* from, const char* to) {
-  static char buf[2048];
-  const char* at = strstr(good_device, from);
-  if (!at) { fprintf(stderr, "bad variant %s\n", from); return good_device; }
-  snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - good_device), good_device, to, at + strlen(from));
-  return buf;
+  return text_variant(good_device, from, to);
 }
 
 /* Checks that two devices hold the same values. */
 static void check_same_device(const DeviceInfo* a, const DeviceInfo* b) {
   CHECK(a->ranks == b->ranks && a->mem_limit == b->mem_limit && a->threads == b->threads);
+  CHECK(device_ranks_per_host(a) == device_ranks_per_host(b));
+  for (int k = 0; k < COLL_COUNT; k++) {
+    CHECK(a->inter_given[k] == b->inter_given[k]);
+    for (int l = 0; l < LINK_LEVELS; l++) {
+      const CollectiveModel *x = device_link(a, l, k), *y = device_link(b, l, k);
+      CHECK(device_link_ranks(a, l, k) == device_link_ranks(b, l, k));
+      CHECK(x->latency_s == y->latency_s && x->bandwidth_Bps == y->bandwidth_Bps && x->overlap == y->overlap &&
+            x->in_step == y->in_step && x->npoints == y->npoints);
+    }
+  }
   CHECK(a->flops == b->flops && a->optimizer_s_per_param == b->optimizer_s_per_param);
   for (int k = 0; k < COLL_COUNT; k++)
     CHECK(a->coll[k].latency_s == b->coll[k].latency_s &&
@@ -135,9 +159,20 @@ static void check_same_device(const DeviceInfo* a, const DeviceInfo* b) {
   }
 }
 
+/* Saves device a, loads it back, checks the two agree and frees both. */
+static void check_round_trip(DeviceInfo* a) {
+  DeviceInfo b;
+  const char* path = write_temp("");
+  CHECK(device_save(a, path) == 0);
+  CHECK(device_load(&b, path) == 0);
+  check_same_device(a, &b);
+  device_free(a);
+  device_free(&b);
+}
+
 /* Round trip and the errors of device files. */
 static void test_device_files(void) {
-  DeviceInfo a, b;
+  DeviceInfo a;
   CHECK(device_load(&a, write_temp(good_device)) == 0);
   CHECK(a.ranks == 4 && a.mem_limit == ((size_t)8 << 30) && a.threads == 2);
   CHECK(a.coll[COLL_ALLGATHER].bandwidth_Bps == 4e8 && a.n_op_times == 2);
@@ -146,12 +181,7 @@ static void test_device_files(void) {
         a.op_times[0].measured[3] && a.op_times[0].fixed_s[3] == 6e-4 && !a.op_times[1].measured[1]);
   CHECK(strcmp(a.compute_model, "tiny") == 0 && a.compute_seq == 64);
   a.flops = 1.0 / 3.0; /* a value that needs all 17 digits */
-  const char* path = write_temp("");
-  CHECK(device_save(&a, path) == 0);
-  CHECK(device_load(&b, path) == 0);
-  check_same_device(&a, &b);
-  device_free(&a);
-  device_free(&b);
+  check_round_trip(&a);
   CHECK(a.n_op_times == 0 && a.op_times == NULL);
 
   expect_device_error("{\"ranks\": 4,", "malformed");
@@ -196,6 +226,118 @@ static void test_device_files(void) {
   CHECK(device_validate(&f, "flags") == -1 && strstr(osdp_last_error(), "allgather.bandwidth_Bps"));
   f = make_device(2, 0, 1e9);
   CHECK(device_validate(&f, "flags") == -1 && strstr(osdp_last_error(), "mem_limit"));
+}
+
+/* A device on two hosts of 8 ranks: a fast intra-host level measured over 8 ranks, a slow
+** inter-host level over 2 (one rank per host) that leaves the reduce-scatter to the intra one. */
+static const char* hosts_device =
+    "{\"ranks\": 16, \"ranks_per_host\": 8, \"mem_limit\": \"8GiB\", \"flops\": 1e12,"
+    " \"collectives\": {\"measured_ranks\": 8,"
+    "   \"allreduce\": {\"latency_s\": 1e-5, \"bandwidth_Bps\": 1e11},"
+    "   \"allgather\": {\"latency_s\": 1e-5, \"bandwidth_Bps\": 2e11},"
+    "   \"reduce_scatter\": {\"latency_s\": 1e-5, \"bandwidth_Bps\": 2e11}},"
+    " \"inter_host\": {\"measured_ranks\": 2,"
+    "   \"allreduce\": {\"latency_s\": 3e-5, \"bandwidth_Bps\": 1e10, \"overlap\": 0.5},"
+    "   \"allgather\": {\"latency_s\": 3e-5, \"bandwidth_Bps\": 2e10}}}";
+
+/* Device files with two link levels: the ranks per host, each level's measured rank count and
+** the inter-host collectives load, survive a round trip and fall back to the intra-host level
+** where absent; a file without them is one host measured over all its ranks; bad values give
+** one line naming the field. */
+static void test_device_levels(void) {
+  DeviceInfo a;
+  CHECK(device_load(&a, write_temp(hosts_device)) == 0);
+  CHECK(a.ranks == 16 && device_ranks_per_host(&a) == 8);
+  CHECK(a.inter_given[COLL_ALLREDUCE] && a.inter_given[COLL_ALLGATHER] && !a.inter_given[COLL_REDUCE_SCATTER]);
+  CHECK(device_link(&a, LINK_INTER, COLL_REDUCE_SCATTER) == &a.coll[COLL_REDUCE_SCATTER]);
+  CHECK(device_link(&a, LINK_INTER, COLL_ALLREDUCE)->bandwidth_Bps == 1e10 &&
+        device_link(&a, LINK_INTER, COLL_ALLREDUCE)->overlap == 0.5 &&
+        device_link(&a, LINK_INTRA, COLL_ALLREDUCE)->bandwidth_Bps == 1e11);
+  CHECK(device_link_ranks(&a, LINK_INTRA, COLL_ALLREDUCE) == 8 && device_link_ranks(&a, LINK_INTER, COLL_ALLREDUCE) == 2 &&
+        device_link_ranks(&a, LINK_INTER, COLL_REDUCE_SCATTER) == 8);
+  check_round_trip(&a);
+  /* Without the new fields: one host (H = ranks), every level the intra-host one. */
+  CHECK(device_load(&a, write_temp(good_device)) == 0);
+  CHECK(device_ranks_per_host(&a) == 4 && device_link_ranks(&a, LINK_INTRA, 0) == 4);
+  for (int k = 0; k < COLL_COUNT; k++) CHECK(!a.inter_given[k] && device_link(&a, LINK_INTER, k) == &a.coll[k]);
+  device_free(&a);
+  /* Defaults: the inter-host level over ranks / H, at least 2. */
+  DeviceInfo f = make_device(12, 1 << 20, 1e9);
+  f.ranks_per_host = 3;
+  f.inter_given[COLL_ALLGATHER] = 1;
+  f.inter[COLL_ALLGATHER] = f.coll[COLL_ALLGATHER];
+  CHECK(device_validate(&f, "flags") == 0 && device_link_ranks(&f, LINK_INTER, COLL_ALLGATHER) == 4 &&
+        device_link_ranks(&f, LINK_INTRA, COLL_ALLGATHER) == 3);
+  f.ranks_per_host = 12;
+  CHECK(device_link_ranks(&f, LINK_INTER, COLL_ALLGATHER) == 2);
+  f.ranks_per_host = 5;
+  CHECK(device_validate(&f, "flags") == -1 && strstr(osdp_last_error(), "ranks_per_host"));
+  f.ranks_per_host = 3;
+  f.inter[COLL_ALLGATHER].bandwidth_Bps = -1;
+  CHECK(device_validate(&f, "flags") == -1 && strstr(osdp_last_error(), "inter_host.allgather.bandwidth_Bps"));
+
+  const char* h = hosts_device;
+  expect_device_error(text_variant(h, "\"ranks_per_host\": 8", "\"ranks_per_host\": 3"), "ranks_per_host");
+  expect_device_error(text_variant(h, "\"ranks_per_host\": 8", "\"ranks_per_host\": 32"), "ranks_per_host");
+  expect_device_error(text_variant(h, "\"ranks_per_host\": 8", "\"ranks_per_host\": 0"), "ranks_per_host");
+  expect_device_error(text_variant(h, "\"ranks_per_host\": 8", "\"ranks_per_host\": 2.5"), "ranks_per_host");
+  expect_device_error(text_variant(h, "\"measured_ranks\": 8", "\"measured_ranks\": 0"), "collectives.measured_ranks");
+  expect_device_error(text_variant(h, "\"measured_ranks\": 2", "\"measured_ranks\": 99"), "inter_host.measured_ranks");
+  expect_device_error(text_variant(h, "\"inter_host\": {", "\"inter_host\": 5, \"x\": {"), "inter_host");
+  expect_device_error(text_variant(h, "\"bandwidth_Bps\": 1e10", "\"bandwidth_Bps\": 0"),
+                      "inter_host.allreduce.bandwidth_Bps");
+  expect_device_error(text_variant(h, "{\"latency_s\": 3e-5, \"bandwidth_Bps\": 2e10}", "{\"bandwidth_Bps\": 2e10}"),
+                      "inter_host.allgather.latency_s");
+  expect_device_error(text_variant(h, "{\"latency_s\": 3e-5, \"bandwidth_Bps\": 2e10}", "7"), "inter_host.allgather");
+  expect_device_error(text_variant(h, "\"overlap\": 0.5", "\"overlap\": 2"), "inter_host.allreduce.overlap");
+}
+
+/* The collective model over communicator shapes: levels of groups and across-group sets, the
+** ring rescaling from the measured rank count, in-step factors, one rank. */
+static void test_group_collectives(void) {
+  DeviceInfo dev;
+  CHECK(device_load(&dev, write_temp(hosts_device)) == 0);
+  CommShape w = device_world_shape(&dev), g8 = device_group_shape(&dev, 8), g4 = device_group_shape(&dev, 4);
+  CommShape g16 = device_group_shape(&dev, 16), a8 = device_across_shape(&dev, 8), a4 = device_across_shape(&dev, 4);
+  CHECK(w.ranks == 16 && w.level == LINK_INTER && g16.level == LINK_INTER);
+  CHECK(g8.ranks == 8 && g8.level == LINK_INTRA && g4.ranks == 4 && g4.level == LINK_INTRA);
+  CHECK(a8.ranks == 2 && a8.level == LINK_INTER && a4.ranks == 4 && a4.level == LINK_INTER);
+  CHECK(device_across_shape(&dev, 16).ranks == 1);
+  double B = 1e6;
+  /* At the measured rank count: the table itself; elsewhere the bytes scaled by the ring's share. */
+  CHECK(device_shape_collective_s(&dev, g8, COLL_ALLGATHER, B) == 1e-5 + B / 2e11);
+  CHECK_NEAR(device_shape_collective_s(&dev, g4, COLL_ALLGATHER, B), 1e-5 + B * (0.75 / 0.875) / 2e11, 1e-18);
+  CHECK(device_shape_collective_s(&dev, a8, COLL_ALLREDUCE, B) == 3e-5 + B / 1e10);
+  CHECK_NEAR(device_shape_collective_s(&dev, a4, COLL_ALLREDUCE, B), 3e-5 + B * (1.5 / 1.0) / 1e10, 1e-16);
+  CHECK_NEAR(device_collective_s(&dev, COLL_ALLREDUCE, B), 3e-5 + B * (30.0 / 16) / 1e10, 1e-16);
+  CHECK_NEAR(device_collective_s(&dev, COLL_ALLGATHER, B), 3e-5 + B * (15.0 / 16 / 0.5) / 2e10, 1e-16);
+  /* No inter-host reduce-scatter given: the intra-host line, measured over 8. */
+  CHECK_NEAR(device_collective_s(&dev, COLL_REDUCE_SCATTER, B), 1e-5 + B * (15.0 / 16 / 0.875) / 2e11, 1e-18);
+  CHECK(device_shape_collective_s(&dev, (CommShape){1, LINK_INTER}, COLL_ALLREDUCE, B) == 0);
+  dev.inter[COLL_ALLREDUCE].in_step = 2;
+  CHECK(device_shape_step_s(&dev, a8, COLL_ALLREDUCE, B) == 2 * (3e-5 + B / 1e10));
+  CHECK(device_step_collective_s(&dev, COLL_ALLREDUCE, B) == 2 * device_collective_s(&dev, COLL_ALLREDUCE, B));
+  CHECK(device_shape_step_s(&dev, g8, COLL_ALLREDUCE, B) == device_shape_collective_s(&dev, g8, COLL_ALLREDUCE, B));
+  /* A group that straddles hosts (4 ranks on hosts of 6) is inter-host; on one host everything
+  ** is intra-host, and a measured table is interpolated at the rescaled size. */
+  DeviceInfo o = make_device(12, 1 << 20, 1e9);
+  o.ranks_per_host = 6;
+  CHECK(device_group_shape(&o, 4).level == LINK_INTER && device_group_shape(&o, 3).level == LINK_INTRA &&
+        device_group_shape(&o, 6).level == LINK_INTRA && device_group_shape(&o, 12).level == LINK_INTER);
+  o.ranks_per_host = 0;
+  CHECK(device_group_shape(&o, 4).level == LINK_INTRA && device_across_shape(&o, 4).level == LINK_INTRA &&
+        device_world_shape(&o).level == LINK_INTRA);
+  CollectiveModel* rs = &o.coll[COLL_REDUCE_SCATTER];
+  rs->npoints = 2;
+  rs->point_bytes[0] = 1000;
+  rs->point_s[0] = 1e-5;
+  rs->point_bytes[1] = 2000;
+  rs->point_s[1] = 3e-5;
+  /* 6 ranks of 12 measured: 1200 bytes count as 1200 * (5/6) / (11/12) = 1090.9.. */
+  double x = 1200 * (5.0 / 6) / (11.0 / 12);
+  CHECK_NEAR(device_shape_collective_s(&o, device_group_shape(&o, 6), COLL_REDUCE_SCATTER, 1200),
+             1e-5 + 2e-5 * (x - 1000) / 1000, 1e-18);
+  device_free(&dev);
 }
 
 /* Collective and operator times. */
@@ -280,27 +422,57 @@ static int ref_recomputed(const GptDesc* d, const int* rec, int op) {
   return rec && l >= 0 && rec[l] && op != gpt_op_layer(l, GPT_FCPROJ);
 }
 
-/* dp exposure the search model applies (ref_exposure_of). */
+/* dp exposure the search model applies (ref_exposure_of), and the element type gradient
+** reductions send in the plan being checked (fp32 unless set). */
 static double ref_exposure;
+static ReduceDtype ref_reduce;
 
-/* The cost of one slice, from the formulas of the design (not from cost.c); rec: its op is
-** recomputed (one more forward weight use). */
-static void ref_slice(const DeviceInfo* dev, int op, int rec, size_t n, Strategy s, size_t* mem,
+/* H of a device: its ranks per host, all its ranks when 0. */
+static int ref_hosts(const DeviceInfo* dev) { return dev->ranks_per_host ? dev->ranks_per_host : dev->ranks; }
+
+/* The time of collective `kind` over n ranks (inter: between hosts) for a full buffer of
+** `bytes`, written out from the design: the level's latency + bandwidth line (the inter-host
+** one where given, else the intra-host one) at the bytes scaled by the ring's share of the
+** buffer each link moves (all-reduce 2(n-1)/n, the others (n-1)/n) over n ranks against the m
+** ranks the line was measured over (intra: H; inter: N/H, at least 2). */
+static double ref_coll(const DeviceInfo* dev, int kind, int n, int inter, double bytes) {
+  if (n <= 1 || bytes <= 0) return 0;
+  int H = ref_hosts(dev), given = inter && dev->inter_given[kind];
+  const CollectiveModel* c = given ? &dev->inter[kind] : &dev->coll[kind];
+  int m = given ? (dev->inter_ranks ? dev->inter_ranks : dev->ranks / H) : (dev->coll_ranks ? dev->coll_ranks : H);
+  if (m < 2) m = 2;
+  double k = kind == COLL_ALLREDUCE ? 2 : 1, sn = k * (n - 1) / n, sm = k * (m - 1) / m;
+  double x = n == m ? bytes : bytes * (sn / sm);
+  return c->latency_s + x / c->bandwidth_Bps;
+}
+
+/* A collective over groups of G consecutive ranks: within a host when G <= H and H % G == 0. */
+static double ref_group(const DeviceInfo* dev, int kind, int G, double bytes) {
+  int H = ref_hosts(dev);
+  return ref_coll(dev, kind, G, !(G <= H && H % G == 0), bytes);
+}
+
+/* The all-reduce over the N/G ranks holding one shard: between hosts whenever N > H. */
+static double ref_across(const DeviceInfo* dev, int G, double bytes) {
+  return ref_coll(dev, COLL_ALLREDUCE, dev->ranks / G, dev->ranks > ref_hosts(dev), bytes);
+}
+
+/* The cost of one slice sharded over G ranks (0: the world), from the formulas of the design
+** (not from cost.c); rec: its op is recomputed (one more forward weight use). On a device
+** without overlap the across-group all-reduce is fully exposed. */
+static void ref_slice(const DeviceInfo* dev, int op, int rec, size_t n, Strategy s, int G, size_t* mem,
                       size_t* tr, double* t) {
   int N = dev->ranks;
-  size_t np = s == STRAT_DP ? n : pad_to(n, N), sh = s == STRAT_DP ? n : np / (size_t)N;
-  double bytes = 4.0 * (double)np;
+  if (G <= 0) G = N;
+  size_t np = s == STRAT_DP ? n : pad_to(n, G), sh = s == STRAT_DP ? n : np / (size_t)G;
+  double bytes = 4.0 * (double)np, f = ref_reduce == REDUCE_BF16 ? 0.5 : 1;
   int fw = (op == 0 ? 2 : 1) + rec, bw = 1, bg = op == 0 ? 2 : 1;
-  const CollectiveModel *ar = &dev->coll[COLL_ALLREDUCE], *ag = &dev->coll[COLL_ALLGATHER],
-                        *rs = &dev->coll[COLL_REDUCE_SCATTER];
-  double comm = 0;
-  if (N > 1 && s == STRAT_DP)
-    comm = ref_exposure * (bytes / ar->bandwidth_Bps + ar->latency_s * bytes / (16.0 * 1048576.0));
-  if (N > 1 && s == STRAT_ZERO2)
-    comm = bg * (rs->latency_s + bytes / rs->bandwidth_Bps) + ag->latency_s + bytes / ag->bandwidth_Bps;
-  if (N > 1 && s == STRAT_ZERO3)
-    comm = (fw + bw) * (ag->latency_s + bytes / ag->bandwidth_Bps) +
-           bg * (rs->latency_s + bytes / rs->bandwidth_Bps);
+  double comm = 0, mib16 = 16.0 * 1048576.0;
+  double ag = ref_group(dev, COLL_ALLGATHER, G, bytes), rs = ref_group(dev, COLL_REDUCE_SCATTER, G, f * bytes);
+  double across = ref_across(dev, G, f * bytes / G);
+  if (N > 1 && s == STRAT_DP) comm = ref_exposure * bytes * ref_group(dev, COLL_ALLREDUCE, N, f * mib16) / mib16;
+  if (N > 1 && s == STRAT_ZERO2) comm = bg * rs + ag + across;
+  if (N > 1 && s == STRAT_ZERO3) comm = (fw + bw) * ag + bg * rs + across;
   *t = comm + (double)sh * dev->optimizer_s_per_param;
   *mem = s == STRAT_DP ? 16 * n : s == STRAT_ZERO2 ? 4 * np + 12 * sh : 16 * sh;
   *tr = s == STRAT_DP ? 0 : s == STRAT_ZERO2 ? 4 * np : 8 * np;
@@ -315,7 +487,7 @@ static void ref_op(const GptDesc* d, const DeviceInfo* dev, int op, int rec, con
   for (int s = 0; s < o->k; s++) {
     size_t m, r;
     double x;
-    ref_slice(dev, op, rec, gpt_slice_params(&d->ops[op], o->k, s), o->strat[s], &m, &r, &x);
+    ref_slice(dev, op, rec, gpt_slice_params(&d->ops[op], o->k, s), o->strat[s], o->group, &m, &r, &x);
     *mem += m;
     *t += x;
     if (r > *tr) *tr = r;
@@ -323,14 +495,24 @@ static void ref_op(const GptDesc* d, const DeviceInfo* dev, int op, int rec, con
 }
 
 /* The dp exposure for a model whose dp gradients fit one 16 MiB bucket, on a device without
-** overlap: the replay waits latency + all bytes / bandwidth once; the search model counts
-** bytes / bandwidth + latency * bytes / 16 MiB; the factor makes the all-dp plan agree. */
+** overlap: the replay waits for one all-reduce of all the bytes; the search model counts each
+** slice's share of a full bucket's all-reduce (latency shared out by bytes); the factor makes
+** the all-dp plan agree. */
 static double ref_exposure_of(const GptDesc* d, const DeviceInfo* dev) {
   if (dev->ranks <= 1) return 1;
-  double bytes = 4.0 * (double)d->n_params;
-  const CollectiveModel* ar = &dev->coll[COLL_ALLREDUCE];
-  return (ar->latency_s + bytes / ar->bandwidth_Bps) /
-         (bytes / ar->bandwidth_Bps + ar->latency_s * bytes / (16.0 * 1048576.0));
+  double bytes = 4.0 * (double)d->n_params, f = ref_reduce == REDUCE_BF16 ? 0.5 : 1, mib16 = 16.0 * 1048576.0;
+  int N = dev->ranks;
+  return ref_group(dev, COLL_ALLREDUCE, N, f * bytes) / (bytes * ref_group(dev, COLL_ALLREDUCE, N, f * mib16) / mib16);
+}
+
+/* The shard groups of the design: the divisors G > 1 of N with G <= H dividing H or G a
+** multiple of H (N itself on one rank), or o's fixed group. */
+static int ref_groups(const DeviceInfo* dev, const SearchOptions* o, int* out) {
+  int N = dev->ranks, H = ref_hosts(dev), n = 0;
+  if (o->shard_group > 0) { out[0] = o->shard_group; return 1; }
+  for (int G = 1; G <= N; G++)
+    if (N % G == 0 && (G > 1 || N == 1) && ((G <= H && H % G == 0) || G % H == 0)) out[n++] = G;
+  return n;
 }
 
 /* Activations + scratch and compute time at micro-batch B (with the gradient norm's
@@ -355,20 +537,23 @@ static void ref_batch(const GptDesc* d, const DeviceInfo* dev, int B, int T, con
     off = (end + 63) / 64 * 64;
   }
   *bytes += end;
-  const CollectiveModel* ar = &dev->coll[COLL_ALLREDUCE];
-  if (dev->ranks > 1) *comp += ar->latency_s + 16.0 / ar->bandwidth_Bps;
+  *comp += ref_group(dev, COLL_ALLREDUCE, dev->ranks, 16.0); /* the gradient norm */
 }
 
 /* plan_cost (the replay, on a device without overlap) and the search model of plan p against
-** the reference formulas: memory summed independently; the replay waits for every blocking
-** collective (a recomputed layer's zero3 slices gather once more) and for the one dp bucket at
-** full length; the search model prices dp with the exposure factor; both equal when the plan
-** has no dp slice, with or without recomputation. */
+** the reference formulas: memory summed independently (with overlap_reduce: at least that, and
+** plan_predict_memory's); the replay waits for every collective (a recomputed layer's zero3
+** slices gather once more; with overlap_reduce the reduce-scatters wait later, as long) and for
+** the one dp bucket at full length; the search model prices dp with the exposure factor; both
+** equal when the plan has no dp slice, with hybrid groups, bf16 reductions, overlap_reduce or
+** recomputation. */
 static void check_plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p) {
   PlanCost c;
   CHECK(plan_cost(d, dev, p, &c) == 0);
   size_t mem = 0, tr = 0, bytes, ndp = 0;
-  double t = 0, t_sharded = 0, comp;
+  double t = 0, t_sharded = 0, comp, saved_exposure = ref_exposure;
+  ReduceDtype saved_reduce = ref_reduce; /* the caller's, restored at the end */
+  ref_reduce = p->reduce_dtype;
   ref_exposure = ref_exposure_of(d, dev);
   for (int i = 0; i < d->nops; i++) {
     if (!d->ops[i].n_params) continue;
@@ -382,7 +567,7 @@ static void check_plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan*
     for (int s = 0; s < p->ops[i].k; s++) { /* the replay: sharded slices as in the formulas */
       size_t n = gpt_slice_params(&d->ops[i], p->ops[i].k, s), m2, r2;
       double x2;
-      ref_slice(dev, i, rec, n, p->ops[i].strat[s], &m2, &r2, &x2);
+      ref_slice(dev, i, rec, n, p->ops[i].strat[s], p->ops[i].group, &m2, &r2, &x2);
       if (p->ops[i].strat[s] == STRAT_DP) {
         ndp += n;
         x2 = (double)n * dev->optimizer_s_per_param; /* its all-reduce is the bucket's, below */
@@ -391,9 +576,13 @@ static void check_plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan*
     }
   }
   ref_batch(d, dev, p->micro_batch, p->seq, p->recompute, &bytes, &comp);
-  const CollectiveModel* ar = &dev->coll[COLL_ALLREDUCE];
-  double bucket = dev->ranks > 1 && ndp ? ar->latency_s + 4.0 * (double)ndp / ar->bandwidth_Bps : 0;
-  CHECK(c.mem.peak == mem + tr + bytes);
+  double f = p->reduce_dtype == REDUCE_BF16 ? 0.5 : 1;
+  double bucket = ndp ? ref_group(dev, COLL_ALLREDUCE, dev->ranks, f * 4.0 * (double)ndp) : 0;
+  MemPrediction pm;
+  plan_predict_memory(d, p, dev->threads, &pm);
+  CHECK(memcmp(&pm, &c.mem, sizeof pm) == 0);
+  if (p->overlap_reduce) CHECK(c.mem.peak >= mem + tr + bytes);
+  else CHECK(c.mem.peak == mem + tr + bytes);
   CHECK_MSG(rel_diff(c.step_s, comp + t_sharded + bucket) < 1e-12, "replay %.17g vs %.17g", c.step_s,
             comp + t_sharded + bucket);
   CHECK(c.hidden_s == 0);
@@ -402,6 +591,8 @@ static void check_plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan*
   if (ndp == 0) CHECK_MSG(rel_diff(ts, c.step_s) < 1e-12, "no dp: search %.17g, replay %.17g", ts, c.step_s);
   CHECK(rel_diff(c.samples_per_s, dev->ranks * p->micro_batch / c.step_s) < 1e-12);
   CHECK(c.micro_batch == p->micro_batch);
+  ref_reduce = saved_reduce;
+  ref_exposure = saved_exposure;
 }
 
 /* Overlap: with the channel running beside compute, the replay hides part of the dp
@@ -451,7 +642,35 @@ static void random_plan(const GptDesc* d, int world, int B, int T, Rng* r, Plan*
   }
 }
 
-/* plan_cost on random plans of several models and rank counts. */
+/* A device of N ranks, H per host (0: one host), whose inter-host level (given when H < N) is
+** about `slow` times slower than make_device's intra-host one, differently for each kind. */
+static DeviceInfo make_hosts_device(int N, int H, size_t limit, double flops, double slow) {
+  DeviceInfo dev = make_device(N, limit, flops);
+  dev.ranks_per_host = H;
+  for (int k = 0; k < COLL_COUNT; k++) {
+    dev.inter[k] = dev.coll[k];
+    dev.inter[k].bandwidth_Bps /= slow * (1 + 0.25 * k);
+    dev.inter[k].latency_s *= 2 + k;
+    dev.inter_given[k] = H > 0 && H < N;
+  }
+  return dev;
+}
+
+/* Randomises plan p's hybrid settings: each op's shard group any divisor of N (the world as
+** 0), the reduce dtype and overlap_reduce. */
+static void random_hybrid(const GptDesc* d, int N, Rng* r, Plan* p) {
+  int div[32], nd = 0;
+  for (int G = 1; G <= N; G++) if (N % G == 0 && nd < 32) div[nd++] = G;
+  for (int i = 0; i < d->nops; i++) {
+    int G = div[rng_below(r, (uint64_t)nd)];
+    p->ops[i].group = G == N ? 0 : G;
+  }
+  p->reduce_dtype = rng_below(r, 2) ? REDUCE_BF16 : REDUCE_FP32;
+  p->overlap_reduce = (int)rng_below(r, 2);
+}
+
+/* plan_cost on random plans of several models and rank counts, flat and (on 1..6 ranks with
+** every host size) with random shard groups, reduce dtypes and overlap_reduce. */
 static void test_cost_model(void) {
   GptConfig cfgs[] = {make_config("odd", 1, 6, 2, 20, 8), make_config("two", 2, 8, 2, 50, 16)};
   Rng r;
@@ -467,8 +686,74 @@ static void test_cost_model(void) {
         check_plan_cost(&d, &dev, &p);
         plan_free(&p);
       }
+    for (int N = 1; N <= 6; N++)
+      for (int H = 1; H <= N; H++)
+        for (int trial = 0; N % H == 0 && trial < 12; trial++) {
+          DeviceInfo dev = make_hosts_device(N, H, (size_t)1 << 30, 1e8, 7);
+          Plan p;
+          random_plan(&d, N, 1 + (int)rng_below(&r, 4), cfgs[c].max_seq, &r, &p);
+          random_hybrid(&d, N, &r, &p);
+          check_plan_cost(&d, &dev, &p);
+          plan_free(&p);
+        }
     gpt_desc_free(&d);
   }
+}
+
+/* Hybrid plans in the replay: overlap_reduce hides reduce-scatters beside the next gradient
+** use (less waiting, a larger transient: the full gradient stays live until then), and gains
+** nothing when the reduce-scatter cannot progress beside compute; bf16 halves every gradient
+** reduction's bytes (with no latency: half the time) but not the gathers; the across-group
+** exposure is the share of the all-dp plan's all-reduce work left exposed. */
+static void test_hybrid_cost(void) {
+  GptConfig cfg = make_config("wide", 2, 512, 2, 64, 16);
+  GptDesc d;
+  CHECK(gpt_desc_build(&d, &cfg) == 0);
+  DeviceInfo dev = make_hosts_device(4, 2, (size_t)1 << 32, 1e9, 4);
+  Plan p;
+  PlanCost c0, c1;
+  plan_uniform(&p, &d, STRAT_ZERO2, 4, 2, 16);
+  plan_set_group(&p, 2);
+  CHECK(plan_cost(&d, &dev, &p, &c0) == 0);
+  check_plan_cost(&d, &dev, &p);
+  CHECK(c0.exposed_s[COLL_ALLREDUCE] > 0); /* the shards' all-reduces across the 2 hosts */
+  p.overlap_reduce = 1;
+  CHECK(plan_cost(&d, &dev, &p, &c1) == 0);
+  CHECK_NEAR(c1.step_s, c0.step_s, 1e-12 * c0.step_s); /* no progress beside compute */
+  CHECK(c1.mem.transient > c0.mem.transient);
+  dev.coll[COLL_REDUCE_SCATTER].overlap = 1;
+  CHECK(plan_cost(&d, &dev, &p, &c1) == 0);
+  CHECK(c1.step_s < c0.step_s && c1.hidden_s > 0 && c1.exposed_s[COLL_REDUCE_SCATTER] < c0.exposed_s[COLL_REDUCE_SCATTER]);
+  CHECK_NEAR(c1.hidden_s + c1.exposed_s[COLL_REDUCE_SCATTER], c0.exposed_s[COLL_REDUCE_SCATTER], 1e-12);
+  dev.coll[COLL_REDUCE_SCATTER].overlap = 0;
+  p.overlap_reduce = 0;
+  /* bf16 with no latency: gradient reductions take half as long, gathers as long. */
+  for (int l = 0; l < LINK_LEVELS; l++)
+    for (int k = 0; k < COLL_COUNT; k++) (l ? dev.inter : dev.coll)[k].latency_s = 0;
+  plan_uniform(&p, &d, STRAT_ZERO3, 4, 2, 16);
+  plan_set_group(&p, 2);
+  p.ops[gpt_op_layer(1, GPT_FC)].strat[0] = STRAT_DP; /* and a dp bucket */
+  CHECK(plan_cost(&d, &dev, &p, &c0) == 0);
+  p.reduce_dtype = REDUCE_BF16;
+  CHECK(plan_cost(&d, &dev, &p, &c1) == 0);
+  CHECK_NEAR(c1.exposed_s[COLL_REDUCE_SCATTER], 0.5 * c0.exposed_s[COLL_REDUCE_SCATTER], 1e-15);
+  CHECK_NEAR(c1.exposed_s[COLL_ALLREDUCE], 0.5 * c0.exposed_s[COLL_ALLREDUCE], 1e-15);
+  CHECK(c1.exposed_s[COLL_ALLGATHER] == c0.exposed_s[COLL_ALLGATHER] && c1.mem.peak == c0.mem.peak);
+  check_plan_cost(&d, &dev, &p);
+  plan_free(&p);
+  /* The exposures: dp calibrates the all-dp plan; across is its exposed share of the work. */
+  dev = make_hosts_device(4, 2, (size_t)1 << 32, 1e9, 4);
+  dev.inter[COLL_ALLREDUCE].overlap = 0.5;
+  plan_uniform(&p, &d, STRAT_DP, 4, 2, 16);
+  CHECK(plan_cost(&d, &dev, &p, &c0) == 0);
+  double dp, across;
+  cost_exposures(&d, &dev, 2, 16, REDUCE_FP32, &dp, &across);
+  CHECK(c0.hidden_s > 0 && across < 1);
+  CHECK_NEAR(across, c0.exposed_s[COLL_ALLREDUCE] / (c0.exposed_s[COLL_ALLREDUCE] + c0.hidden_s), 1e-15);
+  CHECK_NEAR(cost_search_step_s(&d, &dev, &p), c0.step_s, 1e-12 * c0.step_s);
+  CHECK(dp == cost_dp_exposure(&d, &dev, 2, 16));
+  plan_free(&p);
+  gpt_desc_free(&d);
 }
 
 /* ---- 3. Per-operator configurations ----------------------------------------------------------- */
@@ -478,22 +763,27 @@ static void test_cost_model(void) {
 static int all_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int op,
                        int rec, OpConfig** out) {
   Strategy al[STRAT_COUNT];
-  int na = 0, n = 0, cap = 64;
+  int na = 0, n = 0, cap = 64, groups[64], ng = ref_groups(dev, o, groups);
   for (int s = 0; s < STRAT_COUNT; s++) if (o->allow[s]) al[na++] = (Strategy)s;
   OpConfig* v = malloc((size_t)cap * sizeof *v);
   for (int k = 1; k <= GPT_MAX_SLICES; k *= 2) {
     if (k > 1 && (!d->ops[op].splittable || (size_t)k > d->ops[op].rows || k > o->max_slices)) continue;
     long total = 1;
     for (int s = 0; s < k; s++) total *= na;
-    for (long code = 0; code < total; code++) {
-      if (n == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
-      OpConfig* c = &v[n++];
-      memset(c, 0, sizeof *c);
-      c->plan.k = k;
-      long x = code;
-      for (int s = 0; s < k; s++, x /= na) c->plan.strat[s] = al[x % na];
-      ref_op(d, dev, op, rec, &c->plan, &c->mem, &c->transient, &c->time_s);
-    }
+    for (long code = 0; code < total; code++)
+      for (int g = 0; g < ng; g++) {
+        OpPlan pl = {.k = k};
+        long x = code;
+        int sharded = 0;
+        for (int s = 0; s < k; s++, x /= na) sharded |= (pl.strat[s] = al[x % na]) != STRAT_DP;
+        if (!sharded && g > 0) break; /* an all-dp assignment has no group */
+        pl.group = sharded && groups[g] != dev->ranks ? groups[g] : 0;
+        if (n == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+        OpConfig* c = &v[n++];
+        memset(c, 0, sizeof *c);
+        c->plan = pl;
+        ref_op(d, dev, op, rec, &c->plan, &c->mem, &c->transient, &c->time_s);
+      }
   }
   *out = v;
   return n;
@@ -508,6 +798,7 @@ static int covers(const OpConfig* a, const OpConfig* b) {
 ** flags (NULL: none) recomputed. */
 static void check_op_configs_with(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
                                   const int* flags) {
+  ref_reduce = o->reduce_dtype == REDUCE_BF16 ? REDUCE_BF16 : REDUCE_FP32;
   ref_exposure = ref_exposure_of(d, dev);
   for (int op = 0; op < d->nops; op++) {
     if (!d->ops[op].n_params) continue;
@@ -535,6 +826,7 @@ static void check_op_configs_with(const GptDesc* d, const DeviceInfo* dev, const
     free(mine);
     free(all);
   }
+  ref_reduce = REDUCE_FP32;
 }
 
 /* planner_op_configs of every op against the full enumeration, recomputed and not. */
@@ -625,10 +917,12 @@ static void brute_plan(const Brute* b, const GptDesc* d, int l, int T, Plan* p) 
   plan_uniform(p, d, STRAT_DP, b->N, b->best_B[l], T);
   for (int i = 0; i < b->nops; i++) p->ops[b->op[i]] = b->cfg[0][i][b->best_cfg[l][i]].plan;
   plan_set_recompute(p, b->best_R[l]);
+  p->reduce_dtype = ref_reduce;
 }
 
-/* Complete plans the brute force evaluated, and optima that recompute, over all instances. */
-static long brute_leaves, brute_recomputing;
+/* Complete plans the brute force evaluated, and optima that recompute or shard an op over
+** fewer ranks than the world, over all instances. */
+static long brute_leaves, brute_recomputing, brute_hybrid;
 
 /* The first R of a model's layers flagged (up to BF_MAX_LAYERS). */
 static const int* first_flags(int R) {
@@ -720,13 +1014,12 @@ static void check_found(const Brute* b, const GptDesc* d, const DeviceInfo* dev,
   }
 }
 
-/* One instance: model cfg, options o, N ranks, limits placed between the least memory and
-** the all-dp plan at the largest micro-batch. */
-static void check_against_brute(const GptConfig* cfg, const SearchOptions* o, int N) {
-  GptDesc d;
-  CHECK(gpt_desc_build(&d, cfg) == 0 && cfg->n_layer <= BF_MAX_LAYERS);
-  DeviceInfo dev = make_device(N, (size_t)1 << 40, 1e8);
-  ref_exposure = ref_exposure_of(&d, &dev);
+/* One instance on device dev (its limit set here): model cfg (built as d), options o, limits
+** placed between the least memory and the all-dp plan at the largest micro-batch. */
+static void check_against_brute_on(const GptConfig* cfg, const SearchOptions* o, GptDesc* d, DeviceInfo* dev) {
+  int N = dev->ranks;
+  ref_reduce = o->reduce_dtype == REDUCE_BF16 ? REDUCE_BF16 : REDUCE_FP32;
+  ref_exposure = ref_exposure_of(d, dev);
   Brute* b = calloc(1, sizeof *b);
   b->N = N;
   b->maxb = o->max_batch;
@@ -735,15 +1028,15 @@ static void check_against_brute(const GptConfig* cfg, const SearchOptions* o, in
   /* Limits: from just below the least that fits to beyond the fastest plan at max_batch. */
   Plan dp;
   PlanCost dpc;
-  plan_uniform(&dp, &d, STRAT_DP, N, b->maxb, o->seq);
-  plan_cost(&d, &dev, &dp, &dpc);
+  plan_uniform(&dp, d, STRAT_DP, N, b->maxb, o->seq);
+  plan_cost(d, dev, &dp, &dpc);
   plan_free(&dp);
   size_t lo = 0, hi = dpc.mem.peak + dpc.mem.peak / 10;
   {
     Plan p;
     PlanCost c;
-    dev.mem_limit = 1;
-    CHECK(planner_search(&d, &dev, o, &p, &c, &lo, NULL) == -1);
+    dev->mem_limit = 1;
+    CHECK(planner_search(d, dev, o, &p, &c, &lo, NULL) == -1);
   }
   static const double frac[] = {0.0, 0.02, 0.1, 0.3, 0.55, 0.8, 1.0};
   b->nlim = 7;
@@ -754,27 +1047,32 @@ static void check_against_brute(const GptConfig* cfg, const SearchOptions* o, in
     Plan p;
     PlanCost c;
     so.max_recompute = 0;
-    CHECK(planner_search(&d, &dev, &so, &p, &c, &plain, NULL) == -1);
+    CHECK(planner_search(d, dev, &so, &p, &c, &plain, NULL) == -1);
   }
   if (plain > lo) {
     b->lim[b->nlim++] = plain - 1;
     b->lim[b->nlim++] = plain + (plain - lo) / 4;
   }
-  brute_run(b, &d, &dev, o);
+  brute_run(b, d, dev, o);
   brute_leaves += b->leaves;
   size_t least = (size_t)-1;
   for (int R = 0; R <= b->maxr; R++) if (b->batch[R][1] < least) least = b->batch[R][1];
   CHECK_MSG(b->min_need + least == lo, "min_bytes %zu, brute force %zu", lo, b->min_need + least);
   for (int l = 0; l < b->nlim; l++) {
-    dev.mem_limit = b->lim[l];
+    dev->mem_limit = b->lim[l];
     Plan p;
     PlanCost c;
-    int rc = planner_search(&d, &dev, o, &p, &c, NULL, NULL);
+    int rc = planner_search(d, dev, o, &p, &c, NULL, NULL);
     CHECK_MSG(rc == 0 && b->best[l] > 0, "%s N=%d limit %zu: search rc %d (%s), brute %.6g", cfg->name,
               N, b->lim[l], rc, osdp_last_error(), b->best[l]);
     if (rc) continue;
-    check_found(b, &d, &dev, o, l, &p, &c);
+    check_found(b, d, dev, o, l, &p, &c);
     brute_recomputing += b->best_R[l] > 0;
+    int hybrid = 0;
+    for (int i = 0; i < d->nops; i++)
+      for (int k = 0; k < p.ops[i].k && p.ops[i].group > 0 && p.ops[i].group < N; k++)
+        hybrid |= p.ops[i].strat[k] != STRAT_DP;
+    brute_hybrid += hybrid;
     CHECK(planner_last_stats().peak == c.mem.peak); /* the search's own sum = the prediction */
     plan_free(&p);
   }
@@ -783,9 +1081,18 @@ static void check_against_brute(const GptConfig* cfg, const SearchOptions* o, in
     free(b->cfg[1][i]);
   }
   free(b);
-  gpt_desc_free(&d);
+  ref_reduce = REDUCE_FP32;
 }
 
+/* One instance: model cfg, options o, N ranks, limits placed between the least memory and
+** the all-dp plan at the largest micro-batch. */
+static void check_against_brute(const GptConfig* cfg, const SearchOptions* o, int N) {
+  GptDesc d;
+  CHECK(gpt_desc_build(&d, cfg) == 0 && cfg->n_layer <= BF_MAX_LAYERS);
+  DeviceInfo dev = make_device(N, (size_t)1 << 40, 1e8);
+  check_against_brute_on(cfg, o, &d, &dev);
+  gpt_desc_free(&d);
+}
 /* Brute-force instances: 1 and 2 layers, uneven slices, restricted option sets (slice counts,
 ** strategies, recompute counts), N = 1..4. */
 static void test_search_brute_force(void) {
@@ -797,6 +1104,7 @@ static void test_search_brute_force(void) {
   double t0 = now_seconds();
   for (int N = 1; N <= 4; N++) {
     planner_default_options(&o, 8);
+    o.shard_group = N; /* over the world (test_search_groups_brute_force chooses groups) */
     o.max_batch = 6;
     o.max_slices = 2; /* 12 configurations per linear, 3 per LayerNorm */
     if (N > 1) check_against_brute(&one, &o, N);
@@ -824,6 +1132,60 @@ static void test_search_brute_force(void) {
   printf("brute force comparisons: %ld plans x up to 9 limits x up to 6 micro-batches, %ld optima "
          "recompute, %.2f s\n", brute_leaves, brute_recomputing, now_seconds() - t0);
   CHECK(brute_recomputing > 0);
+}
+
+/* Brute force with shard groups chosen per op: devices of 4 ranks on 2 hosts (slow links
+** between them; groups 2 and 4), on one host (groups 2 and 4), 6 ranks on 2 hosts (3 and 6),
+** 8 ranks on 2 hosts (2, 4 and 8, no zero2), and bf16 reductions; unsplit ops. */
+static void test_search_groups_brute_force(void) {
+  GptConfig thin = make_config("thin", 1, 2, 1, 20, 8);
+  GptDesc d;
+  CHECK(gpt_desc_build(&d, &thin) == 0);
+  SearchOptions o;
+  planner_default_options(&o, 8);
+  o.max_batch = 4;
+  o.max_slices = 1;
+  double t0 = now_seconds();
+  long before = brute_leaves;
+  long hybrid = brute_hybrid;
+  /* ranks, per host, how much slower between hosts, variant: 1 no zero2, 2 bf16, 3 k <= 2 and
+  ** no zero2 */
+  static const int shape[][4] = {{4, 2, 20, 0}, {4, 4, 1, 0}, {6, 3, 8, 0}, {8, 4, 30, 1}, {4, 2, 5, 2},
+                                 {4, 2, 50, 3}};
+  for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++) {
+    DeviceInfo dev = make_hosts_device(shape[i][0], shape[i][1], (size_t)1 << 40, 1e8, shape[i][2]);
+    o.allow[STRAT_ZERO2] = shape[i][3] != 1 && shape[i][3] != 3;
+    o.reduce_dtype = shape[i][3] == 2 ? REDUCE_BF16 : REDUCE_FP32;
+    o.max_slices = shape[i][3] == 3 ? 2 : 1;
+    int g[PLANNER_MAX_GROUPS], rg[64], n = planner_shard_groups(&dev, &o, g), rn = ref_groups(&dev, &o, rg);
+    CHECK(n == rn && memcmp(g, rg, (size_t)n * sizeof *g) == 0);
+    for (int N = 1; N <= 64; N++) /* every host size: the rule, ascending */
+      for (int H = 1; H <= N; H++) {
+        DeviceInfo x = make_device(N, 1, 1);
+        x.ranks_per_host = N % H ? 0 : H;
+        n = planner_shard_groups(&x, &o, g);
+        rn = ref_groups(&x, &o, rg);
+        CHECK_MSG(n == rn && memcmp(g, rg, (size_t)n * sizeof *g) == 0, "groups of N=%d H=%d", N, H);
+      }
+    check_against_brute_on(&thin, &o, &d, &dev);
+  }
+  /* Many divisors: the largest PLANNER_MAX_GROUPS, H among them; 2^20 ranks, 8 per host. */
+  DeviceInfo big = make_device(720720, 1, 1);
+  int g[PLANNER_MAX_GROUPS], n = planner_shard_groups(&big, &o, g);
+  CHECK(n == PLANNER_MAX_GROUPS && g[n - 1] == 720720);
+  for (int i = 1; i < n; i++) CHECK(g[i] > g[i - 1] && 720720 % g[i] == 0);
+  big.ranks_per_host = 6;
+  n = planner_shard_groups(&big, &o, g);
+  int hasH = 0;
+  for (int i = 0; i < n; i++) hasH |= g[i] == 6;
+  CHECK(n == PLANNER_MAX_GROUPS && hasH && g[n - 1] == 720720);
+  big = make_device(1 << 20, 1, 1);
+  big.ranks_per_host = 8;
+  CHECK(planner_shard_groups(&big, &o, g) == 20 && g[0] == 2 && g[1] == 4 && g[2] == 8 && g[19] == 1 << 20);
+  printf("brute force with shard groups: %ld plans, %ld optima shard within groups, %.2f s\n",
+         brute_leaves - before, brute_hybrid - hybrid, now_seconds() - t0);
+  CHECK(brute_hybrid > hybrid);
+  gpt_desc_free(&d);
 }
 
 /* ---- 4b. Search against an exact reference on a bigger model -------------------------------- */
@@ -985,7 +1347,9 @@ static void test_candidates(void) {
     CHECK(c[i].cost.mem.peak <= dev.mem_limit && c[i].origin[0]);
     if (i > 0) CHECK(c[i].cost.samples_per_s <= c[i - 1].cost.samples_per_s);
     for (int j = 0; j < i; j++) {
-      int same = c[i].plan.micro_batch == c[j].plan.micro_batch && c[i].plan.prefetch == c[j].plan.prefetch;
+      int same = c[i].plan.micro_batch == c[j].plan.micro_batch && c[i].plan.prefetch == c[j].plan.prefetch &&
+                 c[i].plan.overlap_reduce == c[j].plan.overlap_reduce &&
+                 c[i].plan.reduce_dtype == c[j].plan.reduce_dtype;
       for (int op = 0; same && op < d.nops; op++)
         same = memcmp(&c[i].plan.ops[op], &c[j].plan.ops[op], sizeof(OpPlan)) == 0;
       CHECK_MSG(!same, "candidates %d and %d are the same plan", j, i);
@@ -1023,6 +1387,137 @@ static void test_candidates(void) {
   }
   plan_free(&sp);
   for (int i = 0; i < n; i++) plan_free(&c[i].plan);
+  gpt_desc_free(&d);
+}
+
+/* ---- 4d. Hybrid sharding: groups when the links between hosts are slow -------------------- */
+
+/* A device of N ranks, H per host, whose tables are consistent with rings over uniform links
+** (an all-reduce takes as long as a reduce-scatter and an all-gather: half their bandwidth),
+** the same within and between hosts except that the inter-host bandwidth is `inter` times
+** the intra-host one. */
+static DeviceInfo make_link_device(int N, int H, size_t limit, double inter) {
+  DeviceInfo dev = make_device(N, limit, 1e10);
+  dev.ranks_per_host = H;
+  for (int k = 0; k < COLL_COUNT; k++) {
+    dev.coll[k] = (CollectiveModel){.latency_s = 1e-5, .bandwidth_Bps = k == COLL_ALLREDUCE ? 5e8 : 1e9};
+    dev.inter[k] = dev.coll[k];
+    dev.inter[k].bandwidth_Bps *= inter;
+    dev.inter_given[k] = 1;
+  }
+  return dev;
+}
+
+/* Whether plan p shards any op over groups smaller than the world. */
+static int plan_is_hybrid(const Plan* p) {
+  for (int i = 0; i < p->nops; i++)
+    for (int k = 0; p->ops[i].group > 0 && p->ops[i].group < p->world && k < p->ops[i].k; k++)
+      if (p->ops[i].strat[k] != STRAT_DP) return 1;
+  return 0;
+}
+
+/* The search with slow links between hosts shards within each host and beats the best plan
+** sharded over the world only; with links as fast between hosts as within (zero2 and dp only:
+** a hybrid zero2 slice moves as many bytes and pays more latencies), it shards over the world.
+** The candidates list the hybrid uniform plans, and decide overlap_reduce like prefetch. */
+static void test_hybrid_search(void) {
+  GptConfig cfg = make_config("hyb", 2, 64, 2, 256, 32);
+  GptDesc d;
+  CHECK(gpt_desc_build(&d, &cfg) == 0);
+  SearchOptions o, flat;
+  planner_default_options(&o, 32);
+  o.max_batch = 16;
+  for (int zero3 = 1; zero3 >= 0; zero3--)
+    for (int slow = 1; slow >= 0; slow--) {
+      DeviceInfo dev = make_link_device(8, 4, 1, slow ? 0.02 : 1);
+      o.allow[STRAT_ZERO3] = zero3;
+      flat = o;
+      flat.shard_group = 8;
+      Plan p, q, dp;
+      PlanCost c, fc, dc;
+      size_t least;
+      CHECK(planner_search(&d, &dev, &o, &p, &c, &least, NULL) == -1);
+      plan_uniform(&dp, &d, STRAT_DP, 8, 8, 32);
+      CHECK(plan_cost(&d, &dev, &dp, &dc) == 0);
+      plan_free(&dp);
+      dev.mem_limit = least + (dc.mem.peak - least) / 3;
+      CHECK(planner_search(&d, &dev, &o, &p, &c, NULL, NULL) == 0);
+      CHECK(planner_search(&d, &dev, &flat, &q, &fc, NULL, NULL) == 0);
+      double sps = 8.0 * p.micro_batch / cost_search_step_s(&d, &dev, &p);
+      double fsps = 8.0 * q.micro_batch / cost_search_step_s(&d, &dev, &q);
+      CHECK(!plan_is_hybrid(&q) && c.mem.peak <= dev.mem_limit && plan_validate(&p, &d, 8) == 0);
+      if (slow) {
+        CHECK_MSG(plan_is_hybrid(&p) && sps > fsps * (1 + 1e-9), "zero3 %d slow: hybrid %d, %.6g vs flat %.6g",
+                  zero3, plan_is_hybrid(&p), sps, fsps);
+      } else if (!zero3) {
+        CHECK_MSG(!plan_is_hybrid(&p) && rel_diff(sps, fsps) < 1e-12, "fast: hybrid %d, %.9g vs flat %.9g",
+                  plan_is_hybrid(&p), sps, fsps);
+      }
+      if (slow && zero3) {
+        /* Candidates: the hybrid uniform baselines are there; overlap_reduce decided per plan. */
+        dev.coll[COLL_REDUCE_SCATTER].overlap = dev.inter[COLL_REDUCE_SCATTER].overlap = 0.8;
+        Candidate cand[8];
+        int n = planner_candidates(&d, &dev, &o, cand, 8, NULL, NULL), hyb_uniform = 0, on = 0;
+        CHECK(n >= 3);
+        for (int i = 0; i < n; i++) {
+          hyb_uniform += cand[i].uniform >= 0 && cand[i].uniform_group == 4 && strstr(cand[i].origin, " G=4");
+          if (cand[i].uniform >= 0 && !cand[i].uniform_group) CHECK(!plan_is_hybrid(&cand[i].plan));
+          CHECK(cand[i].cost.mem.peak <= dev.mem_limit);
+          if (i > 0) CHECK(cand[i].cost.samples_per_s <= cand[i - 1].cost.samples_per_s);
+          Plan other;
+          PlanCost oc;
+          CHECK(plan_copy(&other, &cand[i].plan) == 0);
+          other.overlap_reduce = !other.overlap_reduce;
+          CHECK(plan_cost(&d, &dev, &other, &oc) == 0);
+          if (cand[i].plan.overlap_reduce) on++;
+          if (cand[i].plan.overlap_reduce) CHECK(cand[i].cost.step_s < oc.step_s);
+          else CHECK(oc.mem.peak > dev.mem_limit || oc.step_s >= cand[i].cost.step_s * (1 - 1e-12));
+          plan_free(&other);
+        }
+        CHECK_MSG(hyb_uniform >= 1 && on >= 1, "%d hybrid uniform candidates, %d with overlap_reduce", hyb_uniform, on);
+        CHECK(cand[0].cost.samples_per_s >= c.samples_per_s * (1 - 1e-12));
+        for (int i = 0; i < n; i++) plan_free(&cand[i].plan);
+      }
+      plan_free(&p);
+      plan_free(&q);
+    }
+  /* bf16 reductions: always at least as fast; auto keeps them where they gain >= 1%. */
+  DeviceInfo dev = make_link_device(8, 4, 1, 0.02);
+  Plan p, q;
+  PlanCost c, cb;
+  size_t least;
+  o.allow[STRAT_ZERO3] = 1;
+  CHECK(planner_search(&d, &dev, &o, &p, &c, &least, NULL) == -1);
+  dev.mem_limit = 2 * least;
+  CHECK(planner_search(&d, &dev, &o, &p, &c, NULL, NULL) == 0 && p.reduce_dtype == REDUCE_FP32);
+  o.reduce_dtype = REDUCE_BF16;
+  CHECK(planner_search(&d, &dev, &o, &q, &cb, NULL, NULL) == 0 && q.reduce_dtype == REDUCE_BF16);
+  CHECK(cb.samples_per_s >= c.samples_per_s);
+  plan_free(&q);
+  o.reduce_dtype = SEARCH_REDUCE_AUTO;
+  CHECK(planner_search(&d, &dev, &o, &q, &cb, NULL, NULL) == 0);
+  CHECK_MSG(q.reduce_dtype == REDUCE_BF16 && cb.samples_per_s > c.samples_per_s * (1 + REDUCE_BF16_MIN_GAIN),
+            "auto: %s at %.6g vs fp32 %.6g", reduce_dtype_name(q.reduce_dtype), cb.samples_per_s, c.samples_per_s);
+  plan_free(&q);
+  Candidate cand[8];
+  int n = planner_candidates(&d, &dev, &o, cand, 8, NULL, NULL);
+  for (int i = 0; i < n; i++) {
+    Plan other;
+    PlanCost a, x;
+    CHECK(plan_copy(&other, &cand[i].plan) == 0);
+    other.reduce_dtype = REDUCE_FP32;
+    CHECK(plan_cost(&d, &dev, &other, &a) == 0);
+    other.reduce_dtype = REDUCE_BF16;
+    CHECK(plan_cost(&d, &dev, &other, &x) == 0);
+    if (cand[i].plan.reduce_dtype == REDUCE_BF16) CHECK(x.step_s < a.step_s * (1 - REDUCE_BF16_MIN_GAIN));
+    else CHECK(x.step_s >= a.step_s * (1 - REDUCE_BF16_MIN_GAIN));
+    plan_free(&other);
+    plan_free(&cand[i].plan);
+  }
+  o.reduce_dtype = REDUCE_FP32;
+  o.shard_group = 3; /* not a divisor */
+  CHECK(planner_search(&d, &dev, &o, &q, &cb, NULL, NULL) == -1 && strstr(osdp_last_error(), "shard group 3"));
+  plan_free(&p);
   gpt_desc_free(&d);
 }
 
@@ -1182,13 +1677,20 @@ static void test_recompute_needed(void) {
 /* ---- 6. Speed ------------------------------------------------------------------------------- */
 
 /* Times one search on a GPT-2 preset and prints its figures. */
-static double time_search(const char* model, int N, size_t limit, int T, int print) {
+/* Times one search on a GPT-2 preset (H ranks per host, 0: one host, with links 12x slower
+** between hosts) and prints its figures. */
+static double time_search(const char* model, int N, int H, size_t limit, int T, int print) {
   GptConfig cfg;
   GptDesc d;
   CHECK(gpt_config_load(model, &cfg) == 0 && gpt_desc_build(&d, &cfg) == 0);
   DeviceInfo dev = make_device(N, limit, 1e14);
   dev.optimizer_s_per_param = 0;
-  for (int k = 0; k < COLL_COUNT; k++) dev.coll[k] = (CollectiveModel){.latency_s = 2e-5, .bandwidth_Bps = 1.25e10};
+  dev.ranks_per_host = H;
+  for (int k = 0; k < COLL_COUNT; k++) {
+    dev.coll[k] = (CollectiveModel){.latency_s = 2e-5, .bandwidth_Bps = 1.25e10};
+    dev.inter[k] = (CollectiveModel){.latency_s = 3e-5, .bandwidth_Bps = 1.25e10 / 12};
+    dev.inter_given[k] = H > 0;
+  }
   SearchOptions o;
   planner_default_options(&o, T);
   Plan p;
@@ -1201,11 +1703,12 @@ static double time_search(const char* model, int N, size_t limit, int T, int pri
     CHECK(c.mem.peak <= limit);
     PlannerStats st = planner_last_stats();
     if (print)
-      printf("search %-9s N=%-2d limit %-9s seq %4d: %.3f s  B=%d R=%d %.2f samples/s  (classes %d, "
-             "configs %d, caps %d, problems %ld, candidates %ld, programs %ld, states max %ld total "
-             "%ld)\n", model, N, format_bytes((double)limit, lim), T, s, c.micro_batch,
-             plan_recompute_count(&p), c.samples_per_s, st.classes, st.configs, st.taus, st.problems,
-             st.candidates, st.exact_solves, st.states_max, st.states_total);
+      printf("search %-9s N=%-2d H=%-2d limit %-9s seq %4d: %.3f s  B=%d R=%d %.2f samples/s%s  "
+             "(classes %d, configs %d, caps %d, problems %ld, candidates %ld, programs %ld, states max "
+             "%ld total %ld)\n", model, N, device_ranks_per_host(&dev), format_bytes((double)limit, lim), T,
+             s, c.micro_batch, plan_recompute_count(&p), c.samples_per_s, plan_is_hybrid(&p) ? " hybrid" : "",
+             st.classes, st.configs, st.taus, st.problems, st.candidates, st.exact_solves, st.states_max,
+             st.states_total);
     plan_free(&p);
   }
   gpt_desc_free(&d);
@@ -1213,28 +1716,35 @@ static double time_search(const char* model, int N, size_t limit, int T, int pri
 }
 
 /* gpt2-1.5b on 8 ranks at 16 GiB and at 8 GiB (nothing fits without recomputation), seq 1024,
-** every option, and other shapes: a plan is found in each. The times are printed, not
-** asserted (a timed unit test measures the machine, not the code; under the sanitizers the
-** search runs several times slower): `osdp plan ... --json` reports search_s. */
+** every option, and other shapes: a plan is found in each; and gpt2-1.5b on 16 ranks, 8 per
+** host (shard groups 2, 4, 8, 16 to choose from per op). The times are printed, not asserted
+** (a timed unit test measures the machine, not the code; under the sanitizers the search runs
+** several times slower): `osdp plan ... --json` reports search_s. */
 static void test_speed(void) {
-  time_search("gpt2-1.5b", 8, (size_t)16 << 30, 1024, 1);
-  time_search("gpt2-1.5b", 8, (size_t)8 << 30, 1024, 1);
-  time_search("gpt2-124m", 2, (size_t)2 << 30, 256, 1);
-  time_search("gpt2-350m", 16, (size_t)4 << 30, 512, 1);
+  time_search("gpt2-1.5b", 8, 0, (size_t)16 << 30, 1024, 1);
+  time_search("gpt2-1.5b", 8, 0, (size_t)8 << 30, 1024, 1);
+  time_search("gpt2-1.5b", 16, 8, (size_t)16 << 30, 1024, 1);
+  time_search("gpt2-124m", 2, 0, (size_t)2 << 30, 256, 1);
+  time_search("gpt2-350m", 16, 0, (size_t)4 << 30, 512, 1);
 }
 
 int main(void) {
   test_device_files();
+  test_device_levels();
+  test_group_collectives();
   test_device_times();
   test_cost_model();
   test_overlap();
+  test_hybrid_cost();
   test_op_configs();
   test_too_small();
   test_recompute_positions();
   test_recompute_needed();
   test_search_brute_force();
+  test_search_groups_brute_force();
   test_search_reference();
   test_candidates();
+  test_hybrid_search();
   test_speed();
   unlink(write_temp(""));
   return check_summary();

@@ -1,9 +1,11 @@
 /*
 ** cmd_plan.c: `osdp plan`: finds the per-operator plan and micro-batch with the highest
 ** predicted throughput whose peak memory fits the limit, prints it beside the best uniform
-** ddp / zero2 / zero3 plans, and writes it for `osdp train --plan FILE`.
+** ddp / zero2 / zero3 plans (and, on several hosts, the hybrid zero2 / zero3 plans sharded
+** within each host), and writes it for `osdp train --plan FILE`.
 */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,18 +24,59 @@
 static const char* plan_help =
     "usage: osdp plan [--model M] (--devices device.json | --ranks N --mem-limit SIZE --flops F\n"
     "                 --bandwidth BYTES_PER_S --latency SECONDS [--threads N]) [--seq T]\n"
-    "                 [--max-batch B] [--recompute N|all] [--out plan.json] [--svg plan.svg] [--json]\n"
+    "                 [--ranks-per-host H --inter-bandwidth BYTES_PER_S --inter-latency SECONDS]\n"
+    "                 [--reduce-dtype fp32|bf16|auto] [--max-batch B] [--recompute N|all]\n"
+    "                 [--out plan.json] [--svg plan.svg] [--json]\n"
     "  --recompute N fixes how many layers recompute their activations in backward (all: every\n"
     "  layer); without it the planner chooses, with the strategies, slices and micro-batch.\n"
-    "  device.json comes from `osdp profile` or is written by hand for hardware you do not have.\n";
+    "  device.json comes from `osdp profile` or is written by hand for hardware you do not have.\n"
+    "  --bandwidth/--latency: each collective over the ranks of one host moves a full buffer of b\n"
+    "  bytes in latency + b / bandwidth; --ranks-per-host H (consecutive ranks; default all N: one\n"
+    "  host) with --inter-bandwidth/--inter-latency (default: the same) the same between hosts,\n"
+    "  over N/H ranks, one per host (given with --devices, they replace the file's). The planner\n"
+    "  then chooses per operator the ranks its shards spread over (shard_group: within a host,\n"
+    "  replicated across hosts, or all N). --reduce-dtype: gradient reductions in fp32 (default),\n"
+    "  bf16 (half the bytes), or auto (bf16 where it makes the step at least 1% faster).\n";
+
+/* A number flag (default def) that must be finite and > 0, or >= 0 when zero_ok; -1 with an
+** error naming the flag, its value and what it means (`what`). */
+static int link_flag(const Args* a, const char* key, double def, int zero_ok, const char* what, double* out) {
+  if (args_double(a, key, def, out)) return -1;
+  if (isfinite(*out) && (*out > 0 || (zero_ok && *out == 0))) return 0;
+  return osdp_fail("osdp plan: --%s %g must be %s (%s)", key, *out, zero_ok ? ">= 0" : "> 0", what);
+}
+
+/* --ranks-per-host and the inter-host level of --inter-bandwidth / --inter-latency (each
+** defaulting to the intra-host level's figures of the same kind) applied to dev, when given. */
+static int inter_host_from_args(const Args* a, DeviceInfo* dev) {
+  long H = dev->ranks_per_host;
+  if (args_int(a, "ranks-per-host", H, 1, 1 << 20, &H)) return -1;
+  if (args_has(a, "ranks-per-host") && dev->ranks % H)
+    return osdp_fail("osdp plan: --ranks-per-host %ld must divide the %d ranks (the ranks on each "
+                     "host, consecutive world ranks)", H, dev->ranks);
+  dev->ranks_per_host = (int)H;
+  if (!args_has(a, "inter-bandwidth") && !args_has(a, "inter-latency")) return 0;
+  for (int k = 0; k < COLL_COUNT; k++) {
+    double bw = dev->coll[k].bandwidth_Bps, lat = dev->coll[k].latency_s;
+    if (link_flag(a, "inter-bandwidth", bw, 0, "bytes per second between hosts, e.g. 1.25e10", &bw) ||
+        link_flag(a, "inter-latency", lat, 1, "seconds per collective between hosts, e.g. 3e-5", &lat))
+      return -1;
+    dev->inter[k] = (CollectiveModel){.latency_s = lat, .bandwidth_Bps = bw};
+    dev->inter_given[k] = 1;
+  }
+  dev->inter_ranks = 0; /* ranks / H: one rank per host */
+  return 0;
+}
 
 /* Device information from --devices, or from the flags that stand in for a file. */
 static int device_from_args(const Args* a, DeviceInfo* dev) {
   memset(dev, 0, sizeof *dev);
   const char* path = args_get(a, "devices", NULL);
   if (path) {
-    /* A --mem-limit given beside the file overrides the file's limit. */
-    if (device_load(dev, path) || args_size(a, "mem-limit", dev->mem_limit, &dev->mem_limit)) return -1;
+    /* A --mem-limit (or a host layout) given beside the file overrides the file's. */
+    if (device_load(dev, path) || args_size(a, "mem-limit", dev->mem_limit, &dev->mem_limit) ||
+        inter_host_from_args(a, dev))
+      return -1;
     return device_validate(dev, path);
   }
   long ranks, threads;
@@ -42,13 +85,16 @@ static int device_from_args(const Args* a, DeviceInfo* dev) {
     return osdp_fail("osdp plan: give --devices device.json, or --ranks N --mem-limit SIZE --flops F "
                      "[--bandwidth BYTES_PER_S --latency SECONDS]");
   if (args_int(a, "ranks", 1, 1, 1 << 20, &ranks) || args_size(a, "mem-limit", 0, &dev->mem_limit) ||
-      args_double(a, "flops", 0, &flops) || args_double(a, "bandwidth", 1.25e10, &bw) ||
-      args_double(a, "latency", 2e-5, &lat) || args_int(a, "threads", 1, 1, 256, &threads))
+      args_double(a, "flops", 0, &flops) ||
+      link_flag(a, "bandwidth", 1.25e10, 0, "bytes per second within a host, e.g. 1.5e11", &bw) ||
+      link_flag(a, "latency", 2e-5, 1, "seconds per collective within a host, e.g. 1e-5", &lat) ||
+      args_int(a, "threads", 1, 1, 256, &threads))
     return -1;
   dev->ranks = (int)ranks;
   dev->threads = (int)threads;
   dev->flops = flops;
   for (int k = 0; k < COLL_COUNT; k++) dev->coll[k] = (CollectiveModel){.latency_s = lat, .bandwidth_Bps = bw};
+  if (inter_host_from_args(a, dev)) return -1;
   return device_validate(dev, "flags");
 }
 
@@ -63,8 +109,8 @@ static void print_plan_table(const GptDesc* d, const DeviceInfo* dev, const Sear
 /* Prints one uniform plan's figures for the comparison (with the layers it recomputes). */
 static void uniform_text(const char* name, int ok, const PlanCost* c, int recompute) {
   char pk[32];
-  if (!ok) { printf("  %-6s does not fit\n", name); return; }
-  printf("  %-6s micro-batch %4d  %10.2f samples/s  step %.4f s  peak %s", name, c->micro_batch,
+  if (!ok) { printf("  %-10s does not fit\n", name); return; }
+  printf("  %-10s micro-batch %4d  %10.2f samples/s  step %.4f s  peak %s", name, c->micro_batch,
          c->samples_per_s, c->step_s, format_bytes((double)c->mem.peak, pk));
   if (recompute > 0) printf("  %d layers recomputed", recompute);
   printf("\n");
@@ -86,14 +132,25 @@ static cJSON* cost_json(cJSON* parent, const char* name, int ok, const PlanCost*
   return o;
 }
 
+/* The options a plan switches on, for the candidates table: "prefetch", "overlap_reduce",
+** "bf16", joined by commas; "no" when none. */
+static void options_text(const Plan* p, char* buf, size_t n) {
+  snprintf(buf, n, "%s%s%s%s%s", p->prefetch ? "prefetch" : "",
+           p->prefetch && p->overlap_reduce ? "," : "", p->overlap_reduce ? "overlap_reduce" : "",
+           (p->prefetch || p->overlap_reduce) && p->reduce_dtype == REDUCE_BF16 ? "," : "",
+           p->reduce_dtype == REDUCE_BF16 ? "bf16" : "");
+  if (!buf[0]) snprintf(buf, n, "no");
+}
+
 /* Prints the candidates, predicted and (after a trial) measured, marking the chosen one. */
 static void print_candidates(const Candidate* c, int n, const TrialResult* r, int chosen) {
-  char pk[32];
+  char pk[32], opt[64];
   printf("candidates (predicted by the step replay%s):\n", r ? "; measured by a trial" : "");
   printf("  %-2s %-19s %5s %8s %11s %11s", "#", "plan", "B", "prefetch", "pred s/step", "pred samp/s");
   if (r) printf(" %11s %11s %9s", "meas s/step", "meas samp/s", "meas/pred");
-  printf(" %12s%s\n", "peak", r ? "  measured peak" : "");
+  printf(" %12s%s\n", "peak", r ? "  measured peak" : "  options");
   for (int i = 0; i < n; i++) {
+    options_text(&c[i].plan, opt, sizeof opt);
     printf("%s %-2d %-19s %5d %8s %11.4f %11.2f", i == chosen ? "*" : " ", i + 1, c[i].origin,
            c[i].plan.micro_batch, c[i].plan.prefetch ? "yes" : "no", c[i].cost.step_s,
            c[i].cost.samples_per_s);
@@ -104,6 +161,7 @@ static void print_candidates(const Candidate* c, int n, const TrialResult* r, in
     printf(" %12s", format_bytes((double)c[i].cost.mem.peak, pk));
     if (r && r[i].ok && r[i].peak == c[i].cost.mem.peak) printf("  exact");
     else if (r && r[i].ok) printf("  %+lld bytes", (long long)r[i].peak - (long long)c[i].cost.mem.peak);
+    if (!r) printf("  %s", opt);
     printf("\n");
   }
   printf("* chosen: %s (%s)\n", c[chosen].origin,
@@ -117,6 +175,10 @@ static cJSON* candidates_json(const GptDesc* d, const Candidate* c, int n, const
     cJSON* o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "origin", c[i].origin);
     cJSON_AddBoolToObject(o, "prefetch", c[i].plan.prefetch);
+    cJSON_AddBoolToObject(o, "overlap_reduce", c[i].plan.overlap_reduce);
+    cJSON_AddStringToObject(o, "reduce_dtype", reduce_dtype_name(c[i].plan.reduce_dtype));
+    if (c[i].uniform >= 0) cJSON_AddNumberToObject(o, "uniform_shard_group",
+                                                   c[i].uniform_group ? c[i].uniform_group : (double)c[i].plan.world);
     cost_json(o, "predicted", 1, &c[i].cost);
     if (r && r[i].ok) {
       cJSON* m = cJSON_AddObjectToObject(o, "measured");
@@ -132,16 +194,36 @@ static cJSON* candidates_json(const GptDesc* d, const Candidate* c, int n, const
   return arr;
 }
 
-/* How many candidates planning keeps (and a trial runs). */
+/* How many candidates planning keeps (and a trial runs), plus the hybrid uniform baselines on
+** several hosts. */
 #define PLAN_CANDIDATES 6
+#define PLAN_CANDIDATES_MAX (PLAN_CANDIDATES + 2)
+
+/* The ranks per host of dev, as words for the plan's heading: "" on one host, else
+** " (8 per host)". */
+static void hosts_text(const DeviceInfo* dev, char* buf, size_t n) {
+  int H = device_ranks_per_host(dev);
+  if (H < dev->ranks) snprintf(buf, n, " (%d per host)", H);
+  else if (n) buf[0] = 0;
+}
+
+/* Adds the host layout and the search's reduce dtype to the JSON report. */
+static void layout_json(cJSON* root, const DeviceInfo* dev, const SearchOptions* so) {
+  cJSON_AddNumberToObject(root, "ranks", dev->ranks);
+  cJSON_AddNumberToObject(root, "ranks_per_host", device_ranks_per_host(dev));
+  cJSON_AddStringToObject(root, "reduce_dtype_option",
+                          so->reduce_dtype == SEARCH_REDUCE_AUTO ? "auto" : reduce_dtype_name(so->reduce_dtype));
+}
 
 int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
                     PlanReport* ro, Plan* p, PlanCost* c) {
   size_t min_bytes = 0;
   double search_s = 0;
-  Candidate cand[PLAN_CANDIDATES];
-  TrialResult tr[PLAN_CANDIDATES];
-  int n = planner_candidates(d, dev, so, cand, PLAN_CANDIDATES, &min_bytes, &search_s);
+  Candidate cand[PLAN_CANDIDATES_MAX];
+  TrialResult tr[PLAN_CANDIDATES_MAX];
+  int H = device_ranks_per_host(dev);
+  int ncand = PLAN_CANDIDATES + (H > 1 && H < dev->ranks ? 2 : 0);
+  int n = planner_candidates(d, dev, so, cand, ncand, &min_bytes, &search_s);
   if (n < 0) {
     if (ro->json && comm_rank() == 0 && min_bytes > 0 && min_bytes != (size_t)-1) {
       /* For programs: that nothing fits, and the smallest limit that would (the error line
@@ -152,7 +234,8 @@ int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions
     return -1;
   }
   int show = comm_rank() == 0 && !ro->quiet, chosen = 0, rc = 0;
-  char lim[32], pk[32];
+  char lim[32], pk[32], hosts[32];
+  hosts_text(dev, hosts, sizeof hosts);
   if (ro->trial_steps > 0) {
     if (comm_size() != dev->ranks)
       rc = osdp_fail("--trial: the device file describes %d rank(s) but this run has %d; run "
@@ -173,21 +256,25 @@ int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions
       ro->chosen_sps = tr[i].samples_per_s;
       ro->chosen_uniform = cand[i].uniform;
     }
-    if (cand[i].uniform >= 0 && tr[i].ok) ro->uniform_sps[cand[i].uniform] = tr[i].samples_per_s;
+    if (cand[i].uniform >= 0 && !cand[i].uniform_group && tr[i].ok)
+      ro->uniform_sps[cand[i].uniform] = tr[i].samples_per_s;
     if (cand[i].uniform >= 0 && tr[i].ok && tr[i].samples_per_s > ro->best_uniform_sps) {
       snprintf(ro->best_uniform, sizeof ro->best_uniform, "%s", cand[i].origin);
       ro->best_uniform_sps = tr[i].samples_per_s;
     }
   }
   if (!rc && show && !ro->json) {
-    printf("plan for %s on %d rank(s), limit %s per rank, seq %d (search %.3f s)\n", d->cfg.name,
-           dev->ranks, format_bytes((double)dev->mem_limit, lim), so->seq, search_s);
+    printf("plan for %s on %d rank(s)%s, limit %s per rank, seq %d (search %.3f s)\n", d->cfg.name,
+           dev->ranks, hosts, format_bytes((double)dev->mem_limit, lim), so->seq, search_s);
     print_plan_table(d, dev, so, &cand[chosen].plan);
     const PlanCost* k = &cand[chosen].cost;
     int rec = plan_recompute_count(&cand[chosen].plan);
-    printf("osdp   micro-batch %4d  %10.2f samples/s  step %.4f s  peak %s (%zu bytes)%s",
+    const Plan* cp = &cand[chosen].plan;
+    printf("osdp   micro-batch %4d  %10.2f samples/s  step %.4f s  peak %s (%zu bytes)%s%s%s",
            k->micro_batch, k->samples_per_s, k->step_s, format_bytes((double)k->mem.peak, pk),
-           k->mem.peak, cand[chosen].plan.prefetch ? ", zero3 prefetch on" : "");
+           k->mem.peak, cp->prefetch ? ", zero3 prefetch on" : "",
+           cp->overlap_reduce ? ", overlap_reduce on" : "",
+           cp->reduce_dtype == REDUCE_BF16 ? ", bf16 gradient reductions" : "");
     if (rec > 0) printf(", %d layers recomputed", rec);
     printf("\n");
     printf("  step = compute %.4f + communication waited %.4f (hidden %.4f) + optimizer %.4f + "
@@ -197,19 +284,29 @@ int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions
   }
   cJSON* root = cJSON_CreateObject();
   cJSON* uni = cJSON_AddObjectToObject(root, "uniform");
+  /* Over the world: ddp, zero2, zero3; on several hosts also zero2 and zero3 sharded within
+  ** each host ("zero2 G=8"; JSON "hybrid_zero2" with its shard_group). */
   static const char* names[] = {"ddp", "zero2", "zero3"};
-  for (int s = 0; !rc && s < STRAT_COUNT; s++) {
+  static const char* hybrid_names[] = {"", "hybrid_zero2", "hybrid_zero3"};
+  for (int u = 0; !rc && u < 2 * STRAT_COUNT; u++) {
+    int s = u % STRAT_COUNT, G = u < STRAT_COUNT ? dev->ranks : H;
+    if (u >= STRAT_COUNT && (s == STRAT_DP || H <= 1 || H >= dev->ranks)) continue;
     Plan up;
     PlanCost uc;
-    int ok = planner_best_uniform(d, dev, so, (Strategy)s, &up, &uc) == 0;
+    int ok = planner_best_uniform_group(d, dev, so, (Strategy)s, G, &up, &uc) == 0;
     int rec = ok ? plan_recompute_count(&up) : 0;
-    if (show && !ro->json) uniform_text(names[s], ok, &uc, rec);
-    cJSON* o = cost_json(uni, names[s], ok, &uc);
+    char label[32];
+    if (G < dev->ranks) snprintf(label, sizeof label, "%s G=%d", names[s], G);
+    else snprintf(label, sizeof label, "%s", names[s]);
+    if (show && !ro->json) uniform_text(label, ok, &uc, rec);
+    cJSON* o = cost_json(uni, G < dev->ranks ? hybrid_names[s] : names[s], ok, &uc);
     if (o) cJSON_AddBoolToObject(o, "prefetch", 0);
     if (o) cJSON_AddNumberToObject(o, "recompute_layers", rec);
+    if (o) cJSON_AddNumberToObject(o, "shard_group", G);
     if (ok) plan_free(&up);
   }
   osdp_clear_error();
+  layout_json(root, dev, so);
   if (!rc && show && ro->json) {
     char* ptxt = plan_to_json(&cand[chosen].plan, d);
     cJSON_AddItemToObject(root, "plan", cJSON_Parse(ptxt));
@@ -242,7 +339,7 @@ int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions
 }
 
 /* Search options from the flags (--seq defaults to the sequence the device's op times were
-** measured at for this model, else the model's maximum). */
+** measured at for this model, else the model's maximum; --reduce-dtype fp32, bf16 or auto). */
 static int search_options_from_args(const Args* a, const GptDesc* d, const DeviceInfo* dev,
                                     SearchOptions* so) {
   long T, maxb;
@@ -252,6 +349,12 @@ static int search_options_from_args(const Args* a, const GptDesc* d, const Devic
     return -1;
   planner_default_options(so, (int)T);
   so->max_batch = (int)maxb;
+  const char* rd = args_get(a, "reduce-dtype", "fp32");
+  if (strcmp(rd, "auto") == 0) so->reduce_dtype = SEARCH_REDUCE_AUTO;
+  else if (reduce_dtype_parse(rd) >= 0) so->reduce_dtype = reduce_dtype_parse(rd);
+  else
+    return osdp_fail("osdp plan: --reduce-dtype '%s' must be fp32, bf16 or auto (the element type "
+                     "of gradient reductions; auto: the planner chooses per plan)", rd);
   return setup_recompute_search(a, d, so);
 }
 
@@ -259,7 +362,8 @@ int cmd_plan(int argc, char** argv) {
   if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(plan_help, stdout); return 0; }
   static const char* const opts[] = {"model", "devices", "ranks", "mem-limit", "flops", "bandwidth",
                                      "latency", "threads", "seq", "max-batch", "out", "load",
-                                     "svg", "trial-steps", "recompute", NULL};
+                                     "svg", "trial-steps", "recompute", "ranks-per-host",
+                                     "inter-bandwidth", "inter-latency", "reduce-dtype", NULL};
   static const char* const sws[] = {"json", "trial", NULL};
   Args a;
   GptDesc d;

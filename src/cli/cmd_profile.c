@@ -17,7 +17,9 @@ static const char* profile_help =
     "usage: [mpirun -np N] osdp profile [--model M] [--seq T] [--threads N] [--mem-limit SIZE]\n"
     "                                   [--steps N] [--device cpu|cuda] --out device.json\n"
     "  measures, on the N ranks: all-reduce / all-gather / reduce-scatter times from 1 KiB to\n"
-    "  16 MiB; every operator's forward+backward compute inside real training steps at\n"
+    "  16 MiB among the ranks of each host and, when the job spans hosts, between hosts (the\n"
+    "  ranks with the same local index on every host); every operator's forward+backward compute\n"
+    "  inside real training steps at\n"
     "  micro-batch 1, 2, 4, ... (until a step takes 0.25 s), unsplit and in k = 2, 4, 8 slices;\n"
     "  the optimizer's time per parameter and the rest of a step; how much slower each\n"
     "  collective is inside a step than alone, and how much of it overlaps compute (dp buckets,\n"
@@ -55,8 +57,8 @@ int cmd_profile(int argc, char** argv) {
   if (profile_device(&d, &po, &dev)) return cli_report_error();
   int rc = comm_rank() == 0 ? device_save(&dev, out) : 0;
   if (!rc && comm_rank() == 0 && po.verbose)
-    printf("profile: %d rank(s), sgemm %.1f GFLOP/s, optimizer %.2f ns/param; wrote %s\n", dev.ranks,
-           dev.flops / 1e9, 1e9 * dev.optimizer_s_per_param, out);
+    printf("profile: %d rank(s), %d per host, sgemm %.1f GFLOP/s, optimizer %.2f ns/param; wrote %s\n",
+           dev.ranks, device_ranks_per_host(&dev), dev.flops / 1e9, 1e9 * dev.optimizer_s_per_param, out);
   device_free(&dev);
   gpt_desc_free(&d);
   return rc ? cli_report_error() : 0;

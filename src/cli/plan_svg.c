@@ -475,7 +475,10 @@ static int emit_strategy_panel(SvgOut* o, const GptDesc* d, const Plan* p) {
       emit(o, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"><title>",
            PX0 + j * cw, GRID_TOP + s * ch, cw - gap, ch - (op->k > 1 ? 1 : 0), strat_colors[st]);
       emit_escaped(o, d->ops[pops[j]].name);
-      emit(o, " slice %d/%d: %s</title></rect>\n", s, op->k, strategy_name(st));
+      emit(o, " slice %d/%d: %s", s, op->k, strategy_name(st));
+      if (st != STRAT_DP && op->group > 0 && op->group < p->world)
+        emit(o, " within groups of %d ranks", op->group);
+      emit(o, "</title></rect>\n");
       if (cw >= 26 && ch >= 11) {
         char a[40];
         snprintf(a, sizeof a, "font-size=\"%d\" fill=\"%s\"", ch >= 14 ? 10 : 8, strat_text_colors[st]);
@@ -519,9 +522,11 @@ static void emit_header(SvgOut* o, const GptDesc* d, const Plan* p, const SvgSte
        m->scratch, m->transient);
   if (limit) emit(o, " data-limit-bytes=\"%zu\" data-fits=\"%s\"", limit, m->peak <= limit ? "true" : "false");
   emit(o, "\n     data-uses=\"%d\" data-backward-from=\"%d\" data-peak-use=\"%d\" data-ranks=\"%d\" "
-       "data-micro-batch=\"%d\" data-seq=\"%d\" data-threads=\"%d\" data-prefetch=\"%s\" data-model=\"",
+       "data-micro-batch=\"%d\" data-seq=\"%d\" data-threads=\"%d\" data-prefetch=\"%s\"\n     "
+       "data-overlap-reduce=\"%s\" data-reduce-dtype=\"%s\" data-model=\"",
        s->n, s->bwd, s->peak_use, p->world, p->micro_batch, p->seq, threads,
-       p->prefetch ? "true" : "false");
+       p->prefetch ? "true" : "false", p->overlap_reduce ? "true" : "false",
+       reduce_dtype_name(p->reduce_dtype));
   emit_escaped(o, d->cfg.name);
   emit(o, "\">\n<title>");
   emit_escaped(o, title);
@@ -529,9 +534,10 @@ static void emit_header(SvgOut* o, const GptDesc* d, const Plan* p, const SvgSte
   emit_label(o, 16, 30, "start", "font-size=\"19\" font-weight=\"bold\" fill=\"#111\"", title);
   char t[300], b[32], b2[32];
   snprintf(t, sizeof t, "model %s (%zu parameters)  \u00b7  %d rank%s  \u00b7  micro-batch %d  \u00b7  "
-           "seq %d  \u00b7  %d thread%s  \u00b7  prefetch %s", d->cfg.name, d->n_params, p->world,
+           "seq %d  \u00b7  %d thread%s  \u00b7  prefetch %s%s%s", d->cfg.name, d->n_params, p->world,
            p->world == 1 ? "" : "s", p->micro_batch, p->seq, threads, threads == 1 ? "" : "s",
-           p->prefetch ? "on" : "off");
+           p->prefetch ? "on" : "off", p->overlap_reduce ? "  \u00b7  overlap_reduce on" : "",
+           p->reduce_dtype == REDUCE_BF16 ? "  \u00b7  bf16 reductions" : "");
   emit_label(o, 16, 52, "start", "font-size=\"13\" fill=\"#333\"", t);
   if (!limit)
     snprintf(t, sizeof t, "predicted peak %s (%zu bytes) per rank; no memory limit given",

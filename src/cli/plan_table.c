@@ -43,17 +43,21 @@ typedef struct OpRow {
   int sharded;
 } OpRow;
 
-/* The figures of op i of plan p; exposure is cost_dp_exposure at p's micro-batch. */
-static OpRow op_row(const GptDesc* d, const DeviceInfo* dev, const Plan* p, int i, double exposure) {
+/* The figures of op i of plan p; base holds p's reduce dtype and the exposures at its
+** micro-batch (cost_exposures). */
+static OpRow op_row(const GptDesc* d, const DeviceInfo* dev, const Plan* p, int i,
+                    const SliceContext* base) {
   const OpPlan* o = &p->ops[i];
   OpRow r = {0};
-  OpUses u = cost_op_uses(d, i, p->recompute);
+  SliceContext x = *base;
+  x.uses = cost_op_uses(d, i, p->recompute);
+  x.group = o->group > 0 ? o->group : dev->ranks;
   r.time_s = cost_split_extra_s(d, dev, i, o->k, p->micro_batch, p->seq, p->recompute);
   for (int s = 0; s < o->k; s++) {
-    size_t n = gpt_slice_params(&d->ops[i], o->k, s), t = cost_slice_transient(n, o->strat[s], p->world);
-    r.kept += cost_slice_persistent(n, o->strat[s], p->world);
+    size_t n = gpt_slice_params(&d->ops[i], o->k, s), t = cost_slice_transient(n, o->strat[s], x.group);
+    r.kept += cost_slice_persistent(n, o->strat[s], x.group);
     if (t > r.transient) r.transient = t;
-    r.time_s += cost_slice_search_s(dev, u, n, o->strat[s], exposure);
+    r.time_s += cost_slice_search_s(dev, &x, n, o->strat[s]);
     r.sharded |= o->strat[s] != STRAT_DP;
   }
   return r;
@@ -75,24 +79,31 @@ static void print_row(FILE* f, const char* name, const char* slices, size_t kept
 }
 
 /* Prints op i as one row named `name`, with planner_explain's words when it is sharded (for a
-** block of layers, i is its first layer's op: every layer of the block has the same plan). */
+** block of layers, i is its first layer's op: every layer of the block has the same plan). A
+** sharded op whose shard group is not the world says so after its slices: "zero2 G=8". */
 static void print_op(FILE* f, const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
-                     const Plan* p, int i, const char* name, double exposure) {
-  OpRow r = op_row(d, dev, p, i, exposure);
+                     const Plan* p, int i, const char* name, const SliceContext* base) {
+  OpRow r = op_row(d, dev, p, i, base);
   char sl[160], why[160] = "";
   plan_slices_text(&p->ops[i], sl, sizeof sl);
+  if (r.sharded && p->ops[i].group > 0 && p->ops[i].group < dev->ranks) {
+    size_t off = strlen(sl);
+    snprintf(sl + off, sizeof sl - off, " G=%d", p->ops[i].group);
+  }
   if (r.sharded) planner_explain(d, dev, so, p, i, why, sizeof why);
   print_row(f, name, sl, r.kept, r.transient, r.time_s, why);
 }
 
 /* Whether layers a and b have the same plan: both recompute or neither, and every op has the
-** same slice count and strategies. */
+** same slice count, strategies and shard group. */
 static int same_layer_plan(const Plan* p, int a, int b) {
   if ((p->recompute[a] != 0) != (p->recompute[b] != 0)) return 0;
   for (int j = 0; j < GPT_OPS_PER_LAYER; j++) {
     const OpPlan* x = &p->ops[gpt_op_layer(a, j)];
     const OpPlan* y = &p->ops[gpt_op_layer(b, j)];
-    if (x->k != y->k || memcmp(x->strat, y->strat, (size_t)x->k * sizeof x->strat[0]) != 0) return 0;
+    if (x->k != y->k || x->group != y->group ||
+        memcmp(x->strat, y->strat, (size_t)x->k * sizeof x->strat[0]) != 0)
+      return 0;
   }
   return 1;
 }
@@ -114,7 +125,7 @@ static void layer_list(const int* cls, int nl, int c, char* buf, size_t n) {
 ** largest transient), then one row per op kind with parameters, with one layer's figures. A
 ** list of layers too long for the operator column goes on a line of its own. */
 static void print_layers(FILE* f, const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
-                         const Plan* p, const int* cls, int c, double exposure) {
+                         const Plan* p, const int* cls, int c, const SliceContext* base) {
   int nl = d->cfg.n_layer, L = 0;
   for (int l = 0; l < nl; l++) L += cls[l] == c;
   size_t kept = 0, tr = 0;
@@ -122,7 +133,7 @@ static void print_layers(FILE* f, const GptDesc* d, const DeviceInfo* dev, const
   for (int j = 0; j < GPT_OPS_PER_LAYER; j++) {
     int i = gpt_op_layer(c, j);
     if (!d->ops[i].n_params) continue;
-    OpRow r = op_row(d, dev, p, i, exposure);
+    OpRow r = op_row(d, dev, p, i, base);
     kept += r.kept;
     if (r.transient > tr) tr = r.transient;
     t += r.time_s;
@@ -141,7 +152,7 @@ static void print_layers(FILE* f, const GptDesc* d, const DeviceInfo* dev, const
     const char* dot = strchr(d->ops[i].name, '.');
     char name[32];
     snprintf(name, sizeof name, "  %s", dot ? dot + 1 : d->ops[i].name);
-    print_op(f, d, dev, so, p, i, name, exposure);
+    print_op(f, d, dev, so, p, i, name, base);
   }
 }
 
@@ -149,7 +160,7 @@ static void print_layers(FILE* f, const GptDesc* d, const DeviceInfo* dev, const
 ** interchangeable (the search only chooses how many of them get each plan, not which), so one
 ** block per distinct plan, in the order of its first layer, reads best. */
 static void print_all_layers(FILE* f, const GptDesc* d, const DeviceInfo* dev,
-                             const SearchOptions* so, const Plan* p, double exposure) {
+                             const SearchOptions* so, const Plan* p, const SliceContext* base) {
   int nl = d->cfg.n_layer;
   int* cls = malloc((size_t)nl * sizeof *cls);
   if (!cls) return;
@@ -159,21 +170,31 @@ static void print_all_layers(FILE* f, const GptDesc* d, const DeviceInfo* dev,
       if (cls[m] == m && same_layer_plan(p, m, l)) { cls[l] = m; break; }
   }
   for (int l = 0; l < nl; l++)
-    if (cls[l] == l) print_layers(f, d, dev, so, p, cls, l, exposure);
+    if (cls[l] == l) print_layers(f, d, dev, so, p, cls, l, base);
   free(cls);
+}
+
+/* Whether any sharded op of plan p shards over fewer ranks than the world. */
+static int plan_has_groups(const DeviceInfo* dev, const Plan* p) {
+  for (int i = 0; i < p->nops; i++)
+    for (int s = 0; p->ops[i].group > 0 && p->ops[i].group < dev->ranks && s < p->ops[i].k; s++)
+      if (p->ops[i].strat[s] != STRAT_DP) return 1;
+  return 0;
 }
 
 void plan_table_print(FILE* f, const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
                       const Plan* p) {
-  double exposure = cost_dp_exposure(d, dev, p->micro_batch, p->seq);
+  SliceContext base = {.reduce = p->reduce_dtype};
+  cost_exposures(d, dev, p->micro_batch, p->seq, p->reduce_dtype, &base.dp_exposure, &base.across_exposure);
   fprintf(f, "%-19s %-21s %10s %10s %9s  %s\n", "operator", "slices", "kept", "transient", "time",
           "why");
   int first = gpt_op_layer(0, 0), last = gpt_op_layer(d->cfg.n_layer - 1, GPT_OPS_PER_LAYER - 1);
   for (int i = 0; i < d->nops; i++) {
-    if (i == first) print_all_layers(f, d, dev, so, p, exposure);
+    if (i == first) print_all_layers(f, d, dev, so, p, &base);
     if (i >= first && i <= last) continue;
-    if (d->ops[i].n_params) print_op(f, d, dev, so, p, i, d->ops[i].name, exposure); /* embed, lnf */
+    if (d->ops[i].n_params) print_op(f, d, dev, so, p, i, d->ops[i].name, &base); /* embed, lnf */
   }
   fprintf(f, "(kept: bytes per rank between steps; time: communication + optimizer + slicing per "
-             "step, search model)\n");
+             "step, search model%s)\n", plan_has_groups(dev, p) ? "; G=g: sharded within groups of g "
+             "ranks, replicated across them" : "");
 }

@@ -1,9 +1,10 @@
 /*
 ** candidates.c: the plans worth running (planner_candidates): the search's best plan of each of
 ** its best micro-batches, the best unsplit plan and the best without recomputation, and the
-** uniform ddp / zero2 / zero3 baselines (planner_best_uniform, each at the fewest recomputed
-** layers that let it fit), each with zero3 prefetch decided and re-priced by the step replay.
-** The search itself is search.c.
+** uniform baselines: ddp / zero2 / zero3 over the world and, on several hosts, zero2 / zero3
+** sharded within each host (planner_best_uniform_group, each at the fewest recomputed layers
+** that let it fit); each with zero3 prefetch, overlap_reduce (and with auto the reduce dtype)
+** decided and re-priced by the step replay. The search itself is search.c.
 */
 #include "planner/search_internal.h"
 
@@ -13,29 +14,62 @@
 
 #include "core/util.h"
 
-/* Turns zero3 prefetch on in c's plan when it fits under the limit and the replay says the
-** step is faster; re-prices it. */
-static int decide_prefetch(const GptDesc* d, const DeviceInfo* dev, Candidate* c) {
-  int any = 0;
+/* The best of one reduce dtype found by decide_options. */
+typedef struct Choice {
+  int prefetch, overlap_reduce, found;
+  PlanCost cost;
+} Choice;
+
+/* Decides c's prefetch (when it has zero3 slices) and overlap_reduce (when it has sharded
+** slices): of the combinations that fit under the limit, the fastest by the replay (ties: the
+** fewer switched on); with rd == SEARCH_REDUCE_AUTO for each reduce dtype, bf16 kept only when
+** its best is REDUCE_BF16_MIN_GAIN faster than fp32's. Sets c's plan and cost. */
+static int decide_options(const GptDesc* d, const DeviceInfo* dev, int rd, Candidate* c) {
+  int z3 = 0, sharded = 0;
   for (int i = 0; i < d->nops; i++)
-    for (int s = 0; d->ops[i].n_params && s < c->plan.ops[i].k; s++)
-      any |= c->plan.ops[i].strat[s] == STRAT_ZERO3;
-  if (!any) return 0;
-  PlanCost with;
-  c->plan.prefetch = 1;
-  if (plan_cost(d, dev, &c->plan, &with)) return -1;
-  if (with.mem.peak <= dev->mem_limit && with.step_s < c->cost.step_s) c->cost = with;
-  else c->plan.prefetch = 0;
+    for (int s = 0; d->ops[i].n_params && s < c->plan.ops[i].k; s++) {
+      z3 |= c->plan.ops[i].strat[s] == STRAT_ZERO3;
+      sharded |= c->plan.ops[i].strat[s] != STRAT_DP;
+    }
+  ReduceDtype dts[2] = {c->plan.reduce_dtype, REDUCE_BF16};
+  if (rd == SEARCH_REDUCE_AUTO) dts[0] = REDUCE_FP32;
+  int ndt = rd == SEARCH_REDUCE_AUTO ? 2 : 1;
+  Choice best[2] = {{0}, {0}};
+  for (int t = 0; t < ndt; t++)
+    for (int pf = 0; pf <= z3; pf++)
+      for (int ov = 0; ov <= sharded; ov++) {
+        PlanCost k;
+        c->plan.reduce_dtype = dts[t];
+        c->plan.prefetch = pf;
+        c->plan.overlap_reduce = ov;
+        if (plan_cost(d, dev, &c->plan, &k)) return -1;
+        if (k.mem.peak > dev->mem_limit) continue;
+        if (best[t].found && k.step_s >= best[t].cost.step_s * (1 - 1e-12)) continue;
+        best[t] = (Choice){pf, ov, 1, k};
+      }
+  int t = ndt == 2 && best[1].found &&
+          (!best[0].found || best[1].cost.step_s < best[0].cost.step_s * (1 - REDUCE_BF16_MIN_GAIN));
+  if (!best[t].found) { /* nothing fits (not for a plan the search found): leave all off */
+    c->plan.prefetch = c->plan.overlap_reduce = 0;
+    c->plan.reduce_dtype = dts[0];
+    return plan_cost(d, dev, &c->plan, &c->cost);
+  }
+  c->plan.reduce_dtype = dts[t];
+  c->plan.prefetch = best[t].prefetch;
+  c->plan.overlap_reduce = best[t].overlap_reduce;
+  c->cost = best[t].cost;
   return 0;
 }
 
-/* Whether two plans are the same (micro-batch, prefetch, recomputed layers, every op's slices). */
+/* Whether two plans are the same (micro-batch, prefetch, overlap_reduce, reduce dtype,
+** recomputed layers, every op's slices and shard group). */
 static int same_plan(const Plan* a, const Plan* b) {
   if (a->micro_batch != b->micro_batch || a->prefetch != b->prefetch || a->nops != b->nops) return 0;
+  if (a->overlap_reduce != b->overlap_reduce || a->reduce_dtype != b->reduce_dtype) return 0;
   if (a->nlayers != b->nlayers) return 0;
   for (int l = 0; l < a->nlayers; l++) if ((a->recompute[l] != 0) != (b->recompute[l] != 0)) return 0;
   for (int i = 0; i < a->nops; i++) {
-    if (a->ops[i].k != b->ops[i].k) return 0;
+    if (a->ops[i].k != b->ops[i].k || plan_op_group(a, i) != plan_op_group(b, i)) return 0;
     for (int s = 0; s < a->ops[i].k; s++) if (a->ops[i].strat[s] != b->ops[i].strat[s]) return 0;
   }
   return 1;
@@ -71,20 +105,37 @@ static void name_candidate(Candidate* c, const char* what) {
   else snprintf(c->origin, sizeof c->origin, "%s", what);
 }
 
-/* Adds the best plan of a search with options so (its replayed cost, prefetch decided) as a
+/* Adds the best plan of a search with options so (its replayed cost, options decided) as a
 ** candidate named `what`, if any plan fits under them. */
 static int add_searched(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
                         const char* what, Candidate* all, int* n, int cap) {
   Candidate c = {.uniform = -1};
   if (planner_search(d, dev, so, &c.plan, &c.cost, NULL, NULL) != 0) { osdp_clear_error(); return 0; }
   name_candidate(&c, what);
-  int rc = decide_prefetch(d, dev, &c);
+  int rc = decide_options(d, dev, so->reduce_dtype, &c);
   add_candidate(all, n, cap, &c);
   return rc;
 }
 
-/* How many plans besides the search's micro-batches: unsplit, without recomputation, 3 uniform. */
-#define CANDIDATE_OTHERS 5
+/* Adds the best uniform plan of strategy s with shard group G (N: over the world) as a
+** candidate, if it fits at any micro-batch. */
+static int add_uniform(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, Strategy s,
+                       int G, Candidate* all, int* n, int cap) {
+  static const char* names[] = {"ddp", "zero2", "zero3"};
+  Candidate c = {.uniform = s, .uniform_group = G == dev->ranks ? 0 : G};
+  if (planner_best_uniform_group(d, dev, o, s, G, &c.plan, &c.cost) != 0) { osdp_clear_error(); return 0; }
+  char what[24];
+  if (c.uniform_group) snprintf(what, sizeof what, "%s G=%d", names[s], G);
+  else snprintf(what, sizeof what, "%s", names[s]);
+  name_candidate(&c, what);
+  int rc = decide_options(d, dev, normalized_options(d, o).reduce_dtype, &c);
+  add_candidate(all, n, cap, &c);
+  return rc;
+}
+
+/* How many plans besides the search's micro-batches: unsplit, without recomputation, 3 uniform
+** over the world and 2 hybrid uniform. */
+#define CANDIDATE_OTHERS 7
 
 int planner_candidates(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
                        Candidate* out, int max, size_t* min_bytes, double* search_s) {
@@ -104,7 +155,7 @@ int planner_candidates(const GptDesc* d, const DeviceInfo* dev, const SearchOpti
     char what[24];
     snprintf(what, sizeof what, "search B=%d", c.plan.micro_batch);
     name_candidate(&c, what);
-    rc = plan_cost(d, dev, &c.plan, &c.cost) || decide_prefetch(d, dev, &c);
+    rc = decide_options(d, dev, normalized_options(d, o).reduce_dtype, &c);
     if (rc) plan_free(&c.plan);
     else add_candidate(all, &n, cap, &c);
   }
@@ -116,16 +167,12 @@ int planner_candidates(const GptDesc* d, const DeviceInfo* dev, const SearchOpti
   variant.max_recompute = 0;
   if (!rc && normalized_options(d, o).max_recompute > 0 && normalized_options(d, o).min_recompute == 0)
     rc = add_searched(d, dev, &variant, "search R=0", all, &n, cap);
-  static const char* names[] = {"ddp", "zero2", "zero3"};
-  for (int s = 0; !rc && s < STRAT_COUNT; s++) {
-    SearchOptions so = normalized_options(d, o);
-    Candidate c = {.uniform = s};
-    if (!so.allow[s]) continue;
-    if (planner_best_uniform(d, dev, o, (Strategy)s, &c.plan, &c.cost) != 0) { osdp_clear_error(); continue; }
-    name_candidate(&c, names[s]);
-    rc = decide_prefetch(d, dev, &c);
-    add_candidate(all, &n, cap, &c);
-  }
+  SearchOptions so = normalized_options(d, o);
+  int H = device_ranks_per_host(dev);
+  for (int s = 0; !rc && s < STRAT_COUNT; s++)
+    if (so.allow[s]) rc = add_uniform(d, dev, o, (Strategy)s, dev->ranks, all, &n, cap);
+  for (int s = STRAT_ZERO2; !rc && H < dev->ranks && H > 1 && s < STRAT_COUNT; s++)
+    if (so.allow[s]) rc = add_uniform(d, dev, o, (Strategy)s, H, all, &n, cap);
   /* Keep every uniform plan that fits (the baselines a trial must beat) and fill the rest
   ** with the fastest of the others. */
   if (!rc) qsort(all, (size_t)n, sizeof *all, cmp_candidate);
@@ -176,11 +223,20 @@ static int fewest_recompute(const GptDesc* d, const DeviceInfo* dev, Plan* p, in
 
 int planner_best_uniform(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
                          Strategy s, Plan* out, PlanCost* cost) {
+  return planner_best_uniform_group(d, dev, o, s, dev->ranks, out, cost);
+}
+
+int planner_best_uniform_group(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
+                               Strategy s, int G, Plan* out, PlanCost* cost) {
   SearchOptions so = normalized_options(d, o);
   Plan p;
   PlanCost c, best = {0};
   int best_R = 0;
+  if (G < 1 || G > dev->ranks || dev->ranks % G)
+    return osdp_fail("planner: shard group %d must divide the %d ranks", G, dev->ranks);
   if (plan_uniform(&p, d, s, dev->ranks, 1, so.seq)) return -1;
+  plan_set_group(&p, G);
+  p.reduce_dtype = so.reduce_dtype == REDUCE_BF16 ? REDUCE_BF16 : REDUCE_FP32;
   for (int B = 1; B <= so.max_batch; B++) {
     p.micro_batch = B;
     int R = fewest_recompute(d, dev, &p, so.min_recompute, so.max_recompute);
@@ -191,8 +247,10 @@ int planner_best_uniform(const GptDesc* d, const DeviceInfo* dev, const SearchOp
   if (best.micro_batch == 0) {
     plan_free(&p);
     char lim[32];
-    return osdp_fail("the uniform %s plan fits in %s per rank at no micro-batch", strategy_name(s),
-                     format_bytes((double)dev->mem_limit, lim));
+    char grp[32] = "";
+    if (G < dev->ranks) snprintf(grp, sizeof grp, " (shard group %d)", G);
+    return osdp_fail("the uniform %s plan%s fits in %s per rank at no micro-batch", strategy_name(s),
+                     grp, format_bytes((double)dev->mem_limit, lim));
   }
   p.micro_batch = best.micro_batch;
   plan_set_recompute(&p, best_R);

@@ -41,7 +41,7 @@ static int pool_class(ClassPool* p, int i, OpUses u, const int* flags) {
   for (int c = 0; c < p->ncls; c++)
     if (same_class(p->d, &p->cls[c], i, u, rec)) return c;
   ConfigList l = {0};
-  if (op_configs(p->d, p->dev, &p->o, i, p->B, p->exposure, flags, &l)) { free(l.v); return -1; }
+  if (op_configs(p->d, p->dev, &p->o, i, p->B, &p->base, flags, &l)) { free(l.v); return -1; }
   p->cls[p->ncls] = (OpClass){.rep = i, .uses = u, .recomputed = rec, .cfg = l.v, .ncfg = l.n};
   return p->ncls++;
 }
@@ -75,7 +75,8 @@ int pool_build(ClassPool* p, const GptDesc* d, const DeviceInfo* dev, const Sear
   p->dev = dev;
   p->o = normalized_options(d, o);
   p->B = B;
-  p->exposure = cost_dp_exposure(d, dev, B, p->o.seq);
+  p->base.reduce = p->o.reduce_dtype == REDUCE_BF16 ? REDUCE_BF16 : REDUCE_FP32;
+  cost_exposures(d, dev, B, p->o.seq, p->base.reduce, &p->base.dp_exposure, &p->base.across_exposure);
   p->cls = calloc(2 * (size_t)d->nops, sizeof *p->cls);
   p->plain = malloc((size_t)d->nops * sizeof *p->plain);
   p->recomputed = malloc((size_t)d->nops * sizeof *p->recomputed);
@@ -197,7 +198,6 @@ int search_build(Search* s, const ClassPool* p, int R) {
   s->o = p->o;
   s->B = p->B;
   s->R = R;
-  s->exposure = p->exposure;
   if (batch_figures(s) || build_classes(s, p) || build_taus(s)) return -1;
   if (last_stats.taus < s->ntaus) last_stats.taus = s->ntaus;
   last_stats.problems++;

@@ -1,7 +1,8 @@
 /*
 ** configs.c: enumeration of one operator's configurations (step 1 of the method described
-** at the top of search.c): strategy counts per group of equal slices, for k = 1, 2, 4, 8,
-** pruned to the non-dominated ones; also the search options' defaults.
+** at the top of search.c): strategy counts per group of equal slices, for k = 1, 2, 4, 8, and
+** for each one with a sharded slice every candidate shard group, pruned to the non-dominated
+** ones; also the search options' defaults and the candidate shard groups.
 */
 #include "planner/search_internal.h"
 
@@ -17,7 +18,38 @@ void planner_default_options(SearchOptions* o, int seq) {
   o->max_batch = 512;
   o->max_slices = GPT_MAX_SLICES;
   o->max_recompute = -1;
+  o->reduce_dtype = REDUCE_FP32;
   for (int s = 0; s < STRAT_COUNT; s++) o->allow[s] = 1;
+}
+
+/* Orders ints ascending, for qsort. */
+static int cmp_int(const void* a, const void* b) {
+  int x = *(const int*)a, y = *(const int*)b;
+  return x < y ? -1 : x > y;
+}
+
+int planner_shard_groups(const DeviceInfo* dev, const SearchOptions* o, int* out) {
+  int N = dev->ranks, H = device_ranks_per_host(dev), n = 0;
+  if (o->shard_group > 0 && o->shard_group <= N && N % o->shard_group == 0) {
+    out[0] = o->shard_group;
+    return 1;
+  }
+  /* The divisors of N (< 2^31: at most 1600), found in pairs (i, N / i) up to the square root,
+  ** kept when G > 1 (N on one rank) and within a host or spanning whole hosts. */
+  int all[2048];
+  for (int i = 1; (long)i * i <= N; i++) {
+    if (N % i) continue;
+    int pair[2] = {i, N / i};
+    for (int j = 0; j < (pair[0] == pair[1] ? 1 : 2); j++) {
+      int G = pair[j];
+      if ((G > 1 || N == 1) && ((G <= H && H % G == 0) || G % H == 0)) all[n++] = G;
+    }
+  }
+  qsort(all, (size_t)n, sizeof *all, cmp_int);
+  int first = n > PLANNER_MAX_GROUPS ? n - PLANNER_MAX_GROUPS : 0; /* the largest ones */
+  if (first > 0 && H > 1 && H < all[first]) all[first] = H; /* H always, in the smallest one's place */
+  for (int i = first; i < n; i++) out[i - first] = all[i];
+  return n - first;
 }
 
 /* The options with defaults filled in (seq: the model's max_seq; max_recompute: a count from
@@ -30,6 +62,8 @@ SearchOptions normalized_options(const GptDesc* d, const SearchOptions* in) {
   if (o.min_recompute > o.max_recompute) o.min_recompute = o.max_recompute;
   if (o.max_batch <= 0) o.max_batch = 512;
   if (o.max_slices <= 0) o.max_slices = GPT_MAX_SLICES;
+  if (o.shard_group < 0) o.shard_group = 0;
+  if (o.reduce_dtype != REDUCE_BF16 && o.reduce_dtype != SEARCH_REDUCE_AUTO) o.reduce_dtype = REDUCE_FP32;
   int any = 0;
   for (int s = 0; s < STRAT_COUNT; s++) any |= o.allow[s];
   for (int s = 0; s < STRAT_COUNT; s++) o.allow[s] = any ? (o.allow[s] != 0) : 1;
@@ -48,8 +82,9 @@ typedef struct Enumerator {
   const DeviceInfo* dev;
   const SearchOptions* o;
   int op, k, ngroups;
-  OpUses uses;                    /* the step's uses of the op's parameters */
-  double exposure;                /* dp all-reduce exposure at this micro-batch */
+  SliceContext x;                 /* the op's uses, the reduce dtype, the exposures */
+  int shard[PLANNER_MAX_GROUPS];  /* the candidate shard groups */
+  int nshard;
   double split_s;                 /* extra compute of k slices at this micro-batch */
   SliceGroup g[GPT_MAX_SLICES];
   size_t n[GPT_MAX_SLICES];       /* parameters of each slice */
@@ -83,21 +118,35 @@ static int slice_groups(const GptOp* op, int k, SliceGroup* g) {
   return ng;
 }
 
-/* Costs the assignment in e->strat and appends it. */
-static int enum_evaluate(Enumerator* e) {
+/* Costs the assignment in e->strat with shard group G (the world: group 0 in the plan) and
+** appends it. */
+static int enum_evaluate_group(Enumerator* e, int G) {
   OpConfig c;
   memset(&c, 0, sizeof c);
   c.plan.k = e->k;
+  c.plan.group = G == e->dev->ranks ? 0 : G;
   c.time_s = e->split_s;
-  int N = e->dev->ranks;
+  SliceContext x = e->x;
+  x.group = G;
   for (int s = 0; s < e->k; s++) {
-    size_t n = e->n[s], tr = cost_slice_transient(n, e->strat[s], N);
+    size_t n = e->n[s], tr = cost_slice_transient(n, e->strat[s], G);
     c.plan.strat[s] = e->strat[s];
-    c.mem += cost_slice_persistent(n, e->strat[s], N);
+    c.mem += cost_slice_persistent(n, e->strat[s], G);
     if (tr > c.transient) c.transient = tr;
-    c.time_s += cost_slice_search_s(e->dev, e->uses, n, e->strat[s], e->exposure);
+    c.time_s += cost_slice_search_s(e->dev, &x, n, e->strat[s]);
   }
   return config_push(e->out, &c);
+}
+
+/* Costs the assignment in e->strat: once (over the world) when every slice is dp, else once
+** per candidate shard group. */
+static int enum_evaluate(Enumerator* e) {
+  int sharded = 0;
+  for (int s = 0; s < e->k; s++) sharded |= e->strat[s] != STRAT_DP;
+  if (!sharded) return enum_evaluate_group(e, e->dev->ranks);
+  for (int i = 0; i < e->nshard; i++)
+    if (enum_evaluate_group(e, e->shard[i])) return -1;
+  return 0;
 }
 
 /* Enumerates strategy counts (dp, zero2, zero3) for group gi and the groups after it;
@@ -142,18 +191,21 @@ static void config_prune(ConfigList* l) {
   l->n = w;
 }
 
-/* Enumerates and prunes op's configurations at micro-batch B into l; exposure is the dp
-** all-reduce exposure at B (cost_dp_exposure), recompute the per-layer flags (NULL: none). */
+/* Enumerates and prunes op's configurations at micro-batch B into l; base holds the reduce
+** dtype and the exposures at B (cost_exposures), recompute the per-layer flags (NULL: none). */
 int op_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int op, int B,
-               double exposure, const int* recompute, ConfigList* l) {
+               const SliceContext* base, const int* recompute, ConfigList* l) {
   const GptOp* g = &d->ops[op];
   static const int ks[] = {1, 2, 4, 8};
-  OpUses uses = cost_op_uses(d, op, recompute);
+  SliceContext x = *base;
+  x.uses = cost_op_uses(d, op, recompute);
+  int shard[PLANNER_MAX_GROUPS], nshard = planner_shard_groups(dev, o, shard);
   for (int i = 0; i < 4; i++) {
     int k = ks[i];
     if (k > 1 && (!g->splittable || (size_t)k > g->rows || k > o->max_slices)) continue;
-    Enumerator e = {.dev = dev, .o = o, .op = op, .k = k, .out = l, .uses = uses, .exposure = exposure,
+    Enumerator e = {.dev = dev, .o = o, .op = op, .k = k, .out = l, .x = x, .nshard = nshard,
                     .split_s = cost_split_extra_s(d, dev, op, k, B, o->seq, recompute)};
+    memcpy(e.shard, shard, (size_t)nshard * sizeof *shard);
     e.ngroups = slice_groups(g, k, e.g);
     for (int s = 0; s < k; s++) e.n[s] = gpt_slice_params(g, k, s);
     if (enum_group(&e, 0)) return -1;
@@ -168,8 +220,9 @@ int planner_op_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOpti
   if (!d->ops[op].n_params) return 0;
   SearchOptions so = normalized_options(d, o);
   ConfigList l = {0};
-  double exposure = cost_dp_exposure(d, dev, B, so.seq);
-  if (op_configs(d, dev, &so, op, B, exposure, recompute, &l)) { free(l.v); return -1; }
+  SliceContext base = {.reduce = so.reduce_dtype == REDUCE_BF16 ? REDUCE_BF16 : REDUCE_FP32};
+  cost_exposures(d, dev, B, so.seq, base.reduce, &base.dp_exposure, &base.across_exposure);
+  if (op_configs(d, dev, &so, op, B, &base, recompute, &l)) { free(l.v); return -1; }
   *out = l.v;
   return l.n;
 }

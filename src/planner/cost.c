@@ -57,44 +57,54 @@ OpUses cost_op_uses(const GptDesc* d, int op, const int* recompute) {
   return u;
 }
 
-/* Full (padded) bytes of a slice of n parameters under strategy s on the device's ranks. */
-static double slice_bytes(const DeviceInfo* dev, size_t n, Strategy s) {
-  return 4.0 * (double)slice_padded(n, s, dev->ranks);
+/* Full (padded) bytes of a slice of n parameters under strategy s sharded over G ranks. */
+static double slice_bytes(size_t n, Strategy s, int G) {
+  return 4.0 * (double)slice_padded(n, s, G);
 }
 
-/* The search model's all-reduce seconds of a dp slice of `bytes`: its share of a full
-** bucket's all-reduce (with latency + bandwidth: bytes / bandwidth + latency * bytes / bucket). */
-static double dp_search_s(const DeviceInfo* dev, double bytes) {
+/* The factor gradient reductions scale their bytes by: 1/2 in bf16. */
+static double grad_factor(ReduceDtype rd) { return rd == REDUCE_BF16 ? 0.5 : 1.0; }
+
+/* The search model's all-reduce seconds of a dp slice whose gradient is `bytes` in fp32, its
+** reductions sent at factor f of those bytes: its share of a full bucket's all-reduce (with
+** latency + bandwidth: bytes / bandwidth + latency * bytes / bucket), over the world. */
+static double dp_search_s(const DeviceInfo* dev, double bytes, double f) {
   double full = (double)COST_BUCKET_BYTES;
-  return bytes * device_step_collective_s(dev, COLL_ALLREDUCE, full) / full;
+  return bytes * device_step_collective_s(dev, COLL_ALLREDUCE, f * full) / full;
 }
 
-double cost_slice_search_s(const DeviceInfo* dev, OpUses u, size_t n, Strategy s, double dp_exposure) {
-  double t = cost_slice_optim_s(dev, n, s);
+/* The effective group size G of a context: its group, or the world when 0. */
+static int context_group(const DeviceInfo* dev, const SliceContext* x) {
+  return x->group > 0 ? x->group : dev->ranks;
+}
+
+double cost_slice_search_s(const DeviceInfo* dev, const SliceContext* x, size_t n, Strategy s) {
+  int G = context_group(dev, x);
+  double t = cost_slice_optim_s(dev, n, s, G);
   if (dev->ranks <= 1) return t;
-  double bytes = slice_bytes(dev, n, s);
-  double ag = device_step_collective_s(dev, COLL_ALLGATHER, bytes);
-  double rs = device_step_collective_s(dev, COLL_REDUCE_SCATTER, bytes);
-  switch (s) {
-    case STRAT_DP: return t + dp_exposure * dp_search_s(dev, bytes);
-    case STRAT_ZERO2: return t + u.bwd_grad * rs + ag;
-    case STRAT_ZERO3: return t + (u.fwd_weight + u.bwd_weight) * ag + u.bwd_grad * rs;
-    default: return t;
-  }
+  double f = grad_factor(x->reduce), bytes = slice_bytes(n, s, G);
+  if (s == STRAT_DP) return t + x->dp_exposure * dp_search_s(dev, bytes, f);
+  CommShape in = device_group_shape(dev, G);
+  double ag = device_shape_step_s(dev, in, COLL_ALLGATHER, bytes);
+  double rs = device_shape_step_s(dev, in, COLL_REDUCE_SCATTER, f * bytes);
+  double across = device_shape_step_s(dev, device_across_shape(dev, G), COLL_ALLREDUCE, f * bytes / G);
+  t += x->uses.bwd_grad * rs + x->across_exposure * across;
+  if (s == STRAT_ZERO2) return t + ag;
+  return t + (x->uses.fwd_weight + x->uses.bwd_weight) * ag;
 }
 
-double cost_slice_optim_s(const DeviceInfo* dev, size_t n, Strategy s) {
-  return (double)slice_shard(n, s, dev->ranks) * dev->optimizer_s_per_param;
+double cost_slice_optim_s(const DeviceInfo* dev, size_t n, Strategy s, int group) {
+  return (double)slice_shard(n, s, group > 0 ? group : dev->ranks) * dev->optimizer_s_per_param;
 }
 
-size_t cost_slice_persistent(size_t n, Strategy s, int world) {
+size_t cost_slice_persistent(size_t n, Strategy s, int group) {
   size_t pa, gr, op;
-  slice_persistent_bytes(n, s, world, &pa, &gr, &op);
+  slice_persistent_bytes(n, s, group, &pa, &gr, &op);
   return pa + gr + op;
 }
 
-size_t cost_slice_transient(size_t n, Strategy s, int world) {
-  size_t f = slice_transient_forward(n, s, world), b = slice_transient_backward(n, s, world, 1);
+size_t cost_slice_transient(size_t n, Strategy s, int group) {
+  size_t f = slice_transient_forward(n, s, group), b = slice_transient_backward(n, s, group, 1);
   return f > b ? f : b;
 }
 
@@ -137,24 +147,26 @@ size_t cost_batch_bytes(const GptDesc* d, const DeviceInfo* dev, int B, int T, c
 /* ---- The replay of one step ---------------------------------------------------------------- */
 
 /* The communication channel of non-blocking collectives: a queue of jobs, each with the
-** seconds it still needs at full speed, served in order. */
+** seconds it still needs at full speed and the rate it progresses at beside compute, served
+** in order. */
 typedef struct Replay {
   const GptDesc* d;
   const DeviceInfo* dev;
   const Plan* p;
   double t;                 /* the rank's clock */
   double* rem;              /* per job: seconds of work left */
+  double* rate;             /* per job: its link level's overlap rate for its kind */
   int* kind;                /* per job: COLL_* */
   int head, tail;
   double compute, hidden, exposed[COLL_COUNT];
 } Replay;
 
-/* The rank computes for dt seconds; the channel's jobs progress at their kind's overlap rate. */
+/* The rank computes for dt seconds; the channel's jobs progress at their overlap rates. */
 static void replay_compute(Replay* r, double dt) {
   r->t += dt;
   r->compute += dt;
   while (dt > 0 && r->head < r->tail) {
-    double rate = r->dev->coll[r->kind[r->head]].overlap;
+    double rate = r->rate[r->head];
     if (rate <= 0) return;
     double need = r->rem[r->head] / rate;
     if (need <= dt) {
@@ -178,65 +190,108 @@ static void replay_wait(Replay* r, int j) {
   }
 }
 
-/* Queues a non-blocking collective of `bytes`; returns its job index. */
-static int replay_start(Replay* r, int kind, double bytes) {
-  r->rem[r->tail] = device_step_collective_s(r->dev, kind, bytes);
+/* Queues a non-blocking collective of `bytes` over communicator shape sh; returns its job. */
+static int replay_start(Replay* r, int kind, CommShape sh, double bytes) {
+  r->rem[r->tail] = device_shape_step_s(r->dev, sh, kind, bytes);
+  r->rate[r->tail] = device_link(r->dev, sh.level, kind)->overlap;
   r->kind[r->tail] = kind;
   return r->tail++;
 }
 
-/* A blocking collective of `bytes`. */
-static void replay_blocking(Replay* r, int kind, double bytes) {
-  double s = device_step_collective_s(r->dev, kind, bytes);
+/* A blocking collective of `bytes` over communicator shape sh. */
+static void replay_blocking(Replay* r, int kind, CommShape sh, double bytes) {
+  double s = device_shape_step_s(r->dev, sh, kind, bytes);
   r->t += s;
   r->exposed[kind] += s;
 }
 
-/* Strategy and full bytes of the slice of use u. */
+/* Strategy, shard group, full bytes of the slice of use u, and its group's shape. */
 static Strategy use_strategy(const Replay* r, const GptParamUse* u) {
   return r->p->ops[u->owner].strat[u->slice];
 }
+static int use_group(const Replay* r, const GptParamUse* u) { return plan_op_group(r->p, u->owner); }
 static double use_bytes(const Replay* r, const GptParamUse* u) {
   const OpPlan* o = &r->p->ops[u->owner];
-  return slice_bytes(r->dev, gpt_slice_params(&r->d->ops[u->owner], o->k, u->slice), o->strat[u->slice]);
+  return slice_bytes(gpt_slice_params(&r->d->ops[u->owner], o->k, u->slice), o->strat[u->slice],
+                     use_group(r, u));
+}
+static CommShape use_shape(const Replay* r, const GptParamUse* u) {
+  return device_group_shape(r->dev, use_group(r, u));
 }
 
-/* State of the walk over the schedule: the prefetch in flight, the dp buckets. */
+/* State of the walk over the schedule: the prefetch in flight, the reduce-scatter in flight,
+** the dp buckets. */
 typedef struct Walk {
   const GptParamUse* u;
   int n, next;              /* uses, the next one to come */
   int pending, pending_job; /* use whose weight is being prefetched, its job */
+  int reducing, reducing_job, reducing_last; /* overlap_reduce: the use whose reduce-scatter is
+                            ** in flight (-1: none), its job, whether it was its slice's last */
   int* bucket;              /* plan_dp_buckets map */
   int* members_left;        /* per bucket */
   double* bucket_bytes;     /* per bucket */
   int* grad_left;           /* per [op * GPT_MAX_SLICES + slice]: gradient uses still to come */
 } Walk;
 
-/* A weight use: zero3 gathers (or waits for its prefetch) and, with prefetch, queues the
-** gather of the next zero3 weight, as the engine's acquire hook does. */
+/* A weight use: zero3 gathers within its group (or waits for its prefetch) and, with prefetch,
+** queues the gather of the next zero3 weight, as the engine's acquire hook does. */
 static void replay_weight(Replay* r, Walk* w, int i) {
   const GptParamUse* u = &w->u[i];
   if (use_strategy(r, u) != STRAT_ZERO3) return;
   if (w->pending == i) replay_wait(r, w->pending_job);
-  else replay_blocking(r, COLL_ALLGATHER, use_bytes(r, u));
+  else replay_blocking(r, COLL_ALLGATHER, use_shape(r, u), use_bytes(r, u));
   w->pending = -1;
   if (!r->p->prefetch) return;
   for (int j = i + 1; j < w->n; j++)
     if (w->u[j].weight && use_strategy(r, &w->u[j]) == STRAT_ZERO3) {
       w->pending = j;
-      w->pending_job = replay_start(r, COLL_ALLGATHER, use_bytes(r, &w->u[j]));
+      w->pending_job = replay_start(r, COLL_ALLGATHER, use_shape(r, &w->u[j]), use_bytes(r, &w->u[j]));
       break;
     }
 }
 
-/* A finished gradient use: sharded slices reduce-scatter now; a dp bucket starts its
-** all-reduce when its last member's last use is done. */
+/* The reduce-scatter of sharded use i has landed in the shard: after the slice's last gradient
+** use (`last`) of a hybrid plan, the shard's all-reduce across the groups is queued (waited at
+** the end of backward). */
+static void replay_landed(Replay* r, Walk* w, int i, int last) {
+  int G = use_group(r, &w->u[i]);
+  CommShape across = device_across_shape(r->dev, G);
+  if (last && across.ranks > 1)
+    replay_start(r, COLL_ALLREDUCE, across, grad_factor(r->p->reduce_dtype) * use_bytes(r, &w->u[i]) / G);
+}
+
+/* overlap_reduce: waits for the reduce-scatter in flight, if any, and lands it. */
+static void replay_finish_reducing(Replay* r, Walk* w) {
+  if (w->reducing < 0) return;
+  replay_wait(r, w->reducing_job);
+  replay_landed(r, w, w->reducing, w->reducing_last);
+  w->reducing = -1;
+}
+
+/* A finished gradient use: sharded slices reduce-scatter within the group now (with
+** overlap_reduce: start it, after waiting for the one in flight); a dp bucket starts its
+** all-reduce over the world when its last member's last use is done. */
 static void replay_grad(Replay* r, Walk* w, int i) {
   const GptParamUse* u = &w->u[i];
-  if (use_strategy(r, u) != STRAT_DP) { replay_blocking(r, COLL_REDUCE_SCATTER, use_bytes(r, u)); return; }
-  int key = u->owner * GPT_MAX_SLICES + u->slice, b = w->bucket[key];
-  if (--w->grad_left[key] > 0 || b < 0) return;
-  if (--w->members_left[b] == 0) replay_start(r, COLL_ALLREDUCE, w->bucket_bytes[b]);
+  int key = u->owner * GPT_MAX_SLICES + u->slice, last = --w->grad_left[key] == 0;
+  double f = grad_factor(r->p->reduce_dtype);
+  if (use_strategy(r, u) != STRAT_DP) {
+    if (r->p->overlap_reduce) {
+      replay_finish_reducing(r, w);
+      w->reducing = i;
+      w->reducing_last = last;
+      w->reducing_job = replay_start(r, COLL_REDUCE_SCATTER, use_shape(r, u), f * use_bytes(r, u));
+      if (use_shape(r, u).ranks <= 1) replay_finish_reducing(r, w); /* a group of one: done */
+      return;
+    }
+    replay_blocking(r, COLL_REDUCE_SCATTER, use_shape(r, u), f * use_bytes(r, u));
+    replay_landed(r, w, i, last);
+    return;
+  }
+  int b = w->bucket[key];
+  if (!last || b < 0) return;
+  if (--w->members_left[b] == 0)
+    replay_start(r, COLL_ALLREDUCE, device_world_shape(r->dev), f * w->bucket_bytes[b]);
 }
 
 /* Runs op i in the given phase: its parameter uses from the schedule, each followed by its
@@ -263,7 +318,7 @@ int plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* 
   c->micro_batch = p->micro_batch;
   int B = p->micro_batch, T = p->seq, nkeys = d->nops * GPT_MAX_SLICES;
   int* slices = malloc((size_t)d->nops * sizeof *slices);
-  Walk w = {.pending = -1};
+  Walk w = {.pending = -1, .reducing = -1};
   Replay r = {.d = d, .dev = dev, .p = &on_dev};
   if (slices) plan_slice_counts(p, slices);
   GptParamUse* u = slices ? gpt_param_schedule_alloc(d, slices, p->recompute, &w.n) : NULL;
@@ -276,9 +331,14 @@ int plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* 
   int nb = w.bucket ? plan_dp_buckets(d, &on_dev, COST_BUCKET_BYTES, w.bucket) : 0;
   w.members_left = calloc((size_t)nb + 1, sizeof *w.members_left);
   w.bucket_bytes = calloc((size_t)nb + 1, sizeof *w.bucket_bytes);
-  r.rem = malloc(((size_t)w.n + (size_t)nb + 1) * sizeof *r.rem);
-  r.kind = malloc(((size_t)w.n + (size_t)nb + 1) * sizeof *r.kind);
-  int rc = (!u || !ev || !w.bucket || !w.grad_left || !w.members_left || !w.bucket_bytes || !r.rem || !r.kind)
+  /* Jobs: per use at most a prefetch, a reduce-scatter and an across-group all-reduce; one per
+  ** bucket. */
+  size_t njobs = 3 * (size_t)w.n + (size_t)nb + 1;
+  r.rem = malloc(njobs * sizeof *r.rem);
+  r.rate = malloc(njobs * sizeof *r.rate);
+  r.kind = malloc(njobs * sizeof *r.kind);
+  int rc = (!u || !ev || !w.bucket || !w.grad_left || !w.members_left || !w.bucket_bytes || !r.rem ||
+            !r.rate || !r.kind)
                ? osdp_fail("out of memory")
                : 0;
   for (int i = 0; !rc && i < w.n; i++) {
@@ -292,15 +352,18 @@ int plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* 
   }
   if (!rc) {
     for (int i = 0; i < nev; i++) replay_op(&r, &w, ev[i].op, ev[i].phase, B);
+    replay_finish_reducing(&r, &w);
     replay_wait(&r, r.tail - 1);
     /* The optimizer: the norm's all-reduce, each slice's update, zero2's all-gathers. */
     c->optim_s = device_step_collective_s(dev, COLL_ALLREDUCE, 16);
     for (int i = 0; i < d->nops; i++)
       for (int s = 0; d->ops[i].n_params && s < p->ops[i].k; s++) {
         size_t n = gpt_slice_params(&d->ops[i], p->ops[i].k, s);
-        c->optim_s += cost_slice_optim_s(dev, n, p->ops[i].strat[s]);
+        int G = plan_op_group(&on_dev, i);
+        c->optim_s += cost_slice_optim_s(dev, n, p->ops[i].strat[s], G);
         if (p->ops[i].strat[s] == STRAT_ZERO2)
-          c->optim_s += device_step_collective_s(dev, COLL_ALLGATHER, slice_bytes(dev, n, STRAT_ZERO2));
+          c->optim_s += device_shape_step_s(dev, device_group_shape(dev, G), COLL_ALLGATHER,
+                                            slice_bytes(n, STRAT_ZERO2, G));
       }
     c->compute_s = r.compute;
     c->hidden_s = r.hidden;
@@ -313,6 +376,7 @@ int plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* 
     c->samples_per_s = c->step_s > 0 ? (double)dev->ranks * B / c->step_s : 0;
   }
   free(r.rem);
+  free(r.rate);
   free(r.kind);
   free(w.bucket);
   free(w.grad_left);
@@ -326,23 +390,35 @@ int plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* 
 
 /* ---- The search model ---------------------------------------------------------------------- */
 
-double cost_dp_exposure(const GptDesc* d, const DeviceInfo* dev, int B, int T) {
-  if (dev->ranks <= 1) return 1;
+void cost_exposures(const GptDesc* d, const DeviceInfo* dev, int B, int T, ReduceDtype rd,
+                    double* dp, double* across) {
+  *dp = *across = 1;
+  if (dev->ranks <= 1) return;
   Plan p;
   PlanCost c;
-  if (plan_uniform(&p, d, STRAT_DP, dev->ranks, B, T)) return 1;
-  double modeled = 0;
+  if (plan_uniform(&p, d, STRAT_DP, dev->ranks, B, T)) return;
+  p.reduce_dtype = rd;
+  double modeled = 0, f = grad_factor(rd);
   for (int i = 0; i < d->nops; i++)
-    if (d->ops[i].n_params) modeled += dp_search_s(dev, slice_bytes(dev, d->ops[i].n_params, STRAT_DP));
+    if (d->ops[i].n_params) modeled += dp_search_s(dev, slice_bytes(d->ops[i].n_params, STRAT_DP, 1), f);
   int rc = plan_cost(d, dev, &p, &c);
   plan_free(&p);
-  if (rc || modeled <= 0) return 1;
-  return c.exposed_s[COLL_ALLREDUCE] / modeled;
+  if (rc) return;
+  double ar = c.exposed_s[COLL_ALLREDUCE];
+  if (modeled > 0) *dp = ar / modeled;
+  if (ar + c.hidden_s > 0) *across = ar / (ar + c.hidden_s);
+}
+
+double cost_dp_exposure(const GptDesc* d, const DeviceInfo* dev, int B, int T) {
+  double dp, across;
+  cost_exposures(d, dev, B, T, REDUCE_FP32, &dp, &across);
+  return dp;
 }
 
 double cost_search_step_s(const GptDesc* d, const DeviceInfo* dev, const Plan* p) {
   int B = p->micro_batch, T = p->seq;
-  double e = cost_dp_exposure(d, dev, B, T);
+  SliceContext x = {.reduce = p->reduce_dtype};
+  cost_exposures(d, dev, B, T, p->reduce_dtype, &x.dp_exposure, &x.across_exposure);
   double t = cost_compute_s(d, dev, B, T) + device_step_collective_s(dev, COLL_ALLREDUCE, 16) +
              cost_recompute_s(d, dev, B, T, p->recompute);
   OpUses* uses = malloc((size_t)d->nops * sizeof *uses);
@@ -351,9 +427,10 @@ double cost_search_step_s(const GptDesc* d, const DeviceInfo* dev, const Plan* p
   for (int i = 0; i < d->nops; i++) {
     if (!d->ops[i].n_params) continue;
     const OpPlan* o = &p->ops[i];
+    x.uses = uses[i];
+    x.group = o->group > 0 ? o->group : dev->ranks;
     t += cost_split_extra_s(d, dev, i, o->k, B, T, p->recompute);
-    for (int s = 0; s < o->k; s++)
-      t += cost_slice_search_s(dev, uses[i], gpt_slice_params(&d->ops[i], o->k, s), o->strat[s], e);
+    for (int s = 0; s < o->k; s++) t += cost_slice_search_s(dev, &x, gpt_slice_params(&d->ops[i], o->k, s), o->strat[s]);
   }
   free(uses);
   return t;

@@ -5,34 +5,49 @@
 ** Memory is plan_predict_memory's, to the byte (the runtime's arena matches it).
 **
 ** Time (plan_cost) replays one step event by event in the order the runtime runs it
-** (gpt_param_schedule for the parameter uses, the op list for compute):
+** (gpt_param_schedule for the parameter uses, the op list for compute). Every collective is
+** priced on the communicator it runs on (device.h: its rank count and link level): a sharded
+** slice of an op with shard group G gathers and reduce-scatters within its group of G
+** consecutive ranks; dp buckets and the gradient norm go over the world; the shards of a hybrid
+** plan (G < N) are all-reduced across the N/G groups. Gradient reductions (reduce-scatters,
+** bucket and across-group all-reduces) move half the bytes with "reduce_dtype": "bf16".
 **   compute     each op's measured forward+backward time at its slice count k
 **               (device_op_time_s), a third in forward and two thirds in backward (the loss:
 **               all in forward), spread evenly over its k slices;
 **   blocking    zero3: an all-gather before each weight use (unless prefetched); zero2 and
 **               zero3: a reduce-scatter after each gradient use (the tied wte: 2 forward and
-**               1 backward weight uses, 2 gradient uses); zero2: an all-gather after the update;
+**               1 backward weight uses, 2 gradient uses), unless overlap_reduce; zero2: an
+**               all-gather after the update;
 **   overlapped  dp gradients are reduced in the buckets of plan_dp_buckets: a bucket's
 **               all-reduce starts when its last member's gradient is final and then runs on a
-**               communication channel beside compute at the device's "overlap" rate, at full
-**               speed while the rank waits for it (after backward, before the optimizer). With
-**               "prefetch", the next zero3 weight's all-gather is queued on the same channel at
-**               each zero3 weight use and waited for at its use;
-**   optimizer   elements the rank updates (n for dp, n_pad / N sharded) x optimizer_s_per_param,
+**               communication channel beside compute at the overlap rate of its kind and link
+**               level, at full speed while the rank waits for it (after backward, before the
+**               optimizer). With "prefetch", the next zero3 weight's all-gather is queued on
+**               the same channel at each zero3 weight use and waited for at its use. A hybrid
+**               slice's across-group all-reduce of its shard is queued when the reduce-scatter
+**               of its last gradient use has landed, and waited for after backward. With
+**               "overlap_reduce", a sharded gradient use's reduce-scatter is queued on the
+**               channel instead of blocking and waited for at the end of the next sharded
+**               gradient use (or of backward), as the engine does; it lands then;
+**   optimizer   elements the rank updates (n for dp, n_pad / G sharded) x optimizer_s_per_param,
 **               and the gradient-norm all-reduce;
 **   overhead    the measured rest of the step (zeroing, bookkeeping), if the device has it.
+** The channel serves its jobs in order (one link's worth of progress at a time).
 **
 ** The search (search.h) needs a cost that is a sum over operators for a given micro-batch: the
 ** separable model of cost_slice_search_s, which prices each slice's blocking communication and
 ** optimizer exactly as above (a zero3 slice of a recomputed layer: one more all-gather, for the
-** recomputed forward), a dp slice's all-reduce at its bandwidth time plus its share of bucket
-** latencies times an exposure factor (the share of all-reduce time the all-dp plan without
-** recomputation leaves exposed in the replay), splitting at the measured extra compute of k
-** slices (in every pass of the op: 4/3 of it for an op of a recomputed layer), and the
-** recomputed forwards at a third of their ops' unsplit time (cost_recompute_s). In this model
-** all layers are alike, so only how many layers recompute matters, not which (tested). With
-** no overlap and no dp slices it equals plan_cost exactly (tested, with recomputation too);
-** otherwise plan_cost re-ranks the search's best candidates.
+** recomputed forward; reduce-scatters as blocking), a dp slice's all-reduce at its bandwidth
+** time plus its share of bucket latencies times an exposure factor (the share of all-reduce
+** time the all-dp plan without recomputation leaves exposed in the replay), a hybrid slice's
+** across-group all-reduce times the share of all-reduce work that replay leaves exposed,
+** splitting at the measured extra compute of k slices (in every pass of the op: 4/3 of it for
+** an op of a recomputed layer), and the recomputed forwards at a third of their ops' unsplit
+** time (cost_recompute_s). In this model all layers are alike, so only how many layers
+** recompute matters, not which (tested). With no overlap (every rate 0) and no dp slices it
+** equals plan_cost exactly, hybrid groups, overlap_reduce, bf16 and recomputation included
+** (tested); otherwise plan_cost re-ranks the search's best candidates, and decides prefetch
+** and overlap_reduce per candidate.
 */
 #ifndef OSDP_COST_H
 #define OSDP_COST_H
@@ -75,16 +90,27 @@ OpUses cost_op_uses(const GptDesc* d, int op, const int* recompute);
 ** counts by the rule above). */
 int cost_ops_uses(const GptDesc* d, const int* recompute, OpUses* out);
 
-/* Search model: seconds per step of one slice of n parameters, used u times per step (see
-** cost_op_uses), under strategy s, given the dp exposure factor (cost_dp_exposure): its
-** communication and optimizer time, not its compute. */
-double cost_slice_search_s(const DeviceInfo* dev, OpUses u, size_t n, Strategy s, double dp_exposure);
-/* Optimizer seconds per step of one slice of n parameters under strategy s. */
-double cost_slice_optim_s(const DeviceInfo* dev, size_t n, Strategy s);
-/* Bytes a slice keeps between steps: weights + gradients + optimizer state. */
-size_t cost_slice_persistent(size_t n, Strategy s, int world);
-/* Largest transient bytes of a slice: max of its forward and backward transients. */
-size_t cost_slice_transient(size_t n, Strategy s, int world);
+/* What the search model prices a slice with besides its size and strategy. */
+typedef struct SliceContext {
+  OpUses uses;              /* the step's uses of its op's parameters (cost_op_uses) */
+  int group;                /* its op's shard group G (0: the world) */
+  ReduceDtype reduce;       /* the element type gradient reductions send */
+  double dp_exposure;       /* cost_exposures: dp bucket all-reduces */
+  double across_exposure;   /* cost_exposures: hybrid slices' across-group all-reduces */
+} SliceContext;
+
+/* Search model: seconds per step of one slice of n parameters under strategy s in context x:
+** its communication and optimizer time, not its compute. */
+double cost_slice_search_s(const DeviceInfo* dev, const SliceContext* x, size_t n, Strategy s);
+/* Optimizer seconds per step of one slice of n parameters under strategy s sharded over
+** `group` ranks (0: the world). */
+double cost_slice_optim_s(const DeviceInfo* dev, size_t n, Strategy s, int group);
+/* Bytes a slice keeps between steps, sharded over `group` ranks: weights + gradients +
+** optimizer state. */
+size_t cost_slice_persistent(size_t n, Strategy s, int group);
+/* Largest transient bytes of a slice sharded over `group` ranks: max of its forward and
+** backward transients. */
+size_t cost_slice_transient(size_t n, Strategy s, int group);
 /* Extra compute seconds of running owner op's parameters as k slices instead of 1 at
 ** micro-batch B (for embed: the embedding and the tied LM head), over all the passes of the
 ** ops using them: with the recompute flags (NULL: none) an op of a recomputed layer also runs
@@ -94,13 +120,20 @@ double cost_split_extra_s(const GptDesc* d, const DeviceInfo* dev, int op, int k
 /* Compute seconds of the recomputed forwards (ln1 .. gelu of every layer the flags mark, NULL:
 ** none) at micro-batch B, unsplit: a third of each op's forward+backward time, as the replay. */
 double cost_recompute_s(const GptDesc* d, const DeviceInfo* dev, int B, int T, const int* recompute);
-/* The share of the all-dp plan's all-reduce time (as the search model counts it) that the
-** replay leaves exposed at micro-batch B without recomputation: 1 when nothing overlaps. */
+/* The exposures the search model applies, from the replay of the all-dp plan at micro-batch B
+** without recomputation, its gradients reduced in rd: *dp its exposed all-reduce time over the
+** time the search model counts for it (bucket latencies shared out by bytes); *across the share
+** of its all-reduce work left exposed (exposed / (exposed + hidden)). Both 1 when nothing
+** overlaps or on one rank (dp: exactly 1 only when its buckets are full). */
+void cost_exposures(const GptDesc* d, const DeviceInfo* dev, int B, int T, ReduceDtype rd,
+                    double* dp, double* across);
+/* cost_exposures' dp factor with fp32 reductions. */
 double cost_dp_exposure(const GptDesc* d, const DeviceInfo* dev, int B, int T);
 /* Time of the search model for plan p: unsplit compute + overhead + the gradient norm's
 ** all-reduce + the recomputed forwards of p's recomputed layers (cost_recompute_s) + the sum
-** over slices of cost_slice_search_s (uses with p's recompute flags) and cost_split_extra_s per
-** op. What planner_search maximises N*B/t of. */
+** over slices of cost_slice_search_s (uses with p's recompute flags, each op's shard group,
+** p's reduce_dtype and its exposures) and cost_split_extra_s per op; p's prefetch and
+** overlap_reduce play no part. What planner_search maximises N*B/t of. */
 double cost_search_step_s(const GptDesc* d, const DeviceInfo* dev, const Plan* p);
 
 /* Compute seconds of one step at micro-batch B and sequence T with every op unsplit, plus
@@ -111,7 +144,8 @@ double cost_compute_s(const GptDesc* d, const DeviceInfo* dev, int B, int T);
 ** share one buffer with the other recomputed layers) + backward scratch. */
 size_t cost_batch_bytes(const GptDesc* d, const DeviceInfo* dev, int B, int T, const int* recompute);
 
-/* Cost of plan p (its micro_batch, seq and prefetch) on dev, by replaying the step. The
+/* Cost of plan p (its micro_batch, seq, shard groups, prefetch, overlap_reduce and
+** reduce_dtype) on dev, by replaying the step. The
 ** memory is computed for dev->ranks ranks (p->world should equal it). Returns 0, or -1 when
 ** out of memory (then *c holds the memory only). */
 int plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* c);

@@ -14,9 +14,46 @@
 /* JSON names of the collectives, indexed by COLL_*. */
 static const char* coll_names[COLL_COUNT] = {"allreduce", "allgather", "reduce_scatter"};
 
-double device_collective_s(const DeviceInfo* dev, int kind, double bytes) {
-  if (dev->ranks <= 1 || bytes <= 0) return 0;
-  const CollectiveModel* c = &dev->coll[kind];
+int device_ranks_per_host(const DeviceInfo* dev) {
+  int H = dev->ranks_per_host;
+  return H >= 1 && H <= dev->ranks ? H : dev->ranks;
+}
+
+CommShape device_world_shape(const DeviceInfo* dev) {
+  return device_group_shape(dev, dev->ranks);
+}
+
+CommShape device_group_shape(const DeviceInfo* dev, int G) {
+  int H = device_ranks_per_host(dev);
+  return (CommShape){G, G <= H && G > 0 && H % G == 0 ? LINK_INTRA : LINK_INTER};
+}
+
+CommShape device_across_shape(const DeviceInfo* dev, int G) {
+  int n = G > 0 ? dev->ranks / G : 1;
+  return (CommShape){n, dev->ranks > device_ranks_per_host(dev) ? LINK_INTER : LINK_INTRA};
+}
+
+const CollectiveModel* device_link(const DeviceInfo* dev, int level, int kind) {
+  return level == LINK_INTER && dev->inter_given[kind] ? &dev->inter[kind] : &dev->coll[kind];
+}
+
+int device_link_ranks(const DeviceInfo* dev, int level, int kind) {
+  int H = device_ranks_per_host(dev);
+  if (level == LINK_INTER && dev->inter_given[kind])
+    return dev->inter_ranks > 0 ? dev->inter_ranks : (dev->ranks / H > 2 ? dev->ranks / H : 2);
+  return dev->coll_ranks > 0 ? dev->coll_ranks : H;
+}
+
+/* The share of a buffer a ring collective of `kind` over n ranks moves through every link:
+** all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n. */
+static double ring_share(int kind, int n) {
+  double f = n > 1 ? (double)(n - 1) / n : 0;
+  return kind == COLL_ALLREDUCE ? 2 * f : f;
+}
+
+/* A table's time at `bytes`: the latency + bandwidth line, or the measured points
+** interpolated (below the smallest: its time; above the largest: the last segment extended). */
+static double table_s(const CollectiveModel* c, double bytes) {
   int n = c->npoints;
   if (n < 2) return c->latency_s + bytes / c->bandwidth_Bps;
   const double *x = c->point_bytes, *t = c->point_s;
@@ -26,9 +63,25 @@ double device_collective_s(const DeviceInfo* dev, int kind, double bytes) {
   return t[i - 1] + (t[i] - t[i - 1]) * (bytes - x[i - 1]) / (x[i] - x[i - 1]);
 }
 
+double device_shape_collective_s(const DeviceInfo* dev, CommShape sh, int kind, double bytes) {
+  if (sh.ranks <= 1 || bytes <= 0) return 0;
+  int m = device_link_ranks(dev, sh.level, kind);
+  if (m < 2) m = 2;
+  double x = sh.ranks == m ? bytes : bytes * (ring_share(kind, sh.ranks) / ring_share(kind, m));
+  return table_s(device_link(dev, sh.level, kind), x);
+}
+
+double device_shape_step_s(const DeviceInfo* dev, CommShape sh, int kind, double bytes) {
+  double f = device_link(dev, sh.level, kind)->in_step;
+  return (f > 0 ? f : 1.0) * device_shape_collective_s(dev, sh, kind, bytes);
+}
+
+double device_collective_s(const DeviceInfo* dev, int kind, double bytes) {
+  return device_shape_collective_s(dev, device_world_shape(dev), kind, bytes);
+}
+
 double device_step_collective_s(const DeviceInfo* dev, int kind, double bytes) {
-  double f = dev->coll[kind].in_step;
-  return (f > 0 ? f : 1.0) * device_collective_s(dev, kind, bytes);
+  return device_shape_step_s(dev, device_world_shape(dev), kind, bytes);
 }
 
 /* Whether the device's measured compute times are for model d at sequence length T. */
@@ -121,9 +174,50 @@ static int validate_compute(const DeviceInfo* dev, const char* where) {
   return 0;
 }
 
+/* Checks one collective's table; `field` names it ("collectives.allreduce"). */
+static int validate_collective(const CollectiveModel* c, const char* where, const char* name) {
+  char field[96];
+  snprintf(field, sizeof field, "%s.latency_s", name);
+  if (check_number(c->latency_s, 1, where, field, "give seconds such as 2e-5")) return -1;
+  snprintf(field, sizeof field, "%s.bandwidth_Bps", name);
+  if (check_number(c->bandwidth_Bps, 0, where, field, "give bytes per second such as 3e8")) return -1;
+  snprintf(field, sizeof field, "%s.overlap", name);
+  if (check_number(c->overlap, 1, where, field, "give a share between 0 and 1") ||
+      (c->overlap > 1 && osdp_fail("%s: field \"%s\" = %g must be between 0 and 1", where, field, c->overlap)))
+    return -1;
+  snprintf(field, sizeof field, "%s.residual", name);
+  if (check_number(c->residual, 1, where, field, "give a relative error >= 0, or omit it")) return -1;
+  snprintf(field, sizeof field, "%s.in_step", name);
+  if (check_number(c->in_step, 1, where, field, "give a factor > 0 such as 1.2, or omit it")) return -1;
+  for (int i = 0; i < c->npoints; i++) {
+    snprintf(field, sizeof field, "%s.points[%d]", name, i);
+    if (check_number(c->point_bytes[i], 0, where, field, "give [bytes > 0, seconds > 0]") ||
+        check_number(c->point_s[i], 0, where, field, "give [bytes > 0, seconds > 0]"))
+      return -1;
+    if (i > 0 && (c->point_bytes[i] <= c->point_bytes[i - 1] || c->point_s[i] < c->point_s[i - 1]))
+      return osdp_fail("%s: field \"%s\" must come after [%g, %g]: sizes ascending, times not "
+                       "falling", where, field, c->point_bytes[i - 1], c->point_s[i - 1]);
+  }
+  return 0;
+}
+
+/* Checks a level's measured rank count (0: the default) is from 1 to the ranks (or 2, the
+** least a collective is measured over). */
+static int validate_link_ranks(const DeviceInfo* dev, int m, const char* where, const char* level) {
+  int most = dev->ranks > 2 ? dev->ranks : 2;
+  if (m >= 0 && m <= most) return 0;
+  return osdp_fail("%s: field \"%s.measured_ranks\" = %d must be from 1 to %d (the ranks the "
+                   "level's times were measured over), or omitted", where, level, m, most);
+}
+
 int device_validate(const DeviceInfo* dev, const char* where) {
   if (dev->ranks < 1)
     return osdp_fail("%s: field \"ranks\" = %d must be >= 1 (the number of ranks)", where, dev->ranks);
+  if (dev->ranks_per_host < 0 || dev->ranks_per_host > dev->ranks ||
+      (dev->ranks_per_host > 0 && dev->ranks % dev->ranks_per_host != 0))
+    return osdp_fail("%s: field \"ranks_per_host\" = %d must divide ranks = %d (the ranks on each "
+                     "host, consecutive world ranks); omit it for one host", where,
+                     dev->ranks_per_host, dev->ranks);
   if (dev->mem_limit == 0)
     return osdp_fail("%s: field \"mem_limit\" = 0 must be > 0; give bytes per rank such as \"8GiB\"",
                      where);
@@ -134,34 +228,15 @@ int device_validate(const DeviceInfo* dev, const char* where) {
       check_number(dev->optimizer_s_per_param, 1, where, "optimizer_s_per_param",
                    "give seconds per parameter such as 1.5e-9, or 0"))
     return -1;
-  char field[64];
+  if (validate_link_ranks(dev, dev->coll_ranks, where, "collectives") ||
+      validate_link_ranks(dev, dev->inter_ranks, where, "inter_host"))
+    return -1;
+  char name[64];
   for (int k = 0; k < COLL_COUNT; k++) {
-    snprintf(field, sizeof field, "collectives.%s.latency_s", coll_names[k]);
-    if (check_number(dev->coll[k].latency_s, 1, where, field, "give seconds such as 2e-5")) return -1;
-    snprintf(field, sizeof field, "collectives.%s.bandwidth_Bps", coll_names[k]);
-    if (check_number(dev->coll[k].bandwidth_Bps, 0, where, field, "give bytes per second such as 3e8"))
-      return -1;
-    snprintf(field, sizeof field, "collectives.%s.overlap", coll_names[k]);
-    if (check_number(dev->coll[k].overlap, 1, where, field, "give a share between 0 and 1") ||
-        (dev->coll[k].overlap > 1 &&
-         osdp_fail("%s: field \"%s\" = %g must be between 0 and 1", where, field, dev->coll[k].overlap)))
-      return -1;
-    snprintf(field, sizeof field, "collectives.%s.residual", coll_names[k]);
-    if (check_number(dev->coll[k].residual, 1, where, field, "give a relative error >= 0, or omit it"))
-      return -1;
-    snprintf(field, sizeof field, "collectives.%s.in_step", coll_names[k]);
-    if (check_number(dev->coll[k].in_step, 1, where, field, "give a factor > 0 such as 1.2, or omit it"))
-      return -1;
-    const CollectiveModel* c = &dev->coll[k];
-    for (int i = 0; i < c->npoints; i++) {
-      snprintf(field, sizeof field, "collectives.%s.points[%d]", coll_names[k], i);
-      if (check_number(c->point_bytes[i], 0, where, field, "give [bytes > 0, seconds > 0]") ||
-          check_number(c->point_s[i], 0, where, field, "give [bytes > 0, seconds > 0]"))
-        return -1;
-      if (i > 0 && (c->point_bytes[i] <= c->point_bytes[i - 1] || c->point_s[i] < c->point_s[i - 1]))
-        return osdp_fail("%s: field \"%s\" must come after [%g, %g]: sizes ascending, times not "
-                         "falling", where, field, c->point_bytes[i - 1], c->point_s[i - 1]);
-    }
+    snprintf(name, sizeof name, "collectives.%s", coll_names[k]);
+    if (validate_collective(&dev->coll[k], where, name)) return -1;
+    snprintf(name, sizeof name, "inter_host.%s", coll_names[k]);
+    if (dev->inter_given[k] && validate_collective(&dev->inter[k], where, name)) return -1;
   }
   return validate_compute(dev, where);
 }
@@ -205,21 +280,21 @@ static int json_mem_limit(const cJSON* root, const char* path, size_t* out) {
   return 0;
 }
 
-/* Reads the optional "points" array [[bytes, seconds], ...] of one collective. */
+/* Reads the optional "points" array [[bytes, seconds], ...] of one collective (`name`, such as
+** "collectives.allreduce", for messages). */
 static int json_points(const cJSON* o, const char* path, const char* name, CollectiveModel* c) {
   const cJSON* pts = cJSON_GetObjectItemCaseSensitive(o, "points");
   c->npoints = 0;
   if (!pts) return 0;
   int n = cJSON_IsArray(pts) ? cJSON_GetArraySize(pts) : -1;
   if (n < 0 || n > DEVICE_MAX_POINTS)
-    return osdp_fail("%s: field \"collectives.%s.points\" must be an array of at most %d "
-                     "[bytes, seconds] pairs", path, name, DEVICE_MAX_POINTS);
+    return osdp_fail("%s: field \"%s.points\" must be an array of at most %d [bytes, seconds] "
+                     "pairs", path, name, DEVICE_MAX_POINTS);
   for (int i = 0; i < n; i++) {
     const cJSON* e = cJSON_GetArrayItem(pts, i);
     const cJSON *b = cJSON_GetArrayItem(e, 0), *t = cJSON_GetArrayItem(e, 1);
     if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2 || !cJSON_IsNumber(b) || !cJSON_IsNumber(t))
-      return osdp_fail("%s: field \"collectives.%s.points[%d]\" must be [bytes, seconds]", path,
-                       name, i);
+      return osdp_fail("%s: field \"%s.points[%d]\" must be [bytes, seconds]", path, name, i);
     c->point_bytes[i] = b->valuedouble;
     c->point_s[i] = t->valuedouble;
   }
@@ -227,33 +302,62 @@ static int json_points(const cJSON* o, const char* path, const char* name, Colle
   return 0;
 }
 
-/* Reads the "collectives" object: all three collectives, each with latency and bandwidth. */
-static int json_collectives(const cJSON* root, const char* path, DeviceInfo* dev) {
-  const cJSON* c = cJSON_GetObjectItemCaseSensitive(root, "collectives");
-  if (!cJSON_IsObject(c))
+/* Reads one collective's object o (named `name`, such as "collectives.allreduce") into c. */
+static int json_collective(const cJSON* o, const char* path, const char* name, CollectiveModel* c) {
+  char field[96];
+  snprintf(field, sizeof field, "%s.latency_s", name);
+  if (json_number(o, "latency_s", field, 1, path, &c->latency_s)) return -1;
+  snprintf(field, sizeof field, "%s.bandwidth_Bps", name);
+  if (json_number(o, "bandwidth_Bps", field, 1, path, &c->bandwidth_Bps)) return -1;
+  snprintf(field, sizeof field, "%s.overlap", name);
+  if (json_number(o, "overlap", field, 0, path, &c->overlap)) return -1;
+  snprintf(field, sizeof field, "%s.residual", name);
+  if (json_number(o, "residual", field, 0, path, &c->residual)) return -1;
+  snprintf(field, sizeof field, "%s.in_step", name);
+  c->in_step = 1;
+  if (json_number(o, "in_step", field, 0, path, &c->in_step)) return -1;
+  if (c->in_step <= 0)
+    return osdp_fail("%s: field \"%s\" = %g must be > 0 (1: as measured alone)", path, field, c->in_step);
+  return json_points(o, path, name, c);
+}
+
+/* Reads the optional "measured_ranks" of link level object c (named `level`) into *out (left
+** 0 when absent: the default); present, it must be a whole number >= 1. */
+static int json_link_ranks(const cJSON* c, const char* level, const char* path, int* out) {
+  char field[64];
+  snprintf(field, sizeof field, "%s.measured_ranks", level);
+  if (json_integer(c, "measured_ranks", field, 0, path, out)) return -1;
+  if (*out >= 1 || !cJSON_GetObjectItemCaseSensitive(c, "measured_ranks")) return 0;
+  return osdp_fail("%s: field \"%s\" = %d must be >= 1 (the ranks the level's times were measured "
+                   "over), or omitted", path, field, *out);
+}
+
+/* Reads a link level's object `key` of root: "collectives" (the intra-host level: required,
+** all three collectives) or "inter_host" (optional; any of them, the others staying intra-host
+** ones, marked in given[]), each collective with latency and bandwidth, and the level's
+** optional measured_ranks into *ranks. */
+static int json_level(const cJSON* root, const char* key, const char* path, CollectiveModel* models,
+                      int* given, int* ranks) {
+  const cJSON* c = cJSON_GetObjectItemCaseSensitive(root, key);
+  int intra = given == NULL;
+  if (!c && !intra) return 0;
+  if (!cJSON_IsObject(c) && intra)
     return osdp_fail("%s: missing object \"collectives\" with allreduce, allgather and "
                      "reduce_scatter, each {\"latency_s\": .., \"bandwidth_Bps\": ..}", path);
-  char field[64];
+  if (!cJSON_IsObject(c))
+    return osdp_fail("%s: field \"inter_host\" must be an object like \"collectives\" (the links "
+                     "between hosts: allreduce, allgather, reduce_scatter), or omitted", path);
+  if (json_link_ranks(c, key, path, ranks)) return -1;
+  char name[64];
   for (int k = 0; k < COLL_COUNT; k++) {
     const cJSON* o = cJSON_GetObjectItemCaseSensitive(c, coll_names[k]);
+    snprintf(name, sizeof name, "%s.%s", key, coll_names[k]);
+    if (!o && !intra) continue;
     if (!cJSON_IsObject(o))
-      return osdp_fail("%s: missing object \"collectives.%s\" ({\"latency_s\": .., "
-                       "\"bandwidth_Bps\": ..})", path, coll_names[k]);
-    snprintf(field, sizeof field, "collectives.%s.latency_s", coll_names[k]);
-    if (json_number(o, "latency_s", field, 1, path, &dev->coll[k].latency_s)) return -1;
-    snprintf(field, sizeof field, "collectives.%s.bandwidth_Bps", coll_names[k]);
-    if (json_number(o, "bandwidth_Bps", field, 1, path, &dev->coll[k].bandwidth_Bps)) return -1;
-    snprintf(field, sizeof field, "collectives.%s.overlap", coll_names[k]);
-    if (json_number(o, "overlap", field, 0, path, &dev->coll[k].overlap)) return -1;
-    snprintf(field, sizeof field, "collectives.%s.residual", coll_names[k]);
-    if (json_number(o, "residual", field, 0, path, &dev->coll[k].residual)) return -1;
-    snprintf(field, sizeof field, "collectives.%s.in_step", coll_names[k]);
-    dev->coll[k].in_step = 1;
-    if (json_number(o, "in_step", field, 0, path, &dev->coll[k].in_step)) return -1;
-    if (dev->coll[k].in_step <= 0)
-      return osdp_fail("%s: field \"%s\" = %g must be > 0 (1: as measured alone)", path, field,
-                       dev->coll[k].in_step);
-    if (json_points(o, path, coll_names[k], &dev->coll[k])) return -1;
+      return osdp_fail("%s: %s \"%s\"%s {\"latency_s\": .., \"bandwidth_Bps\": ..}", path,
+                       o ? "field" : "missing object", name, o ? " must be an object" : ":");
+    if (json_collective(o, path, name, &models[k])) return -1;
+    if (given) given[k] = 1;
   }
   return 0;
 }
@@ -334,12 +438,18 @@ static int device_from_json(const cJSON* root, const char* path, DeviceInfo* dev
     return osdp_fail("%s: field \"device\" must be \"cpu\" or \"cuda\"", path);
   if (kind) snprintf(dev->backend, sizeof dev->backend, "%s", kind->valuestring);
   if (json_integer(root, "ranks", "ranks", 1, path, &dev->ranks) ||
+      json_integer(root, "ranks_per_host", "ranks_per_host", 0, path, &dev->ranks_per_host) ||
+      (dev->ranks_per_host < 1 && cJSON_GetObjectItemCaseSensitive(root, "ranks_per_host") &&
+       osdp_fail("%s: field \"ranks_per_host\" = %d must be >= 1 (the ranks on each host); omit "
+                 "it for one host", path, dev->ranks_per_host)) ||
       json_mem_limit(root, path, &dev->mem_limit) ||
       json_integer(root, "threads", "threads", 0, path, &dev->threads) ||
       json_number(root, "flops", "flops", 1, path, &dev->flops) ||
       json_number(root, "optimizer_s_per_param", "optimizer_s_per_param", 0, path,
                   &dev->optimizer_s_per_param) ||
-      json_collectives(root, path, dev) || json_compute(root, path, dev))
+      json_level(root, "collectives", path, dev->coll, NULL, &dev->coll_ranks) ||
+      json_level(root, "inter_host", path, dev->inter, dev->inter_given, &dev->inter_ranks) ||
+      json_compute(root, path, dev))
     return -1;
   return device_validate(dev, path);
 }
@@ -357,30 +467,46 @@ int device_load(DeviceInfo* dev, const char* path) {
 
 /* ---- Saving ------------------------------------------------------------------------------ */
 
-/* Builds the JSON object of a device. */
+/* Adds collective c's fields to object o. */
+static void collective_to_json(cJSON* o, const CollectiveModel* c) {
+  cJSON_AddNumberToObject(o, "latency_s", c->latency_s);
+  cJSON_AddNumberToObject(o, "bandwidth_Bps", c->bandwidth_Bps);
+  cJSON_AddNumberToObject(o, "overlap", c->overlap);
+  cJSON_AddNumberToObject(o, "residual", c->residual);
+  cJSON_AddNumberToObject(o, "in_step", c->in_step > 0 ? c->in_step : 1);
+  if (c->npoints > 0) {
+    cJSON* pts = cJSON_AddArrayToObject(o, "points");
+    for (int i = 0; i < c->npoints; i++) {
+      double v[2] = {c->point_bytes[i], c->point_s[i]};
+      cJSON_AddItemToArray(pts, cJSON_CreateDoubleArray(v, 2));
+    }
+  }
+}
+
+/* Builds the JSON object of a device (the ranks per host and the measured rank counts written
+** out, defaults resolved). */
 static cJSON* device_to_json(const DeviceInfo* dev) {
   cJSON* root = cJSON_CreateObject();
   cJSON_AddNumberToObject(root, "ranks", dev->ranks);
+  cJSON_AddNumberToObject(root, "ranks_per_host", device_ranks_per_host(dev));
   cJSON_AddNumberToObject(root, "mem_limit", (double)dev->mem_limit);
   cJSON_AddNumberToObject(root, "threads", dev->threads);
   cJSON_AddStringToObject(root, "device", dev->backend[0] ? dev->backend : "cpu");
   cJSON_AddNumberToObject(root, "flops", dev->flops);
   cJSON_AddNumberToObject(root, "optimizer_s_per_param", dev->optimizer_s_per_param);
   cJSON* c = cJSON_AddObjectToObject(root, "collectives");
-  for (int k = 0; k < COLL_COUNT; k++) {
-    cJSON* o = cJSON_AddObjectToObject(c, coll_names[k]);
-    cJSON_AddNumberToObject(o, "latency_s", dev->coll[k].latency_s);
-    cJSON_AddNumberToObject(o, "bandwidth_Bps", dev->coll[k].bandwidth_Bps);
-    cJSON_AddNumberToObject(o, "overlap", dev->coll[k].overlap);
-    cJSON_AddNumberToObject(o, "residual", dev->coll[k].residual);
-    cJSON_AddNumberToObject(o, "in_step", dev->coll[k].in_step > 0 ? dev->coll[k].in_step : 1);
-    if (dev->coll[k].npoints > 0) {
-      cJSON* pts = cJSON_AddArrayToObject(o, "points");
-      for (int i = 0; i < dev->coll[k].npoints; i++) {
-        double v[2] = {dev->coll[k].point_bytes[i], dev->coll[k].point_s[i]};
-        cJSON_AddItemToArray(pts, cJSON_CreateDoubleArray(v, 2));
-      }
-    }
+  cJSON_AddNumberToObject(c, "measured_ranks", device_link_ranks(dev, LINK_INTRA, 0));
+  for (int k = 0; k < COLL_COUNT; k++) collective_to_json(cJSON_AddObjectToObject(c, coll_names[k]), &dev->coll[k]);
+  int any = 0;
+  for (int k = 0; k < COLL_COUNT; k++) any |= dev->inter_given[k];
+  if (any) {
+    cJSON* x = cJSON_AddObjectToObject(root, "inter_host");
+    int m = 0;
+    for (int k = 0; k < COLL_COUNT && !m; k++)
+      if (dev->inter_given[k]) m = device_link_ranks(dev, LINK_INTER, k);
+    cJSON_AddNumberToObject(x, "measured_ranks", m);
+    for (int k = 0; k < COLL_COUNT; k++)
+      if (dev->inter_given[k]) collective_to_json(cJSON_AddObjectToObject(x, coll_names[k]), &dev->inter[k]);
   }
   if (dev->n_op_times > 0) {
     cJSON* comp = cJSON_AddObjectToObject(root, "compute");

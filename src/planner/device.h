@@ -1,21 +1,28 @@
 /*
 ** device.h: device information, the planner's view of the hardware.
 **
-** Number of ranks, memory per rank, how fast the ranks compute, and how long each collective
-** takes on the real communicator. `osdp profile` measures all of it on the ranks it runs on;
-** hand-written files (or command-line flags) describe hardware osdp is not running on.
+** Number of ranks, how many share a host, memory per rank, how fast the ranks compute, and how
+** long each collective takes on the links within a host and between hosts. `osdp profile`
+** measures all of it on the ranks it runs on; hand-written files (or command-line flags)
+** describe hardware osdp is not running on.
 **
 ** On disk (JSON):
-**   {"ranks": 8, "mem_limit": 8589934592 (bytes, or a string such as "8GiB"),
+**   {"ranks": 16, "mem_limit": 8589934592 (bytes, or a string such as "8GiB"),
+**    "ranks_per_host": 8,               H: ranks on each host, consecutive world ranks; H divides
+**                                       ranks (optional; absent: ranks, i.e. one host)
 **    "threads": 1,                      kernel threads per rank (sizes the attention scratch)
 **    "device": "cpu",                   what the ranks compute on: cpu or cuda (optional, cpu)
 **    "flops": 9.4e10,                   FLOP/s per rank, used for ops without measured times
 **    "optimizer_s_per_param": 1.5e-9,   AdamW time per parameter a rank updates (optional, 0)
-**    "collectives": {                   t(bytes) = latency_s + bytes / bandwidth_Bps, where
+**    "collectives": {                   the INTRA-host level: t(bytes) = latency_s + bytes /
+**      "measured_ranks": 8,             bandwidth_Bps over this many ranks (optional; H)
 **      "allreduce":      {"latency_s": 2e-5, "bandwidth_Bps": 3e8,   bytes is the size of the
 **                         "overlap": 0.3, "residual": 0.05},         full (unsharded) buffer
 **      "allgather":      {"latency_s": 2e-5, "bandwidth_Bps": 3e8},
 **      "reduce_scatter": {"latency_s": 2e-5, "bandwidth_Bps": 3e8}},
+**    "inter_host": {                    optional: the INTER-host level, the same fields, over
+**      "measured_ranks": 2,             this many ranks (optional; ranks / H, at least 2); a
+**      "allreduce": {...}, ...},        collective absent here is the intra-host one
 **    "compute": {                       optional: measured forward+backward time per op
 **      "model": "gpt2-124m", "seq": 256,
 **      "ops": [{"name": "h0.qkv", "fixed_s": 1e-4, "per_sample_s": 2e-3,
@@ -35,6 +42,24 @@
 ** An op's time at micro-batch B is fixed_s + B * per_sample_s when measured (at k slices: the
 ** "slices" entry for k, interpolated linearly in k between measured slice counts, and the
 ** unsplit time where none is measured); otherwise 3 * forward FLOPs / flops.
+**
+** The collective model over a communicator (CommShape: how many ranks, which link level).
+**  - Levels. A collective over G consecutive world ranks (a shard group, comm_group) runs on
+**    the intra-host level when the group lies within one host (G <= H and H % G == 0), else on
+**    the inter-host level. The all-reduce of a hybrid plan's shards over the N/G ranks j, G+j,
+**    2G+j, ... (comm_across) is inter-host whenever N > H: for G >= H each of its ranks is on
+**    another host; for G < H it is hierarchical (partly within hosts, partly between), and is
+**    priced as inter-host all the same (its slowest hops). The world is one group of N ranks.
+**  - Ranks. Each level's tables were measured over measured_ranks ranks (the profiler: the
+**    host communicator, H ranks, for the intra level; the ranks with one local index on every
+**    host, N/H of them, for the inter level, all H such communicators at once, as a step runs
+**    them). A ring collective over n ranks moves a share s(n) of the buffer through every link:
+**    all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n. So over n ranks a collective
+**    of B bytes takes the measured time of B * s(n) / s(m) bytes at the m ranks it was measured
+**    over (the same time when n = m; 0 when n = 1). The latency part is not rescaled (trees
+**    and rings differ there; the measured tables carry it at their own rank count).
+**  - bf16 gradient reductions (a plan's reduce_dtype) halve the bytes given to the model; the
+**    cost model does that (cost.c), not this file.
 */
 #ifndef OSDP_DEVICE_H
 #define OSDP_DEVICE_H
@@ -58,6 +83,15 @@ typedef struct CollectiveModel {
 
 enum { COLL_ALLREDUCE = 0, COLL_ALLGATHER = 1, COLL_REDUCE_SCATTER = 2, COLL_COUNT = 3 };
 
+/* The link levels: within one host, and between hosts. */
+enum { LINK_INTRA = 0, LINK_INTER = 1, LINK_LEVELS = 2 };
+
+/* A communicator as the collective model sees it: its number of ranks and its link level. */
+typedef struct CommShape {
+  int ranks;
+  int level;      /* LINK_INTRA or LINK_INTER */
+} CommShape;
+
 /* Slice counts with their own measured op times: k = 1, 2, 4, 8 (index = log2 k). */
 #define DEVICE_SLICE_LEVELS 4
 
@@ -72,12 +106,17 @@ typedef struct OpTime {
 
 typedef struct DeviceInfo {
   int ranks;
+  int ranks_per_host;         /* H, dividing ranks (0, e.g. in code: ranks, i.e. one host) */
   size_t mem_limit;
   int threads;
   char backend[8];            /* "cpu" or "cuda": the backend a trial of plans runs on */
   double flops;
   double optimizer_s_per_param;
-  CollectiveModel coll[COLL_COUNT];
+  CollectiveModel coll[COLL_COUNT];  /* the intra-host level (with one host, the only one) */
+  int coll_ranks;             /* ranks coll was measured over (0: H) */
+  CollectiveModel inter[COLL_COUNT]; /* the inter-host level, of the kinds inter_given marks */
+  int inter_given[COLL_COUNT];/* 0: that kind's inter-host level is its intra-host one */
+  int inter_ranks;            /* ranks inter was measured over (0: ranks / H, at least 2) */
   /* Measured compute (optional): valid for the model named and sequence seq only. Besides the
   ** model's ops it may hold "overhead": the rest of a step (zeroing, norms, bookkeeping). */
   char compute_model[48];
@@ -86,9 +125,25 @@ typedef struct DeviceInfo {
   OpTime* op_times;           /* n_op_times entries */
 } DeviceInfo;
 
-/* Time of one collective over a full buffer of `bytes` (0 on one rank), measured alone. */
+/* H: the ranks per host (ranks_per_host, or ranks when it is 0). */
+int device_ranks_per_host(const DeviceInfo* dev);
+/* The shapes of the communicators the runtime uses: the world; a shard group of G consecutive
+** ranks (intra-host when G <= H and H % G == 0); the N/G ranks holding the same shard index in
+** their groups of G (inter-host whenever N > H). See the header comment. */
+CommShape device_world_shape(const DeviceInfo* dev);
+CommShape device_group_shape(const DeviceInfo* dev, int G);
+CommShape device_across_shape(const DeviceInfo* dev, int G);
+/* The table of collective `kind` at link level `level` (the intra-host one where the inter-host
+** level does not give that kind), and the number of ranks it was measured over. */
+const CollectiveModel* device_link(const DeviceInfo* dev, int level, int kind);
+int device_link_ranks(const DeviceInfo* dev, int level, int kind);
+/* Time of one collective of `kind` over a full buffer of `bytes` on communicator shape sh,
+** measured alone: the level's table at the rank-rescaled size (0 for one rank). */
+double device_shape_collective_s(const DeviceInfo* dev, CommShape sh, int kind, double bytes);
+/* The same inside a training step: times the level's in_step factor for the kind. */
+double device_shape_step_s(const DeviceInfo* dev, CommShape sh, int kind, double bytes);
+/* Time of one collective over all the ranks (device_world_shape), alone and inside a step. */
 double device_collective_s(const DeviceInfo* dev, int kind, double bytes);
-/* The same inside a training step: device_collective_s times the kind's in_step factor. */
 double device_step_collective_s(const DeviceInfo* dev, int kind, double bytes);
 /* Forward+backward time of op i of model d at micro-batch B, sequence T and k slices: measured
 ** when the device holds times for this model and T, else from FLOPs and dev->flops. */
@@ -101,7 +156,8 @@ const OpTime* device_measured_op(const DeviceInfo* dev, const GptDesc* d, int T,
 int device_load(DeviceInfo* dev, const char* path);
 /* Writes a device file (atomically: a temporary file renamed into place). */
 int device_save(const DeviceInfo* dev, const char* path);
-/* Checks the values (ranks >= 1, limit > 0, speeds > 0, latencies >= 0, ...). */
+/* Checks the values (ranks >= 1, H dividing ranks, limit > 0, speeds > 0, latencies >= 0,
+** measured rank counts from 1 to ranks, ...); -1 with a one-line error naming the field. */
 int device_validate(const DeviceInfo* dev, const char* where);
 /* Allocates n measured op entries (zeroed); -1 when out of memory. */
 int device_alloc_op_times(DeviceInfo* dev, int n);

@@ -9,12 +9,12 @@
 
 #include "core/util.h"
 
-/* Persistent bytes of op's slices in plan p. */
-static size_t op_kept_bytes(const GptDesc* d, const Plan* p, int op, int world) {
+/* Persistent bytes of op's slices in plan p (sharded over its shard group on dev's ranks). */
+static size_t op_kept_bytes(const GptDesc* d, const DeviceInfo* dev, const Plan* p, int op) {
   size_t m = 0;
+  int G = p->ops[op].group > 0 ? p->ops[op].group : dev->ranks;
   for (int s = 0; s < p->ops[op].k; s++)
-    m += cost_slice_persistent(gpt_slice_params(&d->ops[op], p->ops[op].k, s), p->ops[op].strat[s],
-                               world);
+    m += cost_slice_persistent(gpt_slice_params(&d->ops[op], p->ops[op].k, s), p->ops[op].strat[s], G);
   return m;
 }
 
@@ -62,7 +62,7 @@ void planner_explain(const GptDesc* d, const DeviceInfo* dev, const SearchOption
   q.ops[op].k = 1;
   q.ops[op].strat[0] = STRAT_DP;
   if (plan_cost(d, dev, p, &cp) == 0) {
-    size_t mine = op_kept_bytes(d, p, op, dev->ranks), dp = op_kept_bytes(d, &q, op, dev->ranks);
+    size_t mine = op_kept_bytes(d, dev, p, op), dp = op_kept_bytes(d, dev, &q, op);
     short_bytes((double)(dp > mine ? dp - mine : 0), saved);
     if (plan_fits(d, dev, &q, &cq)) {
       double dt = cp.step_s - cq.step_s;

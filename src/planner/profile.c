@@ -3,7 +3,13 @@
 ** What is measured, and how it is kept apart:
 **  - collectives: each kind alone, from 1 KiB to 16 MiB, the slowest rank's best of several
 **    runs; fitted by least squares on RELATIVE error, so small messages (latency) are as right
-**    as large ones (bandwidth); the largest relative residual is kept in the device file;
+**    as large ones (bandwidth); the largest relative residual is kept in the device file. Two
+**    link levels: within a host on comm_host() (every host at once), and, when the job spans
+**    hosts (comm_ranks_per_host() < world), between hosts on comm_across(H), the ranks with one
+**    local index on every host (all H such communicators at once, as a hybrid step runs its
+**    across-group all-reduces). On one host the inter-host level is not measured (it is the
+**    intra-host one unless `osdp plan --inter-bandwidth` describes one); with hosts of unequal
+**    or non-consecutive ranks one level is measured over the world;
 **  - compute: every op's forward+backward time inside real dp steps of the engine, without the
 **    time its hooks spend in communication calls (engine_time_ops), at micro-batch 1, 2, 4, ...
 **    and, for the splittable ops, at k = 2, 4, 8 slices; fitted as fixed + per-sample seconds;
@@ -13,7 +19,9 @@
 **    gathers and reduce-scatters, then prefetched gathers) against the cost model's replay of
 **    the same plans with the table's times: a collective slower inside steps than alone gets
 **    an in-step factor; one that waits less than the replay says gets the overlap rate that
-**    explains it.
+**    explains it. These plans run over the world, so they calibrate the level the world's
+**    collectives run on (inter-host on several hosts); there a zero3 step sharded within each
+**    host calibrates the intra-host gathers and reduce-scatters too.
 */
 #include "planner/profile.h"
 
@@ -32,18 +40,18 @@
 
 /* ---- Collectives ------------------------------------------------------------------------- */
 
-/* Seconds of one collective of kind on a full buffer of n floats: the slowest rank's best of
-** reps runs (after a warm-up). */
-static double time_collective(int kind, float* buf, float* shard, size_t n, int reps) {
-  int N = comm_size();
-  size_t sh = n / (size_t)N;
+/* Seconds of one collective of kind over communicator c on a full buffer of n floats (a
+** multiple of c's size): the slowest rank's best of reps runs (after a warm-up), every rank
+** running its own c at once. */
+static double time_collective(Comm* c, int kind, float* buf, float* shard, size_t n, int reps) {
+  size_t sh = n / (size_t)comm_size_of(c);
   double best = 1e30;
   for (int r = 0; r <= reps; r++) {
     comm_barrier(comm_world());
     double t0 = now_seconds();
-    if (kind == COLL_ALLREDUCE) comm_allreduce_f32(comm_world(), buf, n);
-    else if (kind == COLL_ALLGATHER) comm_allgather_into_f32(comm_world(), shard, buf, sh);
-    else comm_reduce_scatter_add_f32(comm_world(), buf, shard, sh, COMM_FP32);
+    if (kind == COLL_ALLREDUCE) comm_allreduce_f32(c, buf, n);
+    else if (kind == COLL_ALLGATHER) comm_allgather_into_f32(c, shard, buf, sh);
+    else comm_reduce_scatter_add_f32(c, buf, shard, sh, COMM_FP32);
     double t = comm_allreduce_max_f64(comm_world(), now_seconds() - t0);
     if (r > 0 && t < best) best = t;
   }
@@ -85,15 +93,14 @@ static double interpolation_residual(const double* x, const double* t, int n) {
   return worst;
 }
 
-/* Measures the three collectives at every power of two from 1 KiB to 16 MiB: the table is the
-** model (interpolated between sizes); latency and bandwidth summarise it. */
-static int profile_collectives(DeviceInfo* dev, const Backend* bk, int verbose) {
-  if (comm_size() == 1) {
-    for (int k = 0; k < COLL_COUNT; k++) dev->coll[k] = (CollectiveModel){.latency_s = 0, .bandwidth_Bps = 1e15};
-    return 0;
-  }
+/* Measures the three collectives over communicator c (`what` names it in the progress lines)
+** at every power of two from 1 KiB to 16 MiB into models[]: the table is the model
+** (interpolated between sizes); latency and bandwidth summarise it. */
+static int profile_level(Comm* c, const char* what, CollectiveModel* models, const Backend* bk,
+                         int verbose) {
   enum { NS = 15 }; /* 256 floats (1 KiB) .. 4Mi floats (16 MiB) */
   size_t maxn = (size_t)256 << (NS - 1);
+  int n_c = comm_size_of(c);
   /* Both buffers in the backend's memory, where the training step's buffers are. */
   float* buf = bk->reserve(2 * maxn * sizeof(float));
   if (!buf) return -1;
@@ -103,28 +110,63 @@ static int profile_collectives(DeviceInfo* dev, const Backend* bk, int verbose) 
   for (int k = 0; k < COLL_COUNT; k++) {
     double bytes[NS], t[NS];
     for (int i = 0; i < NS; i++) {
-      size_t n = ((size_t)256 << i) / (size_t)comm_size() * (size_t)comm_size();
+      size_t n = ((size_t)256 << i) / (size_t)n_c * (size_t)n_c;
       bytes[i] = 4.0 * (double)n;
-      t[i] = time_collective(k, buf, shard, n, n <= 65536 ? 9 : 3);
+      t[i] = time_collective(c, k, buf, shard, n, n <= 65536 ? 9 : 3);
       if (i > 0 && t[i] < t[i - 1]) t[i] = t[i - 1]; /* noise: a larger buffer is never faster */
     }
     CollectiveModel line = fit_alpha_beta(bytes, t, NS);
-    CollectiveModel* c = &dev->coll[k];
-    *c = line;
-    c->npoints = NS;
-    memcpy(c->point_bytes, bytes, sizeof bytes);
-    memcpy(c->point_s, t, sizeof t);
-    c->residual = interpolation_residual(bytes, t, NS);
+    CollectiveModel* m = &models[k];
+    *m = line;
+    m->npoints = NS;
+    memcpy(m->point_bytes, bytes, sizeof bytes);
+    memcpy(m->point_s, t, sizeof t);
+    m->residual = interpolation_residual(bytes, t, NS);
     if (verbose && comm_rank() == 0) {
       char b[32];
-      printf("profile: %-14s %5.1f us at 1 KiB, %6.2f GB/s at %s; table of %d sizes, within %.0f%% "
-             "between sizes (one latency+bandwidth line: within %.0f%%)\n", names[k], 1e6 * t[0],
-             bytes[NS - 1] / t[NS - 1] / 1e9, format_bytes(bytes[NS - 1], b), NS, 100 * c->residual,
-             100 * line.residual);
+      printf("profile: %-14s %s: %5.1f us at 1 KiB, %6.2f GB/s at %s; table of %d sizes, within "
+             "%.0f%% between sizes (one latency+bandwidth line: within %.0f%%)\n", names[k], what,
+             1e6 * t[0], bytes[NS - 1] / t[NS - 1] / 1e9, format_bytes(bytes[NS - 1], b), NS,
+             100 * m->residual, 100 * line.residual);
     }
   }
   bk->release(buf, 2 * maxn * sizeof(float));
   return 0;
+}
+
+/* Measures the collectives: on one host (or hosts of one rank each, or of unequal or
+** non-consecutive ranks) one level over the world; on H ranks per host, 1 < H < N, the
+** intra-host level on comm_host() and the inter-host level on comm_across(H). Sets the ranks
+** per host and the levels' measured rank counts. */
+static int profile_collectives(DeviceInfo* dev, const Backend* bk, int verbose) {
+  int N = comm_size(), H = comm_ranks_per_host();
+  char what[64];
+  dev->ranks_per_host = H >= 1 ? H : N;
+  if (N == 1) {
+    for (int k = 0; k < COLL_COUNT; k++) dev->coll[k] = (CollectiveModel){.latency_s = 0, .bandwidth_Bps = 1e15};
+    return 0;
+  }
+  if (H > 1 && H < N) {
+    snprintf(what, sizeof what, "within hosts (%d ranks)", H);
+    dev->coll_ranks = H;
+    if (profile_level(comm_host(), what, dev->coll, bk, verbose)) return -1;
+    snprintf(what, sizeof what, "between hosts (%d ranks)", N / H);
+    dev->inter_ranks = N / H;
+    for (int k = 0; k < COLL_COUNT; k++) dev->inter_given[k] = 1;
+    return profile_level(comm_across(H), what, dev->inter, bk, verbose);
+  }
+  if (verbose && comm_rank() == 0) {
+    if (H == N)
+      printf("profile: one host: the inter-host level was not measured and is taken as the "
+             "intra-host level (osdp plan --ranks-per-host H --inter-bandwidth B --inter-latency S "
+             "describes one)\n");
+    else
+      printf("profile: %s: one level measured over the world\n",
+             H == 1 ? "one rank per host" : "hosts with unequal or non-consecutive ranks");
+  }
+  snprintf(what, sizeof what, "over the world (%d ranks)", N);
+  dev->coll_ranks = N;
+  return profile_level(comm_world(), what, dev->coll, bk, verbose);
 }
 
 /* The matrix-product GFLOP/s at the model's MLP shape on the slowest rank (a stand-in FLOP rate
@@ -271,10 +313,20 @@ static double replay_exposed(const GptDesc* d, const DeviceInfo* dev, const Plan
   return plan_cost(d, dev, p, &c) ? 0 : c.exposed_s[kind];
 }
 
+/* The table plan p's collectives of `kind` run on: the level of its first sharded op's group
+** for a sharded kind (the calibration plans shard every op alike), else the world's. */
+static CollectiveModel* plan_model(DeviceInfo* dev, const Plan* p, int kind) {
+  int G = dev->ranks;
+  for (int i = 0; kind != COLL_ALLREDUCE && i < p->nops; i++)
+    if (p->ops[i].strat[0] != STRAT_DP) { G = plan_op_group(p, i); break; }
+  int level = device_group_shape(dev, G).level;
+  return level == LINK_INTER && dev->inter_given[kind] ? &dev->inter[kind] : &dev->coll[kind];
+}
+
 /* Sets the overlap rate of collective `kind` to the one in [0, 1] at which the replay of plan p
 ** waits `measured` seconds for it (bisection: the wait falls as the rate rises). */
 static void fit_overlap(const GptDesc* d, DeviceInfo* dev, const Plan* p, int kind, double measured) {
-  CollectiveModel* c = &dev->coll[kind];
+  CollectiveModel* c = plan_model(dev, p, kind);
   double lo = 0, hi = 1;
   for (int it = 0; it < 30; it++) {
     c->overlap = 0.5 * (lo + hi);
@@ -287,7 +339,7 @@ static void fit_overlap(const GptDesc* d, DeviceInfo* dev, const Plan* p, int ki
 ** it: more than the table predicts -> in_step = the ratio (slower inside a step), overlap 0;
 ** less -> in_step 1 and the overlap at which the replay hides the difference. */
 static void calibrate(const GptDesc* d, DeviceInfo* dev, const Plan* p, int kind, double measured) {
-  CollectiveModel* c = &dev->coll[kind];
+  CollectiveModel* c = plan_model(dev, p, kind);
   c->in_step = 1;
   c->overlap = 0;
   double alone = replay_exposed(d, dev, p, kind);
@@ -317,7 +369,7 @@ static int profile_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* 
   Plan p;
   for (int j = 0; j < np; j++) { /* all-reduce: median over the micro-batches of measured/replay */
     if (profile_plan(d, STRAT_DP, pts->B[j], o->seq, 1, &p)) return -1;
-    dev->coll[COLL_ALLREDUCE].in_step = 1;
+    plan_model(dev, &p, COLL_ALLREDUCE)->in_step = 1;
     double alone = replay_exposed(d, dev, &p, COLL_ALLREDUCE);
     ratio[j] = alone > 0 ? pts->m[j].wait_s[COMM_ALLREDUCE] / alone : 1;
     plan_free(&p);
@@ -344,11 +396,29 @@ static int profile_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* 
   }
   plan_free(&p);
   if (rc) osdp_clear_error(); /* zero3 does not run here: keep the table's times */
+  int H = device_ranks_per_host(dev);
+  if (H > 1 && H < N && profile_plan(d, STRAT_ZERO3, B, o->seq, 1, &p) == 0) {
+    /* Several hosts: zero3 sharded within each host calibrates the intra-host level. */
+    plan_set_group(&p, H);
+    if (planner_measure_plan(d, &p, o->backend, o->threads, 0, steps, &m, NULL) == 0) {
+      calibrate(d, dev, &p, COLL_ALLGATHER, m.wait_s[COMM_ALLGATHER]);
+      calibrate(d, dev, &p, COLL_REDUCE_SCATTER, m.wait_s[COMM_REDUCE_SCATTER]);
+    } else {
+      osdp_clear_error();
+    }
+    plan_free(&p);
+  }
+  const CollectiveModel *ar = device_link(dev, LINK_INTER, COLL_ALLREDUCE),
+                        *ag = device_link(dev, LINK_INTER, COLL_ALLGATHER),
+                        *rs = device_link(dev, LINK_INTER, COLL_REDUCE_SCATTER);
   if (o->verbose && comm_rank() == 0)
-    printf("profile: inside steps vs alone: all-reduce x%.2f, all-gather x%.2f, reduce-scatter x%.2f; "
+    printf("profile: inside steps vs alone%s: all-reduce x%.2f, all-gather x%.2f, reduce-scatter x%.2f; "
            "beside compute: all-reduce %.0f%%, prefetched all-gather %.0f%% (micro-batch %d)\n",
-           dev->coll[0].in_step, dev->coll[1].in_step, dev->coll[2].in_step,
-           100 * dev->coll[0].overlap, 100 * dev->coll[1].overlap, B);
+           H < N ? " (between hosts)" : "", ar->in_step, ag->in_step, rs->in_step,
+           100 * ar->overlap, 100 * ag->overlap, B);
+  if (o->verbose && comm_rank() == 0 && H > 1 && H < N)
+    printf("profile: inside steps vs alone (within hosts): all-gather x%.2f, reduce-scatter x%.2f\n",
+           dev->coll[COLL_ALLGATHER].in_step, dev->coll[COLL_REDUCE_SCATTER].in_step);
   return 0;
 }
 

@@ -277,6 +277,7 @@ static int best_to_plan(const Search* s, const Best* b, Plan* out) {
     out->ops[op] = s->cls[s->op_class[op]].cfg[b->choice[i]].plan;
   }
   plan_set_recompute(out, s->R);
+  out->reduce_dtype = s->o.reduce_dtype == REDUCE_BF16 ? REDUCE_BF16 : REDUCE_FP32;
   return 0;
 }
 
@@ -438,20 +439,16 @@ static void insert_batch(BatchBest* v, int* n, const BatchBest* b) {
   (*n)++;
 }
 
-/* Searches every micro-batch that fits, largest first, skipping those whose bound cannot
-** reach the keep-th best found; per micro-batch every recompute count worth it (see
-** search_counts). Writes the found ones into out[0..*nout) (fastest first by the search
-** model); *min_bytes as planner_search. */
-int search_batches(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int keep,
-                   BatchBest** out, int* nout, size_t* min_bytes) {
+/* Searches every micro-batch that fits with one reduce dtype (o's, not auto), largest first,
+** skipping those whose bound cannot reach the keep-th best found; per micro-batch every
+** recompute count worth it (see search_counts). Writes the found ones into out[0..*nout)
+** (fastest first by the search model); *min_bytes as planner_search. */
+static int search_batches_of(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
+                             int keep, BatchBest** out, int* nout, size_t* min_bytes) {
   Driver x = {.d = d, .dev = dev, .o = normalized_options(d, o)};
   *out = NULL;
   *nout = 0;
   *min_bytes = (size_t)-1;
-  if (device_validate(dev, "device")) return -1;
-  if (x.o.seq > d->cfg.max_seq)
-    return osdp_fail("planner: seq %d exceeds the model's max_seq %d; lower --seq", x.o.seq,
-                     d->cfg.max_seq);
   x.flags = malloc((size_t)(d->cfg.n_layer > 0 ? d->cfg.n_layer : 1) * sizeof *x.flags);
   int* rs = malloc(((size_t)x.o.max_recompute + 1) * sizeof *rs);
   int rc = x.flags && rs ? fixed_bytes(&x) : osdp_fail("out of memory"), Rmin = 0;
@@ -478,6 +475,59 @@ int search_batches(const GptDesc* d, const DeviceInfo* dev, const SearchOptions*
   *nout = n;
   free(rs);
   free(x.flags);
+  return rc;
+}
+
+/* The search model's samples/s of b as auto compares plans: bf16 plans count
+** REDUCE_BF16_MIN_GAIN slower (they must gain that much to be chosen). */
+static double handicapped_sps(const BatchBest* b) {
+  return b->plan.reduce_dtype == REDUCE_BF16 ? b->sps / (1 + REDUCE_BF16_MIN_GAIN) : b->sps;
+}
+
+/* Orders BatchBest entries by handicapped_sps, fastest first (ties: less memory). */
+static int cmp_batch(const void* a, const void* b) {
+  const BatchBest *x = a, *y = b;
+  double sx = handicapped_sps(x), sy = handicapped_sps(y);
+  if (sx != sy) return sx > sy ? -1 : 1;
+  return x->peak < y->peak ? -1 : x->peak > y->peak;
+}
+
+int search_batches(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int keep,
+                   BatchBest** out, int* nout, size_t* min_bytes) {
+  *out = NULL;
+  *nout = 0;
+  *min_bytes = (size_t)-1;
+  if (device_validate(dev, "device")) return -1;
+  SearchOptions so = normalized_options(d, o);
+  if (so.seq > d->cfg.max_seq)
+    return osdp_fail("planner: seq %d exceeds the model's max_seq %d; lower --seq", so.seq,
+                     d->cfg.max_seq);
+  if (so.shard_group > 0 && (so.shard_group > dev->ranks || dev->ranks % so.shard_group))
+    return osdp_fail("planner: shard group %d must divide the %d ranks (the ranks a sharded "
+                     "slice is sharded over, e.g. the ranks per host)", so.shard_group, dev->ranks);
+  if (so.reduce_dtype != SEARCH_REDUCE_AUTO) return search_batches_of(d, dev, &so, keep, out, nout, min_bytes);
+  /* auto: both dtypes, merged; a bf16 plan must be REDUCE_BF16_MIN_GAIN faster to come first. */
+  BatchBest *v32 = NULL, *v16 = NULL;
+  int n32 = 0, n16 = 0;
+  so.reduce_dtype = REDUCE_FP32;
+  int rc = search_batches_of(d, dev, &so, keep, &v32, &n32, min_bytes);
+  so.reduce_dtype = REDUCE_BF16;
+  size_t m16;
+  if (!rc) rc = search_batches_of(d, dev, &so, keep, &v16, &n16, &m16);
+  BatchBest* v = rc ? NULL : malloc((size_t)(n32 + n16 + 1) * sizeof *v);
+  if (!rc && !v) rc = osdp_fail("out of memory");
+  if (!rc) {
+    memcpy(v, v32, (size_t)n32 * sizeof *v);
+    memcpy(v + n32, v16, (size_t)n16 * sizeof *v);
+    qsort(v, (size_t)(n32 + n16), sizeof *v, cmp_batch);
+    *out = v;
+    *nout = n32 + n16;
+    free(v32);
+    free(v16);
+  } else {
+    batches_free(v32, n32);
+    batches_free(v16, n16);
+  }
   return rc;
 }
 

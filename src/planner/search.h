@@ -29,7 +29,22 @@ typedef struct SearchOptions {
                              ** -1 (the default) any number up to all, 0 none, R at most R */
   int min_recompute;         /* fewest layers that recompute (0, the default: no minimum);
                              ** min = max fixes the count (osdp plan --recompute N) */
+  int shard_group;           /* 0 (the default): each op's shard group G is chosen with the
+                             ** rest, among planner_shard_groups; G (dividing the ranks): every
+                             ** sharded slice shards over groups of G ranks */
+  int reduce_dtype;          /* the element type of gradient reductions: REDUCE_FP32 (the
+                             ** default), REDUCE_BF16, or SEARCH_REDUCE_AUTO: the planner
+                             ** searches both and keeps bf16 for a plan only where the replay
+                             ** finds it at least REDUCE_BF16_MIN_GAIN faster */
 } SearchOptions;
+
+/* SearchOptions.reduce_dtype: the planner chooses per plan. */
+#define SEARCH_REDUCE_AUTO (-1)
+/* The least relative step-time gain for which auto chooses bf16 reductions (they round the
+** gradients; fp32 is kept where they buy little). */
+#define REDUCE_BF16_MIN_GAIN 0.01
+/* Most shard groups a search considers per op. */
+#define PLANNER_MAX_GROUPS 64
 
 /* One way to run one operator: its slices and strategies with their costs. */
 typedef struct OpConfig {
@@ -56,8 +71,15 @@ typedef struct PlannerStats {
 } PlannerStats;
 
 /* Fills o with the defaults: sequence seq, max_batch 512, max_slices 8, all strategies, any
-** number of recomputed layers. */
+** number of recomputed layers, shard groups chosen, fp32 reductions. */
 void planner_default_options(SearchOptions* o, int seq);
+
+/* The shard groups a search gives an op's sharded slices a choice of (ascending), into out
+** (room for PLANNER_MAX_GROUPS): o->shard_group when set; else the divisors G of the ranks N
+** that keep a group within one host (G <= H dividing H, G > 1) or span whole hosts (G a
+** multiple of H), always H and N (N alone on one rank). With more than PLANNER_MAX_GROUPS, the
+** smallest ones are left out (not H). Returns their count (>= 1). */
+int planner_shard_groups(const DeviceInfo* dev, const SearchOptions* o, int* out);
 
 /* The non-dominated configurations of op at micro-batch B (no other has <= memory, <=
 ** transient and <= time, one strictly) under the options, with their exact costs when the
@@ -79,20 +101,24 @@ int planner_search(const GptDesc* d, const DeviceInfo* dev, const SearchOptions*
 /* A plan worth running, with its replayed cost and where it came from. */
 typedef struct Candidate {
   Plan plan;
-  PlanCost cost;       /* plan_cost of plan (prefetch decided) */
+  PlanCost cost;       /* plan_cost of plan (prefetch, overlap_reduce, reduce dtype decided) */
   char origin[32];     /* "search B=7", "search B=4 R=12", "search unsplit", "search R=0",
-                       ** "ddp", "zero2", "zero3", "zero3 R=40" (R: layers recomputed) */
+                       ** "ddp", "zero2", "zero3", "zero3 R=40" (R: layers recomputed),
+                       ** "zero2 G=8" (a hybrid uniform plan: shard groups of 8) */
   int uniform;         /* the Strategy of a uniform baseline, or -1 for the search's plans */
+  int uniform_group;   /* a uniform baseline's shard group: 0 over the world, else G */
 } Candidate;
 
 /* The best distinct plans, fastest first by plan_cost: the search's best plan of each
 ** micro-batch (each with its recompute count), the best unsplit one, the best one without
-** recomputation (when recomputation is allowed and any plan fits without), and the best
-** uniform ddp / zero2 / zero3 plans (planner_best_uniform); each with zero3 prefetch on where
-** it fits and the replay says it is faster. At most max (>= 1) are written to out: every
-** uniform plan that fits, and the fastest others in the remaining places (caller frees each
-** plan with plan_free); returns their count (>= 1), or -1 as planner_search (min_bytes,
-** search_s as there). */
+** recomputation (when recomputation is allowed and any plan fits without), the best uniform
+** ddp / zero2 / zero3 plans over the world and, on several hosts, the hybrid uniform zero2 /
+** zero3 plans sharded within each host (planner_best_uniform_group with G = H); each with
+** zero3 prefetch and overlap_reduce on where they fit and the replay says they are faster
+** (and, with SEARCH_REDUCE_AUTO, bf16 reductions where they gain REDUCE_BF16_MIN_GAIN). At
+** most max (>= 1) are written to out: every uniform plan that fits, and the fastest others in
+** the remaining places (caller frees each plan with plan_free); returns their count (>= 1), or
+** -1 as planner_search (min_bytes, search_s as there). */
 int planner_candidates(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
                        Candidate* out, int max, size_t* min_bytes, double* search_s);
 
@@ -100,11 +126,16 @@ int planner_candidates(const GptDesc* d, const DeviceInfo* dev, const SearchOpti
 PlannerStats planner_last_stats(void);
 
 /* Best micro-batch (up to o->max_batch) by plan_cost for the uniform unsplit plan of strategy
-** s, each micro-batch with the fewest recomputed layers (up to o->max_recompute) at which it
-** fits: more would only be slower. Fills *out (caller plan_free's it; its first R layers
-** recompute) and *cost; returns 0, or -1 (with an error) if it fits at no micro-batch. */
+** s over the world, each micro-batch with the fewest recomputed layers (up to
+** o->max_recompute) at which it fits: more would only be slower. Its gradients are reduced in
+** o's reduce dtype (fp32 when auto); prefetch and overlap_reduce off. Fills *out (caller
+** plan_free's it; its first R layers recompute) and *cost; returns 0, or -1 (with an error) if
+** it fits at no micro-batch. */
 int planner_best_uniform(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
                          Strategy s, Plan* out, PlanCost* cost);
+/* The same with every op's shard group G (dividing the ranks; G = N: planner_best_uniform). */
+int planner_best_uniform_group(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
+                               Strategy s, int G, Plan* out, PlanCost* cost);
 
 /* A few words (for a table column) on why op of plan p has sharded slices: the bytes sharding
 ** saves, then what replicating just this op (one dp slice, replayed by plan_cost) would do:

@@ -25,10 +25,10 @@ typedef struct ConfigList {
 /* The options with defaults filled in, seq defaulting to the model's max_seq (configs.c). */
 SearchOptions normalized_options(const GptDesc* d, const SearchOptions* in);
 
-/* Enumerates and prunes op's configurations at micro-batch B (dp exposure `exposure`) with the
-** per-layer recompute flags (NULL: none) into l; -1 on failure (configs.c). */
+/* Enumerates and prunes op's configurations at micro-batch B (reduce dtype and exposures in
+** base) with the per-layer recompute flags (NULL: none) into l; -1 on failure (configs.c). */
 int op_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int op, int B,
-               double exposure, const int* recompute, ConfigList* l);
+               const SliceContext* base, const int* recompute, ConfigList* l);
 
 /* ---- classes.c: classes of identical operators, caps, recompute counts: the Search ----- */
 
@@ -51,7 +51,7 @@ typedef struct ClassPool {
   const DeviceInfo* dev;
   SearchOptions o;
   int B;
-  double exposure;      /* dp all-reduce exposure at B (cost_dp_exposure) */
+  SliceContext base;    /* o's reduce dtype and the exposures at B (cost_exposures) */
   OpClass* cls;         /* owns the configurations */
   int ncls;
   int* plain;           /* [nops]: class of each op when its layer does not recompute (-1: none) */
@@ -78,7 +78,6 @@ typedef struct Search {
   int ncls;
   size_t* taus;         /* distinct feasible transient caps, ascending */
   int ntaus;
-  double exposure;      /* dp all-reduce exposure at B (cost_dp_exposure) */
   size_t batch_bytes;   /* activations (first R layers recomputed) and scratch at B */
   double compute_s;     /* unsplit compute, overhead, norm all-reduce, recomputed forwards */
 } Search;
@@ -192,7 +191,9 @@ typedef struct BatchBest {
 
 /* Searches every micro-batch that fits, largest first, skipping those whose bound cannot reach
 ** the keep-th best found; writes the found ones into *out (malloc'ed, *nout entries, fastest
-** first by the search model; free with batches_free); *min_bytes as planner_search (search.c). */
+** first by the search model; free with batches_free); *min_bytes as planner_search. With
+** SEARCH_REDUCE_AUTO, the lists of both reduce dtypes merged, a bf16 plan ranked as if
+** REDUCE_BF16_MIN_GAIN slower (search.c). */
 int search_batches(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int keep,
                    BatchBest** out, int* nout, size_t* min_bytes);
 
