@@ -40,6 +40,12 @@ for N in 1 2 3 4 6; do
   # Hybrid: 4 ranks as 2 groups of 2, 6 ranks as 3 groups of 2.
   [ $N = 4 ] || [ $N = 6 ] && plans+=("zero3:--shard-group 2" "zero2:--shard-group 2 --overlap-reduce"
                                       "zero3:--shard-group 2 --overlap-reduce --prefetch")
+  # The tied wte's two gradient uses back to back among sharded uses (every other op dp), in
+  # flight one after the other with overlap_reduce.
+  if [ $N = 4 ]; then
+    printf '{"model": {"name": "odd", "n_layer": 2, "n_embd": 36, "n_head": 3, "vocab_size": 61, "max_seq": 32}, "world_size": 4, "micro_batch": %d, "seq_len": 20, "overlap_reduce": true, "ops": [{"name": "embed", "slices": ["zero3"], "shard_group": 2}]}\n' $B > "$work/tied4.json"
+    plans+=("$work/tied4.json")
+  fi
   for s in 1 2; do
     "$tool" random "$model" $N $B 20 $((N * 10 + s)) "$work/rand$N-$s.json" && plans+=("$work/rand$N-$s.json")
   done

@@ -111,10 +111,12 @@ static void* hook_acquire_grad(void* ctx, int owner, int slice) {
 /* A sharded slice's reduce-scatter of this use has landed in its shard: frees the full gradient
 ** and, after the slice's last use of the step, starts the shard's all-reduce across groups
 ** (hybrid plans; a no-op when the slice is sharded over the whole world). */
-static void reduced(Engine* e, SliceState* s) {
-  arena_free(&e->arena, s->gfull);
-  s->gfull = NULL;
-  if (s->bwd_done == s->bwd_uses && comm_size_of(s->across) > 1)
+static void reduced(Engine* e, SliceState* s, float* full) {
+  arena_free(&e->arena, full);
+  if (s->gfull == full) s->gfull = NULL;
+  /* Counted by landings, not by uses done: with overlap_reduce the last use can be done while an
+  ** earlier use's reduce-scatter is still adding into the shard. */
+  if (++s->reduced_uses == s->bwd_uses && comm_size_of(s->across) > 1)
     comm_iallreduce_f32(s->across, s->g, s->shard, e->reduce_dtype, &s->across_req);
 }
 
@@ -122,8 +124,9 @@ static void reduced(Engine* e, SliceState* s) {
 static void finish_reducing(Engine* e) {
   if (!e->reducing) return;
   comm_wait(&e->reducing_req);
-  reduced(e, e->reducing);
+  reduced(e, e->reducing, e->reducing_buf);
   e->reducing = NULL;
+  e->reducing_buf = NULL;
 }
 
 /* A use of a slice's gradient is complete: sharded slices reduce-scatter it into the rank's
@@ -138,12 +141,15 @@ static void hook_release_grad(void* ctx, int owner, int slice) {
       finish_reducing(e);
       comm_ireduce_scatter_add_f32(s->group, s->gfull, s->g, s->shard, e->reduce_dtype,
                                    &e->reducing_req);
+      /* The request owns this use's full gradient now (the slice's next use gets its own). */
       e->reducing = s;
+      e->reducing_buf = s->gfull;
+      s->gfull = NULL;
       if (!e->reducing_req.active) finish_reducing(e); /* a group of one: already done */
       return;
     }
     comm_reduce_scatter_add_f32(s->group, s->gfull, s->g, s->shard, e->reduce_dtype);
-    reduced(e, s);
+    reduced(e, s, s->gfull);
     return;
   }
   if (++s->bwd_done < s->bwd_uses) return;
@@ -385,6 +391,7 @@ static void zero_grads(Engine* e) {
     for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++) {
       SliceState* s = &e->slices[opi][i];
       s->bwd_done = 0;
+      s->reduced_uses = 0;
       if (s->strat != STRAT_DP) e->bk->zero(s->g, s->shard * sizeof(float));
     }
 }

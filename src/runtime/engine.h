@@ -45,6 +45,7 @@ typedef struct SliceState {
   float* gathered;  /* zero3 while acquired: the full weight */
   float* gfull;     /* zero2/zero3 while acquired: the full gradient */
   int bwd_uses, bwd_done;  /* gradient uses per step (from the schedule; 2 for the tied wte), done so far */
+  int reduced_uses;        /* sharded: uses whose reduce-scatter has landed in the shard */
   int bucket;              /* dp: bucket index */
   Comm* group;             /* sharded: the ranks the slice is sharded over (plan_op_group) */
   Comm* across;            /* sharded: the ranks holding the same shard (one per group) */
@@ -81,6 +82,7 @@ typedef struct Engine {
   CommRequest pending_req;
   /* With plan.overlap_reduce: the sharded slice whose gradient reduce-scatter is in flight. */
   SliceState* reducing;
+  float* reducing_buf;     /* its full gradient, freed when the reduce-scatter lands */
   CommRequest reducing_req;
   CommDtype reduce_dtype;  /* plan.reduce_dtype as comm's element type */
   MemPrediction predicted;
