@@ -66,15 +66,21 @@ int cmd_bench(int argc, char** argv) {
   int sync_clock = opt.backend && opt.backend->device_memory;
   if (!sync_clock) engine_time_ops(&e, op_s);
   comm_reset_stats();
-  double total = 0, worst = 0;
+  double total = 0, worst = 0, optim = 0;
+  double* step_s = calloc((size_t)steps, sizeof(double));
+  if (!step_s) { fprintf(stderr, "osdp: error: out of host memory\n"); comm_abort(2); }
   for (long s = 1; s <= steps; s++) {
     random_batch(&e, &d, &p, s);
     comm_barrier();
     engine_step(&e, (long)comm_size() * p.micro_batch * p.seq, &sr);
     double t = comm_allreduce_max_f64(sr.seconds);
+    step_s[s - 1] = t;
     total += t;
+    optim += sr.optim_seconds;
     if (t > worst) worst = t;
   }
+  double median_ms = 1e3 * median_of(step_s, (int)steps);
+  free(step_s);
   CommStats cs = comm_stats();
   if (sync_clock) {
     engine_time_ops(&e, op_s);
@@ -97,17 +103,18 @@ int cmd_bench(int argc, char** argv) {
              "\"threads\":%d,\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,\"gflops_per_rank\":%.2f,"
              "\"sgemm_gflops\":%.2f,\"ratio\":%.4f,\"peak_bytes\":%.0f,\"predicted_peak_bytes\":%zu,"
              "\"comm_s_per_step\":%.4f,\"recompute_layers\":%d,\"device\":\"%s\",\"tf32\":\"%s\","
-             "\"precision\":\"fp32\",\"flops_per_token\":%.0f}\n",
+             "\"precision\":\"fp32\",\"flops_per_token\":%.0f,\"median_ms_per_step\":%.3f,"
+             "\"optimizer_ms_per_step\":%.3f}\n",
              d.cfg.name, args_get(&a, "plan", "ddp"), comm_size(), p.micro_batch, p.seq, opt.threads,
              ms, tokens / (ms / 1e3), gflops, ref, ref > 0 ? gflops / ref : 0, peak_max, e.predicted.peak,
              comm_s / steps, plan_recompute_count(&p), bk->name, args_get(&a, "tf32", "on"),
-             flops / (double)BT);
+             flops / (double)BT, median_ms, 1e3 * optim / steps);
     } else {
       printf("osdp bench: %s, plan %s, %d rank(s) x micro-batch %d x seq %d, %d thread(s) per rank, "
              "%d of %d layers recompute\n", d.cfg.name, args_get(&a, "plan", "ddp"), comm_size(),
              p.micro_batch, p.seq, opt.threads, plan_recompute_count(&p), p.nlayers);
-      printf("  %.1f ms/step (slowest %.1f), %.1f tokens/s global, %.1f GFLOP/s per rank\n", ms,
-             1e3 * worst, tokens / (ms / 1e3), gflops);
+      printf("  %.1f ms/step (median %.1f, slowest %.1f), %.1f tokens/s global, %.1f GFLOP/s per "
+             "rank\n", ms, median_ms, 1e3 * worst, tokens / (ms / 1e3), gflops);
       if (bk == backend_cpu())
         printf("  sgemm at %d x %d x %d (OpenBLAS kernel %s): %.1f GFLOP/s -> step reaches %.0f%% of sgemm\n",
                BT, d.cfg.padded_vocab, d.cfg.n_embd, kernels_blas_core(), ref, 100 * gflops / ref);
@@ -125,7 +132,12 @@ int cmd_bench(int argc, char** argv) {
       for (int k = 0; k < 7; k++) accounted += per_kind[k];
       for (int k = 0; k < 7; k++)
         if (per_kind[k] > 0) printf("    %-10s %8.1f\n", kinds[k], 1e3 * per_kind[k] / steps);
-      printf("    %-10s %8.1f (optimizer, gradient sync, zeroing)\n", "other", ms - 1e3 * accounted / steps);
+      /* rank 0's AdamW (and zero2's gathers of updated shards), then the rest: the wait for the
+      ** gradient all-reduces, the gradient norm, zeroing and the step's bookkeeping */
+      printf("    %-10s %8.1f (AdamW, zero2's gathers of the updated shards)\n", "optimizer",
+             1e3 * optim / steps);
+      printf("    %-10s %8.1f (gradient sync, norm, zeroing)\n", "other",
+             ms - 1e3 * (accounted + optim) / steps);
     }
   }
   free(op_s);

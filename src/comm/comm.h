@@ -76,9 +76,10 @@ void comm_allgather_f32(float* full, size_t shard_n);
 void comm_allgather_into_f32(const float* shard, float* full, size_t shard_n);
 /* Starts gathering each rank's shard into full; neither may be touched until comm_wait. */
 void comm_iallgather_into_f32(const float* shard, float* full, size_t shard_n, CommRequest* r);
-/* Sums full[0..N*shard_n) across ranks and ADDS rank r's part (elements r*shard_n ..) into
-** shard_acc[0..shard_n). full is used as a work buffer and is clobbered. */
-void comm_reduce_scatter_add_f32(float* full, float* shard_acc, size_t shard_n);
+/* Sums full[0..N*shard_n) across ranks and ADDS (accumulate) or writes (!accumulate) rank r's
+** part (elements r*shard_n ..) into shard[0..shard_n). full is used as a work buffer and is
+** clobbered. */
+void comm_reduce_scatter_f32(float* full, float* shard, size_t shard_n, int accumulate);
 /* Sum of one double across ranks. */
 double comm_allreduce_f64(double x);
 /* Sum of n doubles in place across ranks. */

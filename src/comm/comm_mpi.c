@@ -253,13 +253,25 @@ void comm_iallgather_into_f32(const float* shard, float* full, size_t shard_n, C
   r->bytes = 4.0 * (double)shard_n * g_size;
 }
 
-void comm_reduce_scatter_add_f32(float* full, float* shard_acc, size_t shard_n) {
+/* Adds (accumulate) or copies this rank's reduced part, src[0..n), into shard. */
+static void shard_result(float* shard, const float* src, size_t n, int accumulate) {
+  if (accumulate) {
+    if (g_bk) g_bk->f32->accumulate(shard, src, n);
+    else for (size_t i = 0; i < n; i++) shard[i] += src[i];
+  } else if (g_bk) {
+    g_bk->copy(shard, src, n * sizeof(float));
+  } else {
+    memcpy(shard, src, n * sizeof(float));
+  }
+}
+
+void comm_reduce_scatter_f32(float* full, float* shard, size_t shard_n, int accumulate) {
   double t0 = now_seconds();
   size_t shard_bytes = shard_n * sizeof(float);
   if (g_nccl && g_size > 1) {
     /* NCCL in place: this rank's result lands at its own part of the buffer. */
     comm_nccl_reduce_scatter(full, shard_n);
-    g_bk->f32->accumulate(shard_acc, full + shard_n * (size_t)g_rank, shard_n);
+    shard_result(shard, full + shard_n * (size_t)g_rank, shard_n, accumulate);
     count(COMM_REDUCE_SCATTER, t0, 4.0 * (double)shard_n * g_size);
     return;
   }
@@ -271,8 +283,7 @@ void comm_reduce_scatter_add_f32(float* full, float* shard_acc, size_t shard_n) 
                              MPI_COMM_WORLD);
     if (g_staged) g_bk->to_device(full, host, shard_bytes);
   }
-  if (g_bk) g_bk->f32->accumulate(shard_acc, full, shard_n);
-  else for (size_t i = 0; i < shard_n; i++) shard_acc[i] += full[i];
+  shard_result(shard, full, shard_n, accumulate);
   /* The accumulation counts as part of the collective (profiled the same way). */
   if (g_size > 1) count(COMM_REDUCE_SCATTER, t0, 4.0 * (double)shard_n * g_size);
 }

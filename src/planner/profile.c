@@ -43,7 +43,7 @@ static double time_collective(int kind, float* buf, float* shard, size_t n, int 
     double t0 = now_seconds();
     if (kind == COLL_ALLREDUCE) comm_allreduce_f32(buf, n);
     else if (kind == COLL_ALLGATHER) comm_allgather_into_f32(shard, buf, sh);
-    else comm_reduce_scatter_add_f32(buf, shard, sh);
+    else comm_reduce_scatter_f32(buf, shard, sh, 1);
     double t = comm_allreduce_max_f64(now_seconds() - t0);
     if (r > 0 && t < best) best = t;
   }
