@@ -2,8 +2,8 @@
 ** bench_kernels.c: throughput of the fp32 attention and matmul kernels at GPT-2 124M shapes
 ** (B=4, T=256, C=768, NH=12; attention also at B=1, T=1024), compared with raw cblas_sgemm,
 ** for 1 and 2 threads. Not part of CTest. Build from the repository root with
-**   gcc -std=c11 -O3 -march=x86-64-v2 -fopenmp -D_DEFAULT_SOURCE -Isrc -I/usr/include/cjson
-**     -I/usr/include/x86_64-linux-gnu/openblas-openmp src/kernels/cpu_kernels*.c
+**   gcc -std=c11 -O3 -march=native -fno-math-errno -fopenmp -D_DEFAULT_SOURCE -Isrc
+**     -I/usr/include/cjson -I/usr/include/x86_64-linux-gnu/openblas-openmp src/kernels/cpu_kernels*.c
 **     src/core/util.c bench/bench_kernels.c -L/usr/lib/x86_64-linux-gnu/openblas-openmp
 **     -lopenblas -lcjson -lm -o /tmp/bench_kernels
 ** and run /tmp/bench_kernels. On a VM that hides the CPU model OpenBLAS may pick its
@@ -63,7 +63,7 @@ static void run_attention(Bufs* b) {
 /* matmul forward + backward once (K = C, OC = 4C, BT rows). */
 static void run_matmul(Bufs* b) {
   matmul_forward_f32(b->mout, b->inp, C, b->w, b->bias, BT, C, OC, 0);
-  matmul_backward_f32(b->dinp, b->dw, b->dbias, b->mout, b->inp, C, b->w, BT, C, OC);
+  matmul_backward_f32(b->dinp, b->dw, b->dbias, b->mout, b->inp, C, b->w, BT, C, OC, 1);
 }
 
 /* GELU forward + backward on the MLP activation [BT, 4C] (three slices of the logits). */
@@ -79,7 +79,7 @@ static void run_layernorm(Bufs* b) {
   float* mean = b->losses;
   float* rstd = b->losses + BT;
   layernorm_forward_f32(b->out, mean, rstd, b->inp, b->w, b->bias, BT, C);
-  layernorm_backward_f32(b->dinp, b->dw, b->dbias, b->dout, b->inp, b->w, mean, rstd, BT, C);
+  layernorm_backward_f32(b->dinp, b->dw, b->dbias, b->dout, b->inp, b->w, mean, rstd, BT, C, 1);
 }
 
 /* Fused softmax cross-entropy on [BT, Vp] logits (re-randomising them is not needed: the

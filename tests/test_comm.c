@@ -70,10 +70,10 @@ static void check_reductions(Comm* c, const int* members, const char* what) {
       }
       CommDtype t = dt ? COMM_BF16 : COMM_FP32;
       if (blocking) {
-        comm_reduce_scatter_add_f32(c, full, acc, SH, t);
+        comm_reduce_scatter_f32(c, full, acc, SH, t, 1);
       } else {
         CommRequest rq;
-        comm_ireduce_scatter_add_f32(c, full, acc, SH, t, &rq);
+        comm_ireduce_scatter_f32(c, full, acc, SH, t, 1, &rq);
         while (!comm_test(&rq)) {}
       }
       int bad = 0;

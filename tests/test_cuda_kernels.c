@@ -193,16 +193,20 @@ static void test_embed_pos(void) {
   gk->embed_pos_forward(d_out, upload_f(wpe, nw), B, T, C);
   compare("embed_pos_forward", d_out, out, n, TOL);
 
-  float *dwpe = frandn(nw, 1, 0), *dout = frandn(n, 1, 0);
-  float* d_dwpe = upload_f(dwpe, nw);
-  ck->embed_pos_backward(dwpe, dout, B, T, C);
-  gk->embed_pos_backward(d_dwpe, upload_f(dout, n), B, T, C);
-  compare("embed_pos_backward", d_dwpe, dwpe, nw, TOL);
-  free(wpe); free(out); free(dwpe); free(dout);
+  for (int acc = 0; acc <= 1; acc++) { /* overwrite, then accumulate, over random values */
+    float *dwpe = frandn(nw, 1, 0), *dout = frandn(n, 1, 0);
+    float* d_dwpe = upload_f(dwpe, nw);
+    ck->embed_pos_backward(dwpe, dout, B, T, C, acc);
+    gk->embed_pos_backward(d_dwpe, upload_f(dout, n), B, T, C, acc);
+    compare(acc ? "embed_pos_backward accumulate" : "embed_pos_backward", d_dwpe, dwpe, nw, TOL);
+    free(dwpe); free(dout);
+  }
+  free(wpe); free(out);
 }
 
 /* embed_tok forward and backward on a slice of rows (c0, nrows) and on whole rows, with many
-** repeated tokens (including the last column Vp - 1); the backward twice, bit-identical. */
+** repeated tokens (including the last column Vp - 1); the backward twice, bit-identical, and
+** once more overwriting (accumulate = 0) over random values. */
 static void test_embed_tok(void) {
   int shapes[][5] = {/* BT, C, Vp, c0, nrows */ {77, 48, 128, 5, 30}, {1000, 64, 256, 0, 64}};
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -228,12 +232,18 @@ static void test_embed_tok(void) {
 
     float *dt = frandn(nt, 1, 0), *dout = frandn(no, 1, 0);
     float *d_dt = upload_f(dt, nt), *d_dt2 = upload_f(dt, nt), *d_dout = upload_f(dout, no);
-    ck->embed_tok_backward(dt + (size_t)c0 * Vp, dout + c0, C, tok, BT, nrows, Vp);
-    gk->embed_tok_backward(d_dt + (size_t)c0 * Vp, d_dout + c0, C, d_tok, BT, nrows, Vp);
-    gk->embed_tok_backward(d_dt2 + (size_t)c0 * Vp, d_dout + c0, C, d_tok, BT, nrows, Vp);
+    ck->embed_tok_backward(dt + (size_t)c0 * Vp, dout + c0, C, tok, BT, nrows, Vp, 1);
+    gk->embed_tok_backward(d_dt + (size_t)c0 * Vp, d_dout + c0, C, d_tok, BT, nrows, Vp, 1);
+    gk->embed_tok_backward(d_dt2 + (size_t)c0 * Vp, d_dout + c0, C, d_tok, BT, nrows, Vp, 1);
     snprintf(name, sizeof name, "embed_tok_backward BT%d C%d rows %d..%d", BT, C, c0, c0 + nrows);
     compare(name, d_dt, dt, nt, TOL);
     compare_identical(name, d_dt, d_dt2, nt);
+    float* d_dt3 = upload_f(dt, nt);
+    ck->embed_tok_backward(dt + (size_t)c0 * Vp, dout + c0, C, tok, BT, nrows, Vp, 0);
+    gk->embed_tok_backward(d_dt3 + (size_t)c0 * Vp, d_dout + c0, C, d_tok, BT, nrows, Vp, 0);
+    snprintf(name, sizeof name, "embed_tok_backward overwrite BT%d C%d rows %d..%d", BT, C, c0,
+             c0 + nrows);
+    compare(name, d_dt3, dt, nt, TOL);
     free(tok); free(table); free(out); free(dt); free(dout);
   }
 }
@@ -242,8 +252,9 @@ static void test_embed_tok(void) {
 // matmul
 
 /* matmul forward with bias / without, accumulate 0 / 1, on strided inputs (ldinp > K); backward
-** with dinp and dbias present and both NULL (the padding columns of dinp stay untouched, which
-** the comparison of the whole strided buffer checks). */
+** with dinp and dbias present and both NULL, dw and dbias accumulated and overwritten, over
+** random values (the padding columns of dinp stay untouched, which the comparison of the whole
+** strided buffer checks). */
 static void test_matmul(void) {
   int shapes[][4] = {/* BT, K, OC, ldinp */ {37, 50, 70, 64}, {64, 128, 96, 128},
                      {100, 33, 17, 40}, {1, 7, 5, 7}};
@@ -265,16 +276,19 @@ static void test_matmul(void) {
       compare(name, d_out, out, no, TOL);
       free(inp); free(w); free(bias); free(out);
     }
-    for (int optional = 1; optional >= 0; optional--) {
+    for (int variant = 0; variant < 4; variant++) {
+      int optional = !(variant & 1), acc = variant >> 1;
       device_reset();
       float *inp = frandn(ni, 1, 0), *w = frandn(nw, 1, 0), *dout = frandn(no, 1, 0);
       float *dinp = frandn(ni, 1, 0), *dw = frandn(nw, 1, 0), *db = frandn(OC, 1, 0);
       float *d_dinp = upload_f(dinp, ni), *d_dw = upload_f(dw, nw), *d_db = upload_f(db, OC);
       ck->matmul_backward(optional ? dinp : NULL, dw, optional ? db : NULL, dout, inp, ld, w, BT,
-                          K, OC);
+                          K, OC, acc);
       gk->matmul_backward(optional ? d_dinp : NULL, d_dw, optional ? d_db : NULL,
-                          upload_f(dout, no), upload_f(inp, ni), ld, upload_f(w, nw), BT, K, OC);
-      const char* which = optional ? "" : " (dinp, dbias NULL)";
+                          upload_f(dout, no), upload_f(inp, ni), ld, upload_f(w, nw), BT, K, OC,
+                          acc);
+      const char* which = optional ? (acc ? " accumulate" : "")
+                                   : (acc ? " accumulate (dinp, dbias NULL)" : " (dinp, dbias NULL)");
       snprintf(name, sizeof name, "matmul_backward.dw BT%d K%d OC%d%s", BT, K, OC, which);
       compare(name, d_dw, dw, nw, TOL);
       snprintf(name, sizeof name, "matmul_backward.dinp BT%d K%d OC%d ld%d%s", BT, K, OC, ld,
@@ -335,9 +349,9 @@ static void test_layernorm(void) {
     float *d_dout = upload_f(dout, n), *d_m = upload_f(mean, BT), *d_r = upload_f(rstd, BT);
     float *d_dinp = upload_f(dinp, n), *d_dw = upload_f(dw, C), *d_db = upload_f(db, C);
     float *d_dinp2 = upload_f(dinp, n), *d_dw2 = upload_f(dw, C), *d_db2 = upload_f(db, C);
-    ck->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, BT, C);
-    gk->layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_m, d_r, BT, C);
-    gk->layernorm_backward(d_dinp2, d_dw2, d_db2, d_dout, d_inp, d_w, d_m, d_r, BT, C);
+    ck->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, BT, C, 1);
+    gk->layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_m, d_r, BT, C, 1);
+    gk->layernorm_backward(d_dinp2, d_dw2, d_db2, d_dout, d_inp, d_w, d_m, d_r, BT, C, 1);
     snprintf(name, sizeof name, "layernorm_backward.dinp BT%d C%d", BT, C);
     compare(name, d_dinp, dinp, n, TOL);
     compare_identical(name, d_dinp, d_dinp2, n);
@@ -347,6 +361,13 @@ static void test_layernorm(void) {
     snprintf(name, sizeof name, "layernorm_backward.db BT%d C%d", BT, C);
     compare(name, d_db, db, C, TOL);
     compare_identical(name, d_db, d_db2, C);
+    /* the weight and bias gradients overwritten (accumulate = 0) over the values just made */
+    ck->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, BT, C, 0);
+    gk->layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_m, d_r, BT, C, 0);
+    snprintf(name, sizeof name, "layernorm_backward.dw overwrite BT%d C%d", BT, C);
+    compare(name, d_dw, dw, C, TOL);
+    snprintf(name, sizeof name, "layernorm_backward.db overwrite BT%d C%d", BT, C);
+    compare(name, d_db, db, C, TOL);
     free(inp); free(w); free(b); free(out); free(mean); free(rstd);
     free(dout); free(dinp); free(dw); free(db);
   }

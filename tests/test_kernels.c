@@ -10,6 +10,8 @@
 **  3. fp32 vs fp64: each _f32 kernel agrees with its _f64 twin on the same inputs.
 **  4. Determinism: with 2 threads, two runs of the parallel backward kernels are
 **     bit-identical; attention is also bit-identical between 1 and 2 threads.
+**  5. Overwriting: the gradient kernels' accumulate = 0 (the first use of a gradient in a
+**     step) gives the values accumulate = 1 gives on a zeroed buffer, without reading it.
 */
 #include <math.h>
 #include <stdio.h>
@@ -177,7 +179,7 @@ static void test_embed_pos(void) {
   CHECK(ok);
   double* dwpe = dalloc(nw);
   double* g0 = prefill(dwpe, nw);
-  embed_pos_backward_f64(dwpe, c.R, B, T, C);
+  embed_pos_backward_f64(dwpe, c.R, B, T, C, 1);
   subtract(dwpe, g0, nw);
   check_grad("embed_pos.dwpe", pos_objective, &c, c.wpe, dwpe, nw);
 
@@ -186,8 +188,8 @@ static void test_embed_pos(void) {
   double* dwpe64 = dalloc(nw);
   embed_pos_forward_f32(out32, wpe32, B, T, C);
   check_f32("embed_pos_forward", out32, c.out, nout);
-  embed_pos_backward_f32(dwpe32, R32, B, T, C);
-  embed_pos_backward_f64(dwpe64, c.R, B, T, C);
+  embed_pos_backward_f32(dwpe32, R32, B, T, C, 1);
+  embed_pos_backward_f64(dwpe64, c.R, B, T, C, 1);
   check_f32("embed_pos_backward", dwpe32, dwpe64, nw);
   free(wpe32); free(out32); free(R32); free(dwpe32); free(dwpe64);
   free(c.wpe); free(c.out); free(c.R); free(dwpe); free(g0);
@@ -223,7 +225,7 @@ static void test_embed_tok(void) {
   CHECK_MSG(worst == 0, "embed_tok_forward error %.3g", worst);
   double* dt = dalloc(nt);
   double* g0 = prefill(dt, nt);
-  embed_tok_backward_f64(dt + (size_t)c0 * Vp, c.R + c0, C, tok, BT, nrows, Vp);
+  embed_tok_backward_f64(dt + (size_t)c0 * Vp, c.R + c0, C, tok, BT, nrows, Vp, 1);
   subtract(dt, g0, nt);
   check_grad("embed_tok.dtable", tok_objective, &c, c.table, dt, nt);
 
@@ -232,8 +234,8 @@ static void test_embed_tok(void) {
   double* dt64 = dalloc(nt);
   embed_tok_forward_f32(out32 + c0, C, tok, BT, t32 + (size_t)c0 * Vp, nrows, Vp);
   check_f32("embed_tok_forward", out32, c.out, nout);
-  embed_tok_backward_f32(dt32 + (size_t)c0 * Vp, R32 + c0, C, tok, BT, nrows, Vp);
-  embed_tok_backward_f64(dt64 + (size_t)c0 * Vp, c.R + c0, C, tok, BT, nrows, Vp);
+  embed_tok_backward_f32(dt32 + (size_t)c0 * Vp, R32 + c0, C, tok, BT, nrows, Vp, 1);
+  embed_tok_backward_f64(dt64 + (size_t)c0 * Vp, c.R + c0, C, tok, BT, nrows, Vp, 1);
   check_f32("embed_tok_backward", dt32, dt64, nt);
   free(t32); free(out32); free(R32); free(dt32); free(dt64);
   free(c.table); free(c.out0); free(c.out); free(c.R); free(dt); free(g0);
@@ -265,7 +267,7 @@ static void matmul_reference(double* out, const double* inp, int ldinp, const do
 }
 
 /* matmul forward (accumulate 0/1, with and without bias, strided input) and backward
-** (+= semantics, dinp / dbias optional, padding columns of dinp untouched). */
+** (dw, dbias +=, dinp =, dinp / dbias optional, padding columns of dinp untouched). */
 static void test_matmul(void) {
   int BT = 10, K = 18, OC = 13, ld = 23;
   size_t ni = (size_t)BT * ld, nw = (size_t)K * OC, no = (size_t)BT * OC;
@@ -286,11 +288,14 @@ static void test_matmul(void) {
 
   double *dinp = dalloc(ni), *dw = dalloc(nw), *db = dalloc(OC);
   double *gi = prefill(dinp, ni), *gw = prefill(dw, nw), *gb = prefill(db, OC);
-  matmul_backward_f64(dinp, dw, db, c.R, c.inp, ld, c.w, BT, K, OC);
-  subtract(dinp, gi, ni); subtract(dw, gw, nw); subtract(db, gb, OC);
-  int pad_ok = 1;  /* padding columns K..ld-1 of dinp must be untouched */
+  matmul_backward_f64(dinp, dw, db, c.R, c.inp, ld, c.w, BT, K, OC, 1);
+  subtract(dw, gw, nw); subtract(db, gb, OC);
+  int pad_ok = 1;  /* dinp is overwritten, but its padding columns K..ld-1 must be untouched */
   for (int i = 0; i < BT; i++)
-    for (int k = K; k < ld; k++) pad_ok &= dinp[i * ld + k] == 0;
+    for (int k = K; k < ld; k++) {
+      pad_ok &= dinp[i * ld + k] == gi[i * ld + k];
+      dinp[i * ld + k] = 0; /* the padding's true gradient, for the check below */
+    }
   CHECK(pad_ok);
   check_grad("matmul.dinp (ld>K)", matmul_objective, &c, c.inp, dinp, ni);
   check_grad("matmul.dw", matmul_objective, &c, c.w, dw, nw);
@@ -298,7 +303,7 @@ static void test_matmul(void) {
 
   /* dinp == NULL and dbias == NULL are skipped, dw is the same. */
   double* dw2 = dalloc(nw);
-  matmul_backward_f64(NULL, dw2, NULL, c.R, c.inp, ld, c.w, BT, K, OC);
+  matmul_backward_f64(NULL, dw2, NULL, c.R, c.inp, ld, c.w, BT, K, OC, 1);
   CHECK(max_abs_diff(dw2, dw, nw) < 1e-12);
 
   float *i32 = to_f32(c.inp, ni), *w32 = to_f32(c.w, nw), *b32 = to_f32(c.bias, OC);
@@ -308,8 +313,8 @@ static void test_matmul(void) {
   matmul_reference(ref, c.inp, ld, c.w, c.bias, BT, K, OC);
   matmul_forward_f32(o32, i32, ld, w32, b32, BT, K, OC, 0);
   check_f32("matmul_forward", o32, ref, no);
-  matmul_backward_f32(di32, dw32, db32, R32, i32, ld, w32, BT, K, OC);
-  matmul_backward_f64(di64, dw64, db64, c.R, c.inp, ld, c.w, BT, K, OC);
+  matmul_backward_f32(di32, dw32, db32, R32, i32, ld, w32, BT, K, OC, 1);
+  matmul_backward_f64(di64, dw64, db64, c.R, c.inp, ld, c.w, BT, K, OC, 1);
   check_f32("matmul_backward.dinp", di32, di64, ni);
   check_f32("matmul_backward.dw", dw32, dw64, nw);
   check_f32("matmul_backward.dbias", db32, db64, OC);
@@ -355,7 +360,7 @@ static void test_layernorm(void) {
   check_close("layernorm_forward", c.out, ref, n, 1e-13);
   double *dinp = dalloc(n), *dw = dalloc(C), *db = dalloc(C);
   double *gi = prefill(dinp, n), *gw = prefill(dw, C), *gb = prefill(db, C);
-  layernorm_backward_f64(dinp, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, BT, C);
+  layernorm_backward_f64(dinp, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, BT, C, 1);
   subtract(dinp, gi, n); subtract(dw, gw, C); subtract(db, gb, C);
   check_grad("layernorm.dinp", ln_objective, &c, c.inp, dinp, n);
   check_grad("layernorm.dw", ln_objective, &c, c.w, dw, C);
@@ -368,8 +373,8 @@ static void test_layernorm(void) {
   layernorm_forward_f32(o32, m32, r32, x32, w32, b32, BT, C);
   check_f32("layernorm_forward", o32, c.out, n);
   check_f32("layernorm_forward.rstd", r32, c.rstd, BT);
-  layernorm_backward_f32(dx32, dw32, db32, R32, x32, w32, m32, r32, BT, C);
-  layernorm_backward_f64(dx64, dw64, db64, c.R, c.inp, c.w, c.mean, c.rstd, BT, C);
+  layernorm_backward_f32(dx32, dw32, db32, R32, x32, w32, m32, r32, BT, C, 1);
+  layernorm_backward_f64(dx64, dw64, db64, c.R, c.inp, c.w, c.mean, c.rstd, BT, C, 1);
   check_f32("layernorm_backward.dinp", dx32, dx64, n);
   check_f32("layernorm_backward.dw", dw32, dw64, C);
   check_f32("layernorm_backward.db", db32, db64, C);
@@ -564,8 +569,7 @@ static void test_elementwise(void) {
   check_close("gelu_forward", c.out, ref, n, 1e-15);
   double* dx = dalloc(n);
   double* g0 = prefill(dx, n);
-  gelu_backward_f64(dx, c.inp, c.R, n);
-  subtract(dx, g0, n);
+  gelu_backward_f64(dx, c.inp, c.R, n); /* overwrites the prefilled dx */
   check_grad("gelu.dinp", gelu_objective, &c, c.inp, dx, n);
 
   double* db = dalloc(n);
@@ -819,9 +823,9 @@ static void test_determinism(void) {
     res[run][0] = falloc(no);
     res[run][1] = falloc(2 * C);
     layernorm_backward_f32(res[run][0], res[run][1], res[run][1] + C, dout, x, w, mean, rstd,
-                           BT, C);
+                           BT, C, 1);
     res[run][2] = falloc((size_t)C * Vp);
-    embed_tok_backward_f32(res[run][2], dout, C, tok, BT, C, Vp);
+    embed_tok_backward_f32(res[run][2], dout, C, tok, BT, C, Vp, 1);
   }
   CHECK(memcmp(res[0][0], res[1][0], no * sizeof(float)) == 0);
   CHECK(memcmp(res[0][1], res[1][1], 2 * C * sizeof(float)) == 0);
@@ -830,6 +834,92 @@ static void test_determinism(void) {
     for (int k = 0; k < 3; k++) free(res[run][k]);
   free(d); free(x); free(dout); free(out); free(w); free(b); free(mean); free(rstd); free(tok);
   kernels_set_threads(threads_before);
+}
+
+// ----------------------------------------------------------------------------
+// overwriting instead of accumulating
+
+/* Returns n floats set to NaN: what an overwriting kernel must never read. */
+static float* fnan(size_t n) {
+  float* a = falloc(n);
+  for (size_t i = 0; i < n; i++) a[i] = NAN;
+  return a;
+}
+
+/* Whether a[i] == b[i] for every i < n (as numbers: +0 equals -0, NaN equals nothing). */
+static int same_values(const float* a, const float* b, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!(a[i] == b[i])) return 0;
+  return 1;
+}
+
+/* The first gradient use of a step overwrites instead of accumulating (the engine zeroes no
+** gradient): every gradient kernel with accumulate = 0 on a NaN-filled buffer gives exactly
+** what accumulate = 1 gives on a zeroed one, and leaves alone what it must not write (wpe rows
+** >= T, dinp's padding columns); matmul's dinp and GELU's dinp are always overwritten. At
+** sizes that split the work of 1 and 2 threads. */
+static void test_overwrite(void) {
+  int B = 2, T = 9, BT = B * T, C = 150, maxT = 11, Vp = 24, c0 = 5, nrows = 97, OC = 70, ld = 160;
+  int threads_before = kernels_threads();
+  double* d = drandn((size_t)BT * ld + (size_t)BT * 4 * C + 4 * C, 1, 0);
+  float *dout = to_f32(d, (size_t)BT * ld), *x = to_f32(d + (size_t)BT * ld, (size_t)BT * 4 * C);
+  float* w = to_f32(d + (size_t)BT * ld + (size_t)BT * 4 * C, 4 * C);
+  int tok[18];
+  for (int i = 0; i < BT; i++) tok[i] = (int)rng_below(&rng, 6) * 3; /* repeats, gaps */
+  for (int threads = 1; threads <= 2; threads++) {
+    kernels_set_threads(threads);
+    size_t nw = (size_t)maxT * C;
+    float *z = falloc(nw), *o = fnan(nw);
+    embed_pos_backward_f32(z, dout, B, T, C, 1);
+    embed_pos_backward_f32(o, dout, B, T, C, 0);
+    CHECK_MSG(same_values(z, o, (size_t)T * C), "embed_pos_backward overwrite differs");
+    CHECK_MSG(isnan(o[(size_t)T * C]) && isnan(o[nw - 1]), "embed_pos_backward wrote rows >= T");
+    free(z); free(o);
+
+    size_t nt = (size_t)C * Vp;
+    z = falloc(nt); o = fnan(nt);
+    embed_tok_backward_f32(z + (size_t)c0 * Vp, dout + c0, C, tok, BT, nrows, Vp, 1);
+    embed_tok_backward_f32(o + (size_t)c0 * Vp, dout + c0, C, tok, BT, nrows, Vp, 0);
+    CHECK_MSG(same_values(z + (size_t)c0 * Vp, o + (size_t)c0 * Vp, (size_t)nrows * Vp),
+              "embed_tok_backward overwrite differs");
+    CHECK_MSG(isnan(o[(size_t)c0 * Vp - 1]) && isnan(o[(size_t)(c0 + nrows) * Vp]),
+              "embed_tok_backward wrote outside its rows");
+    free(z); free(o);
+
+    /* matmul: inp = x [BT, C] (stride C), w = the first C*OC of x, dout [BT, OC] */
+    size_t nwm = (size_t)C * OC + OC, ni = (size_t)BT * ld;
+    float *gz = falloc(nwm), *go = fnan(nwm), *iz = falloc(ni), *io = fnan(ni);
+    matmul_backward_f32(iz, gz, gz + (size_t)C * OC, dout, x, ld, x, BT, C, OC, 1);
+    matmul_backward_f32(io, go, go + (size_t)C * OC, dout, x, ld, x, BT, C, OC, 0);
+    CHECK_MSG(same_values(gz, go, nwm), "matmul_backward dw/dbias overwrite differs");
+    int dinp_ok = 1, pad_ok = 1;
+    for (int i = 0; i < BT; i++) {
+      dinp_ok &= same_values(iz + (size_t)i * ld, io + (size_t)i * ld, (size_t)C);
+      for (int k = C; k < ld; k++) pad_ok &= isnan(io[(size_t)i * ld + k]);
+    }
+    CHECK_MSG(dinp_ok && pad_ok, "matmul_backward dinp not overwritten (or padding written)");
+    free(gz); free(go); free(iz); free(io);
+
+    /* layernorm params: dinp accumulates either way (into zeros here) */
+    float *mean = falloc(BT), *rstd = falloc(BT), *out = falloc((size_t)BT * C);
+    layernorm_forward_f32(out, mean, rstd, x, w, w + C, BT, C);
+    float *dxz = falloc((size_t)BT * C), *dxo = falloc((size_t)BT * C);
+    z = falloc(2 * C); o = fnan(2 * C);
+    layernorm_backward_f32(dxz, z, z + C, dout, x, w, mean, rstd, BT, C, 1);
+    layernorm_backward_f32(dxo, o, o + C, dout, x, w, mean, rstd, BT, C, 0);
+    CHECK_MSG(same_values(z, o, 2 * C), "layernorm_backward dw/db overwrite differs");
+    CHECK(same_values(dxz, dxo, (size_t)BT * C));
+    free(z); free(o); free(mean); free(rstd); free(out); free(dxz); free(dxo);
+
+    size_t ng = (size_t)BT * 4 * C;
+    z = falloc(ng); o = fnan(ng);
+    gelu_backward_f32(z, x, x, ng);
+    gelu_backward_f32(o, x, x, ng);
+    CHECK_MSG(same_values(z, o, ng), "gelu_backward does not overwrite");
+    free(z); free(o);
+  }
+  kernels_set_threads(threads_before);
+  free(d); free(dout); free(x); free(w);
 }
 
 int main(void) {
@@ -848,5 +938,6 @@ int main(void) {
   test_fp32_math();
   test_determinism();
   test_attention_determinism();
+  test_overwrite();
   return check_summary();
 }

@@ -7,6 +7,8 @@
 **     several configs and plans (one process; multi-rank plans are checked by plan_invariance).
 **  4. Recomputing layers changes nothing: the same loss and gradients, bit for bit, and the
 **     schedule lists the recomputed forward's uses where the step makes them.
+**  5. Fresh gradient buffers (the hook says "first use", as the engine does, over NaN garbage)
+**     give the same gradients as zeroed buffers that the step accumulates into.
 */
 #include <math.h>
 #include <stdlib.h>
@@ -29,6 +31,8 @@ typedef struct LocalParams {
   double** g;
   GptParamUse rec[4096];   /* the uses the hooks saw, in order */
   int nrec;
+  int fresh_mode;          /* gradients start as NaN and the first use of a slice is fresh */
+  unsigned char used[256 * GPT_MAX_SLICES]; /* [owner * GPT_MAX_SLICES + slice]: used yet */
 } LocalParams;
 
 static void* lp_weight(void* ctx, int owner, int slice, GptPhase ph) {
@@ -37,8 +41,12 @@ static void* lp_weight(void* ctx, int owner, int slice, GptPhase ph) {
   return lp->w[owner] + gpt_slice_offset(&lp->d->ops[owner], lp->slices[owner], slice);
 }
 static void lp_release(void* ctx, int owner, int slice, GptPhase ph) {}
-static void* lp_grad(void* ctx, int owner, int slice) {
+static void* lp_grad(void* ctx, int owner, int slice, int* fresh) {
   LocalParams* lp = ctx;
+  /* Zeroed gradients are accumulated into; in fresh mode the first use overwrites. */
+  unsigned char* used = &lp->used[owner * GPT_MAX_SLICES + slice];
+  *fresh = lp->fresh_mode && !*used;
+  *used = 1;
   GptParamUse* last = lp->nrec ? &lp->rec[lp->nrec - 1] : NULL;
   if (last && last->owner == owner && last->slice == slice && last->weight && !last->grad &&
       last->phase == GPT_BACKWARD)
@@ -128,10 +136,13 @@ static double fixture_loss(Fixture* f) {
   return f->scale * gpt_forward_f64(&f->d, &f->a, &f->h, f->slices, f->scale, NULL);
 }
 
-/* Analytic gradients of the current weights into lp.g. */
+/* Analytic gradients of the current weights into lp.g (zeroed first, or in fresh mode filled
+** with NaN, which the step must overwrite). */
 static double fixture_grads(Fixture* f) {
   for (int i = 0; i < f->d.nops; i++)
-    if (f->lp.g[i]) memset(f->lp.g[i], 0, f->d.ops[i].n_params * sizeof(double));
+    for (size_t j = 0; f->lp.g[i] && j < f->d.ops[i].n_params; j++)
+      f->lp.g[i][j] = f->lp.fresh_mode ? NAN : 0.0;
+  memset(f->lp.used, 0, sizeof f->lp.used);
   double loss = fixture_loss(f);
   gpt_backward_f64(&f->d, &f->a, &f->h, f->slices);
   return loss;
@@ -215,6 +226,25 @@ static void check_recompute_equivalence(const GptConfig* cfg, int B, int T, int 
   size_t full = gpt_acts_layout(&a.d, B, T, 8, NULL, NULL, NULL, NULL);
   size_t less = gpt_acts_layout(&b.d, B, T, 8, b.recompute, NULL, NULL, NULL);
   CHECK_MSG(less < full, "recompute %#x keeps %zu activation bytes, none %zu", mask, less, full);
+  fixture_free(&a);
+  fixture_free(&b);
+}
+
+/* Fresh gradient buffers (NaN garbage, the first use of each slice overwrites, as the engine's
+** dp gradients) give exactly the gradients of zeroed buffers, split into k slices, with
+** recomputed layers and with T < max_seq (the wpe rows past T must come out 0). */
+static void check_fresh_equivalence(const GptConfig* cfg, int B, int T, int k, unsigned mask) {
+  Fixture a, b;
+  fixture_init_rc(&a, cfg, B, T, k, mask);
+  fixture_init_rc(&b, cfg, B, T, k, mask);
+  b.lp.fresh_mode = 1;
+  double la = fixture_grads(&a), lb = fixture_grads(&b);
+  CHECK(la == lb);
+  size_t differ = 0;
+  for (int i = 0; i < a.d.nops; i++)
+    for (size_t j = 0; j < a.d.ops[i].n_params; j++) differ += !(a.lp.g[i][j] == b.lp.g[i][j]);
+  CHECK_MSG(differ == 0, "fresh gradients (k=%d, recompute %#x) differ in %zu entries", k, mask,
+            differ);
   fixture_free(&a);
   fixture_free(&b);
 }
@@ -328,6 +358,9 @@ int main(int argc, char** argv) {
                     .padded_vocab = 256, .max_seq = 9};
   check_model_gradients(&odd2, 3, 9, 2);
   check_split_equivalence(&odd, 2, 7);
+  check_fresh_equivalence(&odd, 2, 7, 1, 0);
+  check_fresh_equivalence(&odd, 2, 7, 3, 1);
+  check_fresh_equivalence(&odd2, 3, 9, 2, 5);
   check_schedule(&odd, 1, 0);
   check_schedule(&odd, 3, 0);
   check_schedule(&odd, 2, 1);

@@ -53,9 +53,10 @@ static void* ref_weight(void* ctx, int owner, int slice, GptPhase ph) {
 }
 /* Reference hook: nothing to free. */
 static void ref_release(void* ctx, int owner, int slice, GptPhase ph) {}
-/* Reference hook: gradients accumulate into the flat gradient array. */
-static void* ref_grad(void* ctx, int owner, int slice) {
+/* Reference hook: gradients accumulate into the flat gradient array (zeroed before). */
+static void* ref_grad(void* ctx, int owner, int slice, int* fresh) {
   Ref* r = ctx;
+  *fresh = 0;
   return r->g + r->base[owner];
 }
 /* Reference hook: nothing to reduce. */

@@ -36,7 +36,7 @@ typedef struct Comm Comm;
 
 /* An outstanding non-blocking collective. With device memory (comm_use_backend) the MPI side runs
 ** on the host copy `host`, and `result_bytes` of it go back to `device_result` on completion.
-** A reduce-scatter adds its part into `acc` when it completes; a bf16 all-reduce has a second
+** A reduce-scatter adds (or writes) its part into `acc` when it completes; a bf16 all-reduce has a second
 ** phase (the summed parts gathered back). Private to comm_mpi.c apart from `active`. */
 typedef struct CommRequest {
   void* mpi;
@@ -49,7 +49,8 @@ typedef struct CommRequest {
   Comm* comm;
   CommDtype dtype;
   int phase;           /* bf16 all-reduce: 1 exchanging parts, 2 gathering the sums */
-  float* acc;          /* reduce-scatter: where this rank's part is added (NULL: none) */
+  float* acc;          /* reduce-scatter: where this rank's part goes (NULL: none) */
+  int accumulate;      /* reduce-scatter: add the part into acc (else overwrite acc) */
   float* buf;          /* the caller's buffer (full gradient / all-reduced buffer) */
   size_t n;            /* its elements (all-reduce) or the shard's (reduce-scatter) */
 } CommRequest;
@@ -121,13 +122,14 @@ void comm_allgather_into_f32(Comm* c, const float* shard, float* full, size_t sh
 /* Starts gathering each rank's shard into full; neither may be touched until comm_wait. */
 void comm_iallgather_into_f32(Comm* c, const float* shard, float* full, size_t shard_n,
                               CommRequest* r);
-/* Sums full[0..N*shard_n) across ranks (sent as dtype) and ADDS rank r's part (elements
-** r*shard_n ..) into shard_acc[0..shard_n). full is used as a work buffer and is clobbered. */
-void comm_reduce_scatter_add_f32(Comm* c, float* full, float* shard_acc, size_t shard_n,
-                                 CommDtype dtype);
-/* Starts the same; neither buffer may be touched until comm_wait, which adds into shard_acc. */
-void comm_ireduce_scatter_add_f32(Comm* c, float* full, float* shard_acc, size_t shard_n,
-                                  CommDtype dtype, CommRequest* r);
+/* Sums full[0..N*shard_n) across ranks (sent as dtype) and ADDS (accumulate) or writes
+** (!accumulate) rank r's part (elements r*shard_n ..) into shard[0..shard_n). full is used as a
+** work buffer and is clobbered. */
+void comm_reduce_scatter_f32(Comm* c, float* full, float* shard, size_t shard_n, CommDtype dtype,
+                             int accumulate);
+/* Starts the same; neither buffer may be touched until comm_wait, which writes the shard. */
+void comm_ireduce_scatter_f32(Comm* c, float* full, float* shard, size_t shard_n, CommDtype dtype,
+                              int accumulate, CommRequest* r);
 /* Sum of one double across c's ranks. */
 double comm_allreduce_f64(Comm* c, double x);
 /* Sum of n doubles in place across c's ranks. */

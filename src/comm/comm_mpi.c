@@ -341,9 +341,11 @@ void comm_iallreduce_f32(Comm* c, float* buf, size_t n, CommDtype dtype, CommReq
 
 /* ---- Reduce-scatter ------------------------------------------------------------------ */
 
-/* Adds this rank's reduced part, now at full[0..shard_n) (backend memory), into acc. */
-static void add_part(float* acc, const float* part, size_t shard_n) {
-  bk()->f32->accumulate(acc, part, shard_n);
+/* Adds (accumulate) or copies this rank's reduced part, part[0..n) (backend memory), into
+** shard: the first gradient use of a step overwrites the shard, so nothing has to zero it. */
+static void shard_result(float* shard, const float* part, size_t n, int accumulate) {
+  if (accumulate) bk()->f32->accumulate(shard, part, n);
+  else if (shard != part) bk()->copy(shard, part, n * sizeof(float));
 }
 
 /* The host layout of a bf16 reduce-scatter of N*m floats: the float copy (device memory only),
@@ -363,19 +365,20 @@ static uint16_t* bf16_rs_pack(Comm* c, const float* full, size_t m, void* host) 
   return send;
 }
 
-/* Sums the received bf16 parts into full[0..m) (backend memory) and adds them into acc. */
-static void bf16_rs_finish(Comm* c, float* full, float* acc, size_t m, void* host) {
+/* Sums the received bf16 parts into full[0..m) (backend memory) and adds (accumulate) or writes
+** them into acc. */
+static void bf16_rs_finish(Comm* c, float* full, float* acc, size_t m, void* host, int accumulate) {
   size_t N = (size_t)c->size, fl = on_device() ? N * m * sizeof(float) : 0;
   const uint16_t* recv = (const uint16_t*)((char*)host + fl) + N * m;
   float* sum = on_device() ? (float*)host : full; /* the float copy is free again */
   sum_bf16_parts(sum, recv, c->size, m);
   if (on_device()) bk()->to_device(full, sum, m * sizeof(float));
-  add_part(acc, full, m);
+  shard_result(acc, full, m, accumulate);
 }
 
-void comm_reduce_scatter_add_f32(Comm* c, float* full, float* shard_acc, size_t shard_n,
-                                 CommDtype dtype) {
-  if (c->size == 1) { add_part(shard_acc, full, shard_n); return; }
+void comm_reduce_scatter_f32(Comm* c, float* full, float* shard_acc, size_t shard_n,
+                             CommDtype dtype, int accumulate) {
+  if (c->size == 1) { shard_result(shard_acc, full, shard_n, accumulate); return; }
   double t0 = now_seconds();
   size_t N = (size_t)c->size, shard_bytes = shard_n * sizeof(float);
   if (dtype == COMM_BF16) {
@@ -383,14 +386,14 @@ void comm_reduce_scatter_add_f32(Comm* c, float* full, float* shard_acc, size_t 
     uint16_t* send = bf16_rs_pack(c, full, shard_n, host);
     MPI_Alltoall(send, to_count(shard_n), MPI_UINT16_T, send + N * shard_n, to_count(shard_n),
                  MPI_UINT16_T, c->mpi);
-    bf16_rs_finish(c, full, shard_acc, shard_n, host);
+    bf16_rs_finish(c, full, shard_acc, shard_n, host, accumulate);
     count(c, COMM_REDUCE_SCATTER, t0, 2.0 * (double)shard_n * (double)N);
     return;
   }
   if (on_nccl(c)) {
     /* NCCL in place: this rank's result lands at its own part of the buffer. */
     comm_nccl_reduce_scatter(full, shard_n);
-    add_part(shard_acc, full + shard_n * (size_t)c->rank, shard_n);
+    shard_result(shard_acc, full + shard_n * (size_t)c->rank, shard_n, accumulate);
     count(c, COMM_REDUCE_SCATTER, t0, 4.0 * (double)shard_n * (double)N);
     return;
   }
@@ -400,22 +403,22 @@ void comm_reduce_scatter_add_f32(Comm* c, float* full, float* shard_acc, size_t 
   MPI_Reduce_scatter_block(MPI_IN_PLACE, host, to_count(shard_n), MPI_FLOAT, MPI_SUM, c->mpi);
   if (staged(c)) bk()->to_device(full, host, shard_bytes);
   /* The accumulation counts as part of the collective (profiled the same way). */
-  add_part(shard_acc, full, shard_n);
+  shard_result(shard_acc, full, shard_n, accumulate);
   count(c, COMM_REDUCE_SCATTER, t0, 4.0 * (double)shard_n * (double)N);
 }
 
-void comm_ireduce_scatter_add_f32(Comm* c, float* full, float* shard_acc, size_t shard_n,
-                                  CommDtype dtype, CommRequest* r) {
+void comm_ireduce_scatter_f32(Comm* c, float* full, float* shard_acc, size_t shard_n,
+                              CommDtype dtype, int accumulate, CommRequest* r) {
   memset(r, 0, sizeof *r);
-  if (c->size == 1) { add_part(shard_acc, full, shard_n); return; }
+  if (c->size == 1) { shard_result(shard_acc, full, shard_n, accumulate); return; }
   double t0 = now_seconds();
   size_t N = (size_t)c->size;
   *r = (CommRequest){.active = 1, .kind = COMM_REDUCE_SCATTER, .comm = c, .dtype = dtype,
-                     .acc = shard_acc, .buf = full, .n = shard_n};
+                     .acc = shard_acc, .accumulate = accumulate, .buf = full, .n = shard_n};
   if (on_nccl(c) && dtype == COMM_FP32) {
     /* NCCL has no non-blocking reduce-scatter here: run it now (on its stream). */
     comm_nccl_reduce_scatter(full, shard_n);
-    add_part(shard_acc, full + shard_n * (size_t)c->rank, shard_n);
+    shard_result(shard_acc, full + shard_n * (size_t)c->rank, shard_n, accumulate);
     count(c, COMM_REDUCE_SCATTER, t0, 4.0 * (double)shard_n * (double)N);
     memset(r, 0, sizeof *r);
     return;
@@ -449,12 +452,12 @@ void comm_ireduce_scatter_add_f32(Comm* c, float* full, float* shard_acc, size_t
 static void finish_request(CommRequest* r) {
   Comm* c = r->comm;
   if (r->kind == COMM_REDUCE_SCATTER && r->dtype == COMM_BF16) {
-    bf16_rs_finish(c, r->buf, r->acc, r->n, r->host);
+    bf16_rs_finish(c, r->buf, r->acc, r->n, r->host, r->accumulate);
   } else if (r->kind == COMM_ALLREDUCE && r->dtype == COMM_BF16) {
     bf16_allreduce_finish(r);
   } else {
     if (r->device_result) bk()->to_device(r->device_result, r->host, r->result_bytes);
-    if (r->acc) add_part(r->acc, r->buf, r->n);
+    if (r->acc) shard_result(r->acc, r->buf, r->n, r->accumulate);
   }
   free(r->host);
   r->host = NULL;

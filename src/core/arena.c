@@ -90,7 +90,7 @@ static void account(Arena* a, MemCategory cat, size_t bytes, int sign) {
   }
 }
 
-void* arena_alloc(Arena* a, size_t bytes, MemCategory cat, const char* what) {
+void* arena_alloc_uninit(Arena* a, size_t bytes, MemCategory cat, const char* what) {
   if (a->capacity && a->cur_total + bytes > a->capacity) {
     char have[32], need[32], lim[32], brk[400];
     arena_describe(a, brk, sizeof brk);
@@ -114,12 +114,16 @@ void* arena_alloc(Arena* a, size_t bytes, MemCategory cat, const char* what) {
     b->bytes = bytes;
     b->cat = cat;
     account(a, cat, bytes, +1);
-    void* p = a->base + b->offset;
-    a->mem.zero(p, size);
-    return p;
+    return a->base + b->offset;
   }
   osdp_fail("arena: address space exhausted allocating %zu bytes for %s", bytes, what);
   return NULL;
+}
+
+void* arena_alloc(Arena* a, size_t bytes, MemCategory cat, const char* what) {
+  void* p = arena_alloc_uninit(a, bytes, cat, what);
+  if (p) a->mem.zero(p, bytes);
+  return p;
 }
 
 /* Finds the index of the used block starting at p, or -1 (binary search by offset). */

@@ -61,6 +61,9 @@ void arena_destroy(Arena* a);
 ** tensor in the error message. Returns NULL with an error showing the breakdown when the
 ** capacity would be exceeded. */
 void* arena_alloc(Arena* a, size_t bytes, MemCategory cat, const char* what);
+/* arena_alloc without the zero fill, for a block whose every byte the caller writes before
+** reading it (a gathered weight, an overwritten gradient): its contents are undefined. */
+void* arena_alloc_uninit(Arena* a, size_t bytes, MemCategory cat, const char* what);
 /* Returns a block to the arena. p may be NULL. */
 void arena_free(Arena* a, void* p);
 /* Forgets the peaks (so a fresh measurement can start from the current state). */

@@ -14,7 +14,6 @@
 #define EXP exp
 #define LOG log
 #define SQRT sqrt
-#define VSQRT sqrt
 #define TANH tanh
 #define KINT int64_t
 #define KINT_MAX INT64_MAX

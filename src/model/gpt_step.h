@@ -25,13 +25,17 @@ typedef enum GptPhase { GPT_FORWARD = 0, GPT_BACKWARD = 1, GPT_RECOMPUTE = 2 } G
 /* Where parameter slices come from. `owner` is the op owning the block, `slice` the slice
 ** index under that op's slice count. acquire_weight returns the slice's full weights
 ** (gpt_slice_params elements); acquire_grad returns a full-size gradient buffer for the
-** slice that the step ACCUMULATES into; release_grad tells the owner that this use of the
-** gradient is complete (it may reduce it then). */
+** slice and sets *fresh: 0 when the buffer holds gradient the step must ACCUMULATE into, 1
+** when it holds nothing to keep (garbage: the first use of the slice's gradient in the step,
+** or a new transient buffer), in which case the step writes EVERY element of the slice's
+** gradient in this use (kernels overwrite; what they would not reach is zeroed), so no
+** gradient buffer needs zeroing before a step. release_grad tells the owner that this use of
+** the gradient is complete (it may reduce it then). */
 typedef struct GptParamHooks {
   void* ctx;
   void* (*acquire_weight)(void* ctx, int owner, int slice, GptPhase phase);
   void (*release_weight)(void* ctx, int owner, int slice, GptPhase phase);
-  void* (*acquire_grad)(void* ctx, int owner, int slice);
+  void* (*acquire_grad)(void* ctx, int owner, int slice, int* fresh);
   void (*release_grad)(void* ctx, int owner, int slice);
 } GptParamHooks;
 
@@ -128,8 +132,8 @@ double gpt_forward_f32(const GptDesc* d, GptActs* a, const GptParamHooks* h, con
                        double loss_scale, int* argmax);
 double gpt_forward_f64(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
                        double loss_scale, int* argmax);
-/* Backward pass: accumulates every parameter gradient through the hooks. Must follow
-** gpt_forward on the same activations. */
+/* Backward pass: writes (fresh buffers) or accumulates every parameter gradient through the
+** hooks. Must follow gpt_forward on the same activations. */
 void gpt_backward_f32(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices);
 void gpt_backward_f64(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices);
 

@@ -51,7 +51,7 @@ static double time_collective(Comm* c, int kind, float* buf, float* shard, size_
     double t0 = now_seconds();
     if (kind == COLL_ALLREDUCE) comm_allreduce_f32(c, buf, n);
     else if (kind == COLL_ALLGATHER) comm_allgather_into_f32(c, shard, buf, sh);
-    else comm_reduce_scatter_add_f32(c, buf, shard, sh, COMM_FP32);
+    else comm_reduce_scatter_f32(c, buf, shard, sh, COMM_FP32, 1);
     double t = comm_allreduce_max_f64(comm_world(), now_seconds() - t0);
     if (r > 0 && t < best) best = t;
   }

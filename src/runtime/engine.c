@@ -49,7 +49,7 @@ static void prefetch_after(Engine* e, int i) {
     const GptParamUse* u = &e->sched[j];
     SliceState* s = &e->slices[u->owner][u->slice];
     if (!u->weight || s->strat != STRAT_ZERO3) continue;
-    e->pending_buf = arena_alloc(&e->arena, s->n_pad * sizeof(float), MEM_GATHER, "prefetched weight");
+    e->pending_buf = arena_alloc_uninit(&e->arena, s->n_pad * sizeof(float), MEM_GATHER, "prefetched weight");
     if (!e->pending_buf) { fprintf(stderr, "osdp: error: %s\n", osdp_last_error()); comm_abort(3); }
     comm_iallgather_into_f32(s->group, s->w, e->pending_buf, s->shard, &e->pending_req);
     e->pending = j;
@@ -69,7 +69,8 @@ static void prefetch_drain(Engine* e) {
 }
 
 /* Returns the full weights of a slice, gathering them if the slice is fully sharded (or
-** taking them from the prefetch started at the previous zero3 use). */
+** taking them from the prefetch started at the previous zero3 use). A gather writes the whole
+** buffer (n_pad elements), so it is allocated without zeroing. */
 static void* hook_acquire_weight(void* ctx, int owner, int slice, GptPhase phase) {
   Engine* e = ctx;
   SliceState* s = &e->slices[owner][slice];
@@ -80,7 +81,7 @@ static void* hook_acquire_weight(void* ctx, int owner, int slice, GptPhase phase
     comm_wait(&e->pending_req);
     s->gathered = e->pending_buf;
   } else {
-    s->gathered = arena_alloc(&e->arena, s->n_pad * sizeof(float), MEM_GATHER, "gathered weight");
+    s->gathered = arena_alloc_uninit(&e->arena, s->n_pad * sizeof(float), MEM_GATHER, "gathered weight");
     if (!s->gathered) { fprintf(stderr, "osdp: error: %s\n", osdp_last_error()); comm_abort(3); }
     comm_allgather_into_f32(s->group, s->w, s->gathered, s->shard);
   }
@@ -97,14 +98,18 @@ static void hook_release_weight(void* ctx, int owner, int slice, GptPhase phase)
   s->gathered = NULL;
 }
 
-/* Returns the buffer a slice's gradient accumulates into: the persistent full gradient for
-** dp, a transient full one for the sharded strategies. */
-static void* hook_acquire_grad(void* ctx, int owner, int slice) {
+/* Returns the buffer a slice's gradient goes into: the persistent full gradient for dp (fresh
+** at its first use of the step, bwd_done == 0: nothing zeroes it, the step overwrites it), a
+** transient full one for the sharded strategies (always fresh: not zeroed by the arena; only
+** its padding, which no kernel writes but the reduce-scatter reads, is zeroed here). */
+static void* hook_acquire_grad(void* ctx, int owner, int slice, int* fresh) {
   Engine* e = ctx;
   SliceState* s = &e->slices[owner][slice];
+  *fresh = s->strat != STRAT_DP || s->bwd_done == 0;
   if (s->strat == STRAT_DP) return s->g;
-  s->gfull = arena_alloc(&e->arena, s->n_pad * sizeof(float), MEM_GATHER, "full gradient");
+  s->gfull = arena_alloc_uninit(&e->arena, s->n_pad * sizeof(float), MEM_GATHER, "full gradient");
   if (!s->gfull) { fprintf(stderr, "osdp: error: %s\n", osdp_last_error()); comm_abort(3); }
+  if (s->n_pad > s->n) e->bk->zero(s->gfull + s->n, (s->n_pad - s->n) * sizeof(float));
   return s->gfull;
 }
 
@@ -130,17 +135,18 @@ static void finish_reducing(Engine* e) {
 }
 
 /* A use of a slice's gradient is complete: sharded slices reduce-scatter it into the rank's
-** shard (now, or with overlap_reduce started now and finished at the next such use); dp slices
+** shard (now, or with overlap_reduce started now and finished at the next such use; the first
+** use of the step overwrites the shard, later ones add to it); dp slices
 ** start their bucket's all-reduce once every member is final. */
 static void hook_release_grad(void* ctx, int owner, int slice) {
   Engine* e = ctx;
   SliceState* s = &e->slices[owner][slice];
   if (s->strat != STRAT_DP) {
-    s->bwd_done++;
+    int accumulate = s->bwd_done++ > 0;
     if (e->plan.overlap_reduce) {
       finish_reducing(e);
-      comm_ireduce_scatter_add_f32(s->group, s->gfull, s->g, s->shard, e->reduce_dtype,
-                                   &e->reducing_req);
+      comm_ireduce_scatter_f32(s->group, s->gfull, s->g, s->shard, e->reduce_dtype, accumulate,
+                               &e->reducing_req);
       /* The request owns this use's full gradient now (the slice's next use gets its own). */
       e->reducing = s;
       e->reducing_buf = s->gfull;
@@ -148,7 +154,7 @@ static void hook_release_grad(void* ctx, int owner, int slice) {
       if (!e->reducing_req.active) finish_reducing(e); /* a group of one: already done */
       return;
     }
-    comm_reduce_scatter_add_f32(s->group, s->gfull, s->g, s->shard, e->reduce_dtype);
+    comm_reduce_scatter_f32(s->group, s->gfull, s->g, s->shard, e->reduce_dtype, accumulate);
     reduced(e, s, s->gfull);
     return;
   }
@@ -381,18 +387,18 @@ size_t engine_peak_bytes(const Engine* e, size_t* at_peak) {
 
 /* ---- The training step ------------------------------------------------------------- */
 
-/* Zeroes the gradients the rank keeps and re-arms the per-step counters. */
+/* Re-arms the per-step counters. The gradients need no zeroing: the first gradient use of
+** each slice in the step (bwd_done == 0, hook_acquire_grad and hook_release_grad) overwrites
+** them. Only a slice the schedule never gives a gradient use would keep a stale one; it is
+** zeroed (no GPT op has such a slice). */
 static void zero_grads(Engine* e) {
-  for (int b = 0; b < e->nbuckets; b++) {
-    e->bk->zero(e->buckets[b].buf, e->buckets[b].n * sizeof(float));
-    e->buckets[b].pending = e->buckets[b].members;
-  }
+  for (int b = 0; b < e->nbuckets; b++) e->buckets[b].pending = e->buckets[b].members;
   for (int opi = 0; opi < e->d->nops; opi++)
     for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++) {
       SliceState* s = &e->slices[opi][i];
       s->bwd_done = 0;
       s->reduced_uses = 0;
-      if (s->strat != STRAT_DP) e->bk->zero(s->g, s->shard * sizeof(float));
+      if (s->bwd_uses == 0) e->bk->zero(s->g, (s->strat == STRAT_DP ? s->n : s->shard) * sizeof(float));
     }
 }
 

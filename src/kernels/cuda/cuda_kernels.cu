@@ -1,7 +1,8 @@
 /*
 ** cuda_kernels.cu: the fp32 kernels of the CUDA backend, with the contracts of
-** cpu_kernels_decl.inc (the same layouts; backward kernels accumulate) and the semantics of the
-** CPU kernels in cpu_kernels_impl.inc. Attention is in cuda_attention.cu.
+** cpu_kernels_decl.inc (the same layouts; parameter-gradient kernels accumulate or, with
+** accumulate = 0, overwrite; matmul's dinp and GELU's dinp are overwritten) and the semantics of
+** the CPU kernels in cpu_kernels_impl.inc. Attention is in cuda_attention.cu.
 **
 ** Determinism: no kernel uses atomics or a reduction whose order depends on scheduling. Sums
 ** over rows (bias, LayerNorm weight and embedding gradients) are owned per column by fixed
@@ -101,21 +102,23 @@ static void cuda_embed_pos_forward(float* out, const float* wpe, int B, int T, i
   CUDA_LAUNCH(embed_pos_forward_kernel, grid_for(n), THREADS, 0, out, wpe, n, (size_t)T * C);
 }
 
-/* dwpe[t,c] += sum_b dout[b,t,c]: one thread per (t, c) adds b = 0, 1, ... in order (the CPU's
-** order, so even the rounding matches). */
+/* dwpe[t,c] += sum_b dout[b,t,c] (= without accumulate): one thread per (t, c) adds b = 0, 1,
+** ... in order (the CPU's order, so even the rounding matches). */
 static __global__ void embed_pos_backward_kernel(float* dwpe, const float* dout, int B,
-                                                 size_t TC) {
+                                                 size_t TC, int accumulate) {
   for (size_t i = grid_index(); i < TC; i += grid_stride()) {
-    float acc = dwpe[i];
+    float acc = accumulate ? dwpe[i] : 0.0f;
     for (int b = 0; b < B; b++) acc += dout[(size_t)b * TC + i];
     dwpe[i] = acc;
   }
 }
 
 /* Table entry embed_pos_backward: one thread per element of dwpe's first T rows. */
-static void cuda_embed_pos_backward(float* dwpe, const float* dout, int B, int T, int C) {
+static void cuda_embed_pos_backward(float* dwpe, const float* dout, int B, int T, int C,
+                                    int accumulate) {
   size_t TC = (size_t)T * C;
-  CUDA_LAUNCH(embed_pos_backward_kernel, grid_for(TC), THREADS, 0, dwpe, dout, B, TC);
+  CUDA_LAUNCH(embed_pos_backward_kernel, grid_for(TC), THREADS, 0, dwpe, dout, B, TC,
+              accumulate);
 }
 
 /* out[i*ldo + r] += wrows[r*Vp + tok[i]]: one thread per (i, r), r fastest (coalesced writes). */
@@ -177,10 +180,13 @@ static __global__ void embed_tok_backward_kernel(float* dwrows, const float* dou
 }
 
 /* Table entry embed_tok_backward: one warp per block, so that the nrows threads (C ~ 768) spread
-** over as many SMs as possible. */
+** over as many SMs as possible. Without accumulate the rows are zeroed first (one memset on the
+** stream: every entry of the nrows x Vp rows is then written). */
 static void cuda_embed_tok_backward(float* dwrows, const float* dout, int ldo, const int* tok,
-                                    int BT, int nrows, int Vp) {
+                                    int BT, int nrows, int Vp, int accumulate) {
   if (nrows <= 0) return;
+  if (!accumulate)
+    CUDA_CHECK(cudaMemsetAsync(dwrows, 0, (size_t)nrows * Vp * sizeof(float), cuda_ctx.stream));
   CUDA_LAUNCH(embed_tok_backward_kernel, (nrows + 31) / 32, 32, 0, dwrows, dout, ldo, tok, BT,
               nrows, Vp);
 }
@@ -212,11 +218,12 @@ static __global__ void bias_rows_kernel(float* out, const float* bias, size_t n,
   }
 }
 
-/* dst[c] += sum over rows of src[rows, ncols] (row stride ncols). Block (COLSUM_COLS,
-** COLSUM_ROWS) owns COLSUM_COLS columns: thread (x, y) adds rows y, y + COLSUM_ROWS, ... of its
-** column in order, then thread y = 0 adds the COLSUM_ROWS partial sums in order. */
-static __global__ void colsum_accumulate_kernel(float* dst, const float* src, int rows,
-                                                int ncols) {
+/* dst[c] += sum over rows of src[rows, ncols] (row stride ncols; = without accumulate). Block
+** (COLSUM_COLS, COLSUM_ROWS) owns COLSUM_COLS columns: thread (x, y) adds rows y, y +
+** COLSUM_ROWS, ... of its column in order, then thread y = 0 adds the COLSUM_ROWS partial sums
+** in order. */
+static __global__ void colsum_kernel(float* dst, const float* src, int rows, int ncols,
+                                     int accumulate) {
   __shared__ float partial[COLSUM_ROWS][COLSUM_COLS];
   int c = blockIdx.x * COLSUM_COLS + threadIdx.x;
   float acc = 0;
@@ -227,15 +234,15 @@ static __global__ void colsum_accumulate_kernel(float* dst, const float* src, in
   if (threadIdx.y == 0 && c < ncols) {
     float total = 0;
     for (int y = 0; y < COLSUM_ROWS; y++) total += partial[y][threadIdx.x];
-    dst[c] += total;
+    dst[c] = accumulate ? dst[c] + total : total;
   }
 }
 
-/* The launch of colsum_accumulate_kernel over ncols columns. */
-static void colsum_accumulate(float* dst, const float* src, int rows, int ncols) {
+/* The launch of colsum_kernel over ncols columns. */
+static void colsum(float* dst, const float* src, int rows, int ncols, int accumulate) {
   dim3 block(COLSUM_COLS, COLSUM_ROWS);
-  CUDA_LAUNCH(colsum_accumulate_kernel, (ncols + COLSUM_COLS - 1) / COLSUM_COLS, block, 0, dst,
-              src, rows, ncols);
+  CUDA_LAUNCH(colsum_kernel, (ncols + COLSUM_COLS - 1) / COLSUM_COLS, block, 0, dst, src, rows,
+              ncols, accumulate);
 }
 
 /* out[BT, OC] = (or += when accumulate) inp[BT, K] (row stride ldinp) @ w[K, OC] + bias: the
@@ -253,18 +260,19 @@ static void cuda_matmul_forward(float* out, const float* inp, int ldinp, const f
   gemm(CUBLAS_OP_N, CUBLAS_OP_N, OC, BT, K, w, OC, inp, ldinp, beta, out, OC);
 }
 
-/* Backward of matmul_forward; every product accumulates (beta = 1), dinp and dbias are
-** skipped when NULL:
-**   dinp[BT, K] += dout @ w^T,  column-major dinp^T[K, BT] = (w^T)^T[K, OC] dout^T[OC, BT];
+/* Backward of matmul_forward; dinp is overwritten (beta = 0), dw and dbias accumulate (beta =
+** 1) or, without accumulate, are overwritten; dinp and dbias are skipped when NULL:
+**   dinp[BT, K] = dout @ w^T,   column-major dinp^T[K, BT] = (w^T)^T[K, OC] dout^T[OC, BT];
 **   dw[K, OC] += inp^T @ dout,  column-major dw^T[OC, K] = dout^T[OC, BT] (inp^T)^T[BT, K];
 **   dbias[OC] += column sums of dout. */
 static void cuda_matmul_backward(float* dinp, float* dw, float* dbias, const float* dout,
                                  const float* inp, int ldinp, const float* w, int BT, int K,
-                                 int OC) {
+                                 int OC, int accumulate) {
   if (BT <= 0 || K <= 0 || OC <= 0) return;
-  if (dinp != NULL) gemm(CUBLAS_OP_T, CUBLAS_OP_N, K, BT, OC, w, OC, dout, OC, 1.0f, dinp, ldinp);
-  gemm(CUBLAS_OP_N, CUBLAS_OP_T, OC, K, BT, dout, OC, inp, ldinp, 1.0f, dw, OC);
-  if (dbias != NULL) colsum_accumulate(dbias, dout, BT, OC);
+  float beta = accumulate ? 1.0f : 0.0f;
+  if (dinp != NULL) gemm(CUBLAS_OP_T, CUBLAS_OP_N, K, BT, OC, w, OC, dout, OC, 0.0f, dinp, ldinp);
+  gemm(CUBLAS_OP_N, CUBLAS_OP_T, OC, K, BT, dout, OC, inp, ldinp, beta, dw, OC);
+  if (dbias != NULL) colsum(dbias, dout, BT, OC, accumulate);
 }
 
 // ----------------------------------------------------------------------------
@@ -333,11 +341,12 @@ static __global__ void layernorm_backward_input_kernel(float* dinp, const float*
   }
 }
 
-/* dw[c] += sum_i norm_i[c] dout_i[c], db[c] += sum_i dout_i[c]: the column sums of
-** colsum_accumulate_kernel, two at once. */
+/* dw[c] += sum_i norm_i[c] dout_i[c], db[c] += sum_i dout_i[c] (= without accumulate): the
+** column sums of colsum_kernel, two at once. */
 static __global__ void layernorm_backward_params_kernel(float* dw, float* db, const float* dout,
                                                         const float* inp, const float* mean,
-                                                        const float* rstd, int BT, int C) {
+                                                        const float* rstd, int BT, int C,
+                                                        int accumulate) {
   __shared__ float partial_w[COLSUM_ROWS][COLSUM_COLS];
   __shared__ float partial_b[COLSUM_ROWS][COLSUM_COLS];
   int c = blockIdx.x * COLSUM_COLS + threadIdx.x;
@@ -358,23 +367,23 @@ static __global__ void layernorm_backward_params_kernel(float* dw, float* db, co
       total_w += partial_w[y][threadIdx.x];
       total_b += partial_b[y][threadIdx.x];
     }
-    dw[c] += total_w;
-    db[c] += total_b;
+    dw[c] = accumulate ? dw[c] + total_w : total_w;
+    db[c] = accumulate ? db[c] + total_b : total_b;
   }
 }
 
-/* Table entry layernorm_backward: the input gradient (a warp per row), then the weight and
-** bias gradients (column sums). */
+/* Table entry layernorm_backward: the input gradient (a warp per row, accumulated), then the
+** weight and bias gradients (column sums, accumulated or overwritten). */
 static void cuda_layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
                                     const float* inp, const float* w, const float* mean,
-                                    const float* rstd, int BT, int C) {
+                                    const float* rstd, int BT, int C, int accumulate) {
   if (BT <= 0 || C <= 0) return;
   int rows_per_block = THREADS / 32;
   CUDA_LAUNCH(layernorm_backward_input_kernel, (BT + rows_per_block - 1) / rows_per_block,
               THREADS, 0, dinp, dout, inp, w, mean, rstd, BT, C);
   dim3 block(COLSUM_COLS, COLSUM_ROWS);
   CUDA_LAUNCH(layernorm_backward_params_kernel, (C + COLSUM_COLS - 1) / COLSUM_COLS, block, 0,
-              dw, db, dout, inp, mean, rstd, BT, C);
+              dw, db, dout, inp, mean, rstd, BT, C, accumulate);
 }
 
 // ----------------------------------------------------------------------------
@@ -397,7 +406,7 @@ static void cuda_gelu_forward(float* out, const float* inp, size_t n) {
   CUDA_LAUNCH(gelu_forward_kernel, grid_for(n), THREADS, 0, out, inp, n);
 }
 
-/* dinp += GELU'(x) dout, GELU'(x) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx. */
+/* dinp = GELU'(x) dout (overwritten), GELU'(x) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx. */
 static __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout,
                                             size_t n) {
   for (size_t i = grid_index(); i < n; i += grid_stride()) {
@@ -407,11 +416,11 @@ static __global__ void gelu_backward_kernel(float* dinp, const float* inp, const
     float sech2 = 1.0f - th * th;
     float du = GELU_SCALING * (1.0f + 3.0f * GELU_CUBE * x * x);
     float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * du;
-    dinp[i] += grad * dout[i];
+    dinp[i] = grad * dout[i];
   }
 }
 
-/* Table entry gelu_backward (accumulates). */
+/* Table entry gelu_backward (overwrites dinp). */
 static void cuda_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
   CUDA_LAUNCH(gelu_backward_kernel, grid_for(n), THREADS, 0, dinp, inp, dout, n);
 }
