@@ -4,7 +4,8 @@
 **  - comm_host is the whole job, comm_ranks_per_host the world size; comm_group(2) holds world
 **    ranks 2g, 2g+1 and comm_across(2) the ranks of one parity, each with the right size, rank
 **    and members (gathered);
-**  - fp32 reduce-scatter and all-reduce on a group give exact integer sums, blocking and not;
+**  - fp32 reduce-scatter and all-reduce on a group give the sums (to rounding), blocking and not,
+**    adding into the shard or overwriting it;
 **  - bf16 reductions equal, bit for bit, what their contract says: every contribution rounded
 **    to bf16 (here by an independent rounding through nearbyint), the parts summed in fp32 in
 **    rank order, and for an all-reduce the sums rounded to bf16 again;
@@ -57,7 +58,9 @@ static void check_reductions(Comm* c, const int* members, const char* what) {
   if (!full || !ref) { CHECK(0); free(full); free(ref); return; }
   for (int dt = 0; dt < 2; dt++) {
     for (int blocking = 0; blocking < 2; blocking++) {
-      /* Reduce-scatter: acc starts at 1, gets this rank's part added. */
+      /* Reduce-scatter: blocking adds this rank's part into acc = 1; non-blocking overwrites
+      ** acc (NaN before: nothing of it may survive). */
+      int accumulate = blocking;
       for (size_t i = 0; i < n; i++) full[i] = contribution(comm_rank(), i);
       for (int i = 0; i < SH; i++) {
         float s = 0;
@@ -65,21 +68,21 @@ static void check_reductions(Comm* c, const int* members, const char* what) {
           float x = contribution(members[r], (size_t)me * SH + (size_t)i);
           s += dt ? ref_bf16(x) : x;
         }
-        acc[i] = 1.0f;
-        want[i] = 1.0f + s;
+        acc[i] = accumulate ? 1.0f : NAN;
+        want[i] = (accumulate ? 1.0f : 0.0f) + s;
       }
       CommDtype t = dt ? COMM_BF16 : COMM_FP32;
       if (blocking) {
-        comm_reduce_scatter_f32(c, full, acc, SH, t, 1);
+        comm_reduce_scatter_f32(c, full, acc, SH, t, accumulate);
       } else {
         CommRequest rq;
-        comm_ireduce_scatter_f32(c, full, acc, SH, t, 1, &rq);
+        comm_ireduce_scatter_f32(c, full, acc, SH, t, accumulate, &rq);
         while (!comm_test(&rq)) {}
       }
       int bad = 0;
       /* fp32: MPI may sum in any order, so within rounding; bf16: exactly the contract. */
       for (int i = 0; i < SH; i++)
-        bad += dt ? acc[i] != want[i] : fabsf(acc[i] - want[i]) > 1e-5f * (1 + fabsf(want[i]));
+        bad += dt ? !(acc[i] == want[i]) : !(fabsf(acc[i] - want[i]) <= 1e-5f * (1 + fabsf(want[i])));
       CHECK_MSG(!bad, "%s: %s %s reduce-scatter: %d elements off (first %.9g vs %.9g)", what,
                 dt ? "bf16" : "fp32", blocking ? "blocking" : "non-blocking", bad, acc[0], want[0]);
       /* All-reduce of n elements. */
