@@ -24,7 +24,8 @@ set_tests_properties(runtime_staging_2 runtime_staging_3 runtime_staging_4 PROPE
 # Communicators (world, host, shard groups, across groups) and the collectives on them, fp32
 # and bf16 against their contract, directly and through host staging.
 osdp_add_test_exe(test_comm ${PROJECT_SOURCE_DIR}/tests/test_comm.c)
+add_test(NAME comm_2 COMMAND ${OSDP_MPIRUN} -np 2 $<TARGET_FILE:test_comm>)
 add_test(NAME comm_4 COMMAND ${OSDP_MPIRUN} -np 4 $<TARGET_FILE:test_comm>)
 add_test(NAME comm_6 COMMAND ${OSDP_MPIRUN} -np 6 $<TARGET_FILE:test_comm>)
-set_tests_properties(comm_4 comm_6 PROPERTIES TIMEOUT 120
+set_tests_properties(comm_2 comm_4 comm_6 PROPERTIES TIMEOUT 120
   ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")

@@ -53,6 +53,7 @@ typedef struct CommRequest {
   int accumulate;      /* reduce-scatter: add the part into acc (else overwrite acc) */
   float* buf;          /* the caller's buffer (full gradient / all-reduced buffer) */
   size_t n;            /* its elements (all-reduce) or the shard's (reduce-scatter) */
+  void* job;           /* a reduction in chunks (comm_reduce.c), or NULL */
 } CommRequest;
 
 /* Initialises MPI (once per process) and the world and host communicators. */

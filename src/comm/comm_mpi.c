@@ -8,18 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm_internal.h"
 #include "comm/comm_nccl.h"
 #include "core/util.h"
 
-/* A communicator (comm.h): the MPI one, this rank's place in it, and its counters. */
-struct Comm {
-  MPI_Comm mpi;
-  int rank, size;
-  int group;          /* comm_group / comm_across: the G it was made for (0: world, host) */
-  int across;         /* 1: comm_across(group) */
-  char name[40];
-  CommStats stats;
-};
 
 /* Every Comm lives here until comm_finalize, so pointers to them stay valid: the world, the
 ** host, then the groups in the order they were first asked for. */
@@ -46,24 +38,23 @@ void comm_use_backend(const Backend* bk) {
   }
 }
 
-/* The backend whose memory the buffers are in. */
-static const Backend* bk(void) { return g_bk ? g_bk : backend_cpu(); }
+const Backend* comm_backend(void) { return g_bk ? g_bk : backend_cpu(); }
+static const Backend* bk(void) { return comm_backend(); }
 
-/* 1 when c's collectives go through NCCL (the world's, where each rank owns a GPU). */
-static int on_nccl(const Comm* c) { return g_nccl && c == g_world; }
+int comm_on_nccl(const Comm* c) { return g_nccl && c == g_world; }
+static int on_nccl(const Comm* c) { return comm_on_nccl(c); }
 
-/* 1 when the buffers are device memory (bf16 always goes through host copies there). */
-static int on_device(void) { return bk()->device_memory; }
+int comm_on_device(void) { return bk()->device_memory; }
 
 /* 1 when c's buffers are device memory copied through host staging for MPI. */
 static int staged(const Comm* c) { return bk()->device_memory && !on_nccl(c); }
 
-/* Dies with a one-line message when host memory for staging runs out. */
-static void* host_alloc(size_t bytes) {
+void* comm_host_alloc(size_t bytes) {
   void* p = malloc(bytes ? bytes : 1);
   if (!p) { fprintf(stderr, "osdp: error: out of host memory staging a collective\n"); comm_abort(2); }
   return p;
 }
+static void* host_alloc(size_t bytes) { return comm_host_alloc(bytes); }
 
 /* A host buffer of at least `bytes` for a blocking staged call. */
 static void* stage_buffer(size_t bytes) {
@@ -79,7 +70,7 @@ static void* stage_buffer(size_t bytes) {
 
 /* Counts are int in MPI: every buffer osdp communicates is far below 2^31 elements, but
 ** say so clearly rather than truncate if a model ever grows past it. */
-static int to_count(size_t n) {
+int comm_to_count(size_t n) {
   if (n > (size_t)INT_MAX) {
     fprintf(stderr, "osdp: error: a collective of %zu elements exceeds MPI's int count; split the "
             "operator into more slices\n", n);
@@ -87,6 +78,7 @@ static int to_count(size_t n) {
   }
   return (int)n;
 }
+static int to_count(size_t n) { return comm_to_count(n); }
 
 /* Fills a Comm from an MPI communicator. */
 static void comm_setup(Comm* c, MPI_Comm mpi, int group, int across, const char* name) {
@@ -97,6 +89,7 @@ static void comm_setup(Comm* c, MPI_Comm mpi, int group, int across, const char*
   c->group = group;
   c->across = across;
   snprintf(c->name, sizeof c->name, "%s", name);
+  for (int i = 0; c->size > 1 && i < COMM_LANES; i++) MPI_Comm_dup(mpi, &c->lanes[i]);
 }
 
 /* The ranks per host if every host has the same number and holds consecutive world ranks. */
@@ -124,8 +117,10 @@ int comm_init(int* argc, char*** argv) {
 void comm_finalize(void) {
   comm_watchdog_stop();
   comm_nccl_finalize();
-  for (int i = 1; i < g_ncomms; i++)
+  for (int i = 0; i < g_ncomms; i++) {
+    for (int l = 0; g_comms[i].size > 1 && l < COMM_LANES; l++) MPI_Comm_free(&g_comms[i].lanes[l]);
     if (g_comms[i].mpi != MPI_COMM_WORLD) MPI_Comm_free(&g_comms[i].mpi);
+  }
   g_ncomms = 0;
   free(g_stage);
   g_stage = NULL;
@@ -185,117 +180,24 @@ void comm_abort(int code) {
 
 void comm_barrier(Comm* c) { if (c->size > 1) MPI_Barrier(c->mpi); }
 
-/* Adds seconds since t0 spent in a call of kind k on c to its counters and the clock. */
-static void count_time(Comm* c, CommKind k, double t0) {
+void comm_count_time(Comm* c, CommKind k, double t0) {
   double dt = now_seconds() - t0;
   c->stats.seconds[k] += dt;
   g_clock += dt;
 }
 
-/* Adds one finished call to c's counters. */
-static void count(Comm* c, CommKind k, double t0, double bytes) {
-  count_time(c, k, t0);
+void comm_count_call(Comm* c, CommKind k, double bytes) {
   c->stats.bytes[k] += bytes;
   c->stats.calls[k]++;
 }
 
+/* Adds one finished call of kind k since t0 to c's counters. */
+static void count(Comm* c, CommKind k, double t0, double bytes) {
+  comm_count_time(c, k, t0);
+  comm_count_call(c, k, bytes);
+}
+
 const double* comm_clock(void) { return &g_clock; }
-
-/* ---- bf16 ---------------------------------------------------------------------------- */
-
-/* Rounds a float to bf16, to nearest even (NaN stays NaN). */
-static inline uint16_t to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
-static inline float from_bf16(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-/* out[i] = bf16(in[i]) for i < n, zeros up to n_pad. */
-static void pack_bf16(uint16_t* out, const float* in, size_t n, size_t n_pad) {
-  for (size_t i = 0; i < n; i++) out[i] = to_bf16(in[i]);
-  for (size_t i = n; i < n_pad; i++) out[i] = 0;
-}
-
-/* sum[i] = sum over the N parts of parts[p*m + i], in fp32, for i < m. */
-static void sum_bf16_parts(float* sum, const uint16_t* parts, int N, size_t m) {
-  for (size_t i = 0; i < m; i++) sum[i] = 0;
-  for (int p = 0; p < N; p++) {
-    const uint16_t* q = parts + (size_t)p * m;
-    for (size_t i = 0; i < m; i++) sum[i] += from_bf16(q[i]);
-  }
-}
-
-/* ---- All-reduce ---------------------------------------------------------------------- */
-
-void comm_allreduce_f32(Comm* c, float* buf, size_t n) {
-  if (c->size == 1) return;
-  double t0 = now_seconds();
-  if (on_nccl(c)) { comm_nccl_allreduce(buf, n); count(c, COMM_ALLREDUCE, t0, 4.0 * (double)n); return; }
-  size_t bytes = n * sizeof(float);
-  float* host = staged(c) ? stage_buffer(bytes) : buf;
-  if (staged(c)) bk()->to_host(host, buf, bytes);
-  MPI_Allreduce(MPI_IN_PLACE, host, to_count(n), MPI_FLOAT, MPI_SUM, c->mpi);
-  if (staged(c)) bk()->to_device(buf, host, bytes);
-  count(c, COMM_ALLREDUCE, t0, 4.0 * (double)n);
-}
-
-/* The host layout of a bf16 all-reduce of n floats over N ranks, in r->host: the float copy of
-** the buffer (device memory only), then send and receive parts of N*m bf16 each, m = ceil(n/N),
-** then this rank's summed part (m bf16). */
-static size_t bf16_allreduce_part(size_t n, int N) { return (n + (size_t)N - 1) / (size_t)N; }
-
-/* Phase 2 of a bf16 all-reduce: this rank's part summed in fp32, rounded, gathered to all. */
-static void bf16_allreduce_gather(CommRequest* r) {
-  Comm* c = r->comm;
-  size_t m = bf16_allreduce_part(r->n, c->size), N = (size_t)c->size;
-  uint16_t* send = (uint16_t*)((char*)r->host + (on_device() ? r->n * sizeof(float) : 0));
-  uint16_t* recv = send + N * m;
-  uint16_t* mine = recv + N * m;
-  float* sum = (float*)malloc((m ? m : 1) * sizeof(float));
-  if (!sum) { fprintf(stderr, "osdp: error: out of host memory\n"); comm_abort(2); }
-  sum_bf16_parts(sum, recv, c->size, m);
-  pack_bf16(mine, sum, m, m);
-  free(sum);
-  /* The gathered sums land in `send` (no longer needed). */
-  MPI_Iallgather(mine, to_count(m), MPI_UINT16_T, send, to_count(m), MPI_UINT16_T, c->mpi,
-                 (MPI_Request*)r->mpi);
-  r->phase = 2;
-}
-
-/* Starts an all-reduce of buf[0..n) sent as bf16: each rank's parts go to their owners
-** (all-to-all), which sum them in fp32 (phase 1); the rounded sums are gathered back (2). */
-static void bf16_iallreduce(Comm* c, float* buf, size_t n, CommRequest* r) {
-  size_t N = (size_t)c->size, m = bf16_allreduce_part(n, c->size);
-  size_t fl = on_device() ? n * sizeof(float) : 0;
-  r->host = host_alloc(fl + (2 * N * m + m) * sizeof(uint16_t));
-  float* src = buf;
-  if (on_device()) { src = r->host; bk()->to_host(src, buf, n * sizeof(float)); }
-  uint16_t* send = (uint16_t*)((char*)r->host + fl);
-  pack_bf16(send, src, n, N * m);
-  r->buf = buf;
-  r->n = n;
-  r->phase = 1;
-  MPI_Ialltoall(send, to_count(m), MPI_UINT16_T, send + N * m, to_count(m), MPI_UINT16_T, c->mpi,
-                (MPI_Request*)r->mpi);
-}
-
-/* Writes a finished bf16 all-reduce's gathered sums into the caller's buffer. */
-static void bf16_allreduce_finish(CommRequest* r) {
-  size_t fl = on_device() ? r->n * sizeof(float) : 0;
-  const uint16_t* all = (const uint16_t*)((char*)r->host + fl);
-  float* out = on_device() ? (float*)r->host : r->buf;
-  for (size_t i = 0; i < r->n; i++) out[i] = from_bf16(all[i]);
-  if (on_device()) bk()->to_device(r->buf, out, r->n * sizeof(float));
-}
 
 /* A new MPI request for r (freed when r finishes). */
 static MPI_Request* new_mpi_request(void) {
@@ -305,192 +207,34 @@ static MPI_Request* new_mpi_request(void) {
   return req;
 }
 
-void comm_iallreduce_f32(Comm* c, float* buf, size_t n, CommDtype dtype, CommRequest* r) {
-  memset(r, 0, sizeof *r);
-  if (c->size == 1) return;
-  double t0 = now_seconds();
-  r->comm = c;
-  r->kind = COMM_ALLREDUCE;
-  r->dtype = dtype;
-  r->active = 1;
-  if (dtype == COMM_BF16) {
-    r->mpi = new_mpi_request();
-    r->bytes = 2.0 * (double)n;
-    bf16_iallreduce(c, buf, n, r);
-    count_time(c, COMM_ALLREDUCE, t0);
-    return;
-  }
-  r->bytes = 4.0 * (double)n;
-  if (on_nccl(c)) {
-    comm_nccl_iallreduce(buf, n, r);
-    count_time(c, COMM_ALLREDUCE, t0);
-    return;
-  }
-  r->mpi = new_mpi_request();
-  float* host = buf;
-  if (staged(c)) {
-    size_t bytes = n * sizeof(float);
-    host = r->host = host_alloc(bytes);
-    bk()->to_host(host, buf, bytes);
-    r->device_result = buf;
-    r->result_bytes = bytes;
-  }
-  MPI_Iallreduce(MPI_IN_PLACE, host, to_count(n), MPI_FLOAT, MPI_SUM, c->mpi, (MPI_Request*)r->mpi);
-  count_time(c, COMM_ALLREDUCE, t0);
-}
-
-/* ---- Reduce-scatter ------------------------------------------------------------------ */
-
-/* Adds (accumulate) or copies this rank's reduced part, part[0..n) (backend memory), into
-** shard: the first gradient use of a step overwrites the shard, so nothing has to zero it. */
-static void shard_result(float* shard, const float* part, size_t n, int accumulate) {
-  if (accumulate) bk()->f32->accumulate(shard, part, n);
-  else if (shard != part) bk()->copy(shard, part, n * sizeof(float));
-}
-
-/* The host layout of a bf16 reduce-scatter of N*m floats: the float copy (device memory only),
-** then the send and receive parts of N*m bf16 each. */
-static size_t bf16_rs_bytes(const Comm* c, size_t m) {
-  size_t N = (size_t)c->size;
-  return (on_device() ? N * m * sizeof(float) : 0) + 2 * N * m * sizeof(uint16_t);
-}
-
-/* Converts full (N*m floats, backend memory) to bf16 parts in host (layout of bf16_rs_bytes). */
-static uint16_t* bf16_rs_pack(Comm* c, const float* full, size_t m, void* host) {
-  size_t N = (size_t)c->size, fl = on_device() ? N * m * sizeof(float) : 0;
-  const float* src = full;
-  if (on_device()) { bk()->to_host(host, full, N * m * sizeof(float)); src = host; }
-  uint16_t* send = (uint16_t*)((char*)host + fl);
-  pack_bf16(send, src, N * m, N * m);
-  return send;
-}
-
-/* Sums the received bf16 parts into full[0..m) (backend memory) and adds (accumulate) or writes
-** them into acc. */
-static void bf16_rs_finish(Comm* c, float* full, float* acc, size_t m, void* host, int accumulate) {
-  size_t N = (size_t)c->size, fl = on_device() ? N * m * sizeof(float) : 0;
-  const uint16_t* recv = (const uint16_t*)((char*)host + fl) + N * m;
-  float* sum = on_device() ? (float*)host : full; /* the float copy is free again */
-  sum_bf16_parts(sum, recv, c->size, m);
-  if (on_device()) bk()->to_device(full, sum, m * sizeof(float));
-  shard_result(acc, full, m, accumulate);
-}
-
-void comm_reduce_scatter_f32(Comm* c, float* full, float* shard_acc, size_t shard_n,
-                             CommDtype dtype, int accumulate) {
-  if (c->size == 1) { shard_result(shard_acc, full, shard_n, accumulate); return; }
-  double t0 = now_seconds();
-  size_t N = (size_t)c->size, shard_bytes = shard_n * sizeof(float);
-  if (dtype == COMM_BF16) {
-    void* host = stage_buffer(bf16_rs_bytes(c, shard_n));
-    uint16_t* send = bf16_rs_pack(c, full, shard_n, host);
-    MPI_Alltoall(send, to_count(shard_n), MPI_UINT16_T, send + N * shard_n, to_count(shard_n),
-                 MPI_UINT16_T, c->mpi);
-    bf16_rs_finish(c, full, shard_acc, shard_n, host, accumulate);
-    count(c, COMM_REDUCE_SCATTER, t0, 2.0 * (double)shard_n * (double)N);
-    return;
-  }
-  if (on_nccl(c)) {
-    /* NCCL in place: this rank's result lands at its own part of the buffer. */
-    comm_nccl_reduce_scatter(full, shard_n);
-    shard_result(shard_acc, full + shard_n * (size_t)c->rank, shard_n, accumulate);
-    count(c, COMM_REDUCE_SCATTER, t0, 4.0 * (double)shard_n * (double)N);
-    return;
-  }
-  /* In place: the result for this rank lands at the start of the buffer. */
-  float* host = staged(c) ? stage_buffer(shard_bytes * N) : full;
-  if (staged(c)) bk()->to_host(host, full, shard_bytes * N);
-  MPI_Reduce_scatter_block(MPI_IN_PLACE, host, to_count(shard_n), MPI_FLOAT, MPI_SUM, c->mpi);
-  if (staged(c)) bk()->to_device(full, host, shard_bytes);
-  /* The accumulation counts as part of the collective (profiled the same way). */
-  shard_result(shard_acc, full, shard_n, accumulate);
-  count(c, COMM_REDUCE_SCATTER, t0, 4.0 * (double)shard_n * (double)N);
-}
-
-void comm_ireduce_scatter_f32(Comm* c, float* full, float* shard_acc, size_t shard_n,
-                              CommDtype dtype, int accumulate, CommRequest* r) {
-  memset(r, 0, sizeof *r);
-  if (c->size == 1) { shard_result(shard_acc, full, shard_n, accumulate); return; }
-  double t0 = now_seconds();
-  size_t N = (size_t)c->size;
-  *r = (CommRequest){.active = 1, .kind = COMM_REDUCE_SCATTER, .comm = c, .dtype = dtype,
-                     .acc = shard_acc, .accumulate = accumulate, .buf = full, .n = shard_n};
-  if (on_nccl(c) && dtype == COMM_FP32) {
-    /* NCCL has no non-blocking reduce-scatter here: run it now (on its stream). */
-    comm_nccl_reduce_scatter(full, shard_n);
-    shard_result(shard_acc, full + shard_n * (size_t)c->rank, shard_n, accumulate);
-    count(c, COMM_REDUCE_SCATTER, t0, 4.0 * (double)shard_n * (double)N);
-    memset(r, 0, sizeof *r);
-    return;
-  }
-  r->mpi = new_mpi_request();
-  if (dtype == COMM_BF16) {
-    r->bytes = 2.0 * (double)shard_n * (double)N;
-    r->host = host_alloc(bf16_rs_bytes(c, shard_n));
-    uint16_t* send = bf16_rs_pack(c, full, shard_n, r->host);
-    MPI_Ialltoall(send, to_count(shard_n), MPI_UINT16_T, send + N * shard_n, to_count(shard_n),
-                  MPI_UINT16_T, c->mpi, (MPI_Request*)r->mpi);
-  } else {
-    r->bytes = 4.0 * (double)shard_n * (double)N;
-    float* host = full;
-    if (staged(c)) {
-      host = r->host = host_alloc(shard_n * N * sizeof(float));
-      bk()->to_host(host, full, shard_n * N * sizeof(float));
-      r->device_result = full;
-      r->result_bytes = shard_n * sizeof(float);
-    }
-    MPI_Ireduce_scatter_block(MPI_IN_PLACE, host, to_count(shard_n), MPI_FLOAT, MPI_SUM, c->mpi,
-                              (MPI_Request*)r->mpi);
-  }
-  count_time(c, COMM_REDUCE_SCATTER, t0);
-}
-
 /* ---- Requests ------------------------------------------------------------------------ */
 
-/* Releases a finished request (copying a staged result back, adding a reduce-scatter's part,
-** unpacking a bf16 all-reduce) and counts its payload. */
+/* Releases a finished gather (copying a staged result back) and counts its payload. */
 static void finish_request(CommRequest* r) {
   Comm* c = r->comm;
-  if (r->kind == COMM_REDUCE_SCATTER && r->dtype == COMM_BF16) {
-    bf16_rs_finish(c, r->buf, r->acc, r->n, r->host, r->accumulate);
-  } else if (r->kind == COMM_ALLREDUCE && r->dtype == COMM_BF16) {
-    bf16_allreduce_finish(r);
-  } else {
-    if (r->device_result) bk()->to_device(r->device_result, r->host, r->result_bytes);
-    if (r->acc) shard_result(r->acc, r->buf, r->n, r->accumulate);
-  }
+  if (r->device_result) bk()->to_device(r->device_result, r->host, r->result_bytes);
   free(r->host);
   r->host = NULL;
-  if (!on_nccl(c) || r->dtype == COMM_BF16) free(r->mpi); /* NCCL's event: comm_nccl_test/wait */
+  if (!on_nccl(c)) free(r->mpi); /* NCCL's event is released by comm_nccl_test / wait */
   r->mpi = NULL;
   r->active = 0;
-  c->stats.bytes[r->kind] += r->bytes;
-  c->stats.calls[r->kind]++;
+  comm_count_call(c, r->kind, r->bytes);
 }
 
-/* 1 when r's current MPI (or NCCL) operation is complete; waits for it when `block`. */
-static int request_step(CommRequest* r, int block) {
-  int done = 0;
-  if (on_nccl(r->comm) && r->dtype == COMM_FP32) {
-    if (block) { comm_nccl_wait(r); return 1; }
-    return comm_nccl_test(r);
-  }
-  if (block) { MPI_Wait((MPI_Request*)r->mpi, MPI_STATUS_IGNORE); return 1; }
-  MPI_Test((MPI_Request*)r->mpi, &done, MPI_STATUS_IGNORE);
-  return done;
-}
-
-/* Advances r as far as it goes now (block: to its end). Returns 1 when r is finished. */
+/* Advances r (block: to its end); 1 when it is finished. Reductions run in comm_reduce.c. */
 static int request_advance(CommRequest* r, int block) {
-  for (;;) {
-    if (!request_step(r, block)) return 0;
-    if (r->kind == COMM_ALLREDUCE && r->dtype == COMM_BF16 && r->phase == 1) {
-      bf16_allreduce_gather(r);
-      continue;
-    }
-    finish_request(r);
-    return 1;
+  if (r->job) return comm_reduction_advance(r, block);
+  int done = 1;
+  if (on_nccl(r->comm)) {
+    if (block) comm_nccl_wait(r);
+    else done = comm_nccl_test(r);
+  } else if (block) {
+    MPI_Wait((MPI_Request*)r->mpi, MPI_STATUS_IGNORE);
+  } else {
+    MPI_Test((MPI_Request*)r->mpi, &done, MPI_STATUS_IGNORE);
   }
+  if (done) finish_request(r);
+  return done;
 }
 
 int comm_test(CommRequest* r) {
@@ -499,7 +243,7 @@ int comm_test(CommRequest* r) {
   CommKind k = r->kind;
   double t0 = now_seconds();
   int done = request_advance(r, 0);
-  count_time(c, k, t0);
+  comm_count_time(c, k, t0);
   return done;
 }
 
@@ -509,7 +253,7 @@ void comm_wait(CommRequest* r) {
   CommKind k = r->kind;
   double t0 = now_seconds();
   request_advance(r, 1);
-  count_time(c, k, t0);
+  comm_count_time(c, k, t0);
 }
 
 /* ---- All-gather ---------------------------------------------------------------------- */
@@ -566,7 +310,7 @@ void comm_iallgather_into_f32(Comm* c, const float* shard, float* full, size_t s
                      .bytes = 4.0 * (double)shard_n * (double)N};
   if (on_nccl(c)) {
     comm_nccl_iallgather(shard, full, shard_n, r);
-    count_time(c, COMM_ALLGATHER, t0);
+    comm_count_time(c, COMM_ALLGATHER, t0);
     return;
   }
   r->mpi = new_mpi_request();
@@ -583,7 +327,7 @@ void comm_iallgather_into_f32(Comm* c, const float* shard, float* full, size_t s
   }
   MPI_Iallgather(send, to_count(shard_n), MPI_FLOAT, recv, to_count(shard_n), MPI_FLOAT, c->mpi,
                  (MPI_Request*)r->mpi);
-  count_time(c, COMM_ALLGATHER, t0);
+  comm_count_time(c, COMM_ALLGATHER, t0);
 }
 
 /* ---- Scalars ------------------------------------------------------------------------- */
