@@ -62,7 +62,8 @@ expect_plan_error "ranks per host not dividing" "--ranks-per-host 3" -- "${base[
 expect_plan_error "ranks per host not a number" "--ranks-per-host" -- "${base[@]}" --ranks-per-host eight
 expect_plan_error "negative inter-host bandwidth" "--inter-bandwidth -1" -- "${base[@]}" --ranks-per-host 8 --inter-bandwidth -1
 expect_plan_error "negative inter-host latency" "--inter-latency -1" -- "${base[@]}" --ranks-per-host 8 --inter-latency -1
-expect_plan_error "unknown reduce dtype" "--reduce-dtype 'fp16'" -- "${base[@]}" --reduce-dtype fp16
+expect_plan_error "unknown reduce dtype" "--reduce-dtype: 'fp16'" -- "${base[@]}" --reduce-dtype fp16
+expect_plan_error "shard group not dividing the ranks" "--shard-group: '3'" -- "${base[@]}" --shard-group 3
 
 # A device file with the two levels plans as the flags do.
 cat >dev.json <<'EOF'

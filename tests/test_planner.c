@@ -136,7 +136,7 @@ static void check_same_device(const DeviceInfo* a, const DeviceInfo* b) {
       const CollectiveModel *x = device_link(a, l, k), *y = device_link(b, l, k);
       CHECK(device_link_ranks(a, l, k) == device_link_ranks(b, l, k));
       CHECK(x->latency_s == y->latency_s && x->bandwidth_Bps == y->bandwidth_Bps && x->overlap == y->overlap &&
-            x->in_step == y->in_step && x->npoints == y->npoints);
+            x->in_step == y->in_step && x->npoints == y->npoints && x->bf16_factor == y->bf16_factor);
     }
   }
   CHECK(a->flops == b->flops && a->optimizer_s_per_param == b->optimizer_s_per_param);
@@ -181,6 +181,7 @@ static void test_device_files(void) {
         a.op_times[0].measured[3] && a.op_times[0].fixed_s[3] == 6e-4 && !a.op_times[1].measured[1]);
   CHECK(strcmp(a.compute_model, "tiny") == 0 && a.compute_seq == 64);
   a.flops = 1.0 / 3.0; /* a value that needs all 17 digits */
+  a.coll[COLL_REDUCE_SCATTER].bf16_factor = 2.25; /* measured by osdp profile */
   check_round_trip(&a);
   CHECK(a.n_op_times == 0 && a.op_times == NULL);
 
@@ -198,6 +199,8 @@ static void test_device_files(void) {
   expect_device_error(device_variant("\"flops\": 9.4e10", "\"flops\": \"fast\""), "flops");
   expect_device_error(device_variant("1.5e-9", "-1e-9"), "optimizer_s_per_param");
   expect_device_error(device_variant("\"allgather\"", "\"all_gather\""), "collectives.allgather");
+  expect_device_error(device_variant("\"overlap\": 0.25", "\"overlap\": 0.25, \"bf16_factor\": -1"),
+                      "bf16_factor");
   expect_device_error(device_variant("\"bandwidth_Bps\": 5e8", "\"bandwidth_Bps\": -5e8"),
                       "collectives.reduce_scatter.bandwidth_Bps");
   expect_device_error(device_variant("\"bandwidth_Bps\": 5e8", "\"bandwidth_Bps\": 0"),
@@ -427,6 +430,13 @@ static int ref_recomputed(const GptDesc* d, const int* rec, int op) {
 static double ref_exposure;
 static ReduceDtype ref_reduce;
 
+/* The reference share of its fp32 bytes a bf16 reduction of kind costs: the device's measured
+** bf16_factor, or one half. */
+static double ref_factor(const DeviceInfo* dev, int kind) {
+  if (ref_reduce != REDUCE_BF16) return 1;
+  return dev->coll[kind].bf16_factor > 0 ? dev->coll[kind].bf16_factor : 0.5;
+}
+
 /* H of a device: its ranks per host, all its ranks when 0. */
 static int ref_hosts(const DeviceInfo* dev) { return dev->ranks_per_host ? dev->ranks_per_host : dev->ranks; }
 
@@ -465,10 +475,11 @@ static void ref_slice(const DeviceInfo* dev, int op, int rec, size_t n, Strategy
   int N = dev->ranks;
   if (G <= 0) G = N;
   size_t np = s == STRAT_DP ? n : pad_to(n, G), sh = s == STRAT_DP ? n : np / (size_t)G;
-  double bytes = 4.0 * (double)np, f = ref_reduce == REDUCE_BF16 ? 0.5 : 1;
+  double bytes = 4.0 * (double)np, f = ref_factor(dev, COLL_ALLREDUCE);
+  double frs = ref_factor(dev, COLL_REDUCE_SCATTER);
   int fw = (op == 0 ? 2 : 1) + rec, bw = 1, bg = op == 0 ? 2 : 1;
   double comm = 0, mib16 = 16.0 * 1048576.0;
-  double ag = ref_group(dev, COLL_ALLGATHER, G, bytes), rs = ref_group(dev, COLL_REDUCE_SCATTER, G, f * bytes);
+  double ag = ref_group(dev, COLL_ALLGATHER, G, bytes), rs = ref_group(dev, COLL_REDUCE_SCATTER, G, frs * bytes);
   double across = ref_across(dev, G, f * bytes / G);
   if (N > 1 && s == STRAT_DP) comm = ref_exposure * bytes * ref_group(dev, COLL_ALLREDUCE, N, f * mib16) / mib16;
   if (N > 1 && s == STRAT_ZERO2) comm = bg * rs + ag + across;
@@ -500,7 +511,7 @@ static void ref_op(const GptDesc* d, const DeviceInfo* dev, int op, int rec, con
 ** the all-dp plan agree. */
 static double ref_exposure_of(const GptDesc* d, const DeviceInfo* dev) {
   if (dev->ranks <= 1) return 1;
-  double bytes = 4.0 * (double)d->n_params, f = ref_reduce == REDUCE_BF16 ? 0.5 : 1, mib16 = 16.0 * 1048576.0;
+  double bytes = 4.0 * (double)d->n_params, f = ref_factor(dev, COLL_ALLREDUCE), mib16 = 16.0 * 1048576.0;
   int N = dev->ranks;
   return ref_group(dev, COLL_ALLREDUCE, N, f * bytes) / (bytes * ref_group(dev, COLL_ALLREDUCE, N, f * mib16) / mib16);
 }
@@ -576,7 +587,7 @@ static void check_plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan*
     }
   }
   ref_batch(d, dev, p->micro_batch, p->seq, p->recompute, &bytes, &comp);
-  double f = p->reduce_dtype == REDUCE_BF16 ? 0.5 : 1;
+  double f = ref_factor(dev, COLL_ALLREDUCE);
   double bucket = ndp ? ref_group(dev, COLL_ALLREDUCE, dev->ranks, f * 4.0 * (double)ndp) : 0;
   MemPrediction pm;
   plan_predict_memory(d, p, dev->threads, &pm);
@@ -740,6 +751,17 @@ static void test_hybrid_cost(void) {
   CHECK_NEAR(c1.exposed_s[COLL_ALLREDUCE], 0.5 * c0.exposed_s[COLL_ALLREDUCE], 1e-15);
   CHECK(c1.exposed_s[COLL_ALLGATHER] == c0.exposed_s[COLL_ALLGATHER] && c1.mem.peak == c0.mem.peak);
   check_plan_cost(&d, &dev, &p);
+  /* A measured bf16 factor (conversions cost more than the bytes save: shared memory) prices
+  ** bf16 reductions above fp32's, and the separable model agrees with the replay. */
+  dev.coll[COLL_REDUCE_SCATTER].bf16_factor = 1.5;
+  dev.coll[COLL_ALLREDUCE].bf16_factor = 1.25;
+  CHECK(plan_cost(&d, &dev, &p, &c1) == 0);
+  CHECK_NEAR(c1.exposed_s[COLL_REDUCE_SCATTER], 1.5 * c0.exposed_s[COLL_REDUCE_SCATTER], 1e-15);
+  CHECK_NEAR(c1.exposed_s[COLL_ALLREDUCE], 1.25 * c0.exposed_s[COLL_ALLREDUCE], 1e-15);
+  CHECK(c1.step_s > c0.step_s);
+  check_plan_cost(&d, &dev, &p);
+  CHECK(device_reduce_factor(&dev, COLL_REDUCE_SCATTER, 0) == 1 &&
+        device_reduce_factor(&dev, COLL_ALLGATHER, 1) == 0.5);
   plan_free(&p);
   /* The exposures: dp calibrates the all-dp plan; across is its exposed share of the work. */
   dev = make_hosts_device(4, 2, (size_t)1 << 32, 1e9, 4);

@@ -349,13 +349,7 @@ static int search_options_from_args(const Args* a, const GptDesc* d, const Devic
     return -1;
   planner_default_options(so, (int)T);
   so->max_batch = (int)maxb;
-  const char* rd = args_get(a, "reduce-dtype", "fp32");
-  if (strcmp(rd, "auto") == 0) so->reduce_dtype = SEARCH_REDUCE_AUTO;
-  else if (reduce_dtype_parse(rd) >= 0) so->reduce_dtype = reduce_dtype_parse(rd);
-  else
-    return osdp_fail("osdp plan: --reduce-dtype '%s' must be fp32, bf16 or auto (the element type "
-                     "of gradient reductions; auto: the planner chooses per plan)", rd);
-  return setup_recompute_search(a, d, so);
+  return setup_search_options(a, d, dev->ranks, so);
 }
 
 int cmd_plan(int argc, char** argv) {
@@ -363,7 +357,7 @@ int cmd_plan(int argc, char** argv) {
   static const char* const opts[] = {"model", "devices", "ranks", "mem-limit", "flops", "bandwidth",
                                      "latency", "threads", "seq", "max-batch", "out", "load",
                                      "svg", "trial-steps", "recompute", "ranks-per-host",
-                                     "inter-bandwidth", "inter-latency", "reduce-dtype", NULL};
+                                     "inter-bandwidth", "inter-latency", "reduce-dtype", "shard-group", NULL};
   static const char* const sws[] = {"json", "trial", NULL};
   Args a;
   GptDesc d;

@@ -67,6 +67,25 @@ int setup_recompute_search(const Args* a, const GptDesc* d, SearchOptions* so) {
   return rc < 0 ? -1 : 0;
 }
 
+int setup_search_options(const Args* a, const GptDesc* d, int ranks, SearchOptions* so) {
+  const char* rd = args_get(a, "reduce-dtype", "fp32");
+  if (strcmp(rd, "auto") == 0) so->reduce_dtype = SEARCH_REDUCE_AUTO;
+  else if (reduce_dtype_parse(rd) >= 0) so->reduce_dtype = reduce_dtype_parse(rd);
+  else
+    return osdp_fail("--reduce-dtype: '%s' must be fp32, bf16 or auto (the element type of gradient "
+                     "reductions; auto: the planner chooses per plan)", rd);
+  const char* g = args_get(a, "shard-group", NULL);
+  if (g) {
+    char* end = NULL;
+    long G = strtol(g, &end, 10);
+    if (end == g || *end || G < 1 || G > ranks || ranks % G)
+      return osdp_fail("--shard-group: '%s' must divide the %d ranks (every sharded slice then "
+                       "shards within groups of G ranks; omit it to let the planner choose)", g, ranks);
+    so->shard_group = (int)G;
+  }
+  return setup_recompute_search(a, d, so);
+}
+
 int setup_plan_options(const Args* a, const GptDesc* d, Plan* p) {
   if (args_has(a, "prefetch")) p->prefetch = 1;
   if (args_has(a, "overlap-reduce")) p->overlap_reduce = 1;
@@ -161,7 +180,7 @@ int setup_auto_plan(const Args* a, const GptDesc* d, int T, int max_batch, int q
   planner_default_options(&so, T);
   so.max_batch = max_batch;
   long trial_steps;
-  if (setup_recompute_search(a, d, &so)) { device_free(&dev); return -1; }
+  if (setup_search_options(a, d, dev.ranks, &so)) { device_free(&dev); return -1; }
   if (args_int(a, "trial-steps", 6, 0, 1000, &trial_steps)) { device_free(&dev); return -1; }
   memset(report, 0, sizeof *report);
   report->quiet = quiet;

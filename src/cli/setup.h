@@ -40,6 +40,9 @@ int setup_recompute(const Args* a, const GptDesc* d, Plan* p);
 /* --recompute N|all for a search (plan, train --plan auto): exactly that many layers recompute
 ** (min = max); absent, the planner chooses. -1 with an error as setup_recompute. */
 int setup_recompute_search(const Args* a, const GptDesc* d, SearchOptions* so);
+/* The search options of the command line: --reduce-dtype fp32|bf16|auto, --shard-group G (fixes
+** every op's group; absent: the planner chooses), --recompute N|all (the count fixed). */
+int setup_search_options(const Args* a, const GptDesc* d, int ranks, SearchOptions* so);
 /* The backend of --device cpu|cuda (default cpu) with --tf32 on|off (default on) and
 ** --precision fp32 (bf16 is not built yet). NULL with a one-line error (e.g. no GPU here). */
 const Backend* setup_backend(const Args* a);

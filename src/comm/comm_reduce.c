@@ -45,6 +45,7 @@ typedef struct Reduction {
   int phase;           /* 1 reducing, 2 gathering, 3 done */
   void* send;          /* bf16: this chunk's packed pieces (N*L) */
   void* recv;          /* this chunk's received pieces (N*L elements of the dtype) */
+  float* sum;          /* bf16: the chunk's sums in fp32 (L) */
   int* cnt;            /* 4N ints: send counts and displacements, receive counts and displacements */
   MPI_Request req;
   /* Device memory: src is a host copy of dev_buf; the result goes back at the end. */
@@ -54,13 +55,12 @@ typedef struct Reduction {
 
 /* ---- bf16 ---------------------------------------------------------------------------- */
 
-/* Rounds a float to bf16, to nearest even (NaN stays NaN). */
+/* Rounds a float to bf16, to nearest even (NaN stays NaN); branch-free, so loops vectorise. */
 static inline uint16_t to_bf16(float f) {
   uint32_t u;
   memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
+  uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u), quiet = u | 0x400000u;
+  return (uint16_t)(((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded) >> 16);
 }
 
 static inline float from_bf16(uint16_t h) {
@@ -113,34 +113,32 @@ static void post_reduce_chunk(Reduction* R) {
   MPI_Ialltoallv(R->src, sc, sd, MPI_FLOAT, R->recv, rc, rd, MPI_FLOAT, R->mpi, &R->req);
 }
 
-/* Sums the N received pieces of chunk k, in rank order, into this rank's destination. */
+/* Sums the N received pieces of chunk k, in rank order, into this rank's destination: the sums
+** are formed in place in the first piece (fp32) or in R->sum (bf16), one vector loop per piece,
+** then written (or added) to the destination. */
 static void sum_reduce_chunk(Reduction* R) {
   int N = R->c->size, r = R->c->rank;
   size_t len = piece_len(R, r, R->k), L = R->L;
-  float* out = (R->dst ? R->dst : R->src + (size_t)r * R->m) + R->k * L;
+  float* restrict out = (R->dst ? R->dst : R->src + (size_t)r * R->m) + R->k * L;
   int acc = R->accumulate && R->dst;
+  float* restrict s;
   if (R->dtype == COMM_BF16) {
     const uint16_t* in = R->recv;
-    for (size_t i = 0; i < len; i++) {
-      float s = from_bf16(in[i]);
-      for (int p = 1; p < N; p++) s += from_bf16(in[(size_t)p * L + i]);
-      out[i] = acc ? out[i] + s : s;
+    s = R->sum;
+    for (size_t i = 0; i < len; i++) s[i] = from_bf16(in[i]);
+    for (int p = 1; p < N; p++) {
+      const uint16_t* restrict q = in + (size_t)p * L;
+      for (size_t i = 0; i < len; i++) s[i] += from_bf16(q[i]);
     }
-    return;
-  }
-  const float* in = R->recv;
-  if (N == 2) { /* the common case, as one vectorisable loop */
-    for (size_t i = 0; i < len; i++) {
-      float s = in[i] + in[L + i];
-      out[i] = acc ? out[i] + s : s;
+  } else {
+    s = R->recv;
+    for (int p = 1; p < N; p++) {
+      const float* restrict q = s + (size_t)p * L;
+      for (size_t i = 0; i < len; i++) s[i] += q[i];
     }
-    return;
   }
-  for (size_t i = 0; i < len; i++) {
-    float s = in[i];
-    for (int p = 1; p < N; p++) s += in[(size_t)p * L + i];
-    out[i] = acc ? out[i] + s : s;
-  }
+  if (acc) for (size_t i = 0; i < len; i++) out[i] += s[i];
+  else memcpy(out, s, len * sizeof(float));
 }
 
 /* Posts the gathering of the summed parts: fp32 all at once in place; bf16 chunk k, rounded. */
@@ -240,6 +238,7 @@ static void reduction_start(Comm* c, CommKind kind, float* buf, size_t n, float*
   size_t elem = dtype == COMM_BF16 ? 2 : 4;
   R->recv = comm_host_alloc(N * R->L * elem);
   R->send = dtype == COMM_BF16 ? comm_host_alloc(N * R->L * elem) : NULL;
+  R->sum = dtype == COMM_BF16 ? comm_host_alloc(R->L * sizeof(float)) : NULL;
   R->cnt = comm_host_alloc(4 * N * sizeof(int));
   if (comm_on_device()) {
     /* MPI works on a host copy; the result goes back in comm_reduction_advance's finish. */
@@ -278,6 +277,7 @@ static void reduction_finish(CommRequest* r) {
   }
   free(R->recv);
   free(R->send);
+  free(R->sum);
   free(R->cnt);
   free(R);
   r->job = NULL;

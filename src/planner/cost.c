@@ -62,8 +62,11 @@ static double slice_bytes(size_t n, Strategy s, int G) {
   return 4.0 * (double)slice_padded(n, s, G);
 }
 
-/* The factor gradient reductions scale their bytes by: 1/2 in bf16. */
-static double grad_factor(ReduceDtype rd) { return rd == REDUCE_BF16 ? 0.5 : 1.0; }
+/* The factor a gradient reduction of kind scales its bytes by in dtype rd (bf16: as measured,
+** or 1/2; device_reduce_factor). */
+static double grad_factor(const DeviceInfo* dev, int kind, ReduceDtype rd) {
+  return device_reduce_factor(dev, kind, rd == REDUCE_BF16);
+}
 
 /* The search model's all-reduce seconds of a dp slice whose gradient is `bytes` in fp32, its
 ** reductions sent at factor f of those bytes: its share of a full bucket's all-reduce (with
@@ -82,12 +85,13 @@ double cost_slice_search_s(const DeviceInfo* dev, const SliceContext* x, size_t 
   int G = context_group(dev, x);
   double t = cost_slice_optim_s(dev, n, s, G);
   if (dev->ranks <= 1) return t;
-  double f = grad_factor(x->reduce), bytes = slice_bytes(n, s, G);
-  if (s == STRAT_DP) return t + x->dp_exposure * dp_search_s(dev, bytes, f);
+  double far = grad_factor(dev, COLL_ALLREDUCE, x->reduce), bytes = slice_bytes(n, s, G);
+  double frs = grad_factor(dev, COLL_REDUCE_SCATTER, x->reduce);
+  if (s == STRAT_DP) return t + x->dp_exposure * dp_search_s(dev, bytes, far);
   CommShape in = device_group_shape(dev, G);
   double ag = device_shape_step_s(dev, in, COLL_ALLGATHER, bytes);
-  double rs = device_shape_step_s(dev, in, COLL_REDUCE_SCATTER, f * bytes);
-  double across = device_shape_step_s(dev, device_across_shape(dev, G), COLL_ALLREDUCE, f * bytes / G);
+  double rs = device_shape_step_s(dev, in, COLL_REDUCE_SCATTER, frs * bytes);
+  double across = device_shape_step_s(dev, device_across_shape(dev, G), COLL_ALLREDUCE, far * bytes / G);
   t += x->uses.bwd_grad * rs + x->across_exposure * across;
   if (s == STRAT_ZERO2) return t + ag;
   return t + (x->uses.fwd_weight + x->uses.bwd_weight) * ag;
@@ -257,7 +261,8 @@ static void replay_landed(Replay* r, Walk* w, int i, int last) {
   int G = use_group(r, &w->u[i]);
   CommShape across = device_across_shape(r->dev, G);
   if (last && across.ranks > 1)
-    replay_start(r, COLL_ALLREDUCE, across, grad_factor(r->p->reduce_dtype) * use_bytes(r, &w->u[i]) / G);
+    replay_start(r, COLL_ALLREDUCE, across,
+                 grad_factor(r->dev, COLL_ALLREDUCE, r->p->reduce_dtype) * use_bytes(r, &w->u[i]) / G);
 }
 
 /* overlap_reduce: waits for the reduce-scatter in flight, if any, and lands it. */
@@ -274,7 +279,7 @@ static void replay_finish_reducing(Replay* r, Walk* w) {
 static void replay_grad(Replay* r, Walk* w, int i) {
   const GptParamUse* u = &w->u[i];
   int key = u->owner * GPT_MAX_SLICES + u->slice, last = --w->grad_left[key] == 0;
-  double f = grad_factor(r->p->reduce_dtype);
+  double f = grad_factor(r->dev, COLL_REDUCE_SCATTER, r->p->reduce_dtype);
   if (use_strategy(r, u) != STRAT_DP) {
     if (r->p->overlap_reduce) {
       replay_finish_reducing(r, w);
@@ -291,7 +296,8 @@ static void replay_grad(Replay* r, Walk* w, int i) {
   int b = w->bucket[key];
   if (!last || b < 0) return;
   if (--w->members_left[b] == 0)
-    replay_start(r, COLL_ALLREDUCE, device_world_shape(r->dev), f * w->bucket_bytes[b]);
+    replay_start(r, COLL_ALLREDUCE, device_world_shape(r->dev),
+                 grad_factor(r->dev, COLL_ALLREDUCE, r->p->reduce_dtype) * w->bucket_bytes[b]);
 }
 
 /* Runs op i in the given phase: its parameter uses from the schedule, each followed by its
@@ -398,7 +404,7 @@ void cost_exposures(const GptDesc* d, const DeviceInfo* dev, int B, int T, Reduc
   PlanCost c;
   if (plan_uniform(&p, d, STRAT_DP, dev->ranks, B, T)) return;
   p.reduce_dtype = rd;
-  double modeled = 0, f = grad_factor(rd);
+  double modeled = 0, f = grad_factor(dev, COLL_ALLREDUCE, rd);
   for (int i = 0; i < d->nops; i++)
     if (d->ops[i].n_params) modeled += dp_search_s(dev, slice_bytes(d->ops[i].n_params, STRAT_DP, 1), f);
   int rc = plan_cost(d, dev, &p, &c);

@@ -189,6 +189,8 @@ static int validate_collective(const CollectiveModel* c, const char* where, cons
   if (check_number(c->residual, 1, where, field, "give a relative error >= 0, or omit it")) return -1;
   snprintf(field, sizeof field, "%s.in_step", name);
   if (check_number(c->in_step, 1, where, field, "give a factor > 0 such as 1.2, or omit it")) return -1;
+  snprintf(field, sizeof field, "%s.bf16_factor", name);
+  if (check_number(c->bf16_factor, 1, where, field, "give a share > 0 such as 0.5, or omit it")) return -1;
   for (int i = 0; i < c->npoints; i++) {
     snprintf(field, sizeof field, "%s.points[%d]", name, i);
     if (check_number(c->point_bytes[i], 0, where, field, "give [bytes > 0, seconds > 0]") ||
@@ -318,6 +320,11 @@ static int json_collective(const cJSON* o, const char* path, const char* name, C
   if (json_number(o, "in_step", field, 0, path, &c->in_step)) return -1;
   if (c->in_step <= 0)
     return osdp_fail("%s: field \"%s\" = %g must be > 0 (1: as measured alone)", path, field, c->in_step);
+  snprintf(field, sizeof field, "%s.bf16_factor", name);
+  if (json_number(o, "bf16_factor", field, 0, path, &c->bf16_factor)) return -1;
+  if (c->bf16_factor < 0 || c->bf16_factor > 4)
+    return osdp_fail("%s: field \"%s\" = %g must be in (0, 4] (0.5: bf16 costs half of fp32)", path,
+                     field, c->bf16_factor);
   return json_points(o, path, name, c);
 }
 
@@ -474,6 +481,7 @@ static void collective_to_json(cJSON* o, const CollectiveModel* c) {
   cJSON_AddNumberToObject(o, "overlap", c->overlap);
   cJSON_AddNumberToObject(o, "residual", c->residual);
   cJSON_AddNumberToObject(o, "in_step", c->in_step > 0 ? c->in_step : 1);
+  if (c->bf16_factor > 0) cJSON_AddNumberToObject(o, "bf16_factor", c->bf16_factor);
   if (c->npoints > 0) {
     cJSON* pts = cJSON_AddArrayToObject(o, "points");
     for (int i = 0; i < c->npoints; i++) {
@@ -547,4 +555,10 @@ int device_save(const DeviceInfo* dev, const char* path) {
   int rc = write_file_atomic(path, text, "--out");
   free(text);
   return rc;
+}
+
+double device_reduce_factor(const DeviceInfo* dev, int kind, int bf16) {
+  if (!bf16) return 1.0;
+  double f = dev->coll[kind].bf16_factor;
+  return f > 0 ? f : 0.5;
 }

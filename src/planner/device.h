@@ -77,6 +77,8 @@ typedef struct CollectiveModel {
   double overlap;        /* 0..1: progress of a non-blocking call while the rank computes */
   double in_step;        /* time of the collective inside a training step / alone (> 0; 1) */
   double residual;       /* largest relative error of the model at measured sizes (informational) */
+  double bf16_factor;    /* reductions: a bf16 one costs what an fp32 one of this share of the
+                         ** bytes costs (0: not measured, 0.5: only the bytes count) */
   int npoints;           /* measured (bytes, seconds), bytes ascending; >= 2: they are the model */
   double point_bytes[DEVICE_MAX_POINTS], point_s[DEVICE_MAX_POINTS];
 } CollectiveModel;
@@ -145,6 +147,10 @@ double device_shape_step_s(const DeviceInfo* dev, CommShape sh, int kind, double
 /* Time of one collective over all the ranks (device_world_shape), alone and inside a step. */
 double device_collective_s(const DeviceInfo* dev, int kind, double bytes);
 double device_step_collective_s(const DeviceInfo* dev, int kind, double bytes);
+/* The share of its fp32 bytes a reduction of kind (all-reduce, reduce-scatter) is priced at
+** when it travels in dtype: 1 for fp32; for bf16 the intra-host level's measured bf16_factor
+** (conversions included), or 0.5 (half the bytes) when not measured. */
+double device_reduce_factor(const DeviceInfo* dev, int kind, int bf16);
 /* Forward+backward time of op i of model d at micro-batch B, sequence T and k slices: measured
 ** when the device holds times for this model and T, else from FLOPs and dev->flops. */
 double device_op_time_s(const DeviceInfo* dev, const GptDesc* d, int op, int B, int T, int k);

@@ -43,15 +43,18 @@
 /* Seconds of one collective of kind over communicator c on a full buffer of n floats (a
 ** multiple of c's size): the slowest rank's best of reps runs (after a warm-up), every rank
 ** running its own c at once. */
-static double time_collective(Comm* c, int kind, float* buf, float* shard, size_t n, int reps) {
+static double time_collective(Comm* c, int kind, float* buf, float* shard, size_t n, int reps,
+                              CommDtype dtype) {
   size_t sh = n / (size_t)comm_size_of(c);
   double best = 1e30;
   for (int r = 0; r <= reps; r++) {
     comm_barrier(comm_world());
     double t0 = now_seconds();
-    if (kind == COLL_ALLREDUCE) comm_allreduce_f32(c, buf, n);
+    CommRequest q;
+    if (kind == COLL_ALLREDUCE && dtype == COMM_FP32) comm_allreduce_f32(c, buf, n);
+    else if (kind == COLL_ALLREDUCE) { comm_iallreduce_f32(c, buf, n, dtype, &q); comm_wait(&q); }
     else if (kind == COLL_ALLGATHER) comm_allgather_into_f32(c, shard, buf, sh);
-    else comm_reduce_scatter_f32(c, buf, shard, sh, COMM_FP32, 1);
+    else comm_reduce_scatter_f32(c, buf, shard, sh, dtype, 1);
     double t = comm_allreduce_max_f64(comm_world(), now_seconds() - t0);
     if (r > 0 && t < best) best = t;
   }
@@ -112,7 +115,7 @@ static int profile_level(Comm* c, const char* what, CollectiveModel* models, con
     for (int i = 0; i < NS; i++) {
       size_t n = ((size_t)256 << i) / (size_t)n_c * (size_t)n_c;
       bytes[i] = 4.0 * (double)n;
-      t[i] = time_collective(c, k, buf, shard, n, n <= 65536 ? 9 : 3);
+      t[i] = time_collective(c, k, buf, shard, n, n <= 65536 ? 9 : 3, COMM_FP32);
       if (i > 0 && t[i] < t[i - 1]) t[i] = t[i - 1]; /* noise: a larger buffer is never faster */
     }
     CollectiveModel line = fit_alpha_beta(bytes, t, NS);
@@ -129,6 +132,20 @@ static int profile_level(Comm* c, const char* what, CollectiveModel* models, con
              1e6 * t[0], bytes[NS - 1] / t[NS - 1] / 1e9, format_bytes(bytes[NS - 1], b), NS,
              100 * m->residual, 100 * line.residual);
     }
+  }
+  /* bf16 reductions: their time against fp32's at the largest size, as the share of the bytes
+  ** they cost (conversions included: on shared memory more than the half the bytes say). */
+  for (int k = 0; k < COLL_COUNT; k++) {
+    if (k == COLL_ALLGATHER) continue;
+    size_t n = maxn / (size_t)n_c * (size_t)n_c;
+    double t32 = time_collective(c, k, buf, shard, n, 3, COMM_FP32);
+    double t16 = time_collective(c, k, buf, shard, n, 3, COMM_BF16);
+    models[k].bf16_factor = t32 > 0 ? t16 / t32 : 0.5;
+    if (models[k].bf16_factor > 4) models[k].bf16_factor = 4;
+    if (models[k].bf16_factor <= 0) models[k].bf16_factor = 0.5;
+    if (verbose && comm_rank() == 0)
+      printf("profile: %-14s %s in bf16: %.2f of fp32's time at %s (0.5: only the bytes count)\n",
+             names[k], what, models[k].bf16_factor, "16 MiB");
   }
   bk->release(buf, 2 * maxn * sizeof(float));
   return 0;
