@@ -29,3 +29,6 @@ add_test(NAME comm_4 COMMAND ${OSDP_MPIRUN} -np 4 $<TARGET_FILE:test_comm>)
 add_test(NAME comm_6 COMMAND ${OSDP_MPIRUN} -np 6 $<TARGET_FILE:test_comm>)
 set_tests_properties(comm_2 comm_4 comm_6 PROPERTIES TIMEOUT 120
   ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+# The collectives and the staged runtime under ASan + UBSan too (make asan): chunked reductions,
+# bf16 packing, lanes and hybrid plans.
+set_tests_properties(comm_4 runtime_staging_4 PROPERTIES LABELS "sanitize")
