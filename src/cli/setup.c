@@ -67,6 +67,22 @@ int setup_recompute_search(const Args* a, const GptDesc* d, SearchOptions* so) {
   return rc < 0 ? -1 : 0;
 }
 
+/* The G of --shard-group into *G (0 when absent): it must divide the `ranks`; -1 with an error
+** naming the value otherwise. */
+static int shard_group_option(const Args* a, int ranks, int* G) {
+  const char* g = args_get(a, "shard-group", NULL);
+  *G = 0;
+  if (!g) return 0;
+  char* end = NULL;
+  long v = strtol(g, &end, 10);
+  if (end == g || *end || v < 1 || v > ranks || ranks % v)
+    return osdp_fail("--shard-group: '%s' must divide the %d ranks (sharded slices then shard within "
+                     "groups of G ranks, e.g. the ranks per host, and replicate across the groups)",
+                     g, ranks);
+  *G = (int)v;
+  return 0;
+}
+
 int setup_search_options(const Args* a, const GptDesc* d, int ranks, SearchOptions* so) {
   const char* rd = args_get(a, "reduce-dtype", "fp32");
   if (strcmp(rd, "auto") == 0) so->reduce_dtype = SEARCH_REDUCE_AUTO;
@@ -74,30 +90,18 @@ int setup_search_options(const Args* a, const GptDesc* d, int ranks, SearchOptio
   else
     return osdp_fail("--reduce-dtype: '%s' must be fp32, bf16 or auto (the element type of gradient "
                      "reductions; auto: the planner chooses per plan)", rd);
-  const char* g = args_get(a, "shard-group", NULL);
-  if (g) {
-    char* end = NULL;
-    long G = strtol(g, &end, 10);
-    if (end == g || *end || G < 1 || G > ranks || ranks % G)
-      return osdp_fail("--shard-group: '%s' must divide the %d ranks (every sharded slice then "
-                       "shards within groups of G ranks; omit it to let the planner choose)", g, ranks);
-    so->shard_group = (int)G;
-  }
+  int G;
+  if (shard_group_option(a, ranks, &G)) return -1;
+  if (G) so->shard_group = G;
   return setup_recompute_search(a, d, so);
 }
 
 int setup_plan_options(const Args* a, const GptDesc* d, Plan* p) {
   if (args_has(a, "prefetch")) p->prefetch = 1;
   if (args_has(a, "overlap-reduce")) p->overlap_reduce = 1;
-  const char* g = args_get(a, "shard-group", NULL);
-  if (g) {
-    char* end = NULL;
-    long G = strtol(g, &end, 10);
-    if (end == g || *end || G < 1 || G > p->world || p->world % G)
-      return osdp_fail("--shard-group: '%s' must divide the %d ranks (shard within groups of G "
-                       "ranks, e.g. the ranks per host, and replicate across groups)", g, p->world);
-    plan_set_group(p, (int)G);
-  }
+  int G;
+  if (shard_group_option(a, p->world, &G)) return -1;
+  if (G) plan_set_group(p, G);
   const char* rd = args_get(a, "reduce-dtype", NULL);
   if (rd) {
     int t = reduce_dtype_parse(rd);

@@ -42,19 +42,17 @@ const Backend* comm_backend(void) { return g_bk ? g_bk : backend_cpu(); }
 static const Backend* bk(void) { return comm_backend(); }
 
 int comm_on_nccl(const Comm* c) { return g_nccl && c == g_world; }
-static int on_nccl(const Comm* c) { return comm_on_nccl(c); }
 
 int comm_on_device(void) { return bk()->device_memory; }
 
 /* 1 when c's buffers are device memory copied through host staging for MPI. */
-static int staged(const Comm* c) { return bk()->device_memory && !on_nccl(c); }
+static int staged(const Comm* c) { return bk()->device_memory && !comm_on_nccl(c); }
 
 void* comm_host_alloc(size_t bytes) {
   void* p = malloc(bytes ? bytes : 1);
   if (!p) { fprintf(stderr, "osdp: error: out of host memory staging a collective\n"); comm_abort(2); }
   return p;
 }
-static void* host_alloc(size_t bytes) { return comm_host_alloc(bytes); }
 
 /* A host buffer of at least `bytes` for a blocking staged call. */
 static void* stage_buffer(size_t bytes) {
@@ -62,7 +60,7 @@ static void* stage_buffer(size_t bytes) {
     free(g_stage);
     g_stage = NULL;
     g_stage_bytes = 0;
-    g_stage = host_alloc(bytes);
+    g_stage = comm_host_alloc(bytes);
     g_stage_bytes = bytes;
   }
   return g_stage;
@@ -78,7 +76,6 @@ int comm_to_count(size_t n) {
   }
   return (int)n;
 }
-static int to_count(size_t n) { return comm_to_count(n); }
 
 /* Fills a Comm from an MPI communicator. */
 static void comm_setup(Comm* c, MPI_Comm mpi, int group, int across, const char* name) {
@@ -215,7 +212,7 @@ static void finish_request(CommRequest* r) {
   if (r->device_result) bk()->to_device(r->device_result, r->host, r->result_bytes);
   free(r->host);
   r->host = NULL;
-  if (!on_nccl(c)) free(r->mpi); /* NCCL's event is released by comm_nccl_test / wait */
+  if (!comm_on_nccl(c)) free(r->mpi); /* NCCL's event is released by comm_nccl_test / wait */
   r->mpi = NULL;
   r->active = 0;
   comm_count_call(c, r->kind, r->bytes);
@@ -225,7 +222,7 @@ static void finish_request(CommRequest* r) {
 static int request_advance(CommRequest* r, int block) {
   if (r->job) return comm_reduction_advance(r, block);
   int done = 1;
-  if (on_nccl(r->comm)) {
+  if (comm_on_nccl(r->comm)) {
     if (block) comm_nccl_wait(r);
     else done = comm_nccl_test(r);
   } else if (block) {
@@ -262,7 +259,7 @@ void comm_allgather_f32(Comm* c, float* full, size_t shard_n) {
   if (c->size == 1) return;
   double t0 = now_seconds();
   size_t N = (size_t)c->size;
-  if (on_nccl(c)) {
+  if (comm_on_nccl(c)) {
     comm_nccl_allgather(full + shard_n * (size_t)c->rank, full, shard_n);
     count(c, COMM_ALLGATHER, t0, 4.0 * (double)shard_n * (double)N);
     return;
@@ -271,7 +268,7 @@ void comm_allgather_f32(Comm* c, float* full, size_t shard_n) {
   float* host = staged(c) ? stage_buffer(bytes) : full;
   if (staged(c))
     bk()->to_host(host + shard_n * (size_t)c->rank, full + shard_n * (size_t)c->rank, shard_bytes);
-  MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, host, to_count(shard_n), MPI_FLOAT, c->mpi);
+  MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, host, comm_to_count(shard_n), MPI_FLOAT, c->mpi);
   if (staged(c)) bk()->to_device(full, host, bytes);
   count(c, COMM_ALLGATHER, t0, 4.0 * (double)shard_n * (double)N);
 }
@@ -283,7 +280,7 @@ void comm_allgather_into_f32(Comm* c, const float* shard, float* full, size_t sh
   if (c->size == 1) { buffer_copy(full, shard, shard_n * sizeof(float)); return; }
   double t0 = now_seconds();
   size_t N = (size_t)c->size;
-  if (on_nccl(c)) {
+  if (comm_on_nccl(c)) {
     comm_nccl_allgather(shard, full, shard_n);
     count(c, COMM_ALLGATHER, t0, 4.0 * (double)shard_n * (double)N);
     return;
@@ -295,7 +292,7 @@ void comm_allgather_into_f32(Comm* c, const float* shard, float* full, size_t sh
     bk()->to_host(host + shard_n * N, shard, shard_bytes);
     send = host + shard_n * N;
   }
-  MPI_Allgather(send, to_count(shard_n), MPI_FLOAT, host, to_count(shard_n), MPI_FLOAT, c->mpi);
+  MPI_Allgather(send, comm_to_count(shard_n), MPI_FLOAT, host, comm_to_count(shard_n), MPI_FLOAT, c->mpi);
   if (staged(c)) bk()->to_device(full, host, bytes);
   count(c, COMM_ALLGATHER, t0, 4.0 * (double)shard_n * (double)N);
 }
@@ -308,7 +305,7 @@ void comm_iallgather_into_f32(Comm* c, const float* shard, float* full, size_t s
   double t0 = now_seconds();
   *r = (CommRequest){.active = 1, .kind = COMM_ALLGATHER, .comm = c,
                      .bytes = 4.0 * (double)shard_n * (double)N};
-  if (on_nccl(c)) {
+  if (comm_on_nccl(c)) {
     comm_nccl_iallgather(shard, full, shard_n, r);
     comm_count_time(c, COMM_ALLGATHER, t0);
     return;
@@ -319,13 +316,13 @@ void comm_iallgather_into_f32(Comm* c, const float* shard, float* full, size_t s
   if (staged(c)) {
     size_t shard_bytes = shard_n * sizeof(float), bytes = shard_bytes * N;
     /* The host copy: the gathered result, then this rank's shard to send. */
-    recv = r->host = host_alloc(bytes + shard_bytes);
+    recv = r->host = comm_host_alloc(bytes + shard_bytes);
     bk()->to_host(recv + shard_n * N, shard, shard_bytes);
     send = recv + shard_n * N;
     r->device_result = full;
     r->result_bytes = bytes;
   }
-  MPI_Iallgather(send, to_count(shard_n), MPI_FLOAT, recv, to_count(shard_n), MPI_FLOAT, c->mpi,
+  MPI_Iallgather(send, comm_to_count(shard_n), MPI_FLOAT, recv, comm_to_count(shard_n), MPI_FLOAT, c->mpi,
                  (MPI_Request*)r->mpi);
   comm_count_time(c, COMM_ALLGATHER, t0);
 }
@@ -347,7 +344,7 @@ double comm_allreduce_max_f64(Comm* c, double x) {
 }
 
 void comm_bcast(Comm* c, void* buf, size_t bytes) {
-  if (c->size > 1) MPI_Bcast(buf, to_count(bytes), MPI_BYTE, 0, c->mpi);
+  if (c->size > 1) MPI_Bcast(buf, comm_to_count(bytes), MPI_BYTE, 0, c->mpi);
 }
 
 CommStats comm_stats(void) {
