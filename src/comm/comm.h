@@ -34,12 +34,11 @@ typedef struct CommStats {
 ** every collective takes the Comm it runs on. Owned by comm_mpi.c until comm_finalize. */
 typedef struct Comm Comm;
 
-/* An outstanding non-blocking collective. With device memory (comm_use_backend) the MPI side runs
-** on the host copy `host`, and `result_bytes` of it go back to `device_result` on completion.
-** A reduce-scatter adds (or writes) its part into `acc` when it completes; a bf16 all-reduce has a second
-** phase (the summed parts gathered back). Private to comm_mpi.c apart from `active`. */
+/* An outstanding non-blocking collective. A gather with device memory (comm_use_backend) runs
+** on the host copy `host`, and `result_bytes` of it go back to `device_result` on completion; a
+** reduction on MPI is a chunked job of comm_reduce.c (`job`). Private to comm apart from `active`. */
 typedef struct CommRequest {
-  void* mpi;
+  void* mpi;           /* a gather's MPI request, or NCCL's completion event */
   int active;
   CommKind kind;
   double bytes;
@@ -47,12 +46,6 @@ typedef struct CommRequest {
   void* device_result;
   size_t result_bytes;
   Comm* comm;
-  CommDtype dtype;
-  int phase;           /* bf16 all-reduce: 1 exchanging parts, 2 gathering the sums */
-  float* acc;          /* reduce-scatter: where this rank's part goes (NULL: none) */
-  int accumulate;      /* reduce-scatter: add the part into acc (else overwrite acc) */
-  float* buf;          /* the caller's buffer (full gradient / all-reduced buffer) */
-  size_t n;            /* its elements (all-reduce) or the shard's (reduce-scatter) */
   void* job;           /* a reduction in chunks (comm_reduce.c), or NULL */
 } CommRequest;
 

@@ -252,7 +252,7 @@ static void reduction_start(Comm* c, CommKind kind, float* buf, size_t n, float*
     R->dst = acc;
   }
   comm_to_count(n);
-  *r = (CommRequest){.active = 1, .kind = kind, .comm = c, .dtype = dtype, .job = R,
+  *r = (CommRequest){.active = 1, .kind = kind, .comm = c, .job = R,
                      .bytes = (double)elem * (double)n};
   if (R->K) post_reduce_chunk(R);
   else { R->phase = 3; release_lane(R); }

@@ -441,9 +441,8 @@ static double owned_grad_sumsq(Engine* e) {
 /* AdamW on the part of a slice this rank owns, with weight decay on the rows part and on the
 ** tail only where the op says so. Then zero2 slices share their updated shards. */
 static void update_slice(Engine* e, SliceState* s, float lr, float scale) {
-  size_t first = s->off, count = s->strat == STRAT_DP ? s->n : s->shard;
-  if (first >= s->n) count = 0;
-  else if (first + count > s->n) count = s->n - first;
+  size_t first, count;
+  held_part(s, &first, &count);
   float* w = s->strat == STRAT_ZERO3 ? s->w : s->w + first;
   float wd = (float)e->opt.weight_decay;
   size_t split = s->rows_n > first ? s->rows_n - first : 0;
