@@ -32,3 +32,11 @@ set_tests_properties(comm_2 comm_4 comm_6 PROPERTIES TIMEOUT 120
 # The collectives and the staged runtime under ASan + UBSan too (make asan): chunked reductions,
 # bf16 packing, lanes and hybrid plans.
 set_tests_properties(comm_4 runtime_staging_4 PROPERTIES LABELS "sanitize")
+
+# Bit-identical to a recorded build: every plan kind on 1-4 ranks ends 20 steps with the same
+# weights, losses, gradient norms and peaks, and describe/plan predict the same bytes and plans
+# (tests/reference/fingerprints.txt; re-recording is explained in tests/reference.sh).
+add_test(NAME reference_fingerprints
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/reference.sh $<TARGET_FILE:osdp> $<TARGET_FILE:plan_tool> ${OSDP_MPIRUN})
+set_tests_properties(reference_fingerprints PROPERTIES TIMEOUT 300
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
