@@ -8,6 +8,7 @@
 
 #include "fuzz_util.h"
 #include "model/gpt.h"
+#include "model/gpt2.h"
 
 /* libFuzzer's entry point: one model file per call. */
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -3,6 +3,7 @@
 #include "core/util.h"
 #include "model/checkpoint.h"
 #include "model/gpt.h"
+#include "model/gpt2.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -11,6 +11,7 @@
 **     give the same gradients as zeroed buffers that the step accumulates into.
 */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -347,11 +348,65 @@ static void check_prediction_order(void) {
   gpt_desc_free(&d);
 }
 
+/* The spec's tensors partition every op's block: contiguous in block order from 0 to n_params,
+** the split part exactly the rows x width tensor, tail tensors after it; every slice's view
+** points inside the slice's range; every tensor has a unique file name; the activation tensors
+** sum to the op's block. Checked for every preset and an odd config. */
+static void check_spec(const GptConfig* cfg) {
+  GptDesc d;
+  CHECK(gpt_desc_build(&d, cfg) == 0);
+  CHECK(d.ops_per_layer > 0 && gpt_layer_op(&d, cfg->n_layer - 1, d.ops_per_layer - 1) < d.nops);
+  CHECK(d.ops[d.tokens_op].nacts >= 3 && d.ops[d.logits_op].owner >= 0);
+  for (int i = 0; i < d.nops; i++) {
+    const GptOp* op = &d.ops[i];
+    size_t at = 0;
+    for (int j = 0; j < op->ntensors; j++) {
+      const ParamTensor* t = &op->tensor[j];
+      CHECK_MSG(t->off == at && t->n == t->rows * t->cols, "%s.%s", op->name, t->name);
+      CHECK_MSG(t->split == (t->off < op->rows * op->width), "%s.%s", op->name, t->name);
+      if (t->split) CHECK_MSG(t->rows == op->rows && t->cols == op->width, "%s.%s", op->name, t->name);
+      CHECK_MSG(model_tensor(op, t->name) == t, "%s.%s", op->name, t->name);
+      for (int m = 0; m < i; m++)
+        for (int q = 0; q < d.ops[m].ntensors; q++)
+          CHECK_MSG(strcmp(d.ops[m].tensor[q].hf_name, t->hf_name) != 0, "%s twice", t->hf_name);
+      at += t->n;
+    }
+    CHECK_MSG(at == op->n_params, "%s: tensors %zu of %zu", op->name, at, op->n_params);
+    size_t acts = 0;
+    for (int j = 0; j < op->nacts; j++)
+      acts += op->act[j].per_token * 6 * (op->act[j].is_int ? sizeof(int) : sizeof(float));
+    CHECK_MSG(acts == gpt_op_act_bytes(&d, op, 2, 3, sizeof(float)), "%s", op->name);
+    for (int k = 1; op->n_params && k <= (op->splittable ? 3 : 1); k++)
+      for (int s = 0; s < k; s++) {
+        /* A made-up address for the block (never dereferenced): element e is at 4096 + 4e. */
+        uintptr_t block = 4096, first = block + 4 * gpt_slice_offset(op, k, s);
+        ParamView v = model_param_view(op, k, s, (void*)first, sizeof(float));
+        for (int j = 0; j < op->ntensors; j++) {
+          const ParamTensor* t = &op->tensor[j];
+          if (!v.t[j]) { CHECK(!t->split && s < k - 1); continue; }
+          size_t e = ((uintptr_t)v.t[j] - block) / 4;
+          size_t len = t->split ? v.nrows * t->cols : t->n;
+          CHECK_MSG(e >= gpt_slice_offset(op, k, s) &&
+                    e + len <= gpt_slice_offset(op, k, s) + gpt_slice_params(op, k, s),
+                    "%s.%s slice %d of %d", op->name, t->name, s, k);
+        }
+      }
+  }
+  gpt_desc_free(&d);
+}
+
 int main(int argc, char** argv) {
   comm_init(&argc, &argv);
   kernels_set_threads(1);
   GptConfig odd = {.name = "odd", .n_layer = 2, .n_embd = 18, .n_head = 3, .vocab_size = 37,
                    .padded_vocab = 128, .max_seq = 16};
+  check_spec(&odd);
+  const char* presets[] = {"tiny", "small", "gpt2-124m", "gpt2-1.5b"};
+  for (int i = 0; i < 4; i++) {
+    GptConfig c;
+    CHECK(gpt_config_load(presets[i], &c) == 0);
+    check_spec(&c);
+  }
   check_model_gradients(&odd, 2, 7, 1);
   check_model_gradients(&odd, 2, 7, 3);
   GptConfig odd2 = {.name = "odd2", .n_layer = 3, .n_embd = 20, .n_head = 5, .vocab_size = 129,

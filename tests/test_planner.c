@@ -39,6 +39,7 @@
 #include "check.h"
 #include "core/util.h"
 #include "model/gpt.h"
+#include "model/gpt2.h"
 #include "model/plan.h"
 #include "planner/cost.h"
 #include "planner/device.h"

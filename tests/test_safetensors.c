@@ -5,6 +5,7 @@
 #include "check.h"
 #include "core/util.h"
 #include "model/gpt.h"
+#include "model/gpt2.h"
 #include "model/safetensors.h"
 #include "model/weights_file.h"
 

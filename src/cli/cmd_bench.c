@@ -179,13 +179,12 @@ int cmd_bench(int argc, char** argv) {
              format_bytes(peak_max, pk), format_bytes((double)e.predicted.peak, pr), 1e3 * comm_s / steps);
       if (comm_size() > 1) print_comms(0, steps);
       printf("  time per operator kind (rank 0, forward+backward, ms/step):\n");
-      const char* kinds[] = {"embed", "layernorm", "linear", "attention", "gelu", "lm_head", "loss"};
-      double per_kind[7] = {0};
+      double per_kind[OP_KIND_COUNT] = {0};
       for (int i = 0; i < d.nops; i++) per_kind[d.ops[i].kind] += op_s[i];
       double accounted = 0;
-      for (int k = 0; k < 7; k++) accounted += per_kind[k];
-      for (int k = 0; k < 7; k++)
-        if (per_kind[k] > 0) printf("    %-10s %8.1f\n", kinds[k], 1e3 * per_kind[k] / steps);
+      for (int k = 0; k < OP_KIND_COUNT; k++) accounted += per_kind[k];
+      for (int k = 0; k < OP_KIND_COUNT; k++)
+        if (per_kind[k] > 0) printf("    %-10s %8.1f\n", gpt_op_kind_name((OpKind)k), 1e3 * per_kind[k] / steps);
       /* rank 0's AdamW (and zero2's gathers of updated shards), then the rest: the wait for the
       ** gradient all-reduces, the gradient norm, zeroing and the step's bookkeeping */
       printf("    %-10s %8.1f (AdamW, zero2's gathers of the updated shards)\n", "optimizer",

@@ -40,9 +40,11 @@ static void describe_table(const GptDesc* d, int T) {
     double f = gpt_op_flops_per_token(d, op, T);
     size_t a = gpt_op_act_bytes(d, op, 1, T, sizeof(float));
     flops += f; acts += a;
+    char split[48];
+    if (op->owner >= 0 && op->owner != i) snprintf(split, sizeof split, "tied to %s", d->ops[op->owner].name);
+    else snprintf(split, sizeof split, "%s", op->splittable ? "yes" : "no");
     printf("%4d  %-12s %-9s %12zu %14.3f %14s  %s\n", i, op->name, gpt_op_kind_name(op->kind),
-           op->n_params, f / 1e6, format_bytes((double)a, ab),
-           op->splittable ? "yes" : (op->kind == OP_LMHEAD ? "tied to embed" : "no"));
+           op->n_params, f / 1e6, format_bytes((double)a, ab), split);
   }
   printf("total: %zu parameters (%s fp32), %.3f MFLOP/token forward (x3 for a training step), "
          "%s of activations per sample at seq %d\n", d->n_params,

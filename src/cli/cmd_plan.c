@@ -215,6 +215,33 @@ static void layout_json(cJSON* root, const DeviceInfo* dev, const SearchOptions*
                           so->reduce_dtype == SEARCH_REDUCE_AUTO ? "auto" : reduce_dtype_name(so->reduce_dtype));
 }
 
+/* The best uniform plans at their best fitting micro-batch, printed (when text) and added to
+** uni: over the world ddp, zero2, zero3; on several hosts also zero2 and zero3 sharded within
+** each host ("zero2 G=8"; JSON "hybrid_zero2" with its shard_group). */
+static void report_uniform(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
+                           int text, cJSON* uni) {
+  int H = device_ranks_per_host(dev);
+  static const char* names[] = {"ddp", "zero2", "zero3"};
+  static const char* hybrid_names[] = {"", "hybrid_zero2", "hybrid_zero3"};
+  for (int u = 0; u < 2 * STRAT_COUNT; u++) {
+    int s = u % STRAT_COUNT, G = u < STRAT_COUNT ? dev->ranks : H;
+    if (u >= STRAT_COUNT && (s == STRAT_DP || H <= 1 || H >= dev->ranks)) continue;
+    Plan up;
+    PlanCost uc;
+    int ok = planner_best_uniform_group(d, dev, so, (Strategy)s, G, &up, &uc) == 0;
+    int rec = ok ? plan_recompute_count(&up) : 0;
+    char label[32];
+    if (G < dev->ranks) snprintf(label, sizeof label, "%s G=%d", names[s], G);
+    else snprintf(label, sizeof label, "%s", names[s]);
+    if (text) uniform_text(label, ok, &uc, rec);
+    cJSON* o = cost_json(uni, G < dev->ranks ? hybrid_names[s] : names[s], ok, &uc);
+    if (o) cJSON_AddBoolToObject(o, "prefetch", 0);
+    if (o) cJSON_AddNumberToObject(o, "recompute_layers", rec);
+    if (o) cJSON_AddNumberToObject(o, "shard_group", G);
+    if (ok) plan_free(&up);
+  }
+}
+
 int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
                     PlanReport* ro, Plan* p, PlanCost* c) {
   size_t min_bytes = 0;
@@ -283,28 +310,7 @@ int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions
     printf("uniform plans at their best fitting micro-batch:\n");
   }
   cJSON* root = cJSON_CreateObject();
-  cJSON* uni = cJSON_AddObjectToObject(root, "uniform");
-  /* Over the world: ddp, zero2, zero3; on several hosts also zero2 and zero3 sharded within
-  ** each host ("zero2 G=8"; JSON "hybrid_zero2" with its shard_group). */
-  static const char* names[] = {"ddp", "zero2", "zero3"};
-  static const char* hybrid_names[] = {"", "hybrid_zero2", "hybrid_zero3"};
-  for (int u = 0; !rc && u < 2 * STRAT_COUNT; u++) {
-    int s = u % STRAT_COUNT, G = u < STRAT_COUNT ? dev->ranks : H;
-    if (u >= STRAT_COUNT && (s == STRAT_DP || H <= 1 || H >= dev->ranks)) continue;
-    Plan up;
-    PlanCost uc;
-    int ok = planner_best_uniform_group(d, dev, so, (Strategy)s, G, &up, &uc) == 0;
-    int rec = ok ? plan_recompute_count(&up) : 0;
-    char label[32];
-    if (G < dev->ranks) snprintf(label, sizeof label, "%s G=%d", names[s], G);
-    else snprintf(label, sizeof label, "%s", names[s]);
-    if (show && !ro->json) uniform_text(label, ok, &uc, rec);
-    cJSON* o = cost_json(uni, G < dev->ranks ? hybrid_names[s] : names[s], ok, &uc);
-    if (o) cJSON_AddBoolToObject(o, "prefetch", 0);
-    if (o) cJSON_AddNumberToObject(o, "recompute_layers", rec);
-    if (o) cJSON_AddNumberToObject(o, "shard_group", G);
-    if (ok) plan_free(&up);
-  }
+  if (!rc) report_uniform(d, dev, so, show && !ro->json, cJSON_AddObjectToObject(root, "uniform"));
   osdp_clear_error();
   layout_json(root, dev, so);
   if (!rc && show && ro->json) {

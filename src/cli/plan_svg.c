@@ -182,9 +182,10 @@ static int svg_step_load(SvgStep* s, const GptDesc* d, const Plan* p) {
     return osdp_fail("--svg: the transient timeline does not match the step's schedule");
   }
   s->n = n;
-  /* The tied wte is used by embed first in forward and by lm_head after the blocks; in
-  ** backward lm_head's use needs the weight and embed's does not. */
-  int lm = gpt_op_lmhead(d), tied = d->ops[lm].owner, seen_other = 0;
+  /* A tied weight (GPT-2's wte) is used by its owner first in forward and by the logits op
+  ** after the layers; in backward the logits op's use needs the weight and the owner's does
+  ** not. */
+  int lm = d->logits_op, tied = d->ops[lm].owner != lm ? d->ops[lm].owner : -1, seen_other = 0;
   s->bwd = n;
   for (int i = 0; i < n; i++) {
     const GptParamUse* u = &s->u[i];
@@ -433,7 +434,7 @@ static void emit_grid_labels(SvgOut* o, const GptDesc* d, const int* pops, int n
       if (wide && x - w / 2 < next_free) continue;
       if (wide) next_free = x + w / 2 + 6;
     } else {
-      if (op->layer < 0 || pops[j] != gpt_op_layer(op->layer, GPT_LN1)) continue;
+      if (op->layer < 0 || pops[j] != gpt_layer_op(d, op->layer, 0)) continue;
       snprintf(name, sizeof name, "h%d", op->layer);
       x = PX0 + j * cw;
       w = 5.6 * (double)strlen(name);

@@ -96,11 +96,11 @@ static void print_op(FILE* f, const GptDesc* d, const DeviceInfo* dev, const Sea
 
 /* Whether layers a and b have the same plan: both recompute or neither, and every op has the
 ** same slice count, strategies and shard group. */
-static int same_layer_plan(const Plan* p, int a, int b) {
+static int same_layer_plan(const GptDesc* d, const Plan* p, int a, int b) {
   if ((p->recompute[a] != 0) != (p->recompute[b] != 0)) return 0;
-  for (int j = 0; j < GPT_OPS_PER_LAYER; j++) {
-    const OpPlan* x = &p->ops[gpt_op_layer(a, j)];
-    const OpPlan* y = &p->ops[gpt_op_layer(b, j)];
+  for (int j = 0; j < d->ops_per_layer; j++) {
+    const OpPlan* x = &p->ops[gpt_layer_op(d, a, j)];
+    const OpPlan* y = &p->ops[gpt_layer_op(d, b, j)];
     if (x->k != y->k || x->group != y->group ||
         memcmp(x->strat, y->strat, (size_t)x->k * sizeof x->strat[0]) != 0)
       return 0;
@@ -130,8 +130,8 @@ static void print_layers(FILE* f, const GptDesc* d, const DeviceInfo* dev, const
   for (int l = 0; l < nl; l++) L += cls[l] == c;
   size_t kept = 0, tr = 0;
   double t = 0;
-  for (int j = 0; j < GPT_OPS_PER_LAYER; j++) {
-    int i = gpt_op_layer(c, j);
+  for (int j = 0; j < d->ops_per_layer; j++) {
+    int i = gpt_layer_op(d, c, j);
     if (!d->ops[i].n_params) continue;
     OpRow r = op_row(d, dev, p, i, base);
     kept += r.kept;
@@ -146,8 +146,8 @@ static void print_layers(FILE* f, const GptDesc* d, const DeviceInfo* dev, const
   else snprintf(what, sizeof what, "%d x the rows below", L);
   if (strlen(head) > 19) { fprintf(f, "%s\n", head); head[0] = 0; }
   print_row(f, head, what, (size_t)L * kept, tr, L * t, "");
-  for (int j = 0; j < GPT_OPS_PER_LAYER; j++) {
-    int i = gpt_op_layer(c, j);
+  for (int j = 0; j < d->ops_per_layer; j++) {
+    int i = gpt_layer_op(d, c, j);
     if (!d->ops[i].n_params) continue;
     const char* dot = strchr(d->ops[i].name, '.');
     char name[32];
@@ -167,7 +167,7 @@ static void print_all_layers(FILE* f, const GptDesc* d, const DeviceInfo* dev,
   for (int l = 0; l < nl; l++) {
     cls[l] = l;
     for (int m = 0; m < l; m++)
-      if (cls[m] == m && same_layer_plan(p, m, l)) { cls[l] = m; break; }
+      if (cls[m] == m && same_layer_plan(d, p, m, l)) { cls[l] = m; break; }
   }
   for (int l = 0; l < nl; l++)
     if (cls[l] == l) print_layers(f, d, dev, so, p, cls, l, base);
@@ -188,11 +188,11 @@ void plan_table_print(FILE* f, const GptDesc* d, const DeviceInfo* dev, const Se
   cost_exposures(d, dev, p->micro_batch, p->seq, p->reduce_dtype, &base.dp_exposure, &base.across_exposure);
   fprintf(f, "%-19s %-21s %10s %10s %9s  %s\n", "operator", "slices", "kept", "transient", "time",
           "why");
-  int first = gpt_op_layer(0, 0), last = gpt_op_layer(d->cfg.n_layer - 1, GPT_OPS_PER_LAYER - 1);
+  int first = gpt_layer_op(d, 0, 0), last = gpt_layer_op(d, d->cfg.n_layer - 1, d->ops_per_layer - 1);
   for (int i = 0; i < d->nops; i++) {
     if (i == first) print_all_layers(f, d, dev, so, p, &base);
     if (i >= first && i <= last) continue;
-    if (d->ops[i].n_params) print_op(f, d, dev, so, p, i, d->ops[i].name, &base); /* embed, lnf */
+    if (d->ops[i].n_params) print_op(f, d, dev, so, p, i, d->ops[i].name, &base); /* the ops outside the layers */
   }
   fprintf(f, "(kept: bytes per rank between steps; time: communication + optimizer + slicing per "
              "step, search model%s)\n", plan_has_groups(dev, p) ? "; G=g: sharded within groups of g "

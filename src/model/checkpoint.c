@@ -2,7 +2,7 @@
 ** checkpoint.c: llm.c GPT-2 checkpoints; see checkpoint.h.
 **
 ** The conversion between llm.c's tensor order and osdp's op-block order is described by a
-** "layout plan": the list of pieces of the file in file order, each a [rows, cols] row-major
+** "file layout", made from the model's named tensors (their llm.c slots): the list of pieces of the file in file order, each a [rows, cols] row-major
 ** matrix of the file that lives at some offset of osdp's parameter array, either as it is
 ** (biases, LayerNorms, wpe) or transposed (weights and wte, which osdp keeps as [in, out]).
 ** Saving and loading walk that list, streaming transposed pieces through a small buffer.
@@ -28,45 +28,6 @@ _Static_assert(sizeof(float) == 4 && sizeof(int32_t) == 4, "llm.c files hold 4-b
 #define MAX_PADDED_VOCAB (1 << 25)
 #define STREAM_FLOATS ((size_t)1 << 20)
 
-/* Which part of an op's parameter block an llm.c tensor is. */
-typedef enum Part {
-  PART_MATRIX, /* the rows x width matrix, stored transposed in the file ([out, in]) */
-  PART_TAIL,   /* the tail (bias, or wpe for embed), stored as it is */
-  PART_LN_W,   /* LayerNorm scale: first C of the tail */
-  PART_LN_B    /* LayerNorm shift: last C of the tail */
-} Part;
-
-/* Where llm.c's tensors live among osdp's ops. */
-enum { AT_EMBED = -1, AT_LNF = -2 }; /* otherwise: GPT_LN1 ... GPT_FCPROJ, once per layer */
-
-/* One llm.c tensor, in file order. */
-typedef struct TensorSpec {
-  const char* name;
-  int at;       /* AT_EMBED, AT_LNF, or the op's position inside each layer */
-  Part part;
-  OpKind kind;  /* the op kind the tensor belongs to (checked) */
-} TensorSpec;
-
-static const TensorSpec tensors[] = {
-    {"wte", AT_EMBED, PART_MATRIX, OP_EMBED},
-    {"wpe", AT_EMBED, PART_TAIL, OP_EMBED},
-    {"ln1w", GPT_LN1, PART_LN_W, OP_LAYERNORM},
-    {"ln1b", GPT_LN1, PART_LN_B, OP_LAYERNORM},
-    {"qkvw", GPT_QKV, PART_MATRIX, OP_LINEAR},
-    {"qkvb", GPT_QKV, PART_TAIL, OP_LINEAR},
-    {"attprojw", GPT_PROJ, PART_MATRIX, OP_LINEAR},
-    {"attprojb", GPT_PROJ, PART_TAIL, OP_LINEAR},
-    {"ln2w", GPT_LN2, PART_LN_W, OP_LAYERNORM},
-    {"ln2b", GPT_LN2, PART_LN_B, OP_LAYERNORM},
-    {"fcw", GPT_FC, PART_MATRIX, OP_LINEAR},
-    {"fcb", GPT_FC, PART_TAIL, OP_LINEAR},
-    {"fcprojw", GPT_FCPROJ, PART_MATRIX, OP_LINEAR},
-    {"fcprojb", GPT_FCPROJ, PART_TAIL, OP_LINEAR},
-    {"lnfw", AT_LNF, PART_LN_W, OP_LAYERNORM},
-    {"lnfb", AT_LNF, PART_LN_B, OP_LAYERNORM},
-};
-#define NTENSORS ((int)(sizeof tensors / sizeof tensors[0]))
-
 /* A contiguous run of the file: a [rows, cols] row-major matrix that sits at params + off,
 ** either in the same layout or transposed (params holds it as [cols, rows]). */
 typedef struct Piece {
@@ -74,12 +35,12 @@ typedef struct Piece {
   int transpose;
 } Piece;
 
-/* The layout plan: the file's pieces in file order, and the widest transposed row. */
-typedef struct Plan {
+/* The file layout: the file's pieces in file order, and the widest transposed row. */
+typedef struct FileLayout {
   Piece* pieces;
   int n;
   size_t max_cols;
-} Plan;
+} FileLayout;
 
 /* Base name of a path, for messages and config names. */
 static const char* base_name(const char* path) {
@@ -87,70 +48,58 @@ static const char* base_name(const char* path) {
   return slash ? slash + 1 : path;
 }
 
-/* The piece of op `op` (whose block starts at params + base) that tensor part `part` is. */
-static Piece piece_of(const GptOp* op, size_t base, Part part, size_t C) {
-  switch (part) {
-    case PART_MATRIX: return (Piece){base, op->width, op->rows, 1};
-    case PART_TAIL: return (Piece){base + op->rows * op->width, 1, op->tail, 0};
-    case PART_LN_W: return (Piece){base, 1, C, 0};
-    case PART_LN_B: return (Piece){base + C, 1, C, 0};
-  }
-  return (Piece){0, 0, 0, 0};
+
+/* The piece of the file that parameter tensor t of the op whose block starts at params + base
+** is: llm.c holds split tensors (W, wte) transposed ([out, in]) and the others as they are. */
+static Piece piece_of(const ParamTensor* t, size_t base) {
+  if (t->llmc_transposed) return (Piece){base + t->off, t->cols, t->rows, 1};
+  return (Piece){base + t->off, 1, t->n, 0};
 }
 
-/* Index of the op that holds tensor t for layer l. */
-static int op_of(const GptDesc* d, const TensorSpec* t, int l) {
-  if (t->at == AT_EMBED) return 0;
-  if (t->at == AT_LNF) return gpt_op_lnf(d);
-  return gpt_op_layer(l, t->at);
+/* The highest llm.c slot of model d's tensors, -1 if none. */
+static int max_slot(const GptDesc* d) {
+  int m = -1;
+  for (int i = 0; i < d->nops; i++)
+    for (int j = 0; j < d->ops[i].ntensors; j++)
+      if (d->ops[i].tensor[j].llmc_slot > m) m = d->ops[i].tensor[j].llmc_slot;
+  return m;
 }
 
-/* Checks that piece p of tensor t lies inside op's block and the op is of the expected kind. */
-static int check_piece(const GptDesc* d, const TensorSpec* t, const GptOp* op, size_t base,
-                       const Piece* p) {
-  if (op->kind == t->kind && op->n_params > 0 && p->off + p->rows * p->cols <= base + op->n_params)
-    return 0;
-  return osdp_fail("checkpoint: llm.c tensor %s does not fit op %s of model '%s'; the op layout "
-                   "of gpt.h changed and checkpoint.c must follow it", t->name, op->name, d->cfg.name);
-}
-
-/* Appends to plan the pieces of every llm.c tensor, in file order; base[i] is where op i's block
-** starts. Returns 0, or -1 if d does not have GPT-2's shape. */
-static int plan_fill(const GptDesc* d, const size_t* base, Plan* plan) {
+/* Appends to lay the pieces of every llm.c tensor, in file order: slot by slot, each slot's
+** tensors in op order (so a layer tensor's L copies follow each other, as llm.c writes them);
+** base[i] is where op i's block starts. Returns 0, or -1 if some parameters have no place in
+** the file (a model llm.c files cannot hold). */
+static int layout_fill(const GptDesc* d, const size_t* base, FileLayout* lay) {
   size_t total = 0;
-  for (int t = 0; t < NTENSORS; t++) {
-    int layers = tensors[t].at < 0 ? 1 : d->cfg.n_layer;
-    for (int l = 0; l < layers; l++) {
-      int opi = op_of(d, &tensors[t], l);
-      if (opi >= d->nops)
-        return osdp_fail("checkpoint: model '%s' has %d ops, too few for llm.c's %d layers",
-                         d->cfg.name, d->nops, d->cfg.n_layer);
-      Piece p = piece_of(&d->ops[opi], base[opi], tensors[t].part, (size_t)d->cfg.n_embd);
-      if (check_piece(d, &tensors[t], &d->ops[opi], base[opi], &p)) return -1;
-      if (p.transpose && p.cols > plan->max_cols) plan->max_cols = p.cols;
-      total += p.rows * p.cols;
-      plan->pieces[plan->n++] = p;
-    }
-  }
+  for (int slot = 0, top = max_slot(d); slot <= top; slot++)
+    for (int i = 0; i < d->nops; i++)
+      for (int j = 0; j < d->ops[i].ntensors; j++) {
+        const ParamTensor* t = &d->ops[i].tensor[j];
+        if (t->llmc_slot != slot) continue;
+        Piece p = piece_of(t, base[i]);
+        if (p.transpose && p.cols > lay->max_cols) lay->max_cols = p.cols;
+        total += p.rows * p.cols;
+        lay->pieces[lay->n++] = p;
+      }
   if (total == d->n_params) return 0;
-  return osdp_fail("checkpoint: llm.c's tensors hold %zu parameters but model '%s' has %zu; the "
-                   "op layout of gpt.h changed and checkpoint.c must follow it", total,
-                   d->cfg.name, d->n_params);
+  return osdp_fail("checkpoint: llm.c's tensors hold %zu parameters but model '%s' has %zu; its "
+                   "family's spec leaves some tensors without an llm.c slot", total, d->cfg.name,
+                   d->n_params);
 }
 
-/* Builds the layout plan of model d (free plan->pieces after use). Returns 0 or -1. */
-static int plan_build(const GptDesc* d, Plan* plan) {
-  memset(plan, 0, sizeof *plan);
+/* Builds the file layout of model d (free lay->pieces after use). Returns 0 or -1. */
+static int layout_build(const GptDesc* d, FileLayout* lay) {
+  memset(lay, 0, sizeof *lay);
   size_t* base = malloc(((size_t)d->nops + 1) * sizeof *base);
-  plan->pieces = malloc(((size_t)NTENSORS * (size_t)d->cfg.n_layer) * sizeof *plan->pieces);
-  int rc = base && plan->pieces ? 0 : osdp_fail("checkpoint: out of memory");
+  lay->pieces = malloc(((size_t)d->nops * MODEL_MAX_TENSORS + 1) * sizeof *lay->pieces);
+  int rc = base && lay->pieces ? 0 : osdp_fail("checkpoint: out of memory");
   if (rc == 0) {
     base[0] = 0;
     for (int i = 0; i < d->nops; i++) base[i + 1] = base[i] + d->ops[i].n_params;
-    rc = plan_fill(d, base, plan);
+    rc = layout_fill(d, base, lay);
   }
   free(base);
-  if (rc != 0) { free(plan->pieces); plan->pieces = NULL; }
+  if (rc != 0) { free(lay->pieces); lay->pieces = NULL; }
   return rc;
 }
 
@@ -162,11 +111,11 @@ typedef struct Stream {
   size_t cap;         /* floats in buf */
 } Stream;
 
-/* Allocates the stream buffer for a plan. */
-static int stream_open(Stream* s, FILE* f, const char* path, const Plan* plan) {
+/* Allocates the stream buffer for a file layout. */
+static int stream_open(Stream* s, FILE* f, const char* path, const FileLayout* lay) {
   s->f = f;
   s->path = path;
-  s->cap = plan->max_cols > STREAM_FLOATS ? plan->max_cols : STREAM_FLOATS;
+  s->cap = lay->max_cols > STREAM_FLOATS ? lay->max_cols : STREAM_FLOATS;
   s->buf = malloc(s->cap * sizeof(float));
   return s->buf ? 0 : osdp_fail("checkpoint: out of memory for a %zu-float buffer", s->cap);
 }
@@ -344,14 +293,14 @@ static int size_check(long long size, const GptDesc* d, const char* path) {
 
 /* Reads the parameters of an open checkpoint (positioned after the header) into params. */
 static int load_params(FILE* f, const char* path, const GptDesc* d, float* params) {
-  Plan plan;
+  FileLayout lay;
   Stream s;
-  if (plan_build(d, &plan)) return -1;
-  if (stream_open(&s, f, path, &plan)) { free(plan.pieces); return -1; }
+  if (layout_build(d, &lay)) return -1;
+  if (stream_open(&s, f, path, &lay)) { free(lay.pieces); return -1; }
   int rc = 0;
-  for (int i = 0; i < plan.n && rc == 0; i++) rc = load_piece(&s, &plan.pieces[i], params);
+  for (int i = 0; i < lay.n && rc == 0; i++) rc = load_piece(&s, &lay.pieces[i], params);
   free(s.buf);
-  free(plan.pieces);
+  free(lay.pieces);
   return rc;
 }
 
@@ -370,16 +319,16 @@ int checkpoint_load(const char* path, const GptDesc* d, float* params) {
 /* Writes the header and the parameters of model d to the open file f, then syncs it. */
 static int save_to(FILE* f, const char* path, const GptDesc* d, const float* params) {
   int32_t h[CHECKPOINT_HEADER_INTS];
-  Plan plan;
+  FileLayout lay;
   Stream s;
-  if (plan_build(d, &plan)) return -1;
-  if (stream_open(&s, f, path, &plan)) { free(plan.pieces); return -1; }
+  if (layout_build(d, &lay)) return -1;
+  if (stream_open(&s, f, path, &lay)) { free(lay.pieces); return -1; }
   header_fill(h, &d->cfg);
   int rc = fwrite(h, sizeof(int32_t), CHECKPOINT_HEADER_INTS, f) == CHECKPOINT_HEADER_INTS ? 0 :
            osdp_fail("checkpoint: writing '%s' failed: %s", path, strerror(errno));
-  for (int i = 0; i < plan.n && rc == 0; i++) rc = save_piece(&s, &plan.pieces[i], params);
+  for (int i = 0; i < lay.n && rc == 0; i++) rc = save_piece(&s, &lay.pieces[i], params);
   free(s.buf);
-  free(plan.pieces);
+  free(lay.pieces);
   if (rc == 0 && (fflush(f) != 0 || fsync(fileno(f)) != 0))
     rc = osdp_fail("checkpoint: writing '%s' failed: %s; check free disk space", path, strerror(errno));
   return rc;

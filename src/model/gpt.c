@@ -1,29 +1,24 @@
-/* gpt.c: model configurations and their expansion into the operator list; see gpt.h. */
+/* gpt.c: the model description's common part: configs, building the op list through the
+** family's spec, and everything derived from the list (slices, named views, FLOPs, activation
+** bytes, initial values); see gpt.h. */
 #include "model/gpt.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/util.h"
-#include "kernels/cpu_kernels.h"
+#include "model/family.h"
 
-typedef struct Preset { const char* name; int L, C, NH, V, maxT; } Preset;
+/* The families osdp knows, in the order presets are looked up. */
+static const ModelFamily* family_of_config(const GptConfig* c) {
+  (void)c; /* one family so far: every config is GPT-2's */
+  return family_gpt2();
+}
 
-static const Preset presets[] = {
-    {"tiny", 2, 64, 4, 256, 256},
-    {"small", 4, 256, 4, 8192, 512},
-    {"gpt2-124m", 12, 768, 12, 50257, 1024},
-    {"gpt2-350m", 24, 1024, 16, 50257, 1024},
-    {"gpt2-774m", 36, 1280, 20, 50257, 1024},
-    {"gpt2-1.5b", 48, 1600, 25, 50257, 1024},
-};
-#define NPRESETS ((int)(sizeof presets / sizeof presets[0]))
-
-const char* gpt_preset_names(void) { return "tiny, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b"; }
+const char* gpt_preset_names(void) { return family_gpt2()->preset_names; }
 
 /* Vocabulary padded up to a multiple of 128, as llm.c does (50257 -> 50304). */
 static int pad_vocab(int V) { return (V + 127) / 128 * 128; }
@@ -77,16 +72,7 @@ static int config_from_json(const char* path, GptConfig* c) {
 
 int gpt_config_load(const char* name, GptConfig* c) {
   memset(c, 0, sizeof *c);
-  int found = 0;
-  for (int i = 0; i < NPRESETS; i++) {
-    if (strcmp(name, presets[i].name) != 0) continue;
-    const Preset* p = &presets[i];
-    snprintf(c->name, sizeof c->name, "%s", p->name);
-    c->n_layer = p->L; c->n_embd = p->C; c->n_head = p->NH;
-    c->vocab_size = p->V; c->max_seq = p->maxT;
-    found = 1;
-  }
-  if (!found) {
+  if (!family_gpt2()->preset(name, c)) {
     if (!strchr(name, '/') && !strstr(name, ".json"))
       return osdp_fail("--model: unknown preset '%s'; use one of %s, or a JSON file", name,
                        gpt_preset_names());
@@ -97,74 +83,20 @@ int gpt_config_load(const char* name, GptConfig* c) {
 }
 
 const char* gpt_op_kind_name(OpKind k) {
-  static const char* names[] = {"embed", "layernorm", "linear", "attention", "gelu", "lm_head", "loss"};
-  return names[k];
-}
-
-/* Appends one op to the list being built. */
-static GptOp* add_op(GptDesc* d, const char* name, OpKind kind, int layer) {
-  GptOp* op = &d->ops[d->nops];
-  memset(op, 0, sizeof *op);
-  snprintf(op->name, sizeof op->name, "%s", name);
-  op->kind = kind;
-  op->layer = layer;
-  op->owner = -1;
-  op->index_self = d->nops;
-  d->nops++;
-  return op;
-}
-
-/* Gives op a parameter block of rows x width plus tail; the op becomes its own owner. */
-static void set_params(GptOp* op, size_t rows, size_t width, size_t tail, int splittable) {
-  op->rows = rows; op->width = width; op->tail = tail;
-  op->n_params = rows * width + tail;
-  op->splittable = splittable;
-  op->owner = op->index_self;
-}
-
-/* Adds a linear K -> OC with bias. */
-static void add_linear(GptDesc* d, const char* name, int layer, int K, int OC, int residual) {
-  GptOp* op = add_op(d, name, OP_LINEAR, layer);
-  set_params(op, (size_t)K, (size_t)OC, (size_t)OC, 1);
-  op->K = K; op->OC = OC; op->residual = residual;
-}
-
-/* Adds a LayerNorm over C features (w and b: a tail of 2C, never split). */
-static void add_layernorm(GptDesc* d, const char* name, int layer, int C) {
-  GptOp* op = add_op(d, name, OP_LAYERNORM, layer);
-  set_params(op, 0, 0, 2 * (size_t)C, 0);
+  static const char* names[OP_KIND_COUNT] = {"embed", "layernorm", "linear", "attention", "gelu",
+                                             "lm_head", "loss"};
+  return k >= 0 && k < OP_KIND_COUNT ? names[k] : "?";
 }
 
 int gpt_desc_build(GptDesc* d, const GptConfig* cfg) {
   memset(d, 0, sizeof *d);
   if (gpt_config_validate(cfg)) return -1;
-  d->cfg = *cfg;
   if (cfg->padded_vocab < cfg->vocab_size)
     return osdp_fail("model: padded_vocab=%d is smaller than vocab_size=%d", cfg->padded_vocab,
                      cfg->vocab_size);
-  int L = cfg->n_layer, C = cfg->n_embd;
-  d->ops = calloc((size_t)(GPT_OPS_PER_LAYER * L + 4), sizeof *d->ops);
-  if (!d->ops) return osdp_fail("out of memory");
-  GptOp* e = add_op(d, "embed", OP_EMBED, -1);
-  set_params(e, (size_t)C, (size_t)cfg->padded_vocab, (size_t)cfg->max_seq * (size_t)C, 1);
-  e->tail_decay = 1;
-  e->K = C; e->OC = cfg->padded_vocab;
-  char nm[24];
-  for (int l = 0; l < L; l++) {
-    snprintf(nm, sizeof nm, "h%d.ln1", l);    add_layernorm(d, nm, l, C);
-    snprintf(nm, sizeof nm, "h%d.qkv", l);    add_linear(d, nm, l, C, 3 * C, 0);
-    snprintf(nm, sizeof nm, "h%d.attn", l);   add_op(d, nm, OP_ATTENTION, l);
-    snprintf(nm, sizeof nm, "h%d.proj", l);   add_linear(d, nm, l, C, C, 1);
-    snprintf(nm, sizeof nm, "h%d.ln2", l);    add_layernorm(d, nm, l, C);
-    snprintf(nm, sizeof nm, "h%d.fc", l);     add_linear(d, nm, l, C, 4 * C, 0);
-    snprintf(nm, sizeof nm, "h%d.gelu", l);   add_op(d, nm, OP_GELU, l);
-    snprintf(nm, sizeof nm, "h%d.fcproj", l); add_linear(d, nm, l, 4 * C, C, 1);
-  }
-  add_layernorm(d, "lnf", -1, C);
-  GptOp* head = add_op(d, "lm_head", OP_LMHEAD, -1);
-  head->owner = 0;
-  head->K = C; head->OC = cfg->padded_vocab;
-  add_op(d, "loss", OP_LOSS, -1);
+  d->cfg = *cfg;
+  d->family = family_of_config(cfg);
+  if (d->family->build(d)) { gpt_desc_free(d); return -1; }
   for (int i = 0; i < d->nops; i++) d->n_params += d->ops[i].n_params;
   return 0;
 }
@@ -183,13 +115,29 @@ size_t gpt_slice_params(const GptOp* op, int k, int i) {
   return (r1 - r0) * op->width + (i == k - 1 ? op->tail : 0);
 }
 
-double gpt_op_flops_per_token(const GptDesc* d, const GptOp* op, int T) {
-  switch (op->kind) {
-    case OP_LINEAR:
-    case OP_LMHEAD: return 2.0 * op->K * op->OC;
-    case OP_ATTENTION: return 4.0 * T * d->cfg.n_embd;
-    default: return 0;
+ParamView model_param_view(const GptOp* op, int k, int i, void* base, size_t elem) {
+  ParamView v;
+  memset(&v, 0, sizeof v);
+  v.row0 = gpt_slice_row0(op->rows, k, i);
+  v.nrows = gpt_slice_row0(op->rows, k, i + 1) - v.row0;
+  size_t first = gpt_slice_offset(op, k, i); /* the block offset base points at */
+  for (int j = 0; j < op->ntensors; j++) {
+    const ParamTensor* t = &op->tensor[j];
+    if (t->split) v.t[j] = base;                                      /* its rows of the split part */
+    else if (i == k - 1) v.t[j] = (char*)base + (t->off - first) * elem; /* a tail tensor */
   }
+  return v;
+}
+
+const ParamTensor* model_tensor(const GptOp* op, const char* name) {
+  for (int j = 0; j < op->ntensors; j++)
+    if (strcmp(op->tensor[j].name, name) == 0) return &op->tensor[j];
+  return NULL;
+}
+
+double gpt_op_flops_per_token(const GptDesc* d, const GptOp* op, int T) {
+  (void)d;
+  return op->flops_tok + op->flops_tok_T * T;
 }
 
 double gpt_step_flops(const GptDesc* d, int B, int T) {
@@ -198,27 +146,27 @@ double gpt_step_flops(const GptDesc* d, int B, int T) {
   return 3.0 * f * (double)B * (double)T;
 }
 
+/* Bytes of activation tensor a for BT positions, reals of elem bytes. */
+static size_t act_bytes(const ActTensor* a, size_t BT, size_t elem) {
+  return BT * a->per_token * (a->is_int ? sizeof(int) : elem);
+}
+
 size_t gpt_op_act_bytes(const GptDesc* d, const GptOp* op, int B, int T, size_t elem) {
-  size_t BT = (size_t)B * (size_t)T, C = (size_t)d->cfg.n_embd;
-  switch (op->kind) {
-    case OP_EMBED: return BT * C * elem + 2 * BT * sizeof(int);
-    case OP_LAYERNORM: return (BT * C + 2 * BT) * elem;
-    case OP_LINEAR: return BT * (size_t)op->OC * elem;
-    case OP_ATTENTION: return (BT * C + (size_t)B * d->cfg.n_head * T) * elem;
-    case OP_GELU: return BT * 4 * C * elem;
-    case OP_LMHEAD: return BT * (size_t)d->cfg.padded_vocab * elem;
-    case OP_LOSS: return BT * elem;
-  }
-  return 0;
+  (void)d;
+  size_t BT = (size_t)B * (size_t)T, bytes = 0;
+  for (int j = 0; j < op->nacts; j++) bytes += act_bytes(&op->act[j], BT, elem);
+  return bytes;
+}
+
+size_t model_act_offset(const GptOp* op, const char* name, int B, int T, size_t elem) {
+  size_t BT = (size_t)B * (size_t)T, off = 0;
+  for (int j = 0; j < op->nacts && strcmp(op->act[j].name, name) != 0; j++)
+    off += act_bytes(&op->act[j], BT, elem);
+  return off;
 }
 
 size_t gpt_scratch_bytes(const GptDesc* d, int B, int T, size_t elem, int threads) {
-  size_t BT = (size_t)B * (size_t)T, C = (size_t)d->cfg.n_embd;
-  /* dres [BT, C] + two [BT, 4C] work buffers + per-thread attention scratch (also used by
-  ** the forward), then two int [BT] buffers for evaluation (argmax and problem ids). */
-  size_t att = (size_t)threads * attention_scratch_elems(T, d->cfg.n_embd / d->cfg.n_head);
-  return (BT * C + 2 * BT * 4 * C + att) * elem +
-         2 * BT * sizeof(int);
+  return d->family->scratch_bytes(d, B, T, elem, threads);
 }
 
 /* A standard normal drawn from a hash of (seed, op, idx): counter-based, so any element can
@@ -234,20 +182,16 @@ static double hashed_normal(unsigned long long seed, int op, size_t idx) {
 
 float gpt_init_value(const GptDesc* d, int opi, size_t idx, unsigned long long seed) {
   const GptOp* op = &d->ops[opi];
-  size_t rows_n = op->rows * op->width;
-  switch (op->kind) {
-    case OP_EMBED:
-      /* wte's padded columns (tokens V..Vp of [C, Vp]) start at 0 as in llm.c's files: no
-      ** token or logit uses them, so they get no gradient and weight decay keeps them 0, and a
-      ** checkpoint's padding stays zero (safetensors files hold only the V real rows). */
-      if (idx < rows_n && idx % op->width >= (size_t)d->cfg.vocab_size) return 0.0f;
-      return (float)(0.02 * hashed_normal(seed, opi, idx));
-    case OP_LAYERNORM: return idx < (size_t)d->cfg.n_embd ? 1.0f : 0.0f;
-    case OP_LINEAR: {
-      if (idx >= rows_n) return 0.0f; /* bias */
-      double std = op->residual ? 0.02 / sqrt(2.0 * d->cfg.n_layer) : 0.02;
-      return (float)(std * hashed_normal(seed, opi, idx));
-    }
-    default: return 0.0f;
+  const ParamTensor* t = NULL;
+  for (int j = 0; j < op->ntensors && !t; j++)
+    if (idx >= op->tensor[j].off && idx < op->tensor[j].off + op->tensor[j].n) t = &op->tensor[j];
+  if (!t) return 0.0f;
+  switch (t->init) {
+    case INIT_ONES: return 1.0f;
+    case INIT_ZEROS: return 0.0f;
+    case INIT_NORMAL:
+      if ((idx - t->off) % t->cols >= t->real_cols) return 0.0f;
+      return (float)(t->std * hashed_normal(seed, opi, idx));
   }
+  return 0.0f;
 }

@@ -1,115 +1,175 @@
 /*
-** gpt.h: the model description. A GPT-2 style decoder is expanded into an explicit ordered
-** list of operators; each knows its parameters, FLOPs, the activations it keeps for backward
-** and whether it is a splittable linear. Everything else (runtime, planner, CLI) works from
-** this list.
-**
-** Operator order (L layers):
-**   0            embed      token + position embedding; owns wte [C, Vp] and wpe [maxT, C]
-**   1 + 8l + 0   h<l>.ln1   LayerNorm                  owns w, b [C]
-**   1 + 8l + 1   h<l>.qkv   linear C -> 3C             owns W [C, 3C], b [3C]
-**   1 + 8l + 2   h<l>.attn  causal self-attention      no parameters
-**   1 + 8l + 3   h<l>.proj  linear C -> C, + residual  owns W [C, C], b [C]
-**   1 + 8l + 4   h<l>.ln2   LayerNorm
-**   1 + 8l + 5   h<l>.fc    linear C -> 4C
-**   1 + 8l + 6   h<l>.gelu  tanh GELU                  no parameters
-**   1 + 8l + 7   h<l>.fcproj linear 4C -> C, + residual
-**   1 + 8L       lnf        final LayerNorm
-**   2 + 8L       lm_head    logits = x wte (tied: uses embed's wte)
-**   3 + 8L       loss       softmax cross-entropy      no parameters
+** gpt.h: the model description, as data. A model family (model/family.h; GPT-2 in gpt2.c)
+** expands a config into an explicit ordered list of operators, and everything else — the
+** runtime, the memory prediction, the planner, the CLI, checkpoints and safetensors files —
+** works from that list alone:
+**   - each op's parameter BLOCK and the NAMED TENSORS inside it (ParamTensor: offset, shape,
+**     initialisation rule, weight decay, the names files give it);
+**   - the activations it keeps for backward (ActTensor: named, sized per token);
+**   - its FLOPs per token, whether it can be split into slices, whose parameters it uses (weight
+**     tying), how its passes use them (ModelOp's step flags);
+**   - the layer it belongs to and whether its output is the layer's output (the recompute
+**     boundary); every layer has the same ops (ops_per_layer, first_layer_op);
+**   - the roles the runtime needs: which op's activations hold the tokens and targets, which
+**     hold the logits.
+** Nothing outside src/model names an op of a particular family.
 **
 ** Parameter blocks. Each operator that owns parameters owns one contiguous block laid out as
-** `rows` rows of `width` elements (the part a split cuts) followed by `tail` elements (bias, or
-** wpe for embed). Split into k slices, slice i holds rows [i*rows/k, (i+1)*rows/k) and the last
-** slice also holds the tail, so every slice is a contiguous range of the block. For a linear,
-** rows are the reduction dimension (in), width = out; for embed, rows are C and width is Vp
-** (wte is stored transposed, [C, Vp], because it is the LM head's [in, out] weight).
+** `rows` rows of `width` elements (the part a split cuts) followed by `tail` elements. Split
+** into k slices, slice i holds rows [i*rows/k, (i+1)*rows/k) and the last slice also holds the
+** tail, so every slice is a contiguous range of the block. The tensors partition the block: a
+** tensor is either the whole rows x width part ("split": each slice holds some of its rows) or
+** lies in the tail (only the last slice holds it). model_param_view names a slice's tensors.
 */
 #ifndef OSDP_GPT_H
 #define OSDP_GPT_H
 
 #include <stddef.h>
 
-#define GPT_MAX_SLICES 8
-#define GPT_OPS_PER_LAYER 8
+#define GPT_MAX_SLICES 8       /* the most slices an op can be split into */
+#define MODEL_MAX_TENSORS 2    /* named parameter tensors per op */
+#define MODEL_MAX_ACTS 3       /* named activation tensors per op */
 
+struct ModelFamily;
+
+/* A model's shape. GPT-2 uses every field; other families add theirs here. */
 typedef struct GptConfig {
   char name[48];
   int n_layer, n_embd, n_head;
   int vocab_size;    /* V: real tokens */
   int padded_vocab;  /* Vp: V rounded up to a multiple of 128, as llm.c pads it */
-  int max_seq;       /* maxT: rows of wpe */
+  int max_seq;       /* maxT: the longest sequence (rows of GPT-2's wpe) */
 } GptConfig;
 
+/* The computation an op performs, for messages, tables and per-kind timing. */
 typedef enum OpKind {
-  OP_EMBED, OP_LAYERNORM, OP_LINEAR, OP_ATTENTION, OP_GELU, OP_LMHEAD, OP_LOSS
+  OP_EMBED, OP_LAYERNORM, OP_LINEAR, OP_ATTENTION, OP_GELU, OP_LMHEAD, OP_LOSS, OP_KIND_COUNT
 } OpKind;
+
+/* How a parameter tensor starts. */
+typedef enum InitRule { INIT_ZEROS, INIT_ONES, INIT_NORMAL } InitRule;
+
+/* A named parameter tensor inside its op's block. */
+typedef struct ParamTensor {
+  char name[8];          /* "W", "b", "gamma", "beta", "wte", "wpe" */
+  size_t off, n;         /* elements [off, off + n) of the op's block */
+  size_t rows, cols;     /* its shape as osdp stores it, row-major (a vector: 1 x n) */
+  int split;             /* 1: it is the block's rows x width part, cut by slices; 0: in the tail */
+  int decay;             /* AdamW's weight decay applies to it */
+  InitRule init;
+  double std;            /* INIT_NORMAL: N(0, std) */
+  size_t real_cols;      /* INIT_NORMAL: columns >= real_cols start at 0 (wte's padded tokens) */
+  /* In safetensors files (Hugging Face names): the name, its shape there, and whether osdp
+  ** holds it transposed ([cols, rows] of the file; only the file's first hf_shape[0] of osdp's
+  ** columns are stored, so wte's padded columns are not). */
+  char hf_name[64];
+  int hf_ndim;
+  size_t hf_shape[2];
+  int hf_transposed;
+  /* In llm.c checkpoints: its place in llm.c's tensor order (all layers' tensors of one slot
+  ** follow each other, slots in increasing order), and whether the file holds it transposed. */
+  int llmc_slot;
+  int llmc_transposed;
+} ParamTensor;
+
+/* A named tensor of an op's activation block: per_token elements for each of the B*T positions,
+** reals (elements of the step's precision) or ints. */
+typedef struct ActTensor {
+  char name[8];
+  size_t per_token;
+  int is_int;
+} ActTensor;
 
 typedef struct GptOp {
   char name[24];
   OpKind kind;
-  int layer;            /* -1 outside the blocks */
-  int owner;            /* index of the op whose parameters it uses (itself, embed for lm_head), -1 if none */
+  int layer;            /* -1 outside the layers */
+  int owner;            /* index of the op whose parameters it uses (itself; embed for a tied
+                        ** lm_head), -1 if none */
   size_t rows, width, tail; /* parameter block geometry (see above); n_params = rows*width + tail */
-  size_t n_params;      /* parameters it owns (0 for lm_head, which uses embed's) */
+  size_t n_params;      /* parameters it owns (0 for a tied lm_head, which uses embed's) */
   int splittable;       /* may run as k slices along rows */
-  int tail_decay;       /* whether weight decay applies to the tail (wpe yes, biases no) */
+  int tail_decay;       /* whether weight decay applies to the tail (its tensors' decay) */
+  int ntensors;         /* its named parameter tensors, in block order */
+  ParamTensor tensor[MODEL_MAX_TENSORS];
+  int nacts;            /* its activation block's tensors, in block order */
+  ActTensor act[MODEL_MAX_ACTS];
+  double flops_tok, flops_tok_T; /* forward FLOPs per token: flops_tok + flops_tok_T * T */
+  /* How the step uses it. */
+  int has_backward;     /* 0: its backward is fused into its forward (the loss) */
+  int fwd_reversed;     /* the forward visits its slices last first (embed: the last holds wpe) */
+  int bwd_weight;       /* the backward reads its weight (embed's backward does not) */
+  int layer_output;     /* its output is its layer's output (kept when the layer recomputes) */
   int K, OC;            /* for linears and lm_head: input and output widths */
-  int residual;         /* linear adds its output to the residual stream */
+  int residual;         /* a linear that adds its output to the residual stream */
   int index_self;       /* its own index in the op list */
 } GptOp;
 
 typedef struct GptDesc {
   GptConfig cfg;
+  const struct ModelFamily* family;
   int nops;
   GptOp* ops;           /* owned */
   size_t n_params;      /* total parameters */
+  int first_layer_op;   /* index of layer 0's first op */
+  int ops_per_layer;    /* every layer has the same ops */
+  int tokens_op;        /* the op whose activation block holds the tokens and targets */
+  int logits_op;        /* the op whose activation block holds the logits */
 } GptDesc;
 
-/* Fills cfg from a preset name (tiny, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b) or a
-** JSON file {"n_layer":..,"n_embd":..,"n_head":..,"vocab_size":..,"max_seq":..,"name":..}.
+/* Fills cfg from a preset name (gpt_preset_names) or a JSON file; see the family's loader.
 ** Returns 0, or -1 with a one-line error naming the field. */
 int gpt_config_load(const char* name_or_path, GptConfig* cfg);
 /* Checks a config for consistency (heads divide hidden, sizes positive). */
 int gpt_config_validate(const GptConfig* cfg);
-/* Space-separated list of preset names, for messages. */
+/* Comma-separated list of preset names, for messages. */
 const char* gpt_preset_names(void);
 
-/* Expands a config into its operator list. Returns 0 or -1. */
+/* Expands a config into its operator list (the family's spec). Returns 0 or -1. */
 int gpt_desc_build(GptDesc* d, const GptConfig* cfg);
 void gpt_desc_free(GptDesc* d);
 
-/* Op indices. */
-static inline int gpt_op_layer(int l, int j) { return 1 + GPT_OPS_PER_LAYER * l + j; }
-enum { GPT_LN1 = 0, GPT_QKV, GPT_ATTN, GPT_PROJ, GPT_LN2, GPT_FC, GPT_GELU, GPT_FCPROJ };
-static inline int gpt_op_lnf(const GptDesc* d) { return 1 + GPT_OPS_PER_LAYER * d->cfg.n_layer; }
-static inline int gpt_op_lmhead(const GptDesc* d) { return 2 + GPT_OPS_PER_LAYER * d->cfg.n_layer; }
-static inline int gpt_op_loss(const GptDesc* d) { return 3 + GPT_OPS_PER_LAYER * d->cfg.n_layer; }
+/* Index of op j (0 .. ops_per_layer-1) of layer l. */
+static inline int gpt_layer_op(const GptDesc* d, int l, int j) {
+  return d->first_layer_op + d->ops_per_layer * l + j;
+}
 
-/* Start and end rows of slice i of k of an op with `rows` rows. */
+/* Start row of slice i of k of an op with `rows` rows. */
 static inline size_t gpt_slice_row0(size_t rows, int k, int i) { return rows * (size_t)i / (size_t)k; }
 /* Number of parameters of slice i of k of op (the last slice includes the tail). */
 size_t gpt_slice_params(const GptOp* op, int k, int i);
 /* Offset of slice i's first parameter inside the op's block. */
 size_t gpt_slice_offset(const GptOp* op, int k, int i);
 
-/* Forward FLOPs per token of an op at sequence length T (matrix products only: 2*K*OC per
-** linear, 4*T*C for attention's two T x T products); backward costs twice as much. */
+/* A slice's named tensors: t[j] points at the part of tensor j (op->tensor[j]) this slice holds
+** — rows [row0, row0 + nrows) of a split tensor, or the whole of a tail tensor in the last slice
+** — or is NULL when the slice holds none of it. Elements are float or double (elem bytes). */
+typedef struct ParamView {
+  void* t[MODEL_MAX_TENSORS];
+  size_t row0, nrows;   /* the slice's rows of the split part */
+} ParamView;
+/* The view of slice i of k of op whose elements start at base (elem bytes each). */
+ParamView model_param_view(const GptOp* op, int k, int i, void* base, size_t elem);
+
+/* The tensor of op called name, or NULL. */
+const ParamTensor* model_tensor(const GptOp* op, const char* name);
+
+/* Forward FLOPs per token of an op at sequence length T (matrix products only); backward
+** costs twice as much. */
 double gpt_op_flops_per_token(const GptDesc* d, const GptOp* op, int T);
-/* Bytes of activations an op keeps for backward for B samples of length T, elements of
-** elem bytes (embed also keeps the B*T input tokens and targets, 4 bytes each). */
+/* Bytes of the activation block of an op for B samples of length T, reals of elem bytes. */
 size_t gpt_op_act_bytes(const GptDesc* d, const GptOp* op, int B, int T, size_t elem);
-/* Bytes of the backward working buffers (activation gradients and attention scratch for
-** `threads` threads, which the forward uses too), which the runtime allocates once per step
-** setup. */
+/* Offset in bytes of activation tensor `name` inside the op's block (B x T, elem bytes); the
+** tensor must exist. */
+size_t model_act_offset(const GptOp* op, const char* name, int B, int T, size_t elem);
+/* Bytes of the step's working buffers (activation gradients and attention scratch for `threads`
+** threads, which the forward uses too), which the runtime allocates once per step setup. */
 size_t gpt_scratch_bytes(const GptDesc* d, int B, int T, size_t elem, int threads);
 /* Short name of an op kind ("linear", ...). */
 const char* gpt_op_kind_name(OpKind k);
 /* The initial value of parameter idx of op's block for a seed, computed from (seed, op, idx)
-** alone, so every rank can initialise exactly its own shard and the result is the same for
-** every plan: N(0, 0.02) for weights (0.02/sqrt(2L) for the projections into the residual
-** stream, as GPT-2 does), 0 for biases and for wte's padded columns (tokens V..Vp, which
-** nothing uses), 1 and 0 for LayerNorm's scale and shift. */
+** alone by the rule of the tensor holding it, so every rank can initialise exactly its own
+** shard and the result is the same for every plan. */
 float gpt_init_value(const GptDesc* d, int op, size_t idx, unsigned long long seed);
 /* Total forward+backward FLOPs of one training step for B x T tokens. */
 double gpt_step_flops(const GptDesc* d, int B, int T);

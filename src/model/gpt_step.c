@@ -1,28 +1,29 @@
-/* gpt_step.c: instantiates the forward and backward passes in fp32 and fp64; see gpt_step.h. */
+/* gpt_step.c: what every family's step shares: the step's events and parameter schedule, the
+** activation layout, named views of acquired slices, per-op timing, and the forward/backward
+** entry points, which run the family's passes; see gpt_step.h. */
 #include "model/gpt_step.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/util.h"
+#include "model/family.h"
 
 int* gpt_acts_tokens(const GptDesc* d, const GptActs* a) {
-  size_t BTC = (size_t)a->B * a->T * d->cfg.n_embd;
-  return (int*)((char*)a->op_acts[0] + BTC * a->elem);
+  const GptOp* op = &d->ops[d->tokens_op];
+  return (int*)((char*)a->op_acts[d->tokens_op] + model_act_offset(op, "tokens", a->B, a->T, a->elem));
 }
 
 int* gpt_acts_targets(const GptDesc* d, const GptActs* a) {
-  return gpt_acts_tokens(d, a) + (size_t)a->B * a->T;
+  const GptOp* op = &d->ops[d->tokens_op];
+  return (int*)((char*)a->op_acts[d->tokens_op] + model_act_offset(op, "targets", a->B, a->T, a->elem));
 }
 
-void* gpt_acts_logits(const GptDesc* d, const GptActs* a) { return a->op_acts[gpt_op_lmhead(d)]; }
-
-/* Whether layer l recomputes. */
-static int recomputes(const int* recompute, int l) { return recompute && recompute[l]; }
+void* gpt_acts_logits(const GptDesc* d, const GptActs* a) { return a->op_acts[d->logits_op]; }
 
 int gpt_op_recomputes(const GptDesc* d, const int* recompute, int op) {
   int l = d->ops[op].layer;
-  return l >= 0 && recomputes(recompute, l) && op - gpt_op_layer(l, 0) != GPT_FCPROJ;
+  return l >= 0 && recompute && recompute[l] && !d->ops[op].layer_output;
 }
 
 /* Appends event (op, phase) to out (when not NULL) at index n; returns n + 1. */
@@ -32,27 +33,27 @@ static int add_event(GptStepEvent* out, int n, int op, GptPhase phase) {
 }
 
 int gpt_step_events(const GptDesc* d, const int* recompute, GptStepEvent* out) {
-  int n = 0, L = d->cfg.n_layer;
+  int n = 0;
   for (int i = 0; i < d->nops; i++) n = add_event(out, n, i, GPT_FORWARD);
-  n = add_event(out, n, gpt_op_lmhead(d), GPT_BACKWARD);
-  n = add_event(out, n, gpt_op_lnf(d), GPT_BACKWARD);
-  for (int l = L - 1; l >= 0; l--) {
-    int o = gpt_op_layer(l, 0);
-    for (int j = 0; j < GPT_FCPROJ; j++)
-      if (gpt_op_recomputes(d, recompute, o + j)) n = add_event(out, n, o + j, GPT_RECOMPUTE);
-    for (int j = GPT_FCPROJ; j >= 0; j--) n = add_event(out, n, o + j, GPT_BACKWARD);
+  for (int i = d->nops - 1; i >= 0; i--) {
+    int l = d->ops[i].layer;
+    /* Entering layer l's backward (its last op): first its recomputed forwards. */
+    if (l >= 0 && i == gpt_layer_op(d, l, d->ops_per_layer - 1))
+      for (int j = gpt_layer_op(d, l, 0); j <= i; j++)
+        if (gpt_op_recomputes(d, recompute, j)) n = add_event(out, n, j, GPT_RECOMPUTE);
+    if (d->ops[i].has_backward) n = add_event(out, n, i, GPT_BACKWARD);
   }
-  return add_event(out, n, 0, GPT_BACKWARD);
+  return n;
 }
 
 int gpt_event_param_uses(const GptDesc* d, const int* slices, GptStepEvent ev, GptParamUse* out) {
-  int owner = d->ops[ev.op].owner;
-  if (owner < 0) return 0;
-  int k = slices[owner], bwd = ev.phase == GPT_BACKWARD;
-  int reversed = ev.op == 0 && !bwd;  /* embed forward: last slice (with wpe) first */
-  int weight = !(ev.op == 0 && bwd);  /* embed backward: gradient only */
+  const GptOp* op = &d->ops[ev.op];
+  if (op->owner < 0) return 0;
+  int k = slices[op->owner], bwd = ev.phase == GPT_BACKWARD;
+  int reversed = op->fwd_reversed && !bwd;
+  int weight = !bwd || op->bwd_weight;
   for (int j = 0; out && j < k; j++)
-    out[j] = (GptParamUse){owner, reversed ? k - 1 - j : j, ev.phase, weight, bwd};
+    out[j] = (GptParamUse){op->owner, reversed ? k - 1 - j : j, ev.phase, weight, bwd};
   return k;
 }
 
@@ -89,7 +90,7 @@ size_t gpt_acts_layout(const GptDesc* d, int B, int T, size_t elem, const int* r
     if (!in_shared) { total += bytes; continue; }
     /* Every recomputed layer uses the same offsets: those of its ops in layer order. */
     size_t off = 0;
-    for (int j = gpt_op_layer(op->layer, 0); j < i; j++)
+    for (int j = gpt_layer_op(d, op->layer, 0); j < i; j++)
       off = align64(off + gpt_op_act_bytes(d, &d->ops[j], B, T, elem));
     if (shared_off) shared_off[i] = off;
     if (off + bytes > shared) shared = off + bytes;
@@ -98,24 +99,47 @@ size_t gpt_acts_layout(const GptDesc* d, int B, int T, size_t elem, const int* r
   return total + shared;
 }
 
-/* The backend of the activations a: where the step's kernels run. */
-static const Backend* step_backend(const GptActs* a) { return a->backend ? a->backend : backend_cpu(); }
-#define STEP_BACKEND(a) step_backend(a)
+const Backend* gpt_step_backend(const GptActs* a) { return a->backend ? a->backend : backend_cpu(); }
 
-/* KT(a): the kernel table of the REAL being instantiated, on a's backend. A backend without
-** fp64 kernels (CUDA) cannot run the fp64 pass: the fp64 pass is the CPU's test path. */
-#define REAL float
-#define KN(name) name##_f32
-#define KT(a) (step_backend(a)->f32)
-#include "model/gpt_step_impl.inc"
-#undef REAL
-#undef KN
-#undef KT
+ParamView gpt_acquire_weights(const GptDesc* d, const GptActs* a, const GptParamHooks* h,
+                              int owner, int k, int i, GptPhase phase) {
+  void* w = h->acquire_weight(h->ctx, owner, i, phase);
+  return model_param_view(&d->ops[owner], k, i, w, a->elem);
+}
 
-#define REAL double
-#define KN(name) name##_f64
-#define KT(a) (step_backend(a)->f64)
-#include "model/gpt_step_impl.inc"
-#undef REAL
-#undef KN
-#undef KT
+ParamView gpt_acquire_grads(const GptDesc* d, const GptActs* a, const GptParamHooks* h,
+                            int owner, int k, int i, int* fresh) {
+  void* g = h->acquire_grad(h->ctx, owner, i, fresh);
+  return model_param_view(&d->ops[owner], k, i, g, a->elem);
+}
+
+OpTimer gpt_op_timer_start(const GptActs* a) {
+  OpTimer t = {0, 0};
+  if (a->op_seconds) t.t0 = gpt_step_backend(a)->clock();
+  if (a->exclude_clock) t.x0 = *a->exclude_clock;
+  return t;
+}
+
+void gpt_op_timer_stop(GptActs* a, int op, OpTimer t) {
+  if (!a->op_seconds) return;
+  a->op_seconds[op] += gpt_step_backend(a)->clock() - t.t0 -
+                       (a->exclude_clock ? *a->exclude_clock - t.x0 : 0);
+}
+
+double gpt_forward_f32(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
+                       double loss_scale, int* argmax) {
+  return d->family->f32->forward(d, a, h, slices, loss_scale, argmax);
+}
+
+double gpt_forward_f64(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
+                       double loss_scale, int* argmax) {
+  return d->family->f64->forward(d, a, h, slices, loss_scale, argmax);
+}
+
+void gpt_backward_f32(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices) {
+  d->family->f32->backward(d, a, h, slices);
+}
+
+void gpt_backward_f64(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices) {
+  d->family->f64->backward(d, a, h, slices);
+}

@@ -7,8 +7,11 @@
 ** tensors; the sharded runtime gathers, frees and reduces there. So there is exactly one
 ** implementation of the model, whatever the plan.
 **
-** Both passes exist in fp32 (training) and fp64 (whole-model gradient checks), generated
-** from gpt_step_impl.inc.
+** The passes themselves are the model family's (family.h; GPT-2's in gpt2_step.c), in fp32
+** (training) and fp64 (whole-model gradient checks); this module holds what every family's
+** step shares: the hooks, the activation layout, the step's events and parameter schedule
+** (derived from the op list's flags), and the helpers a family's step calls (named views of
+** acquired slices, per-op timing).
 */
 #ifndef OSDP_GPT_STEP_H
 #define OSDP_GPT_STEP_H
@@ -40,16 +43,16 @@ typedef struct GptParamHooks {
 } GptParamHooks;
 
 /* The buffers of one micro-batch: each op's activation block (gpt_op_act_bytes, placed as
-** gpt_acts_layout says), and the backward working buffers (gpt_scratch_bytes) split into dres
-** [BT,C], dbuf_a and dbuf_b [BT,4C] and the attention scratch (which the forward uses too).
-** Elements are float or double (elem bytes). Every buffer is in the backend's memory; the
-** step reaches them only through the backend's kernels, zero and copy.
+** gpt_acts_layout says), and the step's working buffers (gpt_scratch_bytes, laid out by the
+** family's step: GPT-2's are dres [BT,C], two [BT,4C] buffers and the attention scratch, which
+** the forward uses too). Elements are float or double (elem bytes). Every buffer is in the
+** backend's memory; the step reaches them only through the backend's kernels, zero and copy.
 **
-** Recomputation: a layer l with recompute[l] != 0 keeps only its output (the fcproj block, the
-** next layer's input) between forward and backward; its other blocks are views of one buffer
-** shared by all recomputed layers. Backward re-runs such a layer's forward (phase
-** GPT_RECOMPUTE, without fcproj, whose output is kept) into the shared buffer just before the
-** layer's backward, acquiring its weights again through the hooks. */
+** Recomputation: a layer l with recompute[l] != 0 keeps only its output (the block of its
+** layer_output op, the next layer's input) between forward and backward; its other blocks are
+** views of one buffer shared by all recomputed layers. Backward re-runs such a layer's forward
+** (phase GPT_RECOMPUTE, without the output op) into the shared buffer just before the layer's
+** backward, acquiring its weights again through the hooks. */
 typedef struct GptActs {
   int B, T;
   size_t elem;
@@ -78,22 +81,22 @@ typedef struct GptStepEvent {
 } GptStepEvent;
 
 /* Whether op is re-run forward in the backward pass (phase GPT_RECOMPUTE) under the per-layer
-** flags recompute (NULL: none): ln1 .. gelu of a recomputed layer, not its fcproj (whose output
-** is kept). The same ops' activation blocks live in the shared recompute buffer. */
+** flags recompute (NULL: none): every op of a recomputed layer but its output op (layer_output,
+** whose output is kept). The same ops' activation blocks live in the shared recompute buffer. */
 int gpt_op_recomputes(const GptDesc* d, const int* recompute, int op);
 
 /* The operator passes of one training step in the order gpt_forward and gpt_backward run them:
-** every op forward; then lm_head, lnf and, per layer from the last, the recomputed forward
-** (recompute != NULL and recompute[l]: ln1 .. gelu) followed by the layer's backward ops in
-** reverse; then embed. (The loss's backward is fused into its forward.) Writes up to the
+** every op forward; then every op with a backward (has_backward) from the last to the first,
+** and when the backward reaches a layer that recomputes (recompute != NULL and recompute[l]),
+** first that layer's recomputed forwards (gpt_op_recomputes, in forward order). Writes up to the
 ** returned count into out (NULL: count only). The cost model replays exactly these events. */
 int gpt_step_events(const GptDesc* d, const int* recompute, GptStepEvent* out);
 
 /* The parameter uses of one op pass, in the order the step makes them: each slice of the
-** op's owner in turn (embed's forward visits its slices last first, since the last holds wpe,
-** which initialises the output); the weight in forward and recompute, weight and gradient in
-** backward (embed's backward: the gradient only). Ops without parameters have none. Writes
-** into out (NULL: count only) and returns the count. */
+** op's owner in turn (last first in the forward of an op with fwd_reversed); the weight in
+** forward and recompute, weight and gradient in backward (the gradient only for an op without
+** bwd_weight). Ops without parameters have none. Writes into out (NULL: count only) and
+** returns the count. */
 int gpt_event_param_uses(const GptDesc* d, const int* slices, GptStepEvent ev, GptParamUse* out);
 
 /* The parameter uses of one training step: gpt_event_param_uses over gpt_step_events, so a
@@ -116,11 +119,35 @@ GptParamUse* gpt_param_schedule_alloc(const GptDesc* d, const int* slices, const
 size_t gpt_acts_layout(const GptDesc* d, int B, int T, size_t elem, const int* recompute,
                        size_t* own, size_t* shared_off, size_t* shared_bytes);
 
-/* The token ids and targets of the micro-batch, which live in embed's activation block. */
+/* The token ids and targets of the micro-batch, in the activation block of the op that holds
+** them (GptDesc.tokens_op). */
 int* gpt_acts_tokens(const GptDesc* d, const GptActs* a);
 int* gpt_acts_targets(const GptDesc* d, const GptActs* a);
-/* The logits [BT, Vp] (after the forward pass: dloss/dlogits) and per-position losses. */
+/* The logits [BT, Vp] (after the forward pass: dloss/dlogits): GptDesc.logits_op's block. */
 void* gpt_acts_logits(const GptDesc* d, const GptActs* a);
+
+/* ---- For a family's step ---------------------------------------------------------------- */
+
+/* The backend of the activations a: where the step's kernels run (the CPU when unset). */
+const Backend* gpt_step_backend(const GptActs* a);
+
+/* Acquires slice i of k of op owner's weight through the hooks and names its tensors
+** (model_param_view); release with h->release_weight. */
+ParamView gpt_acquire_weights(const GptDesc* d, const GptActs* a, const GptParamHooks* h,
+                              int owner, int k, int i, GptPhase phase);
+/* Acquires the same slice's gradient buffer (see acquire_grad: *fresh) and names its tensors;
+** release with h->release_grad. */
+ParamView gpt_acquire_grads(const GptDesc* d, const GptActs* a, const GptParamHooks* h,
+                            int owner, int k, int i, int* fresh);
+
+/* Times one op's pass when the caller asked for per-op timing (GptActs.op_seconds): start before
+** the pass, stop after it; the op's counter gains the wall time less what the exclude clock
+** (time the hooks spent communicating) advanced meanwhile. */
+typedef struct OpTimer { double t0, x0; } OpTimer;
+OpTimer gpt_op_timer_start(const GptActs* a);
+void gpt_op_timer_stop(GptActs* a, int op, OpTimer t);
+
+/* ---- The step ----------------------------------------------------------------------------- */
 
 /* Forward pass, loss and dloss/dlogits. slices[op] is the slice count of each owner op.
 ** loss_scale multiplies the summed per-position losses (1 / number of targets in the global

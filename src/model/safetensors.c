@@ -1,5 +1,6 @@
 /*
-** safetensors.c: GPT-2 weights as safetensors files; see safetensors.h.
+** safetensors.c: model weights as safetensors files, named as the model family's spec names
+** each parameter tensor (gpt.h ParamTensor.hf_name); see safetensors.h.
 **
 ** Reading is in three steps, and params is touched only in the last: st_open parses and checks
 ** the header against the file alone (sizes, offsets, dtypes: anything a safetensors reader must
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include "core/util.h"
+#include "model/family.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c reads and writes little-endian files; add byte swapping for this host"
@@ -30,8 +32,9 @@ _Static_assert(sizeof(float) == 4, "F32 tensors hold 4-byte floats");
 #define ST_MAX_DIMS 16
 #define ST_MAX_INT 9007199254740992.0 /* 2^53: JSON numbers above it are not exact doubles */
 #define ST_STREAM_FLOATS ((size_t)1 << 20)
+/* The prefix GPT-2 files may give names (family_gpt2()->hf_prefix), for st_config, which infers
+** a GPT-2 shape from a file. */
 #define ST_PREFIX "transformer."
-#define ST_PER_LAYER 12
 
 /* One tensor of a file's header. */
 typedef struct StTensor {
@@ -56,32 +59,27 @@ typedef struct StFile {
 
 /* A tensor a model needs, and where it lives among osdp's parameters. */
 typedef struct Want {
-  char name[48];         /* Hugging Face name without the "transformer." prefix */
+  char name[64];         /* the tensor's name in files (ParamTensor.hf_name), without prefix */
   int ndim;
   uint64_t shape[2];
   size_t off;            /* offset of its first element in params */
-  int wte;               /* 1: [V, C] in the file, the first V columns of [C, Vp] in params */
+  /* Transposed: [shape[0], trows] in the file is the first shape[0] columns of the [trows,
+  ** tcols] tensor in params (GPT-2's wte: [V, C] of [C, Vp]; padded columns are not stored). */
+  int transposed;
+  size_t trows, tcols;
   const StTensor* have;  /* the file's tensor (st_match) */
 } Want;
 
-/* The wants of a model: every tensor in model order, and where the layers' wants start. */
+/* The wants of a model: every named tensor in model order. */
 typedef struct Wants {
   Want* w;
   int n;
   int L;
-  size_t V, Vp, C;
-  const StTensor* lm_head; /* the file's lm_head.weight, if any (st_match) */
+  const ModelFamily* fam;  /* the names' conventions */
+  size_t C;                /* the widest row of a transposed want (for the stream buffer) */
+  int tied_to;             /* the want a tied head must equal (-1: none) */
+  const StTensor* lm_head; /* the file's tied head, if any (st_match) */
 } Wants;
-
-/* The names and op positions of one layer's tensors, in model order. */
-static const struct { const char* suffix; int op; int bias; } layer_tensors[ST_PER_LAYER] = {
-    {"ln_1.weight", GPT_LN1, 0},         {"ln_1.bias", GPT_LN1, 1},
-    {"attn.c_attn.weight", GPT_QKV, 0},  {"attn.c_attn.bias", GPT_QKV, 1},
-    {"attn.c_proj.weight", GPT_PROJ, 0}, {"attn.c_proj.bias", GPT_PROJ, 1},
-    {"ln_2.weight", GPT_LN2, 0},         {"ln_2.bias", GPT_LN2, 1},
-    {"mlp.c_fc.weight", GPT_FC, 0},      {"mlp.c_fc.bias", GPT_FC, 1},
-    {"mlp.c_proj.weight", GPT_FCPROJ, 0}, {"mlp.c_proj.bias", GPT_FCPROJ, 1},
-};
 
 /* Base name of a path, for config names. */
 static const char* base_name(const char* path) {
@@ -364,91 +362,59 @@ static const char* shape_text(int nd, const uint64_t* sh, char buf[128]) {
 /* The tensors a model needs                                                             */
 /* ------------------------------------------------------------------------------------ */
 
-/* Checks that op i has kind k and n parameters at least; the layout of gpt.h is assumed. */
-static int op_check(const GptDesc* d, int i, OpKind k) {
-  if (i < d->nops && d->ops[i].kind == k && d->ops[i].n_params > 0) return 0;
-  return osdp_fail("safetensors: op %d of model '%s' is not the %s GPT-2 has there; the op "
-                   "layout of gpt.h changed and safetensors.c must follow it", i, d->cfg.name,
-                   gpt_op_kind_name(k));
-}
-
-/* Appends a want of one or two dimensions. */
-static void want_add(Wants* ws, const char* name, int nd, uint64_t d0, uint64_t d1, size_t off,
-                     int wte) {
+/* Appends the want of parameter tensor t, whose op's block starts at params + base. */
+static void want_add(Wants* ws, const ParamTensor* t, size_t base) {
   Want* w = &ws->w[ws->n++];
   memset(w, 0, sizeof *w);
-  snprintf(w->name, sizeof w->name, "%s", name);
-  w->ndim = nd;
-  w->shape[0] = d0;
-  w->shape[1] = d1;
-  w->off = off;
-  w->wte = wte;
+  snprintf(w->name, sizeof w->name, "%s", t->hf_name);
+  w->ndim = t->hf_ndim;
+  w->shape[0] = t->hf_shape[0];
+  w->shape[1] = t->hf_shape[1];
+  w->off = base + t->off;
+  w->transposed = t->hf_transposed;
+  w->trows = t->rows;
+  w->tcols = t->cols;
+  if (w->transposed && w->trows > ws->C) ws->C = w->trows;
 }
 
-/* Appends the weight (or bias: the tail) of op i, whose block starts at params + base, under
-** name. LayerNorms are [C] weight then [C] bias; linears [rows, width] then [tail]. */
-static void want_op(Wants* ws, const GptDesc* d, int i, size_t base, int bias, const char* name) {
-  const GptOp* op = &d->ops[i];
-  if (op->kind == OP_LAYERNORM) want_add(ws, name, 1, ws->C, 0, base + (bias ? ws->C : 0), 0);
-  else if (bias) want_add(ws, name, 1, op->tail, 0, base + op->rows * op->width, 0);
-  else want_add(ws, name, 2, op->rows, op->width, base, 0);
-}
-
-/* Builds the list of tensors model d needs, in model order (free ws->w after use). */
+/* Builds the list of tensors model d needs: every parameter tensor with a file name, in model
+** order (free ws->w after use). Checks that they hold every parameter but the padding a
+** transposed tensor leaves out. */
 static int wants_build(const GptDesc* d, Wants* ws) {
   memset(ws, 0, sizeof *ws);
-  int L = d->cfg.n_layer;
-  ws->L = L;
-  ws->V = (size_t)d->cfg.vocab_size;
-  ws->Vp = (size_t)d->cfg.padded_vocab;
-  ws->C = (size_t)d->cfg.n_embd;
-  size_t* base = malloc(((size_t)d->nops + 1) * sizeof *base);
-  ws->w = malloc(((size_t)ST_PER_LAYER * (size_t)L + 4) * sizeof *ws->w);
-  int rc = base && ws->w ? 0 : osdp_fail("safetensors: out of memory");
-  if (rc == 0) {
-    base[0] = 0;
-    for (int i = 0; i < d->nops; i++) base[i + 1] = base[i] + d->ops[i].n_params;
-    rc = op_check(d, 0, OP_EMBED) || op_check(d, gpt_op_lnf(d), OP_LAYERNORM) ? -1 : 0;
-  }
-  if (rc == 0) {
-    const GptOp* e = &d->ops[0];
-    if (e->rows != ws->C || e->width != ws->Vp || e->tail != (size_t)d->cfg.max_seq * ws->C)
-      rc = osdp_fail("safetensors: embed of model '%s' is not [C, Vp] + [maxT, C]; the op layout "
-                     "of gpt.h changed and safetensors.c must follow it", d->cfg.name);
-    want_add(ws, "wte.weight", 2, ws->V, ws->C, 0, 1);
-    want_add(ws, "wpe.weight", 2, (uint64_t)d->cfg.max_seq, ws->C, e->rows * e->width, 0);
-  }
-  for (int l = 0; l < L && rc == 0; l++) {
-    for (int j = 0; j < ST_PER_LAYER && rc == 0; j++) {
-      int i = gpt_op_layer(l, layer_tensors[j].op);
-      rc = op_check(d, i, layer_tensors[j].op == GPT_LN1 || layer_tensors[j].op == GPT_LN2
-                              ? OP_LAYERNORM : OP_LINEAR);
-      char name[48];
-      snprintf(name, sizeof name, "h.%d.%s", l, layer_tensors[j].suffix);
-      if (rc == 0) want_op(ws, d, i, base[i], layer_tensors[j].bias, name);
+  ws->L = d->cfg.n_layer;
+  ws->fam = d->family;
+  ws->tied_to = -1;
+  ws->w = malloc(((size_t)d->nops * MODEL_MAX_TENSORS + 1) * sizeof *ws->w);
+  if (!ws->w) return osdp_fail("safetensors: out of memory");
+  size_t base = 0, total = 0, padding = 0;
+  for (int i = 0; i < d->nops; i++) {
+    for (int j = 0; j < d->ops[i].ntensors; j++) {
+      const ParamTensor* t = &d->ops[i].tensor[j];
+      if (!t->hf_name[0]) continue;
+      if (ws->fam->hf_tied_to && strcmp(t->hf_name, ws->fam->hf_tied_to) == 0) ws->tied_to = ws->n;
+      want_add(ws, t, base);
+      const Want* w = &ws->w[ws->n - 1];
+      total += w->shape[0] * (w->ndim > 1 ? w->shape[1] : 1);
+      if (w->transposed) padding += (w->tcols - w->shape[0]) * w->trows;
     }
+    base += d->ops[i].n_params;
   }
-  if (rc == 0) {
-    want_op(ws, d, gpt_op_lnf(d), base[gpt_op_lnf(d)], 0, "ln_f.weight");
-    want_op(ws, d, gpt_op_lnf(d), base[gpt_op_lnf(d)], 1, "ln_f.bias");
-    size_t total = 0;
-    for (int i = 0; i < ws->n; i++) total += ws->w[i].shape[0] * (ws->w[i].ndim > 1 ? ws->w[i].shape[1] : 1);
-    size_t expect = d->n_params - (ws->Vp - ws->V) * ws->C;
-    if (total != expect)
-      rc = osdp_fail("safetensors: GPT-2's tensors hold %zu parameters but model '%s' has %zu "
-                     "besides wte's padding; the op layout of gpt.h changed and safetensors.c "
-                     "must follow it", total, d->cfg.name, expect);
-  }
-  free(base);
-  if (rc) { free(ws->w); ws->w = NULL; }
-  return rc;
+  if (total + padding == d->n_params) return 0;
+  free(ws->w);
+  ws->w = NULL;
+  return osdp_fail("safetensors: the named tensors of model '%s' hold %zu parameters but it has "
+                   "%zu besides padding; its family's spec leaves some tensors without a file name",
+                   d->cfg.name, total, d->n_params - padding);
 }
 
-/* Parses "h.<l>.<suffix>" (prefix already removed): the layer l (no sign, no leading zero)
-** into *l, and returns the suffix, or NULL when name is not of that form. */
-static const char* layer_of(const char* name, long* l) {
-  if (strncmp(name, "h.", 2) != 0 || name[2] < '0' || name[2] > '9') return NULL;
-  const char* p = name + 2;
+/* Parses "<layer prefix><l>.<suffix>" (e.g. "h.3.ln_1.weight"; the file prefix already
+** removed): the layer l (no sign, no leading zero) into *l, and returns the suffix, or NULL when
+** name is not of that form. */
+static const char* layer_of(const char* name, const char* prefix, long* l) {
+  size_t np = strlen(prefix);
+  if (strncmp(name, prefix, np) != 0 || name[np] < '0' || name[np] > '9') return NULL;
+  const char* p = name + np;
   if (p[0] == '0' && p[1] != '.') return NULL;
   long v = 0;
   for (; *p >= '0' && *p <= '9'; p++) {
@@ -461,26 +427,19 @@ static const char* layer_of(const char* name, long* l) {
 }
 
 /* The index in ws of the want called name (prefix removed), -1 for a tensor that is ignored
-** (attention-mask buffers, lm_head.weight: *lm = 1), -2 for an unknown one, -3 for a layer
-** beyond the model's. */
+** (the family's ignored per-layer buffers, a tied head: *lm = 1), -2 for an unknown one, -3 for
+** a layer beyond the model's. */
 static int want_index(const Wants* ws, const char* name, int* lm) {
   *lm = 0;
+  for (int k = 0; k < ws->n; k++)
+    if (strcmp(ws->w[k].name, name) == 0) return k;
+  if (ws->fam->hf_tied_head && strcmp(name, ws->fam->hf_tied_head) == 0) { *lm = 1; return -1; }
   long l;
-  const char* suf = layer_of(name, &l);
-  if (suf) {
-    if (strcmp(suf, "attn.bias") == 0 || strcmp(suf, "attn.masked_bias") == 0) return -1;
-    for (int j = 0; j < ST_PER_LAYER; j++) {
-      if (strcmp(suf, layer_tensors[j].suffix) != 0) continue;
-      return l < ws->L ? 2 + (int)l * ST_PER_LAYER + j : -3;
-    }
-    return -2;
-  }
-  if (strcmp(name, "wte.weight") == 0) return 0;
-  if (strcmp(name, "wpe.weight") == 0) return 1;
-  if (strcmp(name, "ln_f.weight") == 0) return ws->n - 2;
-  if (strcmp(name, "ln_f.bias") == 0) return ws->n - 1;
-  if (strcmp(name, "lm_head.weight") == 0) { *lm = 1; return -1; }
-  return -2;
+  const char* suf = layer_of(name, ws->fam->hf_layer_prefix, &l);
+  if (!suf) return -2;
+  for (int j = 0; ws->fam->hf_ignored[j]; j++)
+    if (strcmp(suf, ws->fam->hf_ignored[j]) == 0) return -1;
+  return l >= ws->L ? -3 : -2;
 }
 
 /* Pairs the file's tensors with the wants: each want present once (with or without the
@@ -491,20 +450,23 @@ static int st_match(const StFile* s, Wants* ws, const char* model) {
   char a[128], b[128];
   for (int i = 0; i < s->n; i++) {
     const StTensor* t = &s->t[i];
-    const char* name = strncmp(t->name, ST_PREFIX, strlen(ST_PREFIX)) == 0 ? t->name + strlen(ST_PREFIX) : t->name;
+    const char* pre = ws->fam->hf_prefix;
+    const char* name = strncmp(t->name, pre, strlen(pre)) == 0 ? t->name + strlen(pre) : t->name;
     int lm, k = want_index(ws, name, &lm);
     if (k == -3)
       return osdp_fail("safetensors: '%s' has tensor '%s' but model '%s' has %d layers; use a "
                        "model of the file's shape", p, t->name, model, ws->L);
     if (k == -2)
-      return osdp_fail("safetensors: '%s' has tensor '%s', which is not part of a GPT-2 model "
-                       "(names such as h.0.attn.c_attn.weight, with or without 'transformer.')",
-                       p, t->name);
+      return osdp_fail("safetensors: '%s' has tensor '%s', which is not part of a %s model "
+                       "(names such as %s, with or without '%s')", p, t->name, ws->fam->title,
+                       ws->fam->hf_example, pre);
     if (lm) {
-      if (strcmp(t->dtype, "F32") || t->ndim != 2 || t->shape[0] != ws->V || t->shape[1] != ws->C)
-        return osdp_fail("safetensors: '%s': tensor '%s' is %s %s, not F32 [%zu, %zu] like wte; "
-                         "osdp ties the LM head to wte", p, t->name, t->dtype,
-                         shape_text(t->ndim, t->shape, a), ws->V, ws->C);
+      const Want* to = ws->tied_to >= 0 ? &ws->w[ws->tied_to] : NULL;
+      if (!to || strcmp(t->dtype, "F32") || t->ndim != 2 || t->shape[0] != to->shape[0] ||
+          t->shape[1] != to->shape[1])
+        return osdp_fail("safetensors: '%s': tensor '%s' is %s %s, not F32 %s like %s; osdp ties "
+                         "the LM head to it", p, t->name, t->dtype, shape_text(t->ndim, t->shape, a),
+                         to ? shape_text(to->ndim, to->shape, b) : "?", ws->fam->hf_tied_to);
       ws->lm_head = t;
     }
     if (k < 0) continue;
@@ -518,8 +480,8 @@ static int st_match(const StFile* s, Wants* ws, const char* model) {
     const Want* w = &ws->w[k];
     const StTensor* t = w->have;
     if (!t)
-      return osdp_fail("safetensors: '%s' has no tensor '%s' (nor '" ST_PREFIX "%s'), which model "
-                       "'%s' needs", p, w->name, w->name, model);
+      return osdp_fail("safetensors: '%s' has no tensor '%s' (nor '%s%s'), which model '%s' "
+                       "needs", p, w->name, ws->fam->hf_prefix, w->name, model);
     if (strcmp(t->dtype, "F32") != 0)
       return osdp_fail("safetensors: '%s': tensor '%s' has dtype %s; osdp reads F32 tensors only",
                        p, t->name, t->dtype);
@@ -585,7 +547,7 @@ static int st_config(const StFile* s, GptConfig* c) {
     const char* name = s->t[i].name;
     if (strncmp(name, ST_PREFIX, strlen(ST_PREFIX)) == 0) name += strlen(ST_PREFIX);
     long l;
-    if (layer_of(name, &l) && l > L) L = l;
+    if (layer_of(name, family_gpt2()->hf_layer_prefix, &l) && l > L) L = l;
   }
   if (L < 0 || L >= 1000)
     return osdp_fail("safetensors: '%s' has %s; expected layers h.0 ... h.{L-1} with L <= 1000",
@@ -631,9 +593,10 @@ static int st_read_at(const StFile* s, uint64_t off, void* buf, size_t n) {
                    ferror(s->f) ? strerror(errno) : "unexpected end of file");
 }
 
-/* Checks that the file's lm_head.weight holds exactly wte's bytes (osdp ties them). */
+/* Checks that the file's tied head (lm_head.weight) holds exactly the bytes of the tensor it is
+** tied to (wte). */
 static int lm_head_check(const StFile* s, const Wants* ws, float* buf, size_t cap) {
-  const StTensor *lm = ws->lm_head, *wte = ws->w[0].have;
+  const StTensor *lm = ws->lm_head, *wte = ws->w[ws->tied_to].have;
   size_t half = cap / 2 * sizeof(float), total = (size_t)(wte->end - wte->begin);
   unsigned char* a = (unsigned char*)buf;
   for (size_t at = 0; at < total; at += half) {
@@ -647,19 +610,19 @@ static int lm_head_check(const StFile* s, const Wants* ws, float* buf, size_t ca
   return 0;
 }
 
-/* Reads every want from the file into params: direct copies, and wte transposed in chunks of
-** whole rows with its padded columns zeroed. */
+/* Reads every want from the file into params: direct copies, and transposed ones (wte) in
+** chunks of whole rows with their padded columns zeroed. */
 static int st_read_tensors(const StFile* s, const Wants* ws, float* params, float* buf, size_t cap) {
   for (int k = 0; k < ws->n; k++) {
     const Want* w = &ws->w[k];
     size_t n = (size_t)(w->have->end - w->have->begin);
-    if (!w->wte) {
+    if (!w->transposed) {
       if (st_read_at(s, w->have->begin, params + w->off, n)) return -1;
       continue;
     }
-    size_t C = ws->C, Vp = ws->Vp, step = cap / C;
-    for (size_t v0 = 0; v0 < ws->V; v0 += step) {
-      size_t nv = ws->V - v0 < step ? ws->V - v0 : step;
+    size_t C = w->trows, Vp = w->tcols, V = w->shape[0], step = cap / C;
+    for (size_t v0 = 0; v0 < V; v0 += step) {
+      size_t nv = V - v0 < step ? V - v0 : step;
       if (st_read_at(s, w->have->begin + v0 * C * sizeof(float), buf, nv * C * sizeof(float))) return -1;
       for (size_t c = 0; c < C; c++) {
         float* col = params + w->off + c * Vp + v0;
@@ -667,7 +630,7 @@ static int st_read_tensors(const StFile* s, const Wants* ws, float* params, floa
       }
     }
     for (size_t c = 0; c < C; c++)
-      for (size_t v = ws->V; v < Vp; v++) params[w->off + c * Vp + v] = 0.0f;
+      for (size_t v = V; v < Vp; v++) params[w->off + c * Vp + v] = 0.0f;
   }
   return 0;
 }
@@ -777,13 +740,13 @@ static int st_write(FILE* f, const char* path, const GptDesc* d, const float* pa
   if (rc == 0) rc = write_bytes(f, path, n8, 8) || write_bytes(f, path, t.s, t.len) ? -1 : 0;
   for (int k = 0; k < ws.n && rc == 0; k++) {
     const Want* w = &ws.w[k];
-    if (!w->wte) {
+    if (!w->transposed) {
       rc = write_bytes(f, path, params + w->off, w->shape[0] * (w->ndim > 1 ? w->shape[1] : 1) * sizeof(float));
       continue;
     }
-    size_t C = ws.C, Vp = ws.Vp, step = cap / C;
-    for (size_t v0 = 0; v0 < ws.V && rc == 0; v0 += step) {
-      size_t nv = ws.V - v0 < step ? ws.V - v0 : step;
+    size_t C = w->trows, Vp = w->tcols, V = w->shape[0], step = cap / C;
+    for (size_t v0 = 0; v0 < V && rc == 0; v0 += step) {
+      size_t nv = V - v0 < step ? V - v0 : step;
       for (size_t c = 0; c < C; c++) {
         const float* col = params + w->off + c * Vp + v0;
         for (size_t v = 0; v < nv; v++) buf[v * C + c] = col[v];

@@ -9,9 +9,10 @@
 #include "model/gpt_step.h"
 
 /* The compute share of op i's measured forward+backward time in a phase: a third forward (and
-** recomputed forward), two thirds backward; the loss is all forward (its backward is fused). */
+** recomputed forward), two thirds backward; an op without a backward pass (the loss, whose
+** backward is fused into its forward) is all forward. */
 static double op_share(const GptDesc* d, int i, GptPhase phase) {
-  if (d->ops[i].kind == OP_LOSS) return phase == GPT_BACKWARD ? 0.0 : 1.0;
+  if (!d->ops[i].has_backward) return phase == GPT_BACKWARD ? 0.0 : 1.0;
   return phase == GPT_BACKWARD ? 2.0 / 3.0 : 1.0 / 3.0;
 }
 
@@ -22,12 +23,20 @@ static double op_passes(const GptDesc* d, int i, const int* recompute) {
   return t + (gpt_op_recomputes(d, recompute, i) ? op_share(d, i, GPT_RECOMPUTE) : 0);
 }
 
-/* The uses gpt.h describes, for when the schedule cannot be allocated: embed's tied wte 2, 1, 2;
-** every other op 1, 1, 1, plus a forward weight use when its layer recomputes it. */
+/* The uses of op's parameters counted from the op list's step flags, for when the schedule
+** cannot be allocated (it gives the same counts): each op using them (itself, or a tied op)
+** reads the weight in its forward, again in a recomputed forward, and in its backward when it
+** has one that reads it; its backward makes a gradient. */
 static OpUses uses_by_rule(const GptDesc* d, int op, const int* recompute) {
-  if (!d->ops[op].n_params) return (OpUses){0, 0, 0};
-  if (op == 0) return (OpUses){2, 1, 2};
-  return (OpUses){1 + gpt_op_recomputes(d, recompute, op), 1, 1};
+  OpUses u = {0, 0, 0};
+  for (int i = 0; d->ops[op].n_params && i < d->nops; i++) {
+    const GptOp* x = &d->ops[i];
+    if (x->owner != op) continue;
+    u.fwd_weight += 1 + gpt_op_recomputes(d, recompute, i);
+    u.bwd_weight += x->has_backward && x->bwd_weight;
+    u.bwd_grad += x->has_backward;
+  }
+  return u;
 }
 
 int cost_ops_uses(const GptDesc* d, const int* recompute, OpUses* out) {

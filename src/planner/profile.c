@@ -307,7 +307,7 @@ static int profile_compute(const GptDesc* d, const ProfileOptions* o, DeviceInfo
     OpTime* ot = &dev->op_times[i];
     snprintf(ot->name, sizeof ot->name, "%s", d->ops[i].name);
     for (int l = 0; l < DEVICE_SLICE_LEVELS; l++) {
-      if (l > 0 && !(d->ops[i].splittable || d->ops[i].kind == OP_LMHEAD)) continue;
+      if (l > 0 && !(d->ops[i].splittable || (d->ops[i].owner >= 0 && d->ops[i].owner != i))) continue;
       int Bl[PROFILE_MAX_POINTS], m = 0;
       for (int j = 0; j < np; j++) {
         if (l > 0 && j != sample[0] && j != sample[1] && j != sample[2]) continue;

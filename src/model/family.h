@@ -1,0 +1,49 @@
+/*
+** family.h: what a model family provides. A family is a spec (the function that expands a
+** config into the op list of gpt.h, with every op's tensors, activations, FLOPs and step flags)
+** plus its step: one forward and one backward function over its layers, in fp32 for training
+** and fp64 for the gradient checks. Everything the runtime, planner and CLI need is derived
+** from the op list; the step is the only family code that runs during training.
+**
+** Adding a family: a file like gpt2.c (presets, config keys, the op list), its step like
+** gpt2_step.c, any new kernels (kernels/kernel_list.h), and a line in family.c.
+*/
+#ifndef OSDP_FAMILY_H
+#define OSDP_FAMILY_H
+
+#include "model/gpt_step.h"
+
+/* One precision's step of a family (see gpt_forward_f32 / gpt_backward_f32 in gpt_step.h). */
+typedef struct StepPasses {
+  double (*forward)(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
+                    double loss_scale, int* argmax);
+  void (*backward)(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices);
+} StepPasses;
+
+typedef struct ModelFamily {
+  const char* name;                 /* "gpt2" */
+  const char* title;                /* for messages: "GPT-2" */
+  /* Fills cfg from one of the family's presets; 1 if name is one, 0 if not. */
+  int (*preset)(const char* name, GptConfig* cfg);
+  const char* preset_names;         /* for messages */
+  /* Expands d->cfg into d's op list and roles (gpt.h). Returns 0, or -1 with an error. */
+  int (*build)(GptDesc* d);
+  /* Bytes of the step's working buffers for B x T (see gpt_scratch_bytes). */
+  size_t (*scratch_bytes)(const GptDesc* d, int B, int T, size_t elem, int threads);
+  const StepPasses* f32;
+  const StepPasses* f64;
+  /* safetensors files: a prefix names may carry ("transformer."), the name of a tied LM head
+  ** that must equal the embedding (NULL: untied), the prefix of layer tensors before their
+  ** layer number ("h."), and per-layer tensor suffixes files carry that osdp ignores. */
+  const char* hf_prefix;
+  const char* hf_tied_head;
+  const char* hf_tied_to;           /* the tensor a tied head equals ("wte.weight") */
+  const char* hf_layer_prefix;
+  const char* hf_ignored[4];        /* NULL-terminated */
+  const char* hf_example;           /* a layer tensor's name, for messages */
+} ModelFamily;
+
+/* The GPT-2 family (gpt2.c). */
+const ModelFamily* family_gpt2(void);
+
+#endif

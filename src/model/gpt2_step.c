@@ -1,0 +1,344 @@
+/*
+** gpt2_step.c: GPT-2's forward and backward passes, one plain function per op's pass and per
+** layer's forward and backward, as in llm.c's train_gpt2.c. Parameters come from the hooks as
+** named tensors (gpt_acquire_weights: W and b of a linear, gamma and beta of a LayerNorm, wte
+** and wpe of the embedding); activations are the op list's named activation tensors.
+**
+** Compiled twice: as it is with real = float (training; exports gpt2_step_f32), and by
+** gpt2_step_f64.c with STEP_REAL_DOUBLE defined, real = double (the whole-model gradient
+** checks; exports gpt2_step_f64). Every function is static, so the two copies do not meet.
+**
+** Activation blocks (BT = B*T positions; gpt2.c names them):
+**   embed:   out [BT, C], then tokens [BT] and targets [BT] as int
+**   ln*:     out [BT, C], mean [BT], rstd [BT]
+**   linear:  out [BT, OC] (for proj/fcproj: the new residual stream, input + x W + b)
+**   attn:    out [BT, C], lse [B, NH, T] (log-sum-exp of each query row's scores)
+**   gelu:    out [BT, 4C]
+**   lm_head: logits [BT, Vp]  (overwritten by dloss/dlogits in the forward pass)
+**   loss:    losses [BT]
+*/
+#include "model/gpt2.h"
+
+#include "model/family.h"
+
+#ifdef STEP_REAL_DOUBLE
+typedef double real;
+typedef Kernels_f64 RealKernels;
+#else
+typedef float real;
+typedef Kernels_f32 RealKernels;
+#endif
+
+/* The kernels of the step's precision on a's backend. A backend without fp64 kernels (CUDA)
+** cannot run the fp64 pass: the fp64 pass is the CPU's test path. */
+static const RealKernels* kern(const GptActs* a) {
+#ifdef STEP_REAL_DOUBLE
+  return gpt_step_backend(a)->f64;
+#else
+  return gpt_step_backend(a)->f32;
+#endif
+}
+
+/* Activation tensor `name` of op's block, typed. */
+static real* act(const GptDesc* d, const GptActs* a, int op, const char* name) {
+  return (real*)((char*)a->op_acts[op] + model_act_offset(&d->ops[op], name, a->B, a->T, a->elem));
+}
+
+/* The op's activation block (its first tensor), typed. */
+static real* out_of(const GptActs* a, int op) { return (real*)a->op_acts[op]; }
+
+/* ---- One op's pass each: they time themselves (gpt_op_timer_*) ------------------------ */
+
+/* Forward of a (possibly split) linear op: out = inp W + b, plus the residual input when
+** the op adds to the residual stream. One slice of rows of W is live at a time. */
+static void linear_fwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
+                       int opi, real* out, const real* inp, const real* residual, GptPhase phase) {
+  OpTimer tm = gpt_op_timer_start(a);
+  const GptOp* op = &d->ops[opi];
+  int BT = a->B * a->T, K = op->K, OC = op->OC, k = slices[opi];
+  if (residual) gpt_step_backend(a)->copy(out, residual, (size_t)BT * OC * sizeof(real));
+  for (int i = 0; i < k; i++) {
+    ParamView w = gpt_acquire_weights(d, a, h, opi, k, i, phase);
+    kern(a)->matmul_forward(out, inp + w.row0, K, w.t[LINEAR_W], w.t[LINEAR_B], BT, (int)w.nrows,
+                            OC, residual || i > 0);
+    h->release_weight(h->ctx, opi, i, phase);
+  }
+  gpt_op_timer_stop(a, opi, tm);
+}
+
+/* Backward of a linear op: dinp = dout W^T (each slice overwrites its columns of dinp), dW +=
+** inp^T dout, db += sum dout (= into a fresh gradient buffer), slice by slice. */
+static void linear_bwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
+                       int opi, real* dinp, const real* dout, const real* inp) {
+  OpTimer tm = gpt_op_timer_start(a);
+  const GptOp* op = &d->ops[opi];
+  int BT = a->B * a->T, K = op->K, OC = op->OC, k = slices[opi];
+  for (int i = 0; i < k; i++) {
+    ParamView w = gpt_acquire_weights(d, a, h, opi, k, i, GPT_BACKWARD);
+    int fresh;
+    ParamView g = gpt_acquire_grads(d, a, h, opi, k, i, &fresh);
+    kern(a)->matmul_backward(dinp + w.row0, g.t[LINEAR_W], g.t[LINEAR_B], dout, inp + w.row0, K,
+                             w.t[LINEAR_W], BT, (int)w.nrows, OC, !fresh);
+    h->release_weight(h->ctx, opi, i, GPT_BACKWARD);
+    h->release_grad(h->ctx, opi, i);
+  }
+  gpt_op_timer_stop(a, opi, tm);
+}
+
+/* Forward of LayerNorm op opi from inp into its out, mean and rstd. */
+static void layernorm_fwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, int opi,
+                          const real* inp, GptPhase phase) {
+  OpTimer tm = gpt_op_timer_start(a);
+  int BT = a->B * a->T, C = d->cfg.n_embd;
+  ParamView w = gpt_acquire_weights(d, a, h, opi, 1, 0, phase);
+  kern(a)->layernorm_forward(out_of(a, opi), act(d, a, opi, "mean"), act(d, a, opi, "rstd"), inp,
+                             w.t[NORM_GAMMA], w.t[NORM_BETA], BT, C);
+  h->release_weight(h->ctx, opi, 0, phase);
+  gpt_op_timer_stop(a, opi, tm);
+}
+
+/* Backward of LayerNorm op opi (whose input was inp): dinp += ..., dgamma and dbeta through the
+** hooks. */
+static void layernorm_bwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, int opi,
+                          real* dinp, const real* dout, const real* inp) {
+  OpTimer tm = gpt_op_timer_start(a);
+  int BT = a->B * a->T, C = d->cfg.n_embd;
+  ParamView w = gpt_acquire_weights(d, a, h, opi, 1, 0, GPT_BACKWARD);
+  int fresh;
+  ParamView g = gpt_acquire_grads(d, a, h, opi, 1, 0, &fresh);
+  kern(a)->layernorm_backward(dinp, g.t[NORM_GAMMA], g.t[NORM_BETA], dout, inp, w.t[NORM_GAMMA],
+                              act(d, a, opi, "mean"), act(d, a, opi, "rstd"), BT, C, !fresh);
+  h->release_weight(h->ctx, opi, 0, GPT_BACKWARD);
+  h->release_grad(h->ctx, opi, 0);
+  gpt_op_timer_stop(a, opi, tm);
+}
+
+/* Causal self-attention op opi over qkv into its out and lse. */
+static void attention_fwd(const GptDesc* d, GptActs* a, int opi, const real* qkv, real* scratch) {
+  OpTimer tm = gpt_op_timer_start(a);
+  kern(a)->attention_forward(out_of(a, opi), act(d, a, opi, "lse"), qkv, scratch, a->B, a->T,
+                             d->cfg.n_embd, d->cfg.n_head);
+  gpt_op_timer_stop(a, opi, tm);
+}
+
+/* Backward of attention op opi: dqkv (zeroed here, then accumulated) from dout. */
+static void attention_bwd(const GptDesc* d, GptActs* a, int opi, real* dqkv, const real* dout,
+                          const real* qkv, real* scratch) {
+  size_t BTC = (size_t)a->B * a->T * d->cfg.n_embd;
+  gpt_step_backend(a)->zero(dqkv, 3 * BTC * sizeof(real));
+  OpTimer tm = gpt_op_timer_start(a);
+  kern(a)->attention_backward(dqkv, dout, qkv, out_of(a, opi), act(d, a, opi, "lse"), scratch,
+                              a->B, a->T, d->cfg.n_embd, d->cfg.n_head);
+  gpt_op_timer_stop(a, opi, tm);
+}
+
+/* GELU op opi over inp ([BT, 4C]) into its out. */
+static void gelu_fwd(const GptDesc* d, GptActs* a, int opi, const real* inp) {
+  OpTimer tm = gpt_op_timer_start(a);
+  kern(a)->gelu_forward(out_of(a, opi), inp, (size_t)a->B * a->T * 4 * d->cfg.n_embd);
+  gpt_op_timer_stop(a, opi, tm);
+}
+
+/* Backward of GELU op opi (input inp): dinp = GELU'(inp) * dout, overwritten. */
+static void gelu_bwd(const GptDesc* d, GptActs* a, int opi, real* dinp, const real* inp,
+                     const real* dout) {
+  OpTimer tm = gpt_op_timer_start(a);
+  kern(a)->gelu_backward(dinp, inp, dout, 4 * (size_t)a->B * a->T * d->cfg.n_embd);
+  gpt_op_timer_stop(a, opi, tm);
+}
+
+/* Token and position embedding into embed's out. The slices are visited last first because the
+** last one holds wpe, whose kernel initialises the output. */
+static void embed_fwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices) {
+  OpTimer tm = gpt_op_timer_start(a);
+  int e = d->tokens_op, k = slices[e], B = a->B, T = a->T, C = d->cfg.n_embd, Vp = d->cfg.padded_vocab;
+  real* out = out_of(a, e);
+  const int* tok = gpt_acts_tokens(d, a);
+  for (int i = k - 1; i >= 0; i--) {
+    ParamView w = gpt_acquire_weights(d, a, h, e, k, i, GPT_FORWARD);
+    if (w.t[EMBED_WPE]) kern(a)->embed_pos_forward(out, w.t[EMBED_WPE], B, T, C);
+    kern(a)->embed_tok_forward(out + w.row0, C, tok, B * T, w.t[EMBED_WTE], (int)w.nrows, Vp);
+    h->release_weight(h->ctx, e, i, GPT_FORWARD);
+  }
+  gpt_op_timer_stop(a, e, tm);
+}
+
+/* A fresh gradient of embed's last slice gets its wpe tail [maxT, C] written by the kernels
+** only in rows t < T (the embedding's backward) or not at all (the LM head's): the rest is
+** zeroed here, from row first_row on, so that the use writes every element of the slice. */
+static void zero_wpe_rows(const GptDesc* d, const GptActs* a, real* wpe_grad, int first_row) {
+  const ParamTensor* wpe = &d->ops[d->tokens_op].tensor[EMBED_WPE];
+  if ((size_t)first_row < wpe->rows)
+    gpt_step_backend(a)->zero(wpe_grad + first_row * wpe->cols,
+                              (wpe->rows - first_row) * wpe->cols * sizeof(real));
+}
+
+/* Backward of the embedding: scatters dres into the wte rows and the wpe tail. */
+static void embed_bwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
+                      const real* dres) {
+  OpTimer tm = gpt_op_timer_start(a);
+  int e = d->tokens_op, k = slices[e], B = a->B, T = a->T, C = d->cfg.n_embd, Vp = d->cfg.padded_vocab;
+  const int* tok = gpt_acts_tokens(d, a);
+  for (int i = 0; i < k; i++) {
+    int fresh;
+    ParamView g = gpt_acquire_grads(d, a, h, e, k, i, &fresh);
+    kern(a)->embed_tok_backward(g.t[EMBED_WTE], dres + g.row0, C, tok, B * T, (int)g.nrows, Vp, !fresh);
+    if (g.t[EMBED_WPE]) {
+      kern(a)->embed_pos_backward(g.t[EMBED_WPE], dres, B, T, C, !fresh);
+      if (fresh) zero_wpe_rows(d, a, g.t[EMBED_WPE], T);
+    }
+    h->release_grad(h->ctx, e, i);
+  }
+  gpt_op_timer_stop(a, e, tm);
+}
+
+/* LM head: logits = xf wte, with the tied embedding's slicing of wte (no bias). */
+static void lmhead_fwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
+                       const real* xf) {
+  OpTimer tm = gpt_op_timer_start(a);
+  int head = d->logits_op, e = d->ops[head].owner, k = slices[e];
+  int BT = a->B * a->T, C = d->cfg.n_embd, Vp = d->cfg.padded_vocab;
+  real* logits = out_of(a, head);
+  for (int i = 0; i < k; i++) {
+    ParamView w = gpt_acquire_weights(d, a, h, e, k, i, GPT_FORWARD);
+    kern(a)->matmul_forward(logits, xf + w.row0, C, w.t[EMBED_WTE], NULL, BT, (int)w.nrows, Vp, i > 0);
+    h->release_weight(h->ctx, e, i, GPT_FORWARD);
+  }
+  gpt_op_timer_stop(a, head, tm);
+}
+
+/* Backward of the LM head: dxf (each slice writes its columns) from the dlogits left in the
+** logits buffer, and the wte gradient slice by slice (a fresh last slice also gets its wpe
+** tail zeroed: the embedding's backward adds into it later). */
+static void lmhead_bwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
+                       real* dxf, const real* xf) {
+  OpTimer tm = gpt_op_timer_start(a);
+  int head = d->logits_op, e = d->ops[head].owner, k = slices[e];
+  int BT = a->B * a->T, C = d->cfg.n_embd, Vp = d->cfg.padded_vocab;
+  const real* dlogits = out_of(a, head);
+  for (int i = 0; i < k; i++) {
+    ParamView w = gpt_acquire_weights(d, a, h, e, k, i, GPT_BACKWARD);
+    int fresh;
+    ParamView g = gpt_acquire_grads(d, a, h, e, k, i, &fresh);
+    kern(a)->matmul_backward(dxf + w.row0, g.t[EMBED_WTE], NULL, dlogits, xf + w.row0, C,
+                             w.t[EMBED_WTE], BT, (int)w.nrows, Vp, !fresh);
+    if (fresh && g.t[EMBED_WPE]) zero_wpe_rows(d, a, g.t[EMBED_WPE], 0);
+    h->release_weight(h->ctx, e, i, GPT_BACKWARD);
+    h->release_grad(h->ctx, e, i);
+  }
+  gpt_op_timer_stop(a, head, tm);
+}
+
+/* The loss op: per-position losses, and dloss/dlogits over the logits; the argmax of each
+** position's logits first when asked. Returns the losses' sum. */
+static double loss_fwd(const GptDesc* d, GptActs* a, double loss_scale, int* argmax) {
+  int BT = a->B * a->T, loss = gpt_op_loss(d), V = d->cfg.vocab_size, Vp = d->cfg.padded_vocab;
+  real* logits = out_of(a, d->logits_op);
+  if (argmax) kern(a)->logits_argmax(logits, BT, V, Vp, argmax);
+  OpTimer tm = gpt_op_timer_start(a);
+  double sum = kern(a)->crossentropy_forward_backward(logits, out_of(a, loss), gpt_acts_targets(d, a),
+                                                      BT, V, Vp, loss_scale);
+  gpt_op_timer_stop(a, loss, tm);
+  return sum;
+}
+
+/* ---- Layers ------------------------------------------------------------------------------ */
+
+/* The backward working buffers inside GptActs.scratch: the residual stream's gradient and two
+** [BT, 4C] buffers for the activation gradients inside a layer, then the attention scratch
+** (which the forward uses too). */
+typedef struct WorkBufs {
+  real *dres, *dbuf_a, *dbuf_b, *att_scratch;
+} WorkBufs;
+
+/* Names the parts of the scratch buffer. */
+static WorkBufs work_bufs(const GptDesc* d, const GptActs* a) {
+  size_t BTC = (size_t)a->B * a->T * d->cfg.n_embd;
+  WorkBufs g;
+  g.dres = (real*)a->scratch;
+  g.dbuf_a = g.dres + BTC;
+  g.dbuf_b = g.dbuf_a + 4 * BTC;
+  g.att_scratch = g.dbuf_b + 4 * BTC;
+  return g;
+}
+
+/* The input of layer l: the previous layer's output, or the embedding's. */
+static const real* layer_input(const GptDesc* d, const GptActs* a, int l) {
+  return l == 0 ? out_of(a, d->tokens_op) : out_of(a, gpt_op_layer(l - 1, GPT_FCPROJ));
+}
+
+/* Forward of transformer layer l from its input `residual`:
+**   res2 = residual + proj(attn(qkv(ln1(residual)))),  res3 = res2 + fcproj(gelu(fc(ln2(res2)))).
+** In phase GPT_RECOMPUTE (backward of a recomputed layer) it stops before fcproj: res3 is kept
+** and backward needs only what comes before it. */
+static void layer_forward(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
+                          int l, const real* residual, GptPhase phase) {
+  int o = gpt_op_layer(l, 0);
+  real* att_scratch = work_bufs(d, a).att_scratch;
+  layernorm_fwd(d, a, h, o + GPT_LN1, residual, phase);
+  linear_fwd(d, a, h, slices, o + GPT_QKV, out_of(a, o + GPT_QKV), out_of(a, o + GPT_LN1), NULL, phase);
+  attention_fwd(d, a, o + GPT_ATTN, out_of(a, o + GPT_QKV), att_scratch);
+  linear_fwd(d, a, h, slices, o + GPT_PROJ, out_of(a, o + GPT_PROJ), out_of(a, o + GPT_ATTN), residual, phase);
+  layernorm_fwd(d, a, h, o + GPT_LN2, out_of(a, o + GPT_PROJ), phase);
+  linear_fwd(d, a, h, slices, o + GPT_FC, out_of(a, o + GPT_FC), out_of(a, o + GPT_LN2), NULL, phase);
+  gelu_fwd(d, a, o + GPT_GELU, out_of(a, o + GPT_FC));
+  if (phase == GPT_RECOMPUTE) return;
+  linear_fwd(d, a, h, slices, o + GPT_FCPROJ, out_of(a, o + GPT_FCPROJ), out_of(a, o + GPT_GELU),
+             out_of(a, o + GPT_PROJ), phase);
+}
+
+/* Backward of transformer layer l: on entry g->dres holds the gradient of its output res3, on
+** exit that of its input; every parameter gradient goes through the hooks. */
+static void layer_backward(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
+                           int l, const real* residual, WorkBufs* g) {
+  int o = gpt_op_layer(l, 0);
+  real *dres = g->dres, *da = g->dbuf_a, *db = g->dbuf_b;
+  const real* res2 = out_of(a, o + GPT_PROJ);
+  /* MLP: dres holds dres3 = dres2 so far. The linear and GELU backwards overwrite their input
+  ** gradients (da, db), the LayerNorms add into dres, attention adds into a zeroed db. */
+  linear_bwd(d, a, h, slices, o + GPT_FCPROJ, da, dres, out_of(a, o + GPT_GELU));
+  gelu_bwd(d, a, o + GPT_GELU, db, out_of(a, o + GPT_FC), da);
+  linear_bwd(d, a, h, slices, o + GPT_FC, da, db, out_of(a, o + GPT_LN2));
+  layernorm_bwd(d, a, h, o + GPT_LN2, dres, da, res2);
+  /* Attention. */
+  linear_bwd(d, a, h, slices, o + GPT_PROJ, da, dres, out_of(a, o + GPT_ATTN));
+  attention_bwd(d, a, o + GPT_ATTN, db, da, out_of(a, o + GPT_QKV), g->att_scratch);
+  linear_bwd(d, a, h, slices, o + GPT_QKV, da, db, out_of(a, o + GPT_LN1));
+  layernorm_bwd(d, a, h, o + GPT_LN1, dres, da, residual);
+}
+
+/* ---- The passes ------------------------------------------------------------------------------ */
+
+/* Forward pass, loss and dloss/dlogits (see gpt_forward_f32 in gpt_step.h). */
+static double gpt2_forward(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
+                           double loss_scale, int* argmax) {
+  int L = d->cfg.n_layer, lnf = gpt_op_lnf(d);
+  embed_fwd(d, a, h, slices);
+  for (int l = 0; l < L; l++) layer_forward(d, a, h, slices, l, layer_input(d, a, l), GPT_FORWARD);
+  layernorm_fwd(d, a, h, lnf, layer_input(d, a, L), GPT_FORWARD);
+  lmhead_fwd(d, a, h, slices, out_of(a, lnf));
+  return loss_fwd(d, a, loss_scale, argmax);
+}
+
+/* Backward pass (see gpt_backward_f32 in gpt_step.h): the ops in reverse, a recomputed layer's
+** forward re-run just before its backward. */
+static void gpt2_backward(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices) {
+  int L = d->cfg.n_layer, lnf = gpt_op_lnf(d);
+  size_t BTC = (size_t)a->B * a->T * d->cfg.n_embd;
+  WorkBufs g = work_bufs(d, a);
+  lmhead_bwd(d, a, h, slices, g.dbuf_a, out_of(a, lnf));
+  gpt_step_backend(a)->zero(g.dres, BTC * sizeof(real));
+  layernorm_bwd(d, a, h, lnf, g.dres, g.dbuf_a, layer_input(d, a, L));
+  for (int l = L - 1; l >= 0; l--) {
+    const real* residual = layer_input(d, a, l);
+    if (a->recompute && a->recompute[l]) layer_forward(d, a, h, slices, l, residual, GPT_RECOMPUTE);
+    layer_backward(d, a, h, slices, l, residual, &g);
+  }
+  embed_bwd(d, a, h, slices, g.dres);
+}
+
+#ifdef STEP_REAL_DOUBLE
+const StepPasses gpt2_step_f64 = {gpt2_forward, gpt2_backward};
+#else
+const StepPasses gpt2_step_f32 = {gpt2_forward, gpt2_backward};
+#endif
