@@ -91,10 +91,12 @@ else
 fi
 
 # 3b. A rank that stops answering (SIGSTOP): the watchdog names it and ends the job.
+# The rank is stopped once training runs (its first step logged, at most 60 s): a rank stopped
+# while MPI starts up, before any watchdog exists, is not what this checks.
 "${mpirun[@]}" -np 2 "$osdp" train --steps 100000000 --quiet --batch 4 --watchdog 3 --eval-batches 0 \
-  >stop.out 2>&1 &
+  --log stop.jsonl >stop.out 2>&1 &
 job=$!
-sleep 1.5
+for _ in $(seq 600); do grep -q '"step":1,' stop.jsonl 2>/dev/null && break; sleep 0.1; done
 victim=$(pgrep -f "osdp train --steps 100000000" | while read -r p; do
   [ "$(ps -o comm= -p "$p")" = osdp ] && echo "$p"; done | tail -n 1)
 if [ -z "$victim" ]; then bad "watchdog: no rank process found"; kill "$job" 2>/dev/null
