@@ -3,7 +3,8 @@
 ** (kernel_list.h: the same layouts; parameter-gradient kernels accumulate or, with
 ** accumulate = 0, overwrite; matmul's dinp and GELU's dinp are overwritten) and the semantics of
 ** the CPU kernels in cpu_kernels_real.c, and the table cuda_kernels_f32 made from the list.
-** Each kernel is the host function cuda_<name> (the table entry), which launches <name>_kernel.
+** Each kernel is the host function cuda_<name> (the table entry), which launches its __global__
+** kernels (mostly one, <name>_kernel).
 ** Attention is in cuda_attention.cu.
 **
 ** Determinism: no kernel uses atomics or a reduction whose order depends on scheduling. Sums
