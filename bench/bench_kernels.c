@@ -1,14 +1,10 @@
 /*
 ** bench_kernels.c: throughput of the fp32 attention and matmul kernels at GPT-2 124M shapes
 ** (B=4, T=256, C=768, NH=12; attention also at B=1, T=1024), compared with raw cblas_sgemm,
-** for 1 and 2 threads. Not part of CTest. Build from the repository root with
-**   gcc -std=c11 -O3 -march=native -fno-math-errno -fopenmp -D_DEFAULT_SOURCE -Isrc
-**     -I/usr/include/cjson -I/usr/include/x86_64-linux-gnu/openblas-openmp src/kernels/cpu_kernels*.c
-**     src/core/util.c bench/bench_kernels.c -L/usr/lib/x86_64-linux-gnu/openblas-openmp
-**     -lopenblas -lcjson -lm -o /tmp/bench_kernels
-** and run /tmp/bench_kernels. On a VM that hides the CPU model OpenBLAS may pick its
-** generic Prescott kernels (check with OPENBLAS_VERBOSE=2); OPENBLAS_CORETYPE=SkylakeX
-** (or Haswell) then makes sgemm several times faster.
+** for 1 and 2 threads, through the CPU backend's fp32 table. Not part of CTest: built with the
+** project (CMakeLists.txt) as build/bench_kernels. On a VM that hides the CPU model OpenBLAS
+** may pick its generic Prescott kernels (check with OPENBLAS_VERBOSE=2);
+** OPENBLAS_CORETYPE=SkylakeX (or Haswell) then makes sgemm several times faster.
 ** FLOPs count the full T x T products of attention (2 flops per multiply-add, 12 T^2 hs per
 ** (b, h) for forward + backward) although the kernel skips the tiles above the diagonal and
 ** so does about half of them: the figure compares with the old kernel, which stored the
@@ -20,10 +16,14 @@
 #include <stdlib.h>
 
 #include "core/util.h"
+#include "kernels/backend.h"
 #include "kernels/cpu_kernels.h"
 
 enum { B = 4, T = 256, C = 768, NH = 12, BT = B * T, OC = 3072, V = 50257, VP = 50304,
        NPARAM = 1 << 24, REPS = 10, T_LONG = 1024, B_LONG = BT / T_LONG };
+
+/* The kernels measured: the CPU backend's fp32 table (set by main). */
+static const Kernels_f32* cpu;
 
 /* malloc of n floats filled with small uniform random values. */
 static float* frand(size_t n, Rng* rng) {
@@ -45,13 +45,13 @@ typedef struct {
 
 /* attention forward once, at the shape in b->att_B, b->att_T. */
 static void run_attention_fwd(Bufs* b) {
-  attention_forward_f32(b->out, b->lse, b->qkv, b->scratch, b->att_B, b->att_T, C, NH);
+  cpu->attention_forward(b->out, b->lse, b->qkv, b->scratch, b->att_B, b->att_T, C, NH);
 }
 
 /* attention backward once (after a forward at the same shape). */
 static void run_attention_bwd(Bufs* b) {
-  attention_backward_f32(b->dqkv, b->dout, b->qkv, b->out, b->lse, b->scratch, b->att_B,
-                         b->att_T, C, NH);
+  cpu->attention_backward(b->dqkv, b->dout, b->qkv, b->out, b->lse, b->scratch, b->att_B,
+                          b->att_T, C, NH);
 }
 
 /* attention forward + backward once. */
@@ -62,36 +62,36 @@ static void run_attention(Bufs* b) {
 
 /* matmul forward + backward once (K = C, OC = 4C, BT rows). */
 static void run_matmul(Bufs* b) {
-  matmul_forward_f32(b->mout, b->inp, C, b->w, b->bias, BT, C, OC, 0);
-  matmul_backward_f32(b->dinp, b->dw, b->dbias, b->mout, b->inp, C, b->w, BT, C, OC, 1);
+  cpu->matmul_forward(b->mout, b->inp, C, b->w, b->bias, BT, C, OC, 0);
+  cpu->matmul_backward(b->dinp, b->dw, b->dbias, b->mout, b->inp, C, b->w, BT, C, OC, 1);
 }
 
 /* GELU forward + backward on the MLP activation [BT, 4C] (three slices of the logits). */
 static void run_gelu(Bufs* b) {
   size_t n = (size_t)BT * OC;
   float *x = b->logits, *y = b->logits + n, *d = b->logits + 2 * n;
-  gelu_forward_f32(y, x, n);
-  gelu_backward_f32(d, x, y, n);
+  cpu->gelu_forward(y, x, n);
+  cpu->gelu_backward(d, x, y, n);
 }
 
 /* LayerNorm forward + backward on [BT, C]. */
 static void run_layernorm(Bufs* b) {
   float* mean = b->losses;
   float* rstd = b->losses + BT;
-  layernorm_forward_f32(b->out, mean, rstd, b->inp, b->w, b->bias, BT, C);
-  layernorm_backward_f32(b->dinp, b->dw, b->dbias, b->dout, b->inp, b->w, mean, rstd, BT, C, 1);
+  cpu->layernorm_forward(b->out, mean, rstd, b->inp, b->w, b->bias, BT, C);
+  cpu->layernorm_backward(b->dinp, b->dw, b->dbias, b->dout, b->inp, b->w, mean, rstd, BT, C, 1);
 }
 
 /* Fused softmax cross-entropy on [BT, Vp] logits (re-randomising them is not needed: the
 ** kernel's cost does not depend on the values). */
 static void run_crossentropy(Bufs* b) {
-  crossentropy_forward_backward_f32(b->logits, b->losses, b->targets, BT, V, VP, 1.0 / BT);
+  cpu->crossentropy_forward_backward(b->logits, b->losses, b->targets, BT, V, VP, 1.0 / BT);
 }
 
 /* One AdamW step on NPARAM parameters. */
 static void run_adamw(Bufs* b) {
-  adamw_update_f32(b->pw, b->pg, b->pm, b->pv, NPARAM, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 3,
-                   1.0f);
+  cpu->adamw_update(b->pw, b->pg, b->pm, b->pv, NPARAM, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 3,
+                    1.0f);
 }
 
 /* One raw sgemm with the matmul forward's shape. */
@@ -171,6 +171,7 @@ static void report_attention(Bufs* b, int Bn, int Tn, double ts) {
 int main(void) {
   Rng rng;
   rng_seed(&rng, 7);
+  cpu = backend_cpu()->f32;
   size_t nq = (size_t)BT * 3 * C, nlse = (size_t)BT * NH;
   Bufs b = { frand(nq, &rng), frand(nlse, &rng), frand((size_t)BT * C, &rng),
              frand((size_t)BT * C, &rng), frand(nq, &rng),

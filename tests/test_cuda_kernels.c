@@ -2,6 +2,8 @@
 ** test_cuda_kernels.c: the CUDA backend (src/kernels/cuda) against the CPU backend.
 **
 ** Exits 77 (CTest: skipped) when backend_cuda() finds no usable GPU. Otherwise, with TF32 off:
+**  0. every entry of the backend's fp32 table (KERNEL_LIST) and every member of the backend is
+**     set;
 **  1. the backend's memory services: to_device, copy, zero and to_host round-trip bit-exactly,
 **     available() reports free memory, and clock() advances over queued work;
 **  2. every kernel of the fp32 table on random inputs of several shapes (T not a multiple of
@@ -130,7 +132,20 @@ static void compare_scalar(const char* name, double got, double ref, double tol)
 }
 
 // ----------------------------------------------------------------------------
-// the backend's memory services and clock
+// the backend's table, memory services and clock
+
+/* Every entry of KERNEL_LIST is set in the CUDA backend's fp32 table, and so is every member
+** of the backend; its attention needs no scratch. */
+static void test_table(void) {
+#define CHECK_TABLE_ENTRY(ret, kernel, params) \
+  CHECK_MSG(gk->kernel != NULL, "cuda: fp32 table: %s is NULL", #kernel);
+  KERNEL_LIST(CHECK_TABLE_ENTRY, float)
+#undef CHECK_TABLE_ENTRY
+  CHECK(gpu->reserve && gpu->release && gpu->available && gpu->zero && gpu->copy &&
+        gpu->to_device && gpu->to_host && gpu->synchronize && gpu->clock && gpu->set_threads &&
+        gpu->set_tf32 && gpu->attention_scratch_elems && gpu->compute_stream);
+  if (gpu->attention_scratch_elems) CHECK(gpu->attention_scratch_elems(1024, 64) == 0);
+}
 
 /* to_device, copy, zero of a middle range, to_host: the values come back bit-exact. Also the
 ** backend's identity and available(). */
@@ -417,7 +432,7 @@ static void test_attention(void) {
 // ----------------------------------------------------------------------------
 // elementwise kernels
 
-/* gelu, residual and accumulate, forward and (accumulating) backward. */
+/* gelu forward and (overwriting) backward, and accumulate. */
 static void test_elementwise(void) {
   device_reset();
   size_t n = 10007;
@@ -436,23 +451,12 @@ static void test_elementwise(void) {
   gk->gelu_backward(d_dinp, d_x, d_d, n);
   compare("gelu_backward", d_dinp, dinp, n, TOL);
 
-  ck->residual_forward(out, x, y, n);
-  gk->residual_forward(d_res, d_x, d_y, n);
-  compare("residual_forward", d_res, out, n, TOL);
-
-  float *da = frandn(n, 1, 0), *db = frandn(n, 1, 0);
-  float *d_da = upload_f(da, n), *d_db = upload_f(db, n);
-  ck->residual_backward(da, db, d, n);
-  gk->residual_backward(d_da, d_db, d_d, n);
-  compare("residual_backward.da", d_da, da, n, TOL);
-  compare("residual_backward.db", d_db, db, n, TOL);
-
   float* dst = frandn(n, 1, 0);
   float* d_dst = upload_f(dst, n);
   ck->accumulate(dst, y, n);
   gk->accumulate(d_dst, d_y, n);
   compare("accumulate", d_dst, dst, n, TOL);
-  free(x); free(y); free(d); free(out); free(dinp); free(da); free(db); free(dst);
+  free(x); free(y); free(d); free(out); free(dinp); free(dst);
 }
 
 // ----------------------------------------------------------------------------
@@ -577,6 +581,7 @@ int main(void) {
     fprintf(stderr, "test_cuda_kernels: %s\n", osdp_last_error());
     return 1;
   }
+  test_table();
   test_memory();
   test_clock();
   test_embed_pos();

@@ -4,14 +4,17 @@
 **  1. Forward references: each forward kernel against a naive loop implementation of the
 **     GPT-2 (llm.c) semantics, in double.
 **  2. Gradient checks: the backward of every kernel against central finite differences of
-**     L = sum(out * R) for a fixed random R, in double precision (_f64 kernels), at odd
-**     sizes, for every entry of every input and parameter. Gradient buffers are pre-filled
-**     with random values, so the checks also prove that backward kernels accumulate.
-**  3. fp32 vs fp64: each _f32 kernel agrees with its _f64 twin on the same inputs.
+**     L = sum(out * R) for a fixed random R, in double precision (the fp64 table,
+**     backend_cpu()->f64), at odd sizes, for every entry of every input and parameter.
+**     Gradient buffers are pre-filled with random values, so the checks also prove that
+**     backward kernels accumulate where their contract says so (kernel_list.h).
+**  3. fp32 vs fp64: each kernel of the fp32 table agrees with its fp64 twin on the same inputs.
 **  4. Determinism: with 2 threads, two runs of the parallel backward kernels are
 **     bit-identical; attention is also bit-identical between 1 and 2 threads.
 **  5. Overwriting: the gradient kernels' accumulate = 0 (the first use of a gradient in a
 **     step) gives the values accumulate = 1 gives on a zeroed buffer, without reading it.
+**  6. Tables: every entry of the CPU backends' kernel tables (fp32, fp64, and cpu-staged's)
+**     is set, and so is every member of those backends (run first).
 */
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +23,7 @@
 
 #include "check.h"
 #include "core/util.h"
+#include "kernels/backend.h"
 #include "kernels/cpu_kernels.h"
 
 #define FD_H 1e-6      /* central-difference step */
@@ -30,6 +34,9 @@
 #define F32_TOL 1e-4   /* max error of fp32 relative to the largest fp64 value */
 
 static Rng rng;
+/* The CPU kernels under test: backend_cpu()'s fp32 and fp64 tables (set by main). */
+static const Kernels_f32* f32;
+static const Kernels_f64* f64;
 
 // ----------------------------------------------------------------------------
 // small helpers
@@ -156,6 +163,42 @@ static double* prefill(double* grad, size_t n) {
 }
 
 // ----------------------------------------------------------------------------
+// the tables
+
+/* Checks that every entry of KERNEL_LIST is set in kernel table t of backend `name`. */
+#define CHECK_TABLE_ENTRY(ret, kernel, params) \
+  CHECK_MSG(t->kernel != NULL, "%s: %s table: %s is NULL", name, precision, #kernel);
+static void check_table_f32(const char* name, const Kernels_f32* t) {
+  const char* precision = "fp32";
+  KERNEL_LIST(CHECK_TABLE_ENTRY, float)
+}
+static void check_table_f64(const char* name, const Kernels_f64* t) {
+  const char* precision = "fp64";
+  KERNEL_LIST(CHECK_TABLE_ENTRY, double)
+}
+#undef CHECK_TABLE_ENTRY
+
+/* Every member of a CPU backend is set: its services and both kernel tables, completely. */
+static void check_cpu_backend(const Backend* bk) {
+  CHECK(bk->reserve && bk->release && bk->available && bk->zero && bk->copy && bk->to_device &&
+        bk->to_host && bk->synchronize && bk->clock && bk->set_threads && bk->set_tf32 &&
+        bk->attention_scratch_elems && bk->compute_stream);
+  CHECK(bk->f32 != NULL && bk->f64 != NULL);
+  if (bk->f32) check_table_f32(bk->name, bk->f32);
+  if (bk->f64) check_table_f64(bk->name, bk->f64);
+}
+
+/* The CPU backend and the staged CPU backend are complete, and the latter runs the very same
+** kernels; the CPU's attention scratch is the tiles' (cpu_kernels.h). */
+static void test_tables(void) {
+  check_cpu_backend(backend_cpu());
+  check_cpu_backend(backend_cpu_staged());
+  CHECK(backend_cpu_staged()->f32 == backend_cpu()->f32);
+  CHECK(backend_cpu_staged()->f64 == backend_cpu()->f64);
+  CHECK(backend_cpu()->attention_scratch_elems(100, 64) == attention_scratch_elems(100, 64));
+}
+
+// ----------------------------------------------------------------------------
 // embeddings
 
 typedef struct { double *wpe, *out, *R; int B, T, C; } PosCtx;
@@ -163,7 +206,7 @@ typedef struct { double *wpe, *out, *R; int B, T, C; } PosCtx;
 /* L = sum(embed_pos_forward(wpe) * R). */
 static double pos_objective(void* p) {
   PosCtx* c = p;
-  embed_pos_forward_f64(c->out, c->wpe, c->B, c->T, c->C);
+  f64->embed_pos_forward(c->out, c->wpe, c->B, c->T, c->C);
   return dot(c->out, c->R, (size_t)c->B * c->T * c->C);
 }
 
@@ -179,17 +222,17 @@ static void test_embed_pos(void) {
   CHECK(ok);
   double* dwpe = dalloc(nw);
   double* g0 = prefill(dwpe, nw);
-  embed_pos_backward_f64(dwpe, c.R, B, T, C, 1);
+  f64->embed_pos_backward(dwpe, c.R, B, T, C, 1);
   subtract(dwpe, g0, nw);
   check_grad("embed_pos.dwpe", pos_objective, &c, c.wpe, dwpe, nw);
 
   float *wpe32 = to_f32(c.wpe, nw), *out32 = falloc(nout), *R32 = to_f32(c.R, nout);
   float* dwpe32 = falloc(nw);
   double* dwpe64 = dalloc(nw);
-  embed_pos_forward_f32(out32, wpe32, B, T, C);
+  f32->embed_pos_forward(out32, wpe32, B, T, C);
   check_f32("embed_pos_forward", out32, c.out, nout);
-  embed_pos_backward_f32(dwpe32, R32, B, T, C, 1);
-  embed_pos_backward_f64(dwpe64, c.R, B, T, C, 1);
+  f32->embed_pos_backward(dwpe32, R32, B, T, C, 1);
+  f64->embed_pos_backward(dwpe64, c.R, B, T, C, 1);
   check_f32("embed_pos_backward", dwpe32, dwpe64, nw);
   free(wpe32); free(out32); free(R32); free(dwpe32); free(dwpe64);
   free(c.wpe); free(c.out); free(c.R); free(dwpe); free(g0);
@@ -202,8 +245,8 @@ static double tok_objective(void* p) {
   TokCtx* c = p;
   size_t n = (size_t)c->BT * c->C;
   memcpy(c->out, c->out0, n * sizeof(double));
-  embed_tok_forward_f64(c->out + c->c0, c->C, c->tok, c->BT, c->table + (size_t)c->c0 * c->Vp,
-                        c->nrows, c->Vp);
+  f64->embed_tok_forward(c->out + c->c0, c->C, c->tok, c->BT, c->table + (size_t)c->c0 * c->Vp,
+                         c->nrows, c->Vp);
   return dot(c->out, c->R, n);
 }
 
@@ -225,17 +268,17 @@ static void test_embed_tok(void) {
   CHECK_MSG(worst == 0, "embed_tok_forward error %.3g", worst);
   double* dt = dalloc(nt);
   double* g0 = prefill(dt, nt);
-  embed_tok_backward_f64(dt + (size_t)c0 * Vp, c.R + c0, C, tok, BT, nrows, Vp, 1);
+  f64->embed_tok_backward(dt + (size_t)c0 * Vp, c.R + c0, C, tok, BT, nrows, Vp, 1);
   subtract(dt, g0, nt);
   check_grad("embed_tok.dtable", tok_objective, &c, c.table, dt, nt);
 
   float *t32 = to_f32(c.table, nt), *out32 = to_f32(c.out0, nout), *R32 = to_f32(c.R, nout);
   float* dt32 = falloc(nt);
   double* dt64 = dalloc(nt);
-  embed_tok_forward_f32(out32 + c0, C, tok, BT, t32 + (size_t)c0 * Vp, nrows, Vp);
+  f32->embed_tok_forward(out32 + c0, C, tok, BT, t32 + (size_t)c0 * Vp, nrows, Vp);
   check_f32("embed_tok_forward", out32, c.out, nout);
-  embed_tok_backward_f32(dt32 + (size_t)c0 * Vp, R32 + c0, C, tok, BT, nrows, Vp, 1);
-  embed_tok_backward_f64(dt64 + (size_t)c0 * Vp, c.R + c0, C, tok, BT, nrows, Vp, 1);
+  f32->embed_tok_backward(dt32 + (size_t)c0 * Vp, R32 + c0, C, tok, BT, nrows, Vp, 1);
+  f64->embed_tok_backward(dt64 + (size_t)c0 * Vp, c.R + c0, C, tok, BT, nrows, Vp, 1);
   check_f32("embed_tok_backward", dt32, dt64, nt);
   free(t32); free(out32); free(R32); free(dt32); free(dt64);
   free(c.table); free(c.out0); free(c.out); free(c.R); free(dt); free(g0);
@@ -251,7 +294,7 @@ static double matmul_objective(void* p) {
   MatmulCtx* c = p;
   size_t n = (size_t)c->BT * c->OC;
   memcpy(c->out, c->out0, n * sizeof(double));
-  matmul_forward_f64(c->out, c->inp, c->ldinp, c->w, c->bias, c->BT, c->K, c->OC, 1);
+  f64->matmul_forward(c->out, c->inp, c->ldinp, c->w, c->bias, c->BT, c->K, c->OC, 1);
   return dot(c->out, c->R, n);
 }
 
@@ -276,19 +319,19 @@ static void test_matmul(void) {
   double* ref = dalloc(no);
   double* out = dalloc(no);
   matmul_reference(ref, c.inp, ld, c.w, c.bias, BT, K, OC);
-  matmul_forward_f64(out, c.inp, ld, c.w, c.bias, BT, K, OC, 0);
+  f64->matmul_forward(out, c.inp, ld, c.w, c.bias, BT, K, OC, 0);
   check_close("matmul_forward bias", out, ref, no, 1e-14);
   matmul_reference(ref, c.inp, ld, c.w, NULL, BT, K, OC);
-  matmul_forward_f64(out, c.inp, ld, c.w, NULL, BT, K, OC, 0);
+  f64->matmul_forward(out, c.inp, ld, c.w, NULL, BT, K, OC, 0);
   check_close("matmul_forward nobias", out, ref, no, 1e-14);
   memcpy(out, c.out0, no * sizeof(double));
-  matmul_forward_f64(out, c.inp, ld, c.w, NULL, BT, K, OC, 1);
+  f64->matmul_forward(out, c.inp, ld, c.w, NULL, BT, K, OC, 1);
   subtract(out, c.out0, no);
   check_close("matmul_forward accumulate", out, ref, no, 1e-14);
 
   double *dinp = dalloc(ni), *dw = dalloc(nw), *db = dalloc(OC);
   double *gi = prefill(dinp, ni), *gw = prefill(dw, nw), *gb = prefill(db, OC);
-  matmul_backward_f64(dinp, dw, db, c.R, c.inp, ld, c.w, BT, K, OC, 1);
+  f64->matmul_backward(dinp, dw, db, c.R, c.inp, ld, c.w, BT, K, OC, 1);
   subtract(dw, gw, nw); subtract(db, gb, OC);
   int pad_ok = 1;  /* dinp is overwritten, but its padding columns K..ld-1 must be untouched */
   for (int i = 0; i < BT; i++)
@@ -303,7 +346,7 @@ static void test_matmul(void) {
 
   /* dinp == NULL and dbias == NULL are skipped, dw is the same. */
   double* dw2 = dalloc(nw);
-  matmul_backward_f64(NULL, dw2, NULL, c.R, c.inp, ld, c.w, BT, K, OC, 1);
+  f64->matmul_backward(NULL, dw2, NULL, c.R, c.inp, ld, c.w, BT, K, OC, 1);
   CHECK(max_abs_diff(dw2, dw, nw) < 1e-12);
 
   float *i32 = to_f32(c.inp, ni), *w32 = to_f32(c.w, nw), *b32 = to_f32(c.bias, OC);
@@ -311,10 +354,10 @@ static void test_matmul(void) {
   float *di32 = falloc(ni), *dw32 = falloc(nw), *db32 = falloc(OC);
   double *di64 = dalloc(ni), *dw64 = dalloc(nw), *db64 = dalloc(OC);
   matmul_reference(ref, c.inp, ld, c.w, c.bias, BT, K, OC);
-  matmul_forward_f32(o32, i32, ld, w32, b32, BT, K, OC, 0);
+  f32->matmul_forward(o32, i32, ld, w32, b32, BT, K, OC, 0);
   check_f32("matmul_forward", o32, ref, no);
-  matmul_backward_f32(di32, dw32, db32, R32, i32, ld, w32, BT, K, OC, 1);
-  matmul_backward_f64(di64, dw64, db64, c.R, c.inp, ld, c.w, BT, K, OC, 1);
+  f32->matmul_backward(di32, dw32, db32, R32, i32, ld, w32, BT, K, OC, 1);
+  f64->matmul_backward(di64, dw64, db64, c.R, c.inp, ld, c.w, BT, K, OC, 1);
   check_f32("matmul_backward.dinp", di32, di64, ni);
   check_f32("matmul_backward.dw", dw32, dw64, nw);
   check_f32("matmul_backward.dbias", db32, db64, OC);
@@ -332,7 +375,7 @@ typedef struct { double *inp, *w, *b, *out, *mean, *rstd, *R; int BT, C; } LnCtx
 /* L = sum(layernorm(inp; w, b) * R). */
 static double ln_objective(void* p) {
   LnCtx* c = p;
-  layernorm_forward_f64(c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->BT, c->C);
+  f64->layernorm_forward(c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->BT, c->C);
   return dot(c->out, c->R, (size_t)c->BT * c->C);
 }
 
@@ -360,7 +403,7 @@ static void test_layernorm(void) {
   check_close("layernorm_forward", c.out, ref, n, 1e-13);
   double *dinp = dalloc(n), *dw = dalloc(C), *db = dalloc(C);
   double *gi = prefill(dinp, n), *gw = prefill(dw, C), *gb = prefill(db, C);
-  layernorm_backward_f64(dinp, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, BT, C, 1);
+  f64->layernorm_backward(dinp, dw, db, c.R, c.inp, c.w, c.mean, c.rstd, BT, C, 1);
   subtract(dinp, gi, n); subtract(dw, gw, C); subtract(db, gb, C);
   check_grad("layernorm.dinp", ln_objective, &c, c.inp, dinp, n);
   check_grad("layernorm.dw", ln_objective, &c, c.w, dw, C);
@@ -370,11 +413,11 @@ static void test_layernorm(void) {
   float *o32 = falloc(n), *m32 = falloc(BT), *r32 = falloc(BT), *R32 = to_f32(c.R, n);
   float *dx32 = falloc(n), *dw32 = falloc(C), *db32 = falloc(C);
   double *dx64 = dalloc(n), *dw64 = dalloc(C), *db64 = dalloc(C);
-  layernorm_forward_f32(o32, m32, r32, x32, w32, b32, BT, C);
+  f32->layernorm_forward(o32, m32, r32, x32, w32, b32, BT, C);
   check_f32("layernorm_forward", o32, c.out, n);
   check_f32("layernorm_forward.rstd", r32, c.rstd, BT);
-  layernorm_backward_f32(dx32, dw32, db32, R32, x32, w32, m32, r32, BT, C, 1);
-  layernorm_backward_f64(dx64, dw64, db64, c.R, c.inp, c.w, c.mean, c.rstd, BT, C, 1);
+  f32->layernorm_backward(dx32, dw32, db32, R32, x32, w32, m32, r32, BT, C, 1);
+  f64->layernorm_backward(dx64, dw64, db64, c.R, c.inp, c.w, c.mean, c.rstd, BT, C, 1);
   check_f32("layernorm_backward.dinp", dx32, dx64, n);
   check_f32("layernorm_backward.dw", dw32, dw64, C);
   check_f32("layernorm_backward.db", db32, db64, C);
@@ -392,7 +435,7 @@ typedef struct { double *qkv, *out, *lse, *scratch, *R; int B, T, C, NH; } AttCt
 /* L = sum(attention(qkv) * R). */
 static double att_objective(void* p) {
   AttCtx* c = p;
-  attention_forward_f64(c->out, c->lse, c->qkv, c->scratch, c->B, c->T, c->C, c->NH);
+  f64->attention_forward(c->out, c->lse, c->qkv, c->scratch, c->B, c->T, c->C, c->NH);
   return dot_extended(c->out, c->R, (size_t)c->B * c->T * c->C);
 }
 
@@ -512,7 +555,7 @@ static void test_attention_backward(void) {
     double* dqkv = dalloc(nq);
     double* g0 = prefill(dqkv, nq);
     att_objective(&c);
-    attention_backward_f64(dqkv, c.R, c.qkv, c.out, c.lse, c.scratch, B, T, C, NH);
+    f64->attention_backward(dqkv, c.R, c.qkv, c.out, c.lse, c.scratch, B, T, C, NH);
     subtract(dqkv, g0, nq);
     char name[64];
     snprintf(name, sizeof name, "attention.dqkv T=%d", T);
@@ -523,11 +566,11 @@ static void test_attention_backward(void) {
       float* s32 = falloc(attention_scratch_elems(T, C / NH) * kernels_threads());
       double* dq64 = dalloc(nq);
       att_objective(&c);
-      attention_forward_f32(o32, l32, q32, s32, B, T, C, NH);
+      f32->attention_forward(o32, l32, q32, s32, B, T, C, NH);
       check_f32("attention_forward", o32, c.out, no);
       check_f32("attention_forward.lse", l32, c.lse, nl);
-      attention_backward_f32(dq32, R32, q32, o32, l32, s32, B, T, C, NH);
-      attention_backward_f64(dq64, c.R, c.qkv, c.out, c.lse, c.scratch, B, T, C, NH);
+      f32->attention_backward(dq32, R32, q32, o32, l32, s32, B, T, C, NH);
+      f64->attention_backward(dq64, c.R, c.qkv, c.out, c.lse, c.scratch, B, T, C, NH);
       check_f32("attention_backward", dq32, dq64, nq);
       free(q32); free(o32); free(l32); free(R32); free(dq32); free(s32); free(dq64);
     }
@@ -537,28 +580,22 @@ static void test_attention_backward(void) {
 }
 
 // ----------------------------------------------------------------------------
-// GELU and residual
+// GELU
 
-typedef struct { double *inp, *b, *out, *R; size_t n; } EwCtx;
+typedef struct { double *inp, *out, *R; size_t n; } EwCtx;
 
 /* L = sum(gelu(inp) * R). */
 static double gelu_objective(void* p) {
   EwCtx* c = p;
-  gelu_forward_f64(c->out, c->inp, c->n);
+  f64->gelu_forward(c->out, c->inp, c->n);
   return dot(c->out, c->R, c->n);
 }
 
-/* L = sum((inp + b) * R). */
-static double residual_objective(void* p) {
-  EwCtx* c = p;
-  residual_forward_f64(c->out, c->inp, c->b, c->n);
-  return dot(c->out, c->R, c->n);
-}
-
-/* GELU against the tanh formula (including large |x|), residual add, both backwards. */
+/* GELU against the tanh formula (including large |x|), its backward against finite
+** differences, and fp32 against fp64. */
 static void test_elementwise(void) {
   size_t n = 37;
-  EwCtx c = { drandn(n, 2, 0), drandn(n, 1, 0), dalloc(n), drandn(n, 1, 0), n };
+  EwCtx c = { drandn(n, 2, 0), dalloc(n), drandn(n, 1, 0), n };
   c.inp[0] = 9.0; c.inp[1] = -9.0; c.inp[2] = 0.0;
   double* ref = dalloc(n);
   for (size_t i = 0; i < n; i++) {
@@ -569,37 +606,18 @@ static void test_elementwise(void) {
   check_close("gelu_forward", c.out, ref, n, 1e-15);
   double* dx = dalloc(n);
   double* g0 = prefill(dx, n);
-  gelu_backward_f64(dx, c.inp, c.R, n); /* overwrites the prefilled dx */
+  f64->gelu_backward(dx, c.inp, c.R, n); /* overwrites the prefilled dx */
   check_grad("gelu.dinp", gelu_objective, &c, c.inp, dx, n);
 
-  double* db = dalloc(n);
-  double* g1 = prefill(db, n);
-  memcpy(dx, g0, n * sizeof(double));
-  residual_backward_f64(dx, db, c.R, n);
-  subtract(dx, g0, n); subtract(db, g1, n);
-  check_grad("residual.da", residual_objective, &c, c.inp, dx, n);
-  check_grad("residual.db", residual_objective, &c, c.b, db, n);
-
-  float *x32 = to_f32(c.inp, n), *b32 = to_f32(c.b, n), *o32 = falloc(n), *R32 = to_f32(c.R, n);
-  float *d32 = falloc(n), *e32 = falloc(n);
-  double *d64 = dalloc(n), *e64 = dalloc(n);
-  gelu_forward_f32(o32, x32, n);
+  float *x32 = to_f32(c.inp, n), *o32 = falloc(n), *R32 = to_f32(c.R, n), *d32 = falloc(n);
+  double* d64 = dalloc(n);
+  f32->gelu_forward(o32, x32, n);
   check_f32("gelu_forward", o32, ref, n);
-  gelu_backward_f32(d32, x32, R32, n);
-  gelu_backward_f64(d64, c.inp, c.R, n);
+  f32->gelu_backward(d32, x32, R32, n);
+  f64->gelu_backward(d64, c.inp, c.R, n);
   check_f32("gelu_backward", d32, d64, n);
-  residual_forward_f32(o32, x32, b32, n);
-  residual_forward_f64(c.out, c.inp, c.b, n);
-  check_f32("residual_forward", o32, c.out, n);
-  memset(d32, 0, n * sizeof(float));
-  memset(d64, 0, n * sizeof(double));
-  residual_backward_f32(d32, e32, R32, n);
-  residual_backward_f64(d64, e64, c.R, n);
-  check_f32("residual_backward.da", d32, d64, n);
-  check_f32("residual_backward.db", e32, e64, n);
-  free(x32); free(b32); free(o32); free(R32); free(d32); free(e32); free(d64); free(e64);
-  free(c.inp); free(c.b); free(c.out); free(c.R); free(ref); free(dx); free(g0); free(db);
-  free(g1);
+  free(x32); free(o32); free(R32); free(d32); free(d64);
+  free(c.inp); free(c.out); free(c.R); free(ref); free(dx); free(g0);
 }
 
 // ----------------------------------------------------------------------------
@@ -617,8 +635,8 @@ static double ce_objective(void* p) {
   CeCtx* c = p;
   size_t n = (size_t)c->BT * c->Vp;
   memcpy(c->work, c->logits, n * sizeof(double));
-  double total = crossentropy_forward_backward_f64(c->work, c->losses, c->targets, c->BT, c->V,
-                                                   c->Vp, c->scale);
+  double total = f64->crossentropy_forward_backward(c->work, c->losses, c->targets, c->BT, c->V,
+                                                    c->Vp, c->scale);
   return c->scale * total;
 }
 
@@ -647,7 +665,7 @@ static void test_crossentropy(void) {
   check_grad("crossentropy.dlogits", ce_objective, &c, c.logits, dlogits, n);
 
   float *l32 = to_f32(c.logits, n), *loss32 = falloc(BT);
-  double total32 = crossentropy_forward_backward_f32(l32, loss32, targets, BT, V, Vp, c.scale);
+  double total32 = f32->crossentropy_forward_backward(l32, loss32, targets, BT, V, Vp, c.scale);
   CHECK_NEAR(total32, total, 1e-4 * fabs(total));
   ce_objective(&c);
   check_f32("crossentropy.losses", loss32, c.losses, BT);
@@ -666,9 +684,9 @@ static void test_sum_squares(void) {
     size_t n = sizes[s];
     double* g = drandn(n, 1, 0);
     double want = dot(g, g, n);
-    CHECK_NEAR(sum_squares_f64(g, n), want, 1e-12 * fmax(want, 1));
+    CHECK_NEAR(f64->sum_squares(g, n), want, 1e-12 * fmax(want, 1));
     float* g32 = to_f32(g, n);
-    CHECK_NEAR(sum_squares_f32(g32, n), want, 1e-5 * fmax(want, 1));
+    CHECK_NEAR(f32->sum_squares(g32, n), want, 1e-5 * fmax(want, 1));
     free(g); free(g32);
   }
 }
@@ -683,8 +701,8 @@ static void test_adamw(void) {
   for (int t = 1; t <= 3; t++) {
     double* g = drandn(n, 1, 0);
     float* g32 = to_f32(g, n);
-    adamw_update_f64(w, g, m, v, n, lr, b1, b2, eps, wd, t, gs);
-    adamw_update_f32(w32, g32, m32, v32, n, lr, b1, b2, eps, wd, t, gs);
+    f64->adamw_update(w, g, m, v, n, lr, b1, b2, eps, wd, t, gs);
+    f32->adamw_update(w32, g32, m32, v32, n, lr, b1, b2, eps, wd, t, gs);
     for (size_t i = 0; i < n; i++) {
       double gi = g[i] * (double)gs;
       rm[i] = (double)b1 * rm[i] + (1 - (double)b1) * gi;
@@ -717,8 +735,8 @@ static void test_fp32_math(void) {
     x32[i] = (float)x[i];
     one32[i] = 1;
   }
-  gelu_forward_f32(y32, x32, N);
-  gelu_backward_f32(d32, x32, one32, N);
+  f32->gelu_forward(y32, x32, N);
+  f32->gelu_backward(d32, x32, one32, N);
   for (int i = 0; i < N; i++) {
     double xd = x32[i], u = sqrt(2 / M_PI) * (xd + 0.044715 * xd * xd * xd), th = tanh(u);
     double y = 0.5 * xd * (1 + th);
@@ -731,7 +749,7 @@ static void test_fp32_math(void) {
   /* 1 - tanh^2 cancels in fp32 for large |x| (as it does with libm's tanhf) */
   CHECK_MSG(dgelu_err < 5e-6, "gelu_backward_f32 error %.3g", dgelu_err);
   float special[2] = { INFINITY, NAN }, out[2];
-  gelu_forward_f32(out, special, 2);
+  f32->gelu_forward(out, special, 2);
   CHECK(out[0] == INFINITY);
   CHECK(isnan(out[1]));
 
@@ -742,8 +760,8 @@ static void test_fp32_math(void) {
   float* l32 = to_f32(l, Vp);
   float loss32;
   double loss64;
-  crossentropy_forward_backward_f32(l32, &loss32, &target, 1, V, Vp, 1.0);
-  crossentropy_forward_backward_f64(l, &loss64, &target, 1, V, Vp, 1.0);
+  f32->crossentropy_forward_backward(l32, &loss32, &target, 1, V, Vp, 1.0);
+  f64->crossentropy_forward_backward(l, &loss64, &target, 1, V, Vp, 1.0);
   CHECK_NEAR(loss32, loss64, 1e-5 * fmax(1, fabs(loss64)));
   check_f32("crossentropy wide logits", l32, l, Vp);
 
@@ -751,8 +769,8 @@ static void test_fp32_math(void) {
   double g[4] = { 0, 1e-20, -3e-9, 0.5 }, w[4] = { 1, -1, 0.5, 2 }, m[4] = { 0 }, v[4] = { 0 };
   float *g32 = to_f32(g, 4), *w32 = to_f32(w, 4), *m32 = falloc(4), *v32 = falloc(4);
   for (int t = 1; t <= 2; t++) {
-    adamw_update_f64(w, g, m, v, 4, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, t, 1.0f);
-    adamw_update_f32(w32, g32, m32, v32, 4, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, t, 1.0f);
+    f64->adamw_update(w, g, m, v, 4, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, t, 1.0f);
+    f32->adamw_update(w32, g32, m32, v32, 4, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, t, 1.0f);
   }
   double aerr = 0;
   for (int i = 0; i < 4; i++) aerr = fmax(aerr, fabs(w32[i] - w[i]));
@@ -777,8 +795,8 @@ static void attention_run_f32(int threads, const double* d, float* res[3]) {
   res[0] = falloc(no);
   res[1] = falloc((size_t)B * NH * T);
   res[2] = falloc(nq);
-  attention_forward_f32(res[0], res[1], qkv, scratch, B, T, C, NH);
-  attention_backward_f32(res[2], dout, qkv, res[0], res[1], scratch, B, T, C, NH);
+  f32->attention_forward(res[0], res[1], qkv, scratch, B, T, C, NH);
+  f32->attention_backward(res[2], dout, qkv, res[0], res[1], scratch, B, T, C, NH);
   free(qkv); free(dout); free(scratch);
   kernels_set_threads(threads_before);
 }
@@ -818,14 +836,14 @@ static void test_determinism(void) {
   int* tok = xcalloc(BT, sizeof(int));
   for (int i = 0; i < BT; i++) tok[i] = (int)rng_below(&rng, 5);  /* many repeats */
   float* res[2][3];
-  layernorm_forward_f32(out, mean, rstd, x, w, b, BT, C);
+  f32->layernorm_forward(out, mean, rstd, x, w, b, BT, C);
   for (int run = 0; run < 2; run++) {
     res[run][0] = falloc(no);
     res[run][1] = falloc(2 * C);
-    layernorm_backward_f32(res[run][0], res[run][1], res[run][1] + C, dout, x, w, mean, rstd,
-                           BT, C, 1);
+    f32->layernorm_backward(res[run][0], res[run][1], res[run][1] + C, dout, x, w, mean, rstd,
+                            BT, C, 1);
     res[run][2] = falloc((size_t)C * Vp);
-    embed_tok_backward_f32(res[run][2], dout, C, tok, BT, C, Vp, 1);
+    f32->embed_tok_backward(res[run][2], dout, C, tok, BT, C, Vp, 1);
   }
   CHECK(memcmp(res[0][0], res[1][0], no * sizeof(float)) == 0);
   CHECK(memcmp(res[0][1], res[1][1], 2 * C * sizeof(float)) == 0);
@@ -870,16 +888,16 @@ static void test_overwrite(void) {
     kernels_set_threads(threads);
     size_t nw = (size_t)maxT * C;
     float *z = falloc(nw), *o = fnan(nw);
-    embed_pos_backward_f32(z, dout, B, T, C, 1);
-    embed_pos_backward_f32(o, dout, B, T, C, 0);
+    f32->embed_pos_backward(z, dout, B, T, C, 1);
+    f32->embed_pos_backward(o, dout, B, T, C, 0);
     CHECK_MSG(same_values(z, o, (size_t)T * C), "embed_pos_backward overwrite differs");
     CHECK_MSG(isnan(o[(size_t)T * C]) && isnan(o[nw - 1]), "embed_pos_backward wrote rows >= T");
     free(z); free(o);
 
     size_t nt = (size_t)C * Vp;
     z = falloc(nt); o = fnan(nt);
-    embed_tok_backward_f32(z + (size_t)c0 * Vp, dout + c0, C, tok, BT, nrows, Vp, 1);
-    embed_tok_backward_f32(o + (size_t)c0 * Vp, dout + c0, C, tok, BT, nrows, Vp, 0);
+    f32->embed_tok_backward(z + (size_t)c0 * Vp, dout + c0, C, tok, BT, nrows, Vp, 1);
+    f32->embed_tok_backward(o + (size_t)c0 * Vp, dout + c0, C, tok, BT, nrows, Vp, 0);
     CHECK_MSG(same_values(z + (size_t)c0 * Vp, o + (size_t)c0 * Vp, (size_t)nrows * Vp),
               "embed_tok_backward overwrite differs");
     CHECK_MSG(isnan(o[(size_t)c0 * Vp - 1]) && isnan(o[(size_t)(c0 + nrows) * Vp]),
@@ -889,8 +907,8 @@ static void test_overwrite(void) {
     /* matmul: inp = x [BT, C] (stride C), w = the first C*OC of x, dout [BT, OC] */
     size_t nwm = (size_t)C * OC + OC, ni = (size_t)BT * ld;
     float *gz = falloc(nwm), *go = fnan(nwm), *iz = falloc(ni), *io = fnan(ni);
-    matmul_backward_f32(iz, gz, gz + (size_t)C * OC, dout, x, ld, x, BT, C, OC, 1);
-    matmul_backward_f32(io, go, go + (size_t)C * OC, dout, x, ld, x, BT, C, OC, 0);
+    f32->matmul_backward(iz, gz, gz + (size_t)C * OC, dout, x, ld, x, BT, C, OC, 1);
+    f32->matmul_backward(io, go, go + (size_t)C * OC, dout, x, ld, x, BT, C, OC, 0);
     CHECK_MSG(same_values(gz, go, nwm), "matmul_backward dw/dbias overwrite differs");
     int dinp_ok = 1, pad_ok = 1;
     for (int i = 0; i < BT; i++) {
@@ -902,19 +920,19 @@ static void test_overwrite(void) {
 
     /* layernorm params: dinp accumulates either way (into zeros here) */
     float *mean = falloc(BT), *rstd = falloc(BT), *out = falloc((size_t)BT * C);
-    layernorm_forward_f32(out, mean, rstd, x, w, w + C, BT, C);
+    f32->layernorm_forward(out, mean, rstd, x, w, w + C, BT, C);
     float *dxz = falloc((size_t)BT * C), *dxo = falloc((size_t)BT * C);
     z = falloc(2 * C); o = fnan(2 * C);
-    layernorm_backward_f32(dxz, z, z + C, dout, x, w, mean, rstd, BT, C, 1);
-    layernorm_backward_f32(dxo, o, o + C, dout, x, w, mean, rstd, BT, C, 0);
+    f32->layernorm_backward(dxz, z, z + C, dout, x, w, mean, rstd, BT, C, 1);
+    f32->layernorm_backward(dxo, o, o + C, dout, x, w, mean, rstd, BT, C, 0);
     CHECK_MSG(same_values(z, o, 2 * C), "layernorm_backward dw/db overwrite differs");
     CHECK(same_values(dxz, dxo, (size_t)BT * C));
     free(z); free(o); free(mean); free(rstd); free(out); free(dxz); free(dxo);
 
     size_t ng = (size_t)BT * 4 * C;
     z = falloc(ng); o = fnan(ng);
-    gelu_backward_f32(z, x, x, ng);
-    gelu_backward_f32(o, x, x, ng);
+    f32->gelu_backward(z, x, x, ng);
+    f32->gelu_backward(o, x, x, ng);
     CHECK_MSG(same_values(z, o, ng), "gelu_backward does not overwrite");
     free(z); free(o);
   }
@@ -925,6 +943,9 @@ static void test_overwrite(void) {
 int main(void) {
   rng_seed(&rng, 1234);
   kernels_set_threads(1);
+  f32 = backend_cpu()->f32;
+  f64 = backend_cpu()->f64;
+  test_tables();
   test_embed_pos();
   test_embed_tok();
   test_matmul();

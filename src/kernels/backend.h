@@ -18,17 +18,18 @@
 
 #include <stddef.h>
 
-#define REAL float
-#define KN(name) name##_f32
-#include "kernels/kernel_table.inc"
-#undef REAL
-#undef KN
+#include "kernels/kernel_list.h"
 
-#define REAL double
-#define KN(name) name##_f64
-#include "kernels/kernel_table.inc"
-#undef REAL
-#undef KN
+/* The kernel table of one precision: a pointer per kernel of KERNEL_LIST (kernel_list.h, with
+** its contracts), under the kernel's own name: bk->f32->matmul_forward(...). */
+#define KERNEL_TABLE_MEMBER(ret, name, params) ret(*name) params;
+typedef struct Kernels_f32 {
+  KERNEL_LIST(KERNEL_TABLE_MEMBER, float)
+} Kernels_f32;
+typedef struct Kernels_f64 {
+  KERNEL_LIST(KERNEL_TABLE_MEMBER, double)
+} Kernels_f64;
+#undef KERNEL_TABLE_MEMBER
 
 typedef struct Backend {
   const char* name;         /* "cpu" or "cuda" */
@@ -55,6 +56,11 @@ typedef struct Backend {
   void (*set_tf32)(int on);
   const Kernels_f32* f32;
   const Kernels_f64* f64;   /* NULL where there are no fp64 kernels (CUDA) */
+  /* Elements of scratch the attention kernels need per kernel thread for sequence length T
+  ** and head size hs (the `scratch` argument of attention_forward/backward holds threads x
+  ** this many): the CPU's tiles (attention_scratch_elems of cpu_kernels.h); 0 on CUDA, whose
+  ** attention keeps its tiles in shared memory. */
+  size_t (*attention_scratch_elems)(int T, int hs);
   /* CUDA: the cudaStream_t all kernels are queued on (for NCCL's stream to order against);
   ** NULL on the CPU. */
   void* (*compute_stream)(void);

@@ -1,5 +1,5 @@
-/* cpu_backend.c: the CPU backend: host memory, the OpenBLAS/OpenMP kernels of cpu_kernels.h and
-** the wall clock. See backend.h. */
+/* cpu_backend.c: the CPU backend: host memory, the OpenBLAS/OpenMP kernel tables of
+** cpu_kernels_real.c (fp32 and fp64) and the wall clock. See backend.h. */
 #include "kernels/backend.h"
 
 #include <string.h>
@@ -19,6 +19,10 @@ static void* cpu_reserve(size_t bytes) {
   return p;
 }
 
+/* The rest of the backend's services on host memory (see backend.h): the reservation goes back
+** with munmap, the CPU bounds nothing (available = 0), zero and copies are memset / memmove,
+** work is finished when a kernel returns (nothing to synchronise), TF32 does not exist and
+** there is no stream. */
 static void cpu_release(void* base, size_t bytes) { munmap(base, bytes); }
 static size_t cpu_available(void) { return 0; }
 static void cpu_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
@@ -26,17 +30,6 @@ static void cpu_copy(void* dst, const void* src, size_t bytes) { memmove(dst, sr
 static void cpu_synchronize(void) {}
 static void cpu_set_tf32(int on) { (void)on; }
 static void* cpu_compute_stream(void) { return NULL; }
-
-#define CPU_KERNEL_TABLE(R)                                                              \
-  {R(embed_pos_forward), R(embed_pos_backward), R(embed_tok_forward), R(embed_tok_backward), \
-   R(matmul_forward), R(matmul_backward), R(layernorm_forward), R(layernorm_backward),       \
-   R(attention_forward), R(attention_backward), R(gelu_forward), R(gelu_backward),           \
-   R(residual_forward), R(residual_backward), R(crossentropy_forward_backward),              \
-   R(sum_squares), R(adamw_update), R(logits_argmax), R(accumulate)}
-#define F32(name) .name = name##_f32
-#define F64(name) .name = name##_f64
-static const Kernels_f32 cpu_f32 = CPU_KERNEL_TABLE(F32);
-static const Kernels_f64 cpu_f64 = CPU_KERNEL_TABLE(F64);
 
 static const Backend cpu_backend = {
     .name = "cpu",
@@ -52,11 +45,13 @@ static const Backend cpu_backend = {
     .clock = now_seconds,
     .set_threads = kernels_set_threads,
     .set_tf32 = cpu_set_tf32,
-    .f32 = &cpu_f32,
-    .f64 = &cpu_f64,
+    .f32 = &cpu_kernels_f32,
+    .f64 = &cpu_kernels_f64,
+    .attention_scratch_elems = attention_scratch_elems,
     .compute_stream = cpu_compute_stream,
 };
 
+/* The CPU backend: one static object, always available. */
 const Backend* backend_cpu(void) { return &cpu_backend; }
 
 /* The CPU again, but declaring its memory not host-addressable, so that everything above the

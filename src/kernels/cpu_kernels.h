@@ -1,25 +1,21 @@
 /*
-** cpu_kernels.h: forward and backward kernels of every GPT operator on the CPU.
+** cpu_kernels.h: the CPU kernels: forward and backward of every GPT operator on the CPU
+** (OpenBLAS + OpenMP), the thread count they run with and the size of their attention scratch.
 **
-** Every kernel exists twice, in fp32 (suffix _f32, used for training) and in fp64
-** (suffix _f64, used by the finite-difference tests so that gradients are checked in
-** double precision against exactly the same code). Both are generated from one source,
-** cpu_kernels_impl.inc, with REAL and KN(name) defined by the including file.
-**
-** Conventions (all tensors row-major, contiguous unless a leading dimension is given):
-**   - a linear weight is stored [in, out] (K rows of OC floats), so a slice along the
-**     reduction dimension is a contiguous block of rows: y = sum_i x[:, s_i] W[s_i, :];
-**   - the tied token embedding is stored [C, Vp] (it is the LM head's [in, out] weight),
-**     Vp = vocabulary padded to a multiple of 128 as llm.c pads it;
-**   - every backward kernel ACCUMULATES (+=) into its input-gradient and parameter-gradient
-**     outputs; callers zero them when a fresh gradient is wanted;
-**   - kernels allocate nothing: any scratch is passed in by the caller;
-**   - results are bit-for-bit deterministic for a given thread count (no racy reductions).
+** The kernels themselves are reached through their tables (normally as backend_cpu()->f32 and
+** ->f64): one per precision, with the members and contracts of KERNEL_LIST (kernel_list.h).
+** Both come from one source, cpu_kernels_real.c, compiled twice (CMakeLists.txt): in fp32 for
+** training and in fp64 (OSDP_REAL_DOUBLE) for the finite-difference tests, so that gradients
+** are checked in double precision against exactly the same code. In each compile the kernels
+** are static functions under their own names (matmul_forward, ...) and only the table is
+** exported.
 */
 #ifndef OSDP_CPU_KERNELS_H
 #define OSDP_CPU_KERNELS_H
 
 #include <stddef.h>
+
+#include "kernels/backend.h"
 
 /* Sets the number of threads used by OpenMP loops and by OpenBLAS. */
 void kernels_set_threads(int n);
@@ -31,20 +27,12 @@ double kernels_sgemm_gflops(int M, int N, int K);
 /* The name of the CPU kernel OpenBLAS chose ("Haswell", "SkylakeX", "Prescott" = generic). */
 const char* kernels_blas_core(void);
 
-#define REAL float
-#define KN(name) name##_f32
-#include "cpu_kernels_decl.inc"
-#undef REAL
-#undef KN
-
-#define REAL double
-#define KN(name) name##_f64
-#include "cpu_kernels_decl.inc"
-#undef REAL
-#undef KN
+/* The CPU kernel tables (cpu_kernels_real.c): fp32, and fp64 for the gradient checks. */
+extern const Kernels_f32 cpu_kernels_f32;
+extern const Kernels_f64 cpu_kernels_f64;
 
 /* Tile sizes of the attention kernels: query rows and key rows per tile. Each query tile
-** meets only the key tiles of its causal prefix; see cpu_kernels_impl.inc. 64 x 64 keeps
+** meets only the key tiles of its causal prefix; see cpu_kernels_real.c. 64 x 64 keeps
 ** every product on OpenBLAS's small-matrix kernels for head sizes up to 128 and measured best
 ** overall (64 x 128 was ~2% faster at hs = 64 but ~10% slower at hs = 128; 32 and 128 slower). */
 #ifndef ATTENTION_TILE_Q
@@ -55,7 +43,7 @@ const char* kernels_blas_core(void);
 #endif
 
 /* Elements of attention scratch needed per thread for sequence length T and head size hs
-** (both passes). */
+** (both passes): the CPU backend's attention_scratch_elems member. */
 size_t attention_scratch_elems(int T, int hs);
 
 #endif

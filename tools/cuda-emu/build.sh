@@ -28,9 +28,15 @@ cc=(gcc -std=c11 -O2 -g -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -DOSDP_HAVE_
     -I"$root/tests" -I/usr/include/x86_64-linux-gnu/openblas-openmp)
 "${cc[@]}" -c "$root/src/kernels/backend.c" -o "$out/obj/backend.o"
 "${cc[@]}" -c "$root/tests/test_cuda_kernels.c" -o "$out/obj/test_cuda_kernels.o"
-(cd "$out/obj/lib" && rm -f ./*.o && ar x "$out/cpu/libosdp_lib.a" && rm -f backend.c.o)
+# The CPU library without its backend.c (kept as an archive, linked whole: it holds two members
+# named cpu_kernels_real.c.o, the fp32 and the fp64 compile, which `ar x` would merge into one).
+cp "$out/cpu/libosdp_lib.a" "$out/obj/lib/libosdp_cpu.a"
+ar d "$out/obj/lib/libosdp_cpu.a" backend.c.o
 libs=(/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so -lcjson $(mpicc --showme:link) -lm)
-objs=("$out/obj/backend.o" "$out"/obj/cuda_*.o "$out/obj/emu.o" "$out"/obj/lib/*.o)
-g++ -fopenmp "${objs[@]}" "$out"/cpu/CMakeFiles/osdp.dir/src/cli/*.o -o "$out/osdp_emu" "${libs[@]}"
-g++ -fopenmp "$out/obj/test_cuda_kernels.o" "${objs[@]}" -o "$out/test_cuda_kernels_emu" "${libs[@]}"
+objs=("$out/obj/backend.o" "$out"/obj/cuda_*.o "$out/obj/emu.o")
+lib=(-Wl,--whole-archive "$out/obj/lib/libosdp_cpu.a" -Wl,--no-whole-archive)
+cli=("$out"/cpu/CMakeFiles/osdp.dir/src/cli/*.o)
+g++ -fopenmp "${objs[@]}" "${cli[@]}" "${lib[@]}" -o "$out/osdp_emu" "${libs[@]}"
+g++ -fopenmp "$out/obj/test_cuda_kernels.o" "${objs[@]}" "${lib[@]}" \
+  -o "$out/test_cuda_kernels_emu" "${libs[@]}"
 echo "built $out/osdp_emu and $out/test_cuda_kernels_emu"

@@ -1,9 +1,10 @@
 /*
 ** cuda_attention.cu: causal multi-head self-attention on the GPU, FlashAttention-2 style: the
 ** [T, T] score matrix is never stored. Contract as attention_forward / attention_backward in
-** cpu_kernels_decl.inc: qkv [B, T, 3C] (head h's q, k, v at columns h*hs, C + h*hs, 2C + h*hs),
-** out [B, T, C], lse [B, NH, T], scores scaled by 1/sqrt(hs), dqkv accumulated. The scratch
-** argument is not used. Head sizes up to ATT_MAX_HS; any T.
+** KERNEL_LIST (kernel_list.h): qkv [B, T, 3C] (head h's q, k, v at columns h*hs, C + h*hs,
+** 2C + h*hs), out [B, T, C], lse [B, NH, T], scores scaled by 1/sqrt(hs), dqkv accumulated. The
+** scratch argument is not used (cuda_attention_scratch_elems is 0). Head sizes up to
+** ATT_MAX_HS; any T.
 **
 ** Tiles are ATT_TILE = 32 queries and 32 keys, so that one lane of a warp owns one key (or one
 ** query) of a tile when scores are formed, and a range of head dimensions (d = lane + 32 j) when
@@ -384,6 +385,9 @@ static void check_head_size(int C, int NH) {
     cuda_abort("attention", message);
   }
 }
+
+/* No scratch: every tile of both passes is staged in the block's shared memory. */
+size_t cuda_attention_scratch_elems(int, int) { return 0; }
 
 /* Table entry attention_forward: one block per (query tile, b, h). */
 void cuda_attention_forward(float* out, float* lse, const float* qkv, float*, int B, int T,

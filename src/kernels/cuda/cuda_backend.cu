@@ -142,7 +142,6 @@ static void cuda_set_tf32(int on) {
 // initialisation
 
 static Backend cuda_backend;
-static Kernels_f32 cuda_kernels;
 static int init_state;             /* 0: not tried, 1: ready, -1: failed */
 static char init_error[512];       /* why it failed, repeated to later calls */
 
@@ -216,7 +215,6 @@ static int init_device(void) {
   INIT_CHECK(cuda_attention_setup());
   INIT_CHECK(cudaStreamSynchronize(cuda_ctx.stream));
 
-  cuda_fill_kernels(&cuda_kernels);
   cuda_backend.name = "cuda";
   cuda_backend.device_memory = 1;
   cuda_backend.reserve = cuda_reserve;
@@ -230,8 +228,9 @@ static int init_device(void) {
   cuda_backend.clock = cuda_clock;
   cuda_backend.set_threads = cuda_set_threads;
   cuda_backend.set_tf32 = cuda_set_tf32;
-  cuda_backend.f32 = &cuda_kernels;
+  cuda_backend.f32 = &cuda_kernels_f32;
   cuda_backend.f64 = NULL;
+  cuda_backend.attention_scratch_elems = cuda_attention_scratch_elems;
   cuda_backend.compute_stream = cuda_compute_stream;
   init_state = 1;
   return 0;

@@ -57,19 +57,22 @@ void cuda_abort(const char* what, const char* message);
     cuda_check(cudaGetLastError(), "launch of " #kernel);                       \
   } while (0)
 
-/* Fills the fp32 kernel table with the CUDA kernels (cuda_kernels.cu). */
-void cuda_fill_kernels(Kernels_f32* table);
+/* The fp32 kernel table of the CUDA kernels, one per entry of KERNEL_LIST (cuda_kernels.cu). */
+extern const Kernels_f32 cuda_kernels_f32;
 
 /* Raises the dynamic shared-memory limit of the attention kernels to what head size 128 needs
 ** (more than the 48 KiB default). Called once at initialisation (cuda_attention.cu). */
 cudaError_t cuda_attention_setup(void);
 
 /* Causal attention, FlashAttention-2 style, with the contract of the kernel table
-** (cuda_attention.cu). scratch is not used. */
+** (cuda_attention.cu). scratch is not used: cuda_attention_scratch_elems is 0. */
 void cuda_attention_forward(float* out, float* lse, const float* qkv, float* scratch, int B,
                             int T, int C, int NH);
 void cuda_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                              const float* lse, float* scratch, int B, int T, int C, int NH);
+/* The backend's attention_scratch_elems: 0 for every T and hs (the tiles live in shared
+** memory). */
+size_t cuda_attention_scratch_elems(int T, int hs);
 
 #define CUDA_FULL_WARP 0xffffffffu
 

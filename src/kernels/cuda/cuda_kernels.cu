@@ -1,8 +1,11 @@
 /*
-** cuda_kernels.cu: the fp32 kernels of the CUDA backend, with the contracts of
-** cpu_kernels_decl.inc (the same layouts; parameter-gradient kernels accumulate or, with
+** cuda_kernels.cu: the fp32 kernels of the CUDA backend, with the contracts of KERNEL_LIST
+** (kernel_list.h: the same layouts; parameter-gradient kernels accumulate or, with
 ** accumulate = 0, overwrite; matmul's dinp and GELU's dinp are overwritten) and the semantics of
-** the CPU kernels in cpu_kernels_impl.inc. Attention is in cuda_attention.cu.
+** the CPU kernels in cpu_kernels_real.c, and the table cuda_kernels_f32 made from the list.
+** Each kernel is the host function cuda_<name> (the table entry), which launches its __global__
+** kernels (mostly one, <name>_kernel).
+** Attention is in cuda_attention.cu.
 **
 ** Determinism: no kernel uses atomics or a reduction whose order depends on scheduling. Sums
 ** over rows (bias, LayerNorm weight and embedding gradients) are owned per column by fixed
@@ -387,7 +390,7 @@ static void cuda_layernorm_backward(float* dinp, float* dw, float* db, const flo
 }
 
 // ----------------------------------------------------------------------------
-// GELU, residual, accumulate
+// GELU, accumulate
 
 #define GELU_SCALING 0.7978845608028654f /* sqrt(2 / pi) */
 #define GELU_CUBE 0.044715f
@@ -427,32 +430,6 @@ static void cuda_gelu_backward(float* dinp, const float* inp, const float* dout,
 
 #undef GELU_SCALING
 #undef GELU_CUBE
-
-/* out = a + b. */
-static __global__ void residual_forward_kernel(float* out, const float* a, const float* b,
-                                               size_t n) {
-  for (size_t i = grid_index(); i < n; i += grid_stride()) out[i] = a[i] + b[i];
-}
-
-/* Table entry residual_forward. */
-static void cuda_residual_forward(float* out, const float* a, const float* b, size_t n) {
-  CUDA_LAUNCH(residual_forward_kernel, grid_for(n), THREADS, 0, out, a, b, n);
-}
-
-/* da += dout, db += dout. */
-static __global__ void residual_backward_kernel(float* da, float* db, const float* dout,
-                                                size_t n) {
-  for (size_t i = grid_index(); i < n; i += grid_stride()) {
-    float d = dout[i];
-    da[i] += d;
-    db[i] += d;
-  }
-}
-
-/* Table entry residual_backward (accumulates). */
-static void cuda_residual_backward(float* da, float* db, const float* dout, size_t n) {
-  CUDA_LAUNCH(residual_backward_kernel, grid_for(n), THREADS, 0, da, db, dout, n);
-}
 
 /* dst += src. */
 static __global__ void accumulate_kernel(float* dst, const float* src, size_t n) {
@@ -623,25 +600,9 @@ static void cuda_logits_argmax(const float* logits, int BT, int V, int Vp, int* 
 // ----------------------------------------------------------------------------
 // the table
 
-/* Every member of the fp32 table (assigned one by one: C++17 has no designated initialisers). */
-void cuda_fill_kernels(Kernels_f32* table) {
-  table->embed_pos_forward = cuda_embed_pos_forward;
-  table->embed_pos_backward = cuda_embed_pos_backward;
-  table->embed_tok_forward = cuda_embed_tok_forward;
-  table->embed_tok_backward = cuda_embed_tok_backward;
-  table->matmul_forward = cuda_matmul_forward;
-  table->matmul_backward = cuda_matmul_backward;
-  table->layernorm_forward = cuda_layernorm_forward;
-  table->layernorm_backward = cuda_layernorm_backward;
-  table->attention_forward = cuda_attention_forward;
-  table->attention_backward = cuda_attention_backward;
-  table->gelu_forward = cuda_gelu_forward;
-  table->gelu_backward = cuda_gelu_backward;
-  table->residual_forward = cuda_residual_forward;
-  table->residual_backward = cuda_residual_backward;
-  table->crossentropy_forward_backward = cuda_crossentropy_forward_backward;
-  table->sum_squares = cuda_sum_squares;
-  table->adamw_update = cuda_adamw_update;
-  table->logits_argmax = cuda_logits_argmax;
-  table->accumulate = cuda_accumulate;
-}
+/* The fp32 table: cuda_<name> for every entry of KERNEL_LIST, in the list's order (the members'
+** order; C++17 has no designated initialisers). A kernel of the list without a cuda_ function is
+** an undeclared name and one with another signature a type error: both fail the compile. */
+#define CUDA_TABLE_ENTRY(ret, name, params) cuda_##name,
+const Kernels_f32 cuda_kernels_f32 = {KERNEL_LIST(CUDA_TABLE_ENTRY, float)};
+#undef CUDA_TABLE_ENTRY

@@ -1,13 +1,13 @@
 /*
-** cpu_kernels_impl.inc: the forward and backward kernels of every GPT-2 operator, written
-** once for a generic floating-point type. It is included by cpu_kernels_f32.c and
-** cpu_kernels_f64.c, which define before including it:
-**   REAL                    float or double
-**   KN(name)                name##_f32 or name##_f64
-**   GEMM                    cblas_sgemm or cblas_dgemm
-**   EXP, LOG, SQRT, TANH    the math functions of that precision (EXP and TANH vectorisable
-**                           in fp32; SQRT is one instruction, the files build -fno-math-errno)
-**   KINT, KINT_MAX          the signed integer type of REAL's size, and its maximum
+** cpu_kernels_real.c: the forward and backward kernels of every GPT-2 operator on the CPU,
+** written once for the element type `real`. CMakeLists.txt compiles this file twice:
+**   - as it is: real = float, the table cpu_kernels_f32 (training);
+**   - with -DOSDP_REAL_DOUBLE: real = double, the table cpu_kernels_f64 (the finite-difference
+**     gradient checks, which so check exactly the code that trains).
+** Every kernel is a static function under its own name (matmul_forward, attention_backward,
+** ...); each compile exports only its table, at the end of the file, whose members and
+** contracts are KERNEL_LIST's (kernel_list.h). Both compiles use -fno-math-errno and the
+** project's -O3 -march=native (OSDP_NATIVE).
 ** Semantics follow Karpathy's llm.c (train_gpt2.c), with two differences: linear weights
 ** are stored [in, out] and attention is computed FlashAttention-2 style, tile by tile with
 ** GEMMs, without the T x T probability matrix.
@@ -23,9 +23,106 @@
 ** Elementwise loops are written so that the compiler vectorises them (AVX-512 with
 ** -march=native): restrict pointers, no calls into libm, constants computed before the loop.
 */
+#include <math.h>
 #include <omp.h>
 #include <stdint.h>
 #include <string.h>
+#include <cblas.h>
+
+#include "kernels/cpu_kernels.h"
+
+// ----------------------------------------------------------------------------
+// the element type and its BLAS routine and math:
+//   GEMM                    cblas_sgemm or cblas_dgemm
+//   EXP, LOG, SQRT, TANH    the math functions of that precision (EXP and TANH vectorisable
+//                           in fp32; SQRT is one instruction, the file builds -fno-math-errno)
+//   KINT, KINT_MAX          the signed integer type of real's size, and its maximum
+
+#ifdef OSDP_REAL_DOUBLE
+
+/* fp64 keeps libm, so the gradient checks run on exact reference math. */
+typedef double real;
+#define GEMM cblas_dgemm
+#define EXP exp
+#define LOG log
+#define SQRT sqrt
+#define TANH tanh
+#define KINT int64_t
+#define KINT_MAX INT64_MAX
+
+#else
+
+/* fp32: exp and tanh are our own branch-free versions rather than libm's: without -ffast-math
+** the compiler cannot vectorise calls into libm, and scalar tanhf (~15 ns) made GELU cost as
+** much as a fifth of a GPT-2 step (expf ~3.5 ns). These inline versions vectorise and are
+** accurate to a few ulp (exp) and ~2e-7 absolute (tanh), which is enough for fp32 training.
+** sqrt is libm's sqrtf: with -fno-math-errno it is the exact, vectorisable square-root
+** instruction. */
+typedef float real;
+#define GEMM cblas_sgemm
+#define EXP fast_expf
+#define LOG logf
+#define SQRT sqrtf
+#define TANH fast_tanhf
+#define KINT int32_t
+#define KINT_MAX INT32_MAX
+
+/* The bits of a float as an unsigned integer, and back (memcpy: no aliasing issues; the
+** compiler turns it into a register move). */
+static inline uint32_t float_bits(float x) { uint32_t u; memcpy(&u, &x, sizeof u); return u; }
+static inline float bits_float(uint32_t u) { float x; memcpy(&x, &u, sizeof x); return x; }
+
+/* a * b + c, fused (one rounding, one instruction) where the target has FMA (-march=native
+** here); the C11 build never contracts a * b + c on its own (-ffp-contract=off). */
+#ifdef __FMA__
+#define FMA_F32(a, b, c) __builtin_fmaf((a), (b), (c))
+#else
+#define FMA_F32(a, b, c) ((a) * (b) + (c))
+#endif
+
+/* exp(x) for float, vectorisable, ~1.3 ulp: x = n ln2 + r with |r| <= ln2/2, exp(r) by the
+** Cephes degree-6 polynomial (Horner, fused multiply-adds where available), times 2^n built
+** from the exponent bits. n is rounded by adding 1.5 * 2^23 (the "magic number" trick), which
+** also leaves n in the low bits of the sum, so no float-to-int conversion is needed. x is
+** first clamped to [-87, 88] (exp(-87) ~ 1.6e-38 stands in for underflow, exp(88) ~ 1.7e38
+** for overflow) with INTEGER compares on its bits: float compares and selects would keep GCC
+** from vectorising the loops that call it (under the default -ftrapping-math). A NaN argument
+** gives NaN. */
+static inline float fast_expf(float x0) {
+  const float magic = 12582912.0f; /* 1.5 * 2^23 */
+  uint32_t xb = float_bits(x0);
+  uint32_t cb = xb > 0xC2AE0000u ? 0xC2AE0000u : xb; /* unsigned: x < -87 -> -87 */
+  int32_t ci;
+  memcpy(&ci, &cb, sizeof ci);
+  ci = ci > 0x42B00000 ? 0x42B00000 : ci;            /* signed: x > 88 -> 88 */
+  float x;
+  memcpy(&x, &ci, sizeof x);
+  float t = FMA_F32(x, 1.44269504088896341f, magic); /* n + magic, n = round(x / ln2) */
+  float n = t - magic;
+  float r = FMA_F32(n, -0.693359375f, x);            /* ln2 split in two parts for accuracy */
+  r = FMA_F32(n, 2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = FMA_F32(p, r, 1.3981999507e-3f);
+  p = FMA_F32(p, r, 8.3334519073e-3f);
+  p = FMA_F32(p, r, 4.1665795894e-2f);
+  p = FMA_F32(p, r, 1.6666665459e-1f);
+  p = FMA_F32(p, r, 5.0000001201e-1f);
+  float y = FMA_F32(p, r * r, r) + 1.0f;
+  float scale = bits_float((float_bits(t) - 0x4B400000u + 127u) << 23); /* 2^n */
+  uint32_t nan_bits = (xb & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC00000u : 0u; /* NaN in, */
+  return bits_float(float_bits(y * scale) | nan_bits);                    /* NaN out */
+}
+
+/* tanh(x) = 1 - 2 / (exp(2x) + 1) for float, vectorisable; exact limits +-1 for large |x|
+** and ~1e-7 absolute error near 0. */
+static inline float fast_tanhf(float x) {
+  return 1.0f - 2.0f / (fast_expf(2.0f * x) + 1.0f);
+}
+
+#endif
+
+// ----------------------------------------------------------------------------
+// block sizes
 
 /* Columns per block when a thread owns a block of columns and sums over rows in order. */
 #ifndef KCOLBLOCK
@@ -37,68 +134,67 @@
 ** -ffast-math): one AVX-512 register of floats (8 lanes made GCC shuffle half-registers, which
 ** cost LayerNorm twice its time). The order of operations is fixed, so results stay
 ** deterministic. */
-#define KN_LANES 16
+#define LANES 16
 
 // ----------------------------------------------------------------------------
 // fixed-order vectorisable reductions over one row
 
 /* sum of x[0..n). */
-static inline REAL KN(row_sum)(const REAL* x, int n) {
-  REAL acc[KN_LANES] = {0};
+static inline real row_sum(const real* x, int n) {
+  real acc[LANES] = {0};
   int i = 0;
-  for (; i + KN_LANES <= n; i += KN_LANES)
-    for (int k = 0; k < KN_LANES; k++) acc[k] += x[i + k];
+  for (; i + LANES <= n; i += LANES)
+    for (int k = 0; k < LANES; k++) acc[k] += x[i + k];
   for (int k = 0; i < n; i++, k++) acc[k] += x[i];
-  REAL s = 0;
-  for (int k = 0; k < KN_LANES; k++) s += acc[k];
+  real s = 0;
+  for (int k = 0; k < LANES; k++) s += acc[k];
   return s;
 }
 
 /* sum of x[i] * y[i] for i < n. */
-static inline REAL KN(row_dot)(const REAL* x, const REAL* y, int n) {
-  REAL acc[KN_LANES] = {0};
+static inline real row_dot(const real* x, const real* y, int n) {
+  real acc[LANES] = {0};
   int i = 0;
-  for (; i + KN_LANES <= n; i += KN_LANES)
-    for (int k = 0; k < KN_LANES; k++) acc[k] += x[i + k] * y[i + k];
+  for (; i + LANES <= n; i += LANES)
+    for (int k = 0; k < LANES; k++) acc[k] += x[i + k] * y[i + k];
   for (int k = 0; i < n; i++, k++) acc[k] += x[i] * y[i];
-  REAL s = 0;
-  for (int k = 0; k < KN_LANES; k++) s += acc[k];
+  real s = 0;
+  for (int k = 0; k < LANES; k++) s += acc[k];
   return s;
 }
 
 /* sum of x[i] * y[i] * (z[i] - zc) for i < n (LayerNorm backward's sum(w*dout*(x-mean))). */
-static inline REAL KN(row_dot3_centred)(const REAL* x, const REAL* y, const REAL* z, REAL zc,
-                                        int n) {
-  REAL acc[KN_LANES] = {0};
+static inline real row_dot3_centred(const real* x, const real* y, const real* z, real zc, int n) {
+  real acc[LANES] = {0};
   int i = 0;
-  for (; i + KN_LANES <= n; i += KN_LANES)
-    for (int k = 0; k < KN_LANES; k++) acc[k] += x[i + k] * y[i + k] * (z[i + k] - zc);
+  for (; i + LANES <= n; i += LANES)
+    for (int k = 0; k < LANES; k++) acc[k] += x[i + k] * y[i + k] * (z[i + k] - zc);
   for (int k = 0; i < n; i++, k++) acc[k] += x[i] * y[i] * (z[i] - zc);
-  REAL s = 0;
-  for (int k = 0; k < KN_LANES; k++) s += acc[k];
+  real s = 0;
+  for (int k = 0; k < LANES; k++) s += acc[k];
   return s;
 }
 
-/* Maps a REAL to a signed integer of the same size that sorts in the same order (negative
+/* Maps a real to a signed integer of the same size that sorts in the same order (negative
 ** numbers get their magnitude bits flipped). The map is its own inverse. */
-static inline KINT KN(order_key)(KINT bits) {
+static inline KINT order_key(KINT bits) {
   return bits >= 0 ? bits : bits ^ KINT_MAX;
 }
 
 /* max of x[0..n), n >= 1. Taken over the order keys because the compiler vectorises an
 ** integer max but not a float one (whose ternary it may not reorder under the default
 ** IEEE rules). Exact; a (positive) NaN in x sorts above +inf and so comes out. */
-static inline REAL KN(row_max)(const REAL* x, int n) {
+static inline real row_max(const real* x, int n) {
   KINT bits;
   memcpy(&bits, &x[0], sizeof bits);
-  KINT best = KN(order_key)(bits);
+  KINT best = order_key(bits);
   for (int i = 1; i < n; i++) {
     memcpy(&bits, &x[i], sizeof bits);
-    KINT key = KN(order_key)(bits);
+    KINT key = order_key(bits);
     best = key > best ? key : best;
   }
-  bits = KN(order_key)(best);
-  REAL m;
+  bits = order_key(best);
+  real m;
   memcpy(&m, &bits, sizeof m);
   return m;
 }
@@ -108,22 +204,22 @@ static inline REAL KN(row_max)(const REAL* x, int n) {
 
 /* out[b,t,:] = wpe[t,:]: copies the first T rows of the positional table into each of
 ** the B sequences. */
-void KN(embed_pos_forward)(REAL* out, const REAL* wpe, int B, int T, int C) {
+static void embed_pos_forward(real* out, const real* wpe, int B, int T, int C) {
   #pragma omp parallel for schedule(static) num_threads(kernels_threads())
   for (int bt = 0; bt < B * T; bt++) {
-    memcpy(out + (size_t)bt * C, wpe + (size_t)(bt % T) * C, (size_t)C * sizeof(REAL));
+    memcpy(out + (size_t)bt * C, wpe + (size_t)(bt % T) * C, (size_t)C * sizeof(real));
   }
 }
 
 /* dwpe[t,:] (+= if accumulate, else =) sum_b dout[b,t,:]. Each thread owns whole rows t of
 ** dwpe and adds the B sequences in order b = 0, 1, ... (overwriting: starting from b = 0's). */
-void KN(embed_pos_backward)(REAL* dwpe, const REAL* dout, int B, int T, int C, int accumulate) {
+static void embed_pos_backward(real* dwpe, const real* dout, int B, int T, int C, int accumulate) {
   #pragma omp parallel for schedule(static) num_threads(kernels_threads())
   for (int t = 0; t < T; t++) {
-    REAL* restrict dw = dwpe + (size_t)t * C;
-    if (!accumulate) memcpy(dw, dout + (size_t)t * C, (size_t)C * sizeof(REAL));
+    real* restrict dw = dwpe + (size_t)t * C;
+    if (!accumulate) memcpy(dw, dout + (size_t)t * C, (size_t)C * sizeof(real));
     for (int b = accumulate ? 0 : 1; b < B; b++) {
-      const REAL* restrict d = dout + ((size_t)b * T + t) * C;
+      const real* restrict d = dout + ((size_t)b * T + t) * C;
       for (int c = 0; c < C; c++) dw[c] += d[c];
     }
   }
@@ -132,12 +228,12 @@ void KN(embed_pos_backward)(REAL* dwpe, const REAL* dout, int B, int T, int C, i
 /* out[i*ldo + r] += wrows[r*Vp + tok[i]]: adds the embedding of token tok[i], restricted
 ** to the nrows rows of the [C, Vp] table held in wrows, to position i. Parallel over
 ** positions, each thread owns its positions' outputs. */
-void KN(embed_tok_forward)(REAL* out, int ldo, const int* tok, int BT,
-                           const REAL* wrows, int nrows, int Vp) {
+static void embed_tok_forward(real* out, int ldo, const int* tok, int BT, const real* wrows,
+                              int nrows, int Vp) {
   #pragma omp parallel for schedule(static) num_threads(kernels_threads())
   for (int i = 0; i < BT; i++) {
-    REAL* o = out + (size_t)i * ldo;
-    const REAL* w = wrows + tok[i];
+    real* o = out + (size_t)i * ldo;
+    const real* w = wrows + tok[i];
     for (int r = 0; r < nrows; r++) o[r] += w[(size_t)r * Vp];
   }
 }
@@ -146,17 +242,17 @@ void KN(embed_tok_forward)(REAL* out, int ldo, const int* tok, int BT,
 ** first (entries of tokens that do not occur get 0). Tokens repeat, so positions cannot be
 ** split among threads; instead each thread owns a block of rows r (and zeroes them itself)
 ** and walks the positions in order i = 0, 1, ..., which makes every sum deterministic. */
-void KN(embed_tok_backward)(REAL* dwrows, const REAL* dout, int ldo, const int* tok, int BT,
-                            int nrows, int Vp, int accumulate) {
+static void embed_tok_backward(real* dwrows, const real* dout, int ldo, const int* tok, int BT,
+                               int nrows, int Vp, int accumulate) {
   int nblocks = (nrows + KCOLBLOCK - 1) / KCOLBLOCK;
   #pragma omp parallel for schedule(static) num_threads(kernels_threads())
   for (int blk = 0; blk < nblocks; blk++) {
     int r0 = blk * KCOLBLOCK;
     int r1 = r0 + KCOLBLOCK < nrows ? r0 + KCOLBLOCK : nrows;
-    if (!accumulate) memset(dwrows + (size_t)r0 * Vp, 0, (size_t)(r1 - r0) * Vp * sizeof(REAL));
+    if (!accumulate) memset(dwrows + (size_t)r0 * Vp, 0, (size_t)(r1 - r0) * Vp * sizeof(real));
     for (int i = 0; i < BT; i++) {
-      const REAL* d = dout + (size_t)i * ldo;
-      REAL* dw = dwrows + tok[i];
+      const real* d = dout + (size_t)i * ldo;
+      real* dw = dwrows + tok[i];
       for (int r = r0; r < r1; r++) dw[(size_t)r * Vp] += d[r];
     }
   }
@@ -168,7 +264,7 @@ void KN(embed_tok_backward)(REAL* dwrows, const REAL* dout, int ldo, const int* 
 /* dst[c] (+= if accumulate, else =) column sums of src[rows, ncols] (row stride ncols) over
 ** all rows. Each thread owns a block of columns and adds the rows in order, so the sum is
 ** deterministic (overwriting starts from row 0's values: the same sums). */
-static void KN(colsum)(REAL* dst, const REAL* src, int rows, int ncols, int accumulate) {
+static void colsum(real* dst, const real* src, int rows, int ncols, int accumulate) {
   int nblocks = (ncols + KCOLBLOCK - 1) / KCOLBLOCK;
   #pragma omp parallel for schedule(static) num_threads(kernels_threads())
   for (int blk = 0; blk < nblocks; blk++) {
@@ -176,37 +272,37 @@ static void KN(colsum)(REAL* dst, const REAL* src, int rows, int ncols, int accu
     int c1 = c0 + KCOLBLOCK < ncols ? c0 + KCOLBLOCK : ncols;
     int first = 0; /* the first row added */
     if (!accumulate) {
-      if (rows > 0) memcpy(dst + c0, src + c0, (size_t)(c1 - c0) * sizeof(REAL));
-      else memset(dst + c0, 0, (size_t)(c1 - c0) * sizeof(REAL));
+      if (rows > 0) memcpy(dst + c0, src + c0, (size_t)(c1 - c0) * sizeof(real));
+      else memset(dst + c0, 0, (size_t)(c1 - c0) * sizeof(real));
       first = 1;
     }
     for (int i = first; i < rows; i++) {
-      const REAL* restrict s = src + (size_t)i * ncols;
+      const real* restrict s = src + (size_t)i * ncols;
       for (int c = c0; c < c1; c++) dst[c] += s[c];
     }
   }
 }
 
 /* out[i,:] = bias (or += bias when accumulate) for every row i of out[BT, OC]. */
-static void KN(bias_rows)(REAL* out, const REAL* bias, int BT, int OC, int accumulate) {
+static void bias_rows(real* out, const real* bias, int BT, int OC, int accumulate) {
   #pragma omp parallel for schedule(static) num_threads(kernels_threads())
   for (int i = 0; i < BT; i++) {
-    REAL* o = out + (size_t)i * OC;
+    real* o = out + (size_t)i * OC;
     if (accumulate) {
       for (int c = 0; c < OC; c++) o[c] += bias[c];
     } else {
-      memcpy(o, bias, (size_t)OC * sizeof(REAL));
+      memcpy(o, bias, (size_t)OC * sizeof(real));
     }
   }
 }
 
 /* out[BT, OC] = (or += when accumulate) inp[BT, K] @ w[K, OC] + bias. The bias is first
 ** written (or added) into out and the product is then accumulated by one GEMM. */
-void KN(matmul_forward)(REAL* out, const REAL* inp, int ldinp, const REAL* w, const REAL* bias,
-                        int BT, int K, int OC, int accumulate) {
-  REAL beta = accumulate ? 1 : 0;
+static void matmul_forward(real* out, const real* inp, int ldinp, const real* w, const real* bias,
+                           int BT, int K, int OC, int accumulate) {
+  real beta = accumulate ? 1 : 0;
   if (bias != NULL) {
-    KN(bias_rows)(out, bias, BT, OC, accumulate);
+    bias_rows(out, bias, BT, OC, accumulate);
     beta = 1;
   }
   GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, OC, K,
@@ -217,16 +313,16 @@ void KN(matmul_forward)(REAL* out, const REAL* inp, int ldinp, const REAL* w, co
 **   dinp[BT, K]  = dout[BT, OC] @ w^T    (overwritten; skipped when dinp == NULL)
 **   dw[K, OC]   += inp^T @ dout          (= when !accumulate)
 **   dbias[OC]   += column sums of dout   (= when !accumulate; skipped when dbias == NULL) */
-void KN(matmul_backward)(REAL* dinp, REAL* dw, REAL* dbias, const REAL* dout, const REAL* inp,
-                         int ldinp, const REAL* w, int BT, int K, int OC, int accumulate) {
-  REAL beta = accumulate ? 1 : 0;
+static void matmul_backward(real* dinp, real* dw, real* dbias, const real* dout, const real* inp,
+                            int ldinp, const real* w, int BT, int K, int OC, int accumulate) {
+  real beta = accumulate ? 1 : 0;
   if (dinp != NULL) {
     GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, BT, K, OC,
          1, dout, OC, w, OC, 0, dinp, ldinp);
   }
   GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, K, OC, BT,
        1, inp, ldinp, dout, OC, beta, dw, OC);
-  if (dbias != NULL) KN(colsum)(dbias, dout, BT, OC, accumulate);
+  if (dbias != NULL) colsum(dbias, dout, BT, OC, accumulate);
 }
 
 // ----------------------------------------------------------------------------
@@ -234,17 +330,17 @@ void KN(matmul_backward)(REAL* dinp, REAL* dw, REAL* dbias, const REAL* dout, co
 
 /* LayerNorm of each of the BT rows of inp[BT, C]: out = (x - mean) * rstd * w + b with
 ** rstd = 1 / sqrt(var + 1e-5) (biased variance). Saves mean and rstd for the backward. */
-void KN(layernorm_forward)(REAL* out, REAL* mean, REAL* rstd, const REAL* inp, const REAL* w,
-                           const REAL* b, int BT, int C) {
-  const REAL eps = (REAL)1e-5;
+static void layernorm_forward(real* out, real* mean, real* rstd, const real* inp, const real* w,
+                              const real* b, int BT, int C) {
+  const real eps = (real)1e-5;
   #pragma omp parallel for schedule(static) num_threads(kernels_threads())
   for (int i = 0; i < BT; i++) {
-    const REAL* x = inp + (size_t)i * C;
-    REAL* o = out + (size_t)i * C;
-    REAL m = KN(row_sum)(x, C) / C;
+    const real* x = inp + (size_t)i * C;
+    real* o = out + (size_t)i * C;
+    real m = row_sum(x, C) / C;
     for (int c = 0; c < C; c++) o[c] = x[c] - m;  /* centred row, kept in out */
-    REAL var = KN(row_dot)(o, o, C) / C;
-    REAL s = 1 / SQRT(var + eps);
+    real var = row_dot(o, o, C) / C;
+    real s = 1 / SQRT(var + eps);
     for (int c = 0; c < C; c++) o[c] = o[c] * s * w[c] + b[c];
     mean[i] = m;
     rstd[i] = s;
@@ -254,19 +350,18 @@ void KN(layernorm_forward)(REAL* out, REAL* mean, REAL* rstd, const REAL* inp, c
 /* Gradient of the input of LayerNorm, row by row (as in llm.c):
 **   dinp += (w*dout - mean(w*dout) - norm * mean(w*dout*norm)) * rstd,
 ** with norm = (x - mean) * rstd. Each thread owns whole rows. */
-static void KN(layernorm_backward_input)(REAL* dinp, const REAL* dout, const REAL* inp,
-                                         const REAL* w, const REAL* mean, const REAL* rstd,
-                                         int BT, int C) {
+static void layernorm_backward_input(real* dinp, const real* dout, const real* inp, const real* w,
+                                     const real* mean, const real* rstd, int BT, int C) {
   #pragma omp parallel for schedule(static) num_threads(kernels_threads())
   for (int i = 0; i < BT; i++) {
-    const REAL* x = inp + (size_t)i * C;
-    const REAL* d = dout + (size_t)i * C;
-    REAL m = mean[i], s = rstd[i];
-    REAL dnorm_mean = KN(row_dot)(w, d, C) / C;                          /* mean(w*dout) */
-    REAL dnorm_norm_mean = KN(row_dot3_centred)(w, d, x, m, C) * s / C;  /* mean(w*dout*norm) */
-    REAL* dx = dinp + (size_t)i * C;
+    const real* x = inp + (size_t)i * C;
+    const real* d = dout + (size_t)i * C;
+    real m = mean[i], s = rstd[i];
+    real dnorm_mean = row_dot(w, d, C) / C;                          /* mean(w*dout) */
+    real dnorm_norm_mean = row_dot3_centred(w, d, x, m, C) * s / C;  /* mean(w*dout*norm) */
+    real* dx = dinp + (size_t)i * C;
     for (int c = 0; c < C; c++) {
-      REAL norm = (x[c] - m) * s;
+      real norm = (x[c] - m) * s;
       dx[c] += (w[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
     }
   }
@@ -275,22 +370,22 @@ static void KN(layernorm_backward_input)(REAL* dinp, const REAL* dout, const REA
 /* Gradients of the LayerNorm weight and bias: dw += sum_i norm_i * dout_i, db += sum_i
 ** dout_i (without accumulate the sums start from 0 instead of dw, db). Each thread owns a
 ** block of columns and adds the rows in order. */
-static void KN(layernorm_backward_params)(REAL* restrict dw, REAL* restrict db,
-                                          const REAL* dout, const REAL* inp, const REAL* mean,
-                                          const REAL* rstd, int BT, int C, int accumulate) {
+static void layernorm_backward_params(real* restrict dw, real* restrict db, const real* dout,
+                                      const real* inp, const real* mean, const real* rstd, int BT,
+                                      int C, int accumulate) {
   int nblocks = (C + KCOLBLOCK - 1) / KCOLBLOCK;
   #pragma omp parallel for schedule(static) num_threads(kernels_threads())
   for (int blk = 0; blk < nblocks; blk++) {
     int c0 = blk * KCOLBLOCK;
     int c1 = c0 + KCOLBLOCK < C ? c0 + KCOLBLOCK : C;
     if (!accumulate) {
-      memset(dw + c0, 0, (size_t)(c1 - c0) * sizeof(REAL));
-      memset(db + c0, 0, (size_t)(c1 - c0) * sizeof(REAL));
+      memset(dw + c0, 0, (size_t)(c1 - c0) * sizeof(real));
+      memset(db + c0, 0, (size_t)(c1 - c0) * sizeof(real));
     }
     for (int i = 0; i < BT; i++) {
-      const REAL* x = inp + (size_t)i * C;
-      const REAL* d = dout + (size_t)i * C;
-      REAL m = mean[i], s = rstd[i];
+      const real* x = inp + (size_t)i * C;
+      const real* d = dout + (size_t)i * C;
+      real m = mean[i], s = rstd[i];
       for (int c = c0; c < c1; c++) {
         dw[c] += (x[c] - m) * s * d[c];
         db[c] += d[c];
@@ -300,11 +395,11 @@ static void KN(layernorm_backward_params)(REAL* restrict dw, REAL* restrict db,
 }
 
 /* Backward of layernorm_forward: accumulates dinp; dw and db as accumulate says. */
-void KN(layernorm_backward)(REAL* dinp, REAL* dw, REAL* db, const REAL* dout, const REAL* inp,
-                            const REAL* w, const REAL* mean, const REAL* rstd, int BT, int C,
-                            int accumulate) {
-  KN(layernorm_backward_input)(dinp, dout, inp, w, mean, rstd, BT, C);
-  KN(layernorm_backward_params)(dw, db, dout, inp, mean, rstd, BT, C, accumulate);
+static void layernorm_backward(real* dinp, real* dw, real* db, const real* dout, const real* inp,
+                               const real* w, const real* mean, const real* rstd, int BT, int C,
+                               int accumulate) {
+  layernorm_backward_input(dinp, dout, inp, w, mean, rstd, BT, C);
+  layernorm_backward_params(dw, db, dout, inp, mean, rstd, BT, C, accumulate);
 }
 
 // ----------------------------------------------------------------------------
@@ -318,18 +413,18 @@ void KN(layernorm_backward)(REAL* dinp, REAL* dw, REAL* db, const REAL* dout, co
 ** and give it back kernels_threads() afterwards. (openblas_set_num_threads also sets the
 ** OpenMP default thread count; the restore puts that back too, and our parallel regions pass
 ** num_threads explicitly.) Both calls are cheap (microseconds). */
-static void KN(blas_serial_begin)(void) {
+static void blas_serial_begin(void) {
   openblas_set_num_threads(1);
 }
 
 /* Undoes blas_serial_begin: OpenBLAS (and the OpenMP default) back to kernels_threads(). */
-static void KN(blas_serial_end)(void) {
+static void blas_serial_end(void) {
   openblas_set_num_threads(kernels_threads());
 }
 
 /* Number of keys among key0 .. key0+nk-1 that query row t may attend to (keys <= t), clamped
 ** to [0, nk]: the causal mask of one row of a tile. */
-static inline int KN(causal_valid_keys)(int t, int key0, int nk) {
+static inline int causal_valid_keys(int t, int key0, int nk) {
   int n = t + 1 - key0;
   return n < 0 ? 0 : (n > nk ? nk : n);
 }
@@ -341,9 +436,9 @@ static inline int KN(causal_valid_keys)(int t, int key0, int nk) {
 ** on one AVX-512 core). One
 ** operand is therefore transposed once, into scratch, and reused for a whole row or column
 ** of tiles, which turns every product into one with a small-matrix kernel. */
-static void KN(transpose_block)(REAL* dst, const REAL* src, int ld, int rows, int cols) {
+static void transpose_block(real* dst, const real* src, int ld, int rows, int cols) {
   for (int r = 0; r < rows; r++) {
-    const REAL* srow = src + (size_t)r * ld;
+    const real* srow = src + (size_t)r * ld;
     for (int c = 0; c < cols; c++) dst[(size_t)c * rows + r] = srow[c];
   }
 }
@@ -358,19 +453,19 @@ static void KN(transpose_block)(REAL* dst, const REAL* src, int ld, int rows, in
 ** over keys in order). The unnormalised output O (in work, [nq, hs]) is rescaled by
 ** exp(m_old - m_new) and gets (P^T)^T V_j added by a second GEMM. Finally out = O / l and
 ** lse = m + log l. The first key tile starts every query (key 0 is valid for all of them). */
-static void KN(attention_forward_tile)(REAL* o, REAL* lse_head, const REAL* q, const REAL* k,
-                                       const REAL* v, REAL* work, int q0, int nq, int C, int hs,
-                                       REAL scale) {
+static void attention_forward_tile(real* o, real* lse_head, const real* q, const real* k,
+                                   const real* v, real* work, int q0, int nq, int C, int hs,
+                                   real scale) {
   const int C3 = 3 * C;
-  REAL* st = work;                                         /* [nk, nq] S^T, then P^T */
-  REAL* qt = st + ATTENTION_TILE_Q * ATTENTION_TILE_K;     /* [hs, nq] Q_i^T */
-  REAL* acc = qt + (size_t)hs * ATTENTION_TILE_Q;          /* [nq, hs] unnormalised output */
-  REAL* run_max = acc + (size_t)ATTENTION_TILE_Q * hs;     /* [nq] running max per query */
-  REAL* run_sum = run_max + ATTENTION_TILE_Q;              /* [nq] running sum of exp(S - max) */
-  REAL* new_max = run_sum + ATTENTION_TILE_Q;              /* [nq] max after this key tile */
-  REAL* tile_sum = new_max + ATTENTION_TILE_Q;             /* [nq] this key tile's sum */
+  real* st = work;                                         /* [nk, nq] S^T, then P^T */
+  real* qt = st + ATTENTION_TILE_Q * ATTENTION_TILE_K;     /* [hs, nq] Q_i^T */
+  real* acc = qt + (size_t)hs * ATTENTION_TILE_Q;          /* [nq, hs] unnormalised output */
+  real* run_max = acc + (size_t)ATTENTION_TILE_Q * hs;     /* [nq] running max per query */
+  real* run_sum = run_max + ATTENTION_TILE_Q;              /* [nq] running sum of exp(S - max) */
+  real* new_max = run_sum + ATTENTION_TILE_Q;              /* [nq] max after this key tile */
+  real* tile_sum = new_max + ATTENTION_TILE_Q;             /* [nq] this key tile's sum */
   int q_end = q0 + nq;
-  KN(transpose_block)(qt, q + (size_t)q0 * C3, C3, nq, hs);
+  transpose_block(qt, q + (size_t)q0 * C3, C3, nq, hs);
   for (int k0 = 0; k0 < q_end; k0 += ATTENTION_TILE_K) {
     /* keys at or past q_end are masked for every query of the tile: left out of the products */
     int nk = q_end - k0 < ATTENTION_TILE_K ? q_end - k0 : ATTENTION_TILE_K;
@@ -384,12 +479,12 @@ static void KN(attention_forward_tile)(REAL* o, REAL* lse_head, const REAL* q, c
       tile_sum[c] = 0;
     }
     for (int kr = 0; kr < nk; kr++) {
-      const REAL* row = st + (size_t)kr * nq;
+      const real* row = st + (size_t)kr * nq;
       int nmasked = k0 + kr - q0 > 0 ? k0 + kr - q0 : 0;
       for (int c = nmasked; c < nq; c++) new_max[c] = row[c] > new_max[c] ? row[c] : new_max[c];
     }
     for (int kr = 0; kr < nk; kr++) {
-      REAL* row = st + (size_t)kr * nq;
+      real* row = st + (size_t)kr * nq;
       int nmasked = k0 + kr - q0 > 0 ? k0 + kr - q0 : 0;
       for (int c = 0; c < nmasked; c++) row[c] = 0;
       for (int c = nmasked; c < nq; c++) {
@@ -401,10 +496,10 @@ static void KN(attention_forward_tile)(REAL* o, REAL* lse_head, const REAL* q, c
       if (first) {
         run_sum[c] = tile_sum[c];
       } else {
-        REAL alpha = EXP(run_max[c] - new_max[c]);
+        real alpha = EXP(run_max[c] - new_max[c]);
         run_sum[c] = run_sum[c] * alpha + tile_sum[c];
         if (alpha != 1) {
-          REAL* arow = acc + (size_t)c * hs;
+          real* arow = acc + (size_t)c * hs;
           for (int d = 0; d < hs; d++) arow[d] *= alpha;
         }
       }
@@ -414,45 +509,46 @@ static void KN(attention_forward_tile)(REAL* o, REAL* lse_head, const REAL* q, c
          first ? 0 : 1, acc, hs);
   }
   for (int r = 0; r < nq; r++) {
-    REAL inv = 1 / run_sum[r];
-    const REAL* arow = acc + (size_t)r * hs;
-    REAL* orow = o + (size_t)(q0 + r) * C;
+    real inv = 1 / run_sum[r];
+    const real* arow = acc + (size_t)r * hs;
+    real* orow = o + (size_t)(q0 + r) * C;
     for (int d = 0; d < hs; d++) orow[d] = arow[d] * inv;
     lse_head[q0 + r] = run_max[r] + LOG(run_sum[r]);
   }
 }
 
-/* Causal attention forward, see the header. The work items are (b, h, pair of query tiles):
-** query tile i costs i+1 key tiles, so tile p is paired with tile ntiles-1-p and every pair
-** costs about the same (ntiles+1 tiles; the middle tile of an odd count is alone);
-** schedule(static) then gives each thread an equal share even for a single (b, h). Each item writes only its own rows of out and lse, and computes them the same way
-** whichever thread runs it, so results do not depend on the thread count. */
-void KN(attention_forward)(REAL* out, REAL* lse, const REAL* qkv, REAL* scratch, int B, int T,
-                           int C, int NH) {
+/* Causal attention forward, see KERNEL_LIST (kernel_list.h). The work items are (b, h, pair
+** of query tiles): query tile i costs i+1 key tiles, so tile p is paired with tile ntiles-1-p
+** and every pair costs about the same (ntiles+1 tiles; the middle tile of an odd count is
+** alone); schedule(static) then gives each thread an equal share even for a single (b, h).
+** Each item writes only its own rows of out and lse, and computes them the same way whichever
+** thread runs it, so results do not depend on the thread count. */
+static void attention_forward(real* out, real* lse, const real* qkv, real* scratch, int B, int T,
+                              int C, int NH) {
   int hs = C / NH;
   int C3 = 3 * C;
-  REAL scale = 1 / SQRT((REAL)hs);
+  real scale = 1 / SQRT((real)hs);
   size_t per_thread = attention_scratch_elems(T, hs);
   int ntiles = (T + ATTENTION_TILE_Q - 1) / ATTENTION_TILE_Q;
   int npairs = (ntiles + 1) / 2;
   int nitems = B * NH * npairs;
-  KN(blas_serial_begin)();
+  blas_serial_begin();
   #pragma omp parallel for schedule(static) num_threads(kernels_threads())
   for (int item = 0; item < nitems; item++) {
     int bh = item / npairs, pair = item % npairs;
     int b = bh / NH, h = bh % NH;
-    const REAL* q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-    REAL* o = out + (size_t)b * T * C + (size_t)h * hs;
-    REAL* work = scratch + (size_t)omp_get_thread_num() * per_thread;
+    const real* q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+    real* o = out + (size_t)b * T * C + (size_t)h * hs;
+    real* work = scratch + (size_t)omp_get_thread_num() * per_thread;
     int tiles[2] = { pair, ntiles - 1 - pair };
     for (int n = 0; n < (tiles[0] == tiles[1] ? 1 : 2); n++) {
       int q0 = tiles[n] * ATTENTION_TILE_Q;
       int nq = T - q0 < ATTENTION_TILE_Q ? T - q0 : ATTENTION_TILE_Q;
-      KN(attention_forward_tile)(o, lse + (size_t)bh * T, q, q + C, q + 2 * C, work, q0, nq, C, hs,
+      attention_forward_tile(o, lse + (size_t)bh * T, q, q + C, q + 2 * C, work, q0, nq, C, hs,
                                  scale);
     }
   }
-  KN(blas_serial_end)();
+  blas_serial_end();
 }
 
 /* Backward of one (b, h), the FlashAttention-2 recurrence; dq, dk, dv are the head's views of
@@ -462,39 +558,39 @@ void KN(attention_forward)(REAL* out, REAL* lse, const REAL* qkv, REAL* scratch,
 **   S = scale Q_i K_j^T, P = exp(S - lse) under the causal mask, dV_j += P^T dO_i,
 **   dP = dO_i V_j^T, dS = P * (dP - D_i), dQ_i += scale dS K_j, dK_j += scale dS^T Q_i.
 ** All products are GEMMs on blocks of at most a tile; the order of every sum is fixed. */
-static void KN(attention_backward_head)(REAL* dq, const REAL* dO, const REAL* q, const REAL* o,
-                                        const REAL* lse_head, REAL* work, int T, int C, int hs,
-                                        REAL scale) {
+static void attention_backward_head(real* dq, const real* dO, const real* q, const real* o,
+                                    const real* lse_head, real* work, int T, int C, int hs,
+                                    real scale) {
   const int C3 = 3 * C;
-  const REAL *k = q + C, *v = q + 2 * C;
-  REAL *dk = dq + C, *dv = dq + 2 * C;
-  REAL* p = work;                                         /* [nq, nk] probabilities */
-  REAL* ds = p + ATTENTION_TILE_Q * ATTENTION_TILE_K;     /* [nq, nk] dP, then dS */
-  REAL* kt = ds + ATTENTION_TILE_Q * ATTENTION_TILE_K;    /* [hs, nk_tile] K_j^T */
-  REAL* vt = kt + (size_t)hs * ATTENTION_TILE_K;          /* [hs, nk_tile] V_j^T */
-  REAL* drow = vt + (size_t)hs * ATTENTION_TILE_K;        /* [T] rowsum(dO * O) */
-  for (int t = 0; t < T; t++) drow[t] = KN(row_dot)(dO + (size_t)t * C, o + (size_t)t * C, hs);
+  const real *k = q + C, *v = q + 2 * C;
+  real *dk = dq + C, *dv = dq + 2 * C;
+  real* p = work;                                         /* [nq, nk] probabilities */
+  real* ds = p + ATTENTION_TILE_Q * ATTENTION_TILE_K;     /* [nq, nk] dP, then dS */
+  real* kt = ds + ATTENTION_TILE_Q * ATTENTION_TILE_K;    /* [hs, nk_tile] K_j^T */
+  real* vt = kt + (size_t)hs * ATTENTION_TILE_K;          /* [hs, nk_tile] V_j^T */
+  real* drow = vt + (size_t)hs * ATTENTION_TILE_K;        /* [T] rowsum(dO * O) */
+  for (int t = 0; t < T; t++) drow[t] = row_dot(dO + (size_t)t * C, o + (size_t)t * C, hs);
   for (int k0 = 0; k0 < T; k0 += ATTENTION_TILE_K) {
     int nk_tile = T - k0 < ATTENTION_TILE_K ? T - k0 : ATTENTION_TILE_K;
-    const REAL* kj = k + (size_t)k0 * C3;
-    REAL* dkj = dk + (size_t)k0 * C3;
-    REAL* dvj = dv + (size_t)k0 * C3;
-    KN(transpose_block)(kt, kj, C3, nk_tile, hs);
-    KN(transpose_block)(vt, v + (size_t)k0 * C3, C3, nk_tile, hs);
+    const real* kj = k + (size_t)k0 * C3;
+    real* dkj = dk + (size_t)k0 * C3;
+    real* dvj = dv + (size_t)k0 * C3;
+    transpose_block(kt, kj, C3, nk_tile, hs);
+    transpose_block(vt, v + (size_t)k0 * C3, C3, nk_tile, hs);
     /* query tiles ending at or before k0 see none of these keys: start at the one holding k0 */
     for (int q0 = k0 / ATTENTION_TILE_Q * ATTENTION_TILE_Q; q0 < T; q0 += ATTENTION_TILE_Q) {
       int nq = T - q0 < ATTENTION_TILE_Q ? T - q0 : ATTENTION_TILE_Q;
       /* keys past the tile's last query are masked for all its rows: left out (the first nk
       ** columns of K_j^T and V_j^T, row stride nk_tile) */
       int nk = q0 + nq - k0 < nk_tile ? q0 + nq - k0 : nk_tile;
-      const REAL* qi = q + (size_t)q0 * C3;
-      const REAL* dOi = dO + (size_t)q0 * C;
+      const real* qi = q + (size_t)q0 * C3;
+      const real* dOi = dO + (size_t)q0 * C;
       GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, nk, hs, scale, qi, C3, kt, nk_tile, 0,
            p, nk);
       for (int r = 0; r < nq; r++) {
-        REAL* row = p + (size_t)r * nk;
-        REAL row_lse = lse_head[q0 + r];
-        int nvalid = KN(causal_valid_keys)(q0 + r, k0, nk);
+        real* row = p + (size_t)r * nk;
+        real row_lse = lse_head[q0 + r];
+        int nvalid = causal_valid_keys(q0 + r, k0, nk);
         for (int c = 0; c < nvalid; c++) row[c] = EXP(row[c] - row_lse);
         for (int c = nvalid; c < nk; c++) row[c] = 0;
       }
@@ -502,9 +598,9 @@ static void KN(attention_backward_head)(REAL* dq, const REAL* dO, const REAL* q,
       GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, nk, hs, 1, dOi, C, vt, nk_tile, 0, ds,
            nk);
       for (int r = 0; r < nq; r++) {
-        const REAL* prow = p + (size_t)r * nk;
-        REAL* dsrow = ds + (size_t)r * nk;
-        REAL d = drow[q0 + r];
+        const real* prow = p + (size_t)r * nk;
+        real* dsrow = ds + (size_t)r * nk;
+        real d = drow[q0 + r];
         for (int c = 0; c < nk; c++) dsrow[c] = prow[c] * (dsrow[c] - d);
       }
       GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hs, nk, scale, ds, nk, kj, C3, 1,
@@ -514,94 +610,77 @@ static void KN(attention_backward_head)(REAL* dq, const REAL* dO, const REAL* q,
   }
 }
 
-/* Backward of attention_forward, see the header; dqkv accumulates. Parallel over (b, h): each
+/* Backward of attention_forward, see KERNEL_LIST; dqkv accumulates. Parallel over (b, h): each
 ** pair writes only its own columns of dqkv and is computed by one thread in a fixed order, so
 ** there are no races and the result does not depend on the thread count. (All (b, h) cost the
 ** same, so the split is balanced whenever B*NH is a multiple of the thread count.) */
-void KN(attention_backward)(REAL* dqkv, const REAL* dout, const REAL* qkv, const REAL* out,
-                            const REAL* lse, REAL* scratch, int B, int T, int C, int NH) {
+static void attention_backward(real* dqkv, const real* dout, const real* qkv, const real* out,
+                               const real* lse, real* scratch, int B, int T, int C, int NH) {
   int hs = C / NH;
   int C3 = 3 * C;
-  REAL scale = 1 / SQRT((REAL)hs);
+  real scale = 1 / SQRT((real)hs);
   size_t per_thread = attention_scratch_elems(T, hs);
-  KN(blas_serial_begin)();
+  blas_serial_begin();
   #pragma omp parallel for schedule(static) num_threads(kernels_threads())
   for (int bh = 0; bh < B * NH; bh++) {
     int b = bh / NH, h = bh % NH;
     size_t qoff = (size_t)b * T * C3 + (size_t)h * hs;
     size_t ooff = (size_t)b * T * C + (size_t)h * hs;
-    REAL* work = scratch + (size_t)omp_get_thread_num() * per_thread;
-    KN(attention_backward_head)(dqkv + qoff, dout + ooff, qkv + qoff, out + ooff,
+    real* work = scratch + (size_t)omp_get_thread_num() * per_thread;
+    attention_backward_head(dqkv + qoff, dout + ooff, qkv + qoff, out + ooff,
                                 lse + (size_t)bh * T, work, T, C, hs, scale);
   }
-  KN(blas_serial_end)();
+  blas_serial_end();
 }
 
 // ----------------------------------------------------------------------------
-// GELU, residual
+// GELU
 
-#define KN_GELU_SCALING ((REAL)0.7978845608028654) /* sqrt(2 / pi) */
-#define KN_GELU_CUBE ((REAL)0.044715)
+#define GELU_SCALING ((real)0.7978845608028654) /* sqrt(2 / pi) */
+#define GELU_CUBE ((real)0.044715)
 
 /* Tanh-approximation GELU: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
-void KN(gelu_forward)(REAL* restrict out, const REAL* restrict inp, size_t N) {
+static void gelu_forward(real* restrict out, const real* restrict inp, size_t N) {
   #pragma omp parallel for simd schedule(static) num_threads(kernels_threads())
   for (size_t i = 0; i < N; i++) {
-    REAL x = inp[i];
-    REAL u = KN_GELU_SCALING * (x + KN_GELU_CUBE * x * x * x);
-    out[i] = (REAL)0.5 * x * (1 + TANH(u));
+    real x = inp[i];
+    real u = GELU_SCALING * (x + GELU_CUBE * x * x * x);
+    out[i] = (real)0.5 * x * (1 + TANH(u));
   }
 }
 
 /* dinp = GELU'(x) * dout (overwritten: the MLP's gradient buffer needs no zeroing), with
 ** GELU'(x) = 0.5 (1 + tanh u) + 0.5 x sech^2(u) du/dx and sech^2 u computed as 1 - tanh^2 u
 ** (no cosh, which overflows for large |u|). */
-void KN(gelu_backward)(REAL* restrict dinp, const REAL* restrict inp, const REAL* restrict dout,
-                       size_t N) {
+static void gelu_backward(real* restrict dinp, const real* restrict inp, const real* restrict dout,
+                          size_t N) {
   #pragma omp parallel for simd schedule(static) num_threads(kernels_threads())
   for (size_t i = 0; i < N; i++) {
-    REAL x = inp[i];
-    REAL u = KN_GELU_SCALING * (x + KN_GELU_CUBE * x * x * x);
-    REAL th = TANH(u);
-    REAL sech2 = 1 - th * th;
-    REAL du = KN_GELU_SCALING * (1 + 3 * KN_GELU_CUBE * x * x);
-    REAL grad = (REAL)0.5 * (1 + th) + (REAL)0.5 * x * sech2 * du;
+    real x = inp[i];
+    real u = GELU_SCALING * (x + GELU_CUBE * x * x * x);
+    real th = TANH(u);
+    real sech2 = 1 - th * th;
+    real du = GELU_SCALING * (1 + 3 * GELU_CUBE * x * x);
+    real grad = (real)0.5 * (1 + th) + (real)0.5 * x * sech2 * du;
     dinp[i] = grad * dout[i];
   }
 }
 
-#undef KN_GELU_SCALING
-#undef KN_GELU_CUBE
-
-/* out = a + b, elementwise. */
-void KN(residual_forward)(REAL* restrict out, const REAL* restrict a, const REAL* restrict b,
-                          size_t N) {
-  #pragma omp parallel for simd schedule(static) num_threads(kernels_threads())
-  for (size_t i = 0; i < N; i++) out[i] = a[i] + b[i];
-}
-
-/* Backward of residual_forward: da += dout, db += dout. */
-void KN(residual_backward)(REAL* restrict da, REAL* restrict db, const REAL* restrict dout,
-                           size_t N) {
-  #pragma omp parallel for simd schedule(static) num_threads(kernels_threads())
-  for (size_t i = 0; i < N; i++) {
-    da[i] += dout[i];
-    db[i] += dout[i];
-  }
-}
+#undef GELU_SCALING
+#undef GELU_CUBE
 
 // ----------------------------------------------------------------------------
 // fused softmax cross-entropy
 
 /* row[v] = exp(row[v] - maxv) for v < n, returning the sum of the new values accumulated in
-** double (for long rows such as the vocabulary) in row_sum's fixed order (KN_LANES interleaved
+** double (for long rows such as the vocabulary) in row_sum's fixed order (LANES interleaved
 ** partial sums): one pass instead of an exp pass and a sum pass. */
-static inline double KN(row_exp_sum)(REAL* restrict row, REAL maxv, int n) {
-  double acc[KN_LANES] = {0};
+static inline double row_exp_sum(real* restrict row, real maxv, int n) {
+  double acc[LANES] = {0};
   int i = 0;
-  for (; i + KN_LANES <= n; i += KN_LANES)
-    for (int k = 0; k < KN_LANES; k++) {
-      REAL e = EXP(row[i + k] - maxv);
+  for (; i + LANES <= n; i += LANES)
+    for (int k = 0; k < LANES; k++) {
+      real e = EXP(row[i + k] - maxv);
       row[i + k] = e;
       acc[k] += (double)e;
     }
@@ -610,7 +689,7 @@ static inline double KN(row_exp_sum)(REAL* restrict row, REAL maxv, int n) {
     acc[k] += (double)row[i];
   }
   double s = 0;
-  for (int k = 0; k < KN_LANES; k++) s += acc[k];
+  for (int k = 0; k < LANES; k++) s += acc[k];
   return s;
 }
 
@@ -618,30 +697,30 @@ static inline double KN(row_exp_sum)(REAL* restrict row, REAL maxv, int n) {
 ** and overwrites row[0..Vp) with scale * (p - onehot(target)) (0 in the padding). The
 ** normaliser is summed in double so that the fp32 loss stays accurate for V ~ 50k. Three
 ** passes over the row (max; exp and sum; scale), the row (~200 KB) staying in cache. */
-static REAL KN(crossentropy_row)(REAL* row, int target, int V, int Vp, double scale) {
-  REAL maxv = KN(row_max)(row, V);
-  REAL shifted_target = row[target] - maxv;
-  double sum = KN(row_exp_sum)(row, maxv, V);
-  REAL loss = (REAL)(log(sum) - (double)shifted_target);
-  REAL norm = (REAL)(scale / sum);
+static real crossentropy_row(real* row, int target, int V, int Vp, double scale) {
+  real maxv = row_max(row, V);
+  real shifted_target = row[target] - maxv;
+  double sum = row_exp_sum(row, maxv, V);
+  real loss = (real)(log(sum) - (double)shifted_target);
+  real norm = (real)(scale / sum);
   for (int v = 0; v < V; v++) row[v] *= norm;
-  row[target] -= (REAL)scale;
+  row[target] -= (real)scale;
   for (int v = V; v < Vp; v++) row[v] = 0;
   return loss;
 }
 
-/* Fused softmax cross-entropy over logits[BT, Vp] (first V columns real), see the header.
+/* Fused softmax cross-entropy over logits[BT, Vp] (first V columns real), see KERNEL_LIST.
 ** Positions are split among threads; the returned sum of losses is then added in order. */
-double KN(crossentropy_forward_backward)(REAL* logits, REAL* losses, const int* targets,
-                                         int BT, int V, int Vp, double scale) {
+static double crossentropy_forward_backward(real* logits, real* losses, const int* targets, int BT,
+                                            int V, int Vp, double scale) {
   #pragma omp parallel for schedule(static) num_threads(kernels_threads())
   for (int i = 0; i < BT; i++) {
-    REAL* row = logits + (size_t)i * Vp;
+    real* row = logits + (size_t)i * Vp;
     if (targets[i] < 0) {
       losses[i] = 0;
-      memset(row, 0, (size_t)Vp * sizeof(REAL));
+      memset(row, 0, (size_t)Vp * sizeof(real));
     } else {
-      losses[i] = KN(crossentropy_row)(row, targets[i], V, Vp, scale);
+      losses[i] = crossentropy_row(row, targets[i], V, Vp, scale);
     }
   }
   double total = 0;
@@ -655,7 +734,7 @@ double KN(crossentropy_forward_backward)(REAL* logits, REAL* losses, const int* 
 /* Sum of squares of g[0..n) in double. The range is cut into a fixed number of chunks
 ** (independent of the thread count), each summed with 8 interleaved accumulators, and the
 ** chunk sums are added in order: fast, and bit-identical for any number of threads. */
-double KN(sum_squares)(const REAL* g, size_t n) {
+static double sum_squares(const real* g, size_t n) {
   enum { NCHUNK = 64, NACC = 8 };
   double partial[NCHUNK];
   #pragma omp parallel for schedule(static) num_threads(kernels_threads())
@@ -683,37 +762,57 @@ double KN(sum_squares)(const REAL* g, size_t n) {
 ** it runs in vectors). Everything that does not depend on the element is computed before
 ** the loop: the bias corrections (in double, as reciprocals), 1 - b1 and 1 - b2; per element
 ** there remain one sqrt and one division, both vector instructions. */
-void KN(adamw_update)(REAL* restrict w, const REAL* restrict g, REAL* restrict m,
-                      REAL* restrict v, size_t n, float lr, float b1, float b2, float eps,
-                      float wd, int t, float grad_scale) {
-  const REAL inv_bc1 = (REAL)(1.0 / (1.0 - pow((double)b1, (double)t)));
-  const REAL inv_bc2 = (REAL)(1.0 / (1.0 - pow((double)b2, (double)t)));
-  const REAL rb1 = b1, rb2 = b2, rlr = lr, reps = eps, rwd = wd, gs = grad_scale;
-  const REAL one_b1 = 1 - rb1, one_b2 = 1 - rb2;
+static void adamw_update(real* restrict w, const real* restrict g, real* restrict m,
+                         real* restrict v, size_t n, float lr, float b1, float b2, float eps,
+                         float wd, int t, float grad_scale) {
+  const real inv_bc1 = (real)(1.0 / (1.0 - pow((double)b1, (double)t)));
+  const real inv_bc2 = (real)(1.0 / (1.0 - pow((double)b2, (double)t)));
+  const real rb1 = b1, rb2 = b2, rlr = lr, reps = eps, rwd = wd, gs = grad_scale;
+  const real one_b1 = 1 - rb1, one_b2 = 1 - rb2;
   #pragma omp parallel for simd schedule(static) num_threads(kernels_threads())
   for (size_t i = 0; i < n; i++) {
-    REAL gi = g[i] * gs;
-    REAL mi = rb1 * m[i] + one_b1 * gi;
-    REAL vi = rb2 * v[i] + one_b2 * gi * gi;
+    real gi = g[i] * gs;
+    real mi = rb1 * m[i] + one_b1 * gi;
+    real vi = rb2 * v[i] + one_b2 * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    REAL mhat = mi * inv_bc1;
-    REAL vhat = vi * inv_bc2;
+    real mhat = mi * inv_bc1;
+    real vhat = vi * inv_bc2;
     w[i] -= rlr * (mhat / (SQRT(vhat) + reps) + rwd * w[i]);
   }
 }
 
-void KN(logits_argmax)(const REAL* logits, int BT, int V, int Vp, int* argmax) {
+/* argmax[i] = the first index of the largest of logits[i, 0..V); rows have stride Vp. Each
+** thread owns whole rows. */
+static void logits_argmax(const real* logits, int BT, int V, int Vp, int* argmax) {
   #pragma omp parallel for schedule(static) num_threads(kernels_threads())
   for (int i = 0; i < BT; i++) {
-    const REAL* row = logits + (size_t)i * Vp;
+    const real* row = logits + (size_t)i * Vp;
     int best = 0;
     for (int v = 1; v < V; v++) if (row[v] > row[best]) best = v;
     argmax[i] = best;
   }
 }
 
-void KN(accumulate)(REAL* dst, const REAL* src, size_t n) {
+/* dst[0..n) += src[0..n) (the gradient reductions add a received part into a shard). */
+static void accumulate(real* dst, const real* src, size_t n) {
   #pragma omp parallel for schedule(static) num_threads(kernels_threads())
   for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
+
+// ----------------------------------------------------------------------------
+// the table this compile exports
+
+/* One member per entry of KERNEL_LIST, each set to the static function of the same name: a
+** kernel of the list without a definition here is an undeclared name, and a definition whose
+** signature differs from the list's an incompatible pointer, which the pragma makes an error
+** (not only a warning). A kernel defined here but not in the list is an unused function
+** (-Wall warns). */
+#pragma GCC diagnostic error "-Wincompatible-pointer-types"
+#define CPU_TABLE_ENTRY(ret, name, params) .name = name,
+#ifdef OSDP_REAL_DOUBLE
+const Kernels_f64 cpu_kernels_f64 = {KERNEL_LIST(CPU_TABLE_ENTRY, double)};
+#else
+const Kernels_f32 cpu_kernels_f32 = {KERNEL_LIST(CPU_TABLE_ENTRY, float)};
+#endif
+#undef CPU_TABLE_ENTRY
