@@ -40,3 +40,14 @@ add_test(NAME reference_fingerprints
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/reference.sh $<TARGET_FILE:osdp> $<TARGET_FILE:plan_tool> ${OSDP_MPIRUN})
 set_tests_properties(reference_fingerprints PROPERTIES TIMEOUT 300
   ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+# engine_create fails cleanly at every failure point: the checks before anything is built, and
+# each allocation in turn (the link wraps malloc, calloc, realloc, free and the arena's
+# allocations to count and fail them): -1, an error, nothing left allocated or reserved. Under
+# ASan (make asan) LeakSanitizer checks it too, before MPI finalizes (MPI's own blocks
+# suppressed), whatever ASAN_OPTIONS the suite runs with.
+osdp_add_test_exe(test_engine_create ${PROJECT_SOURCE_DIR}/tests/test_engine_create.c)
+target_link_options(test_engine_create PRIVATE
+  "LINKER:--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free,--wrap=arena_alloc,--wrap=arena_alloc_uninit")
+add_test(NAME runtime_create_failures COMMAND test_engine_create)
+set_tests_properties(runtime_create_failures PROPERTIES LABELS "sanitize"
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;ASAN_OPTIONS=detect_leaks=1;LSAN_OPTIONS=leak_check_at_exit=0:suppressions=${PROJECT_SOURCE_DIR}/tests/lsan_mpi.supp")

@@ -618,7 +618,7 @@ static void test_overlap(void) {
   Plan p;
   PlanCost c0, c1;
   plan_uniform(&p, &d, STRAT_DP, 2, 2, 16);
-  CHECK(plan_dp_buckets(&d, &p, COST_BUCKET_BYTES, NULL) >= 2);
+  CHECK(plan_dp_buckets(&d, &p, PLAN_BUCKET_BYTES, NULL) >= 2);
   CHECK(plan_cost(&d, &dev, &p, &c0) == 0);
   dev.coll[COLL_ALLREDUCE].overlap = 0.5;
   CHECK(plan_cost(&d, &dev, &p, &c1) == 0);

@@ -39,11 +39,13 @@ int arena_init(Arena* a, size_t capacity, const ArenaMemory* mem) {
   size_t want = reserve_bytes(capacity, available);
   void* p = mem->reserve(want);
   if (!p) return -1;
+  /* The arena holds the range only once it can track it: a failed init holds nothing, so
+  ** arena_destroy after it releases nothing twice. */
+  a->blocks = calloc(ARENA_MAX_BLOCKS, sizeof *a->blocks);
+  if (!a->blocks) { mem->release(p, want); return osdp_fail("arena: out of host memory"); }
   a->base = p;
   a->reserved = want;
   a->maxblocks = ARENA_MAX_BLOCKS;
-  a->blocks = calloc((size_t)a->maxblocks, sizeof *a->blocks);
-  if (!a->blocks) { mem->release(p, want); return osdp_fail("arena: out of host memory"); }
   a->blocks[0] = (ArenaBlock){.offset = 0, .size = want, .used = 0};
   a->nblocks = 1;
   return 0;

@@ -53,7 +53,8 @@ typedef struct Arena {
 ** bounded (available() > 0: a GPU), the block is the capacity plus room for alignment and
 ** fragmentation (capacity / 16 + 64 MiB), at most what is available; unlimited takes what is
 ** available less 256 MiB. Unbounded memory (the CPU) reserves twice the capacity plus 64 MiB of
-** address space, or 1 TiB when unlimited. Returns 0 or -1 with an error. */
+** address space, or 1 TiB when unlimited. Returns 0, or -1 with an error (then it holds
+** nothing: arena_destroy on it does nothing). */
 int arena_init(Arena* a, size_t capacity, const ArenaMemory* mem);
 /* Releases the arena and everything in it. */
 void arena_destroy(Arena* a);

@@ -9,6 +9,7 @@
 
 #include "core/util.h"
 #include "model/gpt_step.h"
+#include "model/step_walk.h"
 
 static const char* strategy_names[STRAT_COUNT] = {"dp", "zero2", "zero3"};
 
@@ -321,77 +322,52 @@ static size_t slice_full_bytes(const GptDesc* d, const Plan* p, int owner, int s
   return sizeof(float) * slice_padded(n, o->strat[slice], plan_op_group(p, owner));
 }
 
-/* Index of the next use after i whose weight is fully sharded (what the runtime prefetches),
-** or -1. */
-static int next_zero3_use(const Plan* p, const GptParamUse* u, int n, int i) {
-  for (int j = i + 1; j < n; j++)
-    if (u[j].weight && p->ops[u[j].owner].strat[u[j].slice] == STRAT_ZERO3) return j;
-  return -1;
+/* The memory replay: the transient bytes live as the walk allocates and frees them. */
+typedef struct MemReplay {
+  const GptDesc* d;
+  const Plan* p;
+  size_t cur;   /* bytes live now */
+} MemReplay;
+
+/* The walk's actions in bytes: a gathered weight (now or prefetched) and a full gradient are
+** live from their allocation until freed, a full gradient until its reduce-scatter has landed. */
+static void mem_action(void* ctx, WalkAction a, const GptParamUse* u, int arg) {
+  MemReplay* m = ctx;
+  switch (a) {
+    case WALK_GATHER: case WALK_PREFETCH: case WALK_ALLOC_GRAD:
+      m->cur += slice_full_bytes(m->d, m->p, u->owner, u->slice);
+      break;
+    case WALK_FREE_WEIGHT: case WALK_REDUCE: case WALK_REDUCE_WAIT:
+      m->cur -= slice_full_bytes(m->d, m->p, u->owner, u->slice);
+      break;
+    default: /* the rest moves no bytes */
+      break;
+  }
 }
 
-/* Replays the step's parameter uses u[0..n) as the runtime's hooks execute them and returns
-** the largest transient bytes live at once; live[i] (when live != NULL) receives the bytes
-** live at the fullest moment of use i. A zero3 weight use holds its gathered weight (gathered
-** now, or prefetched at the previous zero3 use); with prefetch it also allocates the next zero3
-** weight's buffer, which stays live until that use frees it; a sharded gradient use holds the
-** slice's full gradient. Weight and gradient of one use are live together (the backward kernel
-** needs both); both are freed before the next use, except that with overlap_reduce a sharded
-** full gradient stays live while its reduce-scatter is in flight: until the next sharded
-** gradient use ends (the runtime waits for it then) or the step's end. */
-static size_t replay_transient(const GptDesc* d, const Plan* p, const GptParamUse* u, int n,
-                               size_t* live) {
-  size_t cur = 0, peak = 0;
-  int pending = -1; /* use index whose weight has been prefetched */
-  size_t reducing = 0; /* bytes of the full gradient whose reduce-scatter is in flight */
-  for (int i = 0; i < n; i++) {
-    Strategy st = p->ops[u[i].owner].strat[u[i].slice];
-    size_t full = slice_full_bytes(d, p, u[i].owner, u[i].slice);
-    int gathered = u[i].weight && st == STRAT_ZERO3;
-    int full_grad = u[i].grad && st != STRAT_DP;
-    if (gathered) {
-      if (pending != i) cur += full;      /* not prefetched: gathered now */
-      pending = -1;
-      if (p->prefetch) {
-        int nx = next_zero3_use(p, u, n, i);
-        pending = nx;
-        if (nx >= 0) cur += slice_full_bytes(d, p, u[nx].owner, u[nx].slice);
-      }
-    }
-    if (full_grad) cur += full;
-    if (live) live[i] = cur;
-    if (cur > peak) peak = cur;
-    if (gathered) cur -= full;
-    /* With overlap the previous reduce-scatter lands and this one goes in flight (a group of
-    ** one has nothing to send: its gradient is added and freed at once). */
-    if (full_grad && p->overlap_reduce && plan_op_group(p, u[i].owner) > 1) {
-      cur -= reducing;
-      reducing = full;
-    } else if (full_grad) {
-      cur -= full + (p->overlap_reduce ? reducing : 0);
-      reducing = 0;
-    }
+/* Replays the step's parameter uses of plan p as the runtime's hooks execute them (the step
+** walk, step_walk.h) and returns the largest transient bytes live at once; live[i] (when live
+** != NULL) receives the bytes live at the fullest moment of use i: after its weight (and with
+** prefetch the next zero3 weight's buffer) and its full gradient are allocated, before anything
+** of it is freed. Sets *n to the number of uses; -1 with an error when out of memory. */
+static size_t replay_transient(const GptDesc* d, const Plan* p, size_t* live, int* n) {
+  MemReplay m = {d, p, 0};
+  StepWalk* w = walk_create(d, p, PLAN_BUCKET_BYTES, mem_action, &m);
+  size_t peak = 0;
+  *n = w ? walk_use_count(w) : -1;
+  int i;
+  while (w && (i = walk_use_begin(w)) >= 0) {
+    if (live) live[i] = m.cur;
+    if (m.cur > peak) peak = m.cur;
+    walk_use_end(w);
   }
+  walk_destroy(w);
   return peak;
 }
 
-/* The step's parameter uses of plan p in a heap array (caller frees) and their count in *n;
-** NULL with an error when out of memory. */
-static GptParamUse* plan_schedule(const GptDesc* d, const Plan* p, int* n) {
-  int* slices = malloc((size_t)d->nops * sizeof(int));
-  if (!slices) { osdp_fail("out of memory"); return NULL; }
-  plan_slice_counts(p, slices);
-  GptParamUse* u = gpt_param_schedule_alloc(d, slices, p->recompute, n);
-  if (!u) osdp_fail("out of memory");
-  free(slices);
-  return u;
-}
-
 int plan_transient_timeline(const GptDesc* d, const Plan* p, size_t* live) {
-  int n = 0;
-  GptParamUse* u = plan_schedule(d, p, &n);
-  if (!u) return -1;
-  replay_transient(d, p, u, n, live);
-  free(u);
+  int n;
+  replay_transient(d, p, live, &n);
   return n;
 }
 
@@ -401,13 +377,9 @@ int plan_transient_timeline(const GptDesc* d, const Plan* p, size_t* live) {
 ** and with overlap_reduce the largest full gradient still being reduced; that bound is exact
 ** without either and never below the truth with them. */
 static size_t plan_transient_peak(const GptDesc* d, const Plan* p) {
-  int n = 0;
-  GptParamUse* u = plan_schedule(d, p, &n);
-  if (u) {
-    size_t peak = replay_transient(d, p, u, n, NULL);
-    free(u);
-    return peak;
-  }
+  int n;
+  size_t peak = replay_transient(d, p, NULL, &n);
+  if (n >= 0) return peak;
   osdp_clear_error();
   size_t use = 0, z3 = 0, rs = 0;
   for (int i = 0; i < d->nops; i++) {

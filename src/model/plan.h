@@ -114,11 +114,11 @@ void slice_persistent_bytes(size_t n, Strategy s, int group, size_t* params, siz
 /* Transient bytes live while a slice is used in forward and in backward. */
 size_t slice_transient_forward(size_t n, Strategy s, int group);
 size_t slice_transient_backward(size_t n, Strategy s, int group, int needs_weight);
-/* The transient bytes over one training step: replays the step's parameter uses
-** (gpt_param_schedule order: forward, then backward) as the runtime's hooks allocate them
-** (zero3 gathers a weight before its use and frees it after; a sharded slice holds a full
-** gradient during a gradient use; with p->prefetch each zero3 weight use also allocates the
-** next zero3 weight's buffer). Returns the number of uses n, or -1 with an error when out of
+/* The transient bytes over one training step: walks the step's parameter uses
+** (gpt_param_schedule order: forward, then backward) with the runtime's own step walk
+** (step_walk.h: zero3 gathers a weight before its use and frees it after; a sharded slice holds a
+** full gradient from its gradient use until its reduce-scatter lands; with p->prefetch each zero3
+** weight use also allocates the next zero3 weight's buffer) and counts the bytes. Returns the number of uses n, or -1 with an error when out of
 ** memory; when live != NULL (n entries; call with NULL first to size it) live[i] receives the
 ** transient bytes live at the fullest moment of use i. The memory prediction's transient is
 ** the maximum of this timeline, so the prediction and its picture (plan_svg) agree. */
@@ -127,6 +127,10 @@ int plan_transient_timeline(const GptDesc* d, const Plan* p, size_t* live);
 ** micro_batch and seq; transient = the maximum of plan_transient_timeline (should its
 ** schedule not fit in memory, a bound that is exact without prefetch and never low with it). */
 void plan_predict_memory(const GptDesc* d, const Plan* p, int threads, MemPrediction* m);
+
+/* The size of a dp gradient bucket: the runtime's default (TrainOptions.bucket_bytes) and what
+** the cost model prices. */
+#define PLAN_BUCKET_BYTES ((size_t)16 << 20)
 
 /* Groups the plan's dp slices into gradient all-reduce buckets of at most bucket_bytes (a
 ** slice larger than that gets a bucket of its own), in the order backward finishes them:

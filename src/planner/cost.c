@@ -7,6 +7,7 @@
 
 #include "core/util.h"
 #include "model/gpt_step.h"
+#include "model/step_walk.h"
 
 /* The compute share of op i's measured forward+backward time in a phase: a third forward (and
 ** recomputed forward), two thirds backward; an op without a backward pass (the loss, whose
@@ -81,7 +82,7 @@ static double grad_factor(const DeviceInfo* dev, int kind, ReduceDtype rd) {
 ** reductions sent at factor f of those bytes: its share of a full bucket's all-reduce (with
 ** latency + bandwidth: bytes / bandwidth + latency * bytes / bucket), over the world. */
 static double dp_search_s(const DeviceInfo* dev, double bytes, double f) {
-  double full = (double)COST_BUCKET_BYTES;
+  double full = (double)PLAN_BUCKET_BYTES;
   return bytes * device_step_collective_s(dev, COLL_ALLREDUCE, f * full) / full;
 }
 
@@ -172,6 +173,9 @@ typedef struct Replay {
   int* kind;                /* per job: COLL_* */
   int head, tail;
   double compute, hidden, exposed[COLL_COUNT];
+  StepWalk* walk;           /* the step's parameter uses and what each does (step_walk.h) */
+  int prefetch_job;         /* the job of the prefetched gather in flight */
+  int reduce_job;           /* overlap_reduce: the job of the reduce-scatter in flight */
 } Replay;
 
 /* The rank computes for dt seconds; the channel's jobs progress at their overlap rates. */
@@ -218,10 +222,7 @@ static void replay_blocking(Replay* r, int kind, CommShape sh, double bytes) {
   r->exposed[kind] += s;
 }
 
-/* Strategy, shard group, full bytes of the slice of use u, and its group's shape. */
-static Strategy use_strategy(const Replay* r, const GptParamUse* u) {
-  return r->p->ops[u->owner].strat[u->slice];
-}
+/* Shard group, full bytes of the slice of use u, and its group's shape. */
 static int use_group(const Replay* r, const GptParamUse* u) { return plan_op_group(r->p, u->owner); }
 static double use_bytes(const Replay* r, const GptParamUse* u) {
   const OpPlan* o = &r->p->ops[u->owner];
@@ -232,97 +233,80 @@ static CommShape use_shape(const Replay* r, const GptParamUse* u) {
   return device_group_shape(r->dev, use_group(r, u));
 }
 
-/* State of the walk over the schedule: the prefetch in flight, the reduce-scatter in flight,
-** the dp buckets. */
-typedef struct Walk {
-  const GptParamUse* u;
-  int n, next;              /* uses, the next one to come */
-  int pending, pending_job; /* use whose weight is being prefetched, its job */
-  int reducing, reducing_job, reducing_last; /* overlap_reduce: the use whose reduce-scatter is
-                            ** in flight (-1: none), its job, whether it was its slice's last */
-  int* bucket;              /* plan_dp_buckets map */
-  int* members_left;        /* per bucket */
-  double* bucket_bytes;     /* per bucket */
-  int* grad_left;           /* per [op * GPT_MAX_SLICES + slice]: gradient uses still to come */
-} Walk;
-
-/* A weight use: zero3 gathers within its group (or waits for its prefetch) and, with prefetch,
-** queues the gather of the next zero3 weight, as the engine's acquire hook does. */
-static void replay_weight(Replay* r, Walk* w, int i) {
-  const GptParamUse* u = &w->u[i];
-  if (use_strategy(r, u) != STRAT_ZERO3) return;
-  if (w->pending == i) replay_wait(r, w->pending_job);
-  else replay_blocking(r, COLL_ALLGATHER, use_shape(r, u), use_bytes(r, u));
-  w->pending = -1;
-  if (!r->p->prefetch) return;
-  for (int j = i + 1; j < w->n; j++)
-    if (w->u[j].weight && use_strategy(r, &w->u[j]) == STRAT_ZERO3) {
-      w->pending = j;
-      w->pending_job = replay_start(r, COLL_ALLGATHER, use_shape(r, &w->u[j]), use_bytes(r, &w->u[j]));
+/* The walk's actions on the replay's clock and channel, as the engine runs them: zero3 gathers
+** block within the slice's group unless prefetched (then queued at the previous zero3 use and
+** waited for here); reduce-scatters block, or with overlap_reduce are queued and waited for when
+** the walk lands them; across-group and bucket all-reduces are queued; the end of backward waits
+** for the whole channel. Gradient reductions send their bytes at the dtype's factor. */
+static void time_action(void* ctx, WalkAction a, const GptParamUse* u, int arg) {
+  Replay* r = ctx;
+  ReduceDtype rd = r->p->reduce_dtype;
+  switch (a) {
+    case WALK_GATHER:
+      replay_blocking(r, COLL_ALLGATHER, use_shape(r, u), use_bytes(r, u));
       break;
-    }
-}
-
-/* The reduce-scatter of sharded use i has landed in the shard: after the slice's last gradient
-** use (`last`) of a hybrid plan, the shard's all-reduce across the groups is queued (waited at
-** the end of backward). */
-static void replay_landed(Replay* r, Walk* w, int i, int last) {
-  int G = use_group(r, &w->u[i]);
-  CommShape across = device_across_shape(r->dev, G);
-  if (last && across.ranks > 1)
-    replay_start(r, COLL_ALLREDUCE, across,
-                 grad_factor(r->dev, COLL_ALLREDUCE, r->p->reduce_dtype) * use_bytes(r, &w->u[i]) / G);
-}
-
-/* overlap_reduce: waits for the reduce-scatter in flight, if any, and lands it. */
-static void replay_finish_reducing(Replay* r, Walk* w) {
-  if (w->reducing < 0) return;
-  replay_wait(r, w->reducing_job);
-  replay_landed(r, w, w->reducing, w->reducing_last);
-  w->reducing = -1;
-}
-
-/* A finished gradient use: sharded slices reduce-scatter within the group now (with
-** overlap_reduce: start it, after waiting for the one in flight); a dp bucket starts its
-** all-reduce over the world when its last member's last use is done. */
-static void replay_grad(Replay* r, Walk* w, int i) {
-  const GptParamUse* u = &w->u[i];
-  int key = u->owner * GPT_MAX_SLICES + u->slice, last = --w->grad_left[key] == 0;
-  double f = grad_factor(r->dev, COLL_REDUCE_SCATTER, r->p->reduce_dtype);
-  if (use_strategy(r, u) != STRAT_DP) {
-    if (r->p->overlap_reduce) {
-      replay_finish_reducing(r, w);
-      w->reducing = i;
-      w->reducing_last = last;
-      w->reducing_job = replay_start(r, COLL_REDUCE_SCATTER, use_shape(r, u), f * use_bytes(r, u));
-      if (use_shape(r, u).ranks <= 1) replay_finish_reducing(r, w); /* a group of one: done */
-      return;
-    }
-    replay_blocking(r, COLL_REDUCE_SCATTER, use_shape(r, u), f * use_bytes(r, u));
-    replay_landed(r, w, i, last);
-    return;
+    case WALK_PREFETCH:
+      r->prefetch_job = replay_start(r, COLL_ALLGATHER, use_shape(r, u), use_bytes(r, u));
+      break;
+    case WALK_TAKE_PREFETCH:
+      replay_wait(r, r->prefetch_job);
+      break;
+    case WALK_REDUCE:
+      replay_blocking(r, COLL_REDUCE_SCATTER, use_shape(r, u),
+                      grad_factor(r->dev, COLL_REDUCE_SCATTER, rd) * use_bytes(r, u));
+      break;
+    case WALK_REDUCE_START:
+      r->reduce_job = replay_start(r, COLL_REDUCE_SCATTER, use_shape(r, u),
+                                   grad_factor(r->dev, COLL_REDUCE_SCATTER, rd) * use_bytes(r, u));
+      break;
+    case WALK_REDUCE_WAIT:
+      replay_wait(r, r->reduce_job);
+      break;
+    case WALK_ACROSS_START:
+      replay_start(r, COLL_ALLREDUCE, device_across_shape(r->dev, use_group(r, u)),
+                   grad_factor(r->dev, COLL_ALLREDUCE, rd) * use_bytes(r, u) / use_group(r, u));
+      break;
+    case WALK_BUCKET_START:
+      replay_start(r, COLL_ALLREDUCE, device_world_shape(r->dev),
+                   grad_factor(r->dev, COLL_ALLREDUCE, rd) *
+                       (4.0 * (double)walk_bucket_params(r->walk, arg)));
+      break;
+    case WALK_WAIT_ALL:
+      replay_wait(r, r->tail - 1);
+      break;
+    default: /* allocations and frees take no time */
+      break;
   }
-  int b = w->bucket[key];
-  if (!last || b < 0) return;
-  if (--w->members_left[b] == 0)
-    replay_start(r, COLL_ALLREDUCE, device_world_shape(r->dev),
-                 grad_factor(r->dev, COLL_ALLREDUCE, r->p->reduce_dtype) * w->bucket_bytes[b]);
 }
 
-/* Runs op i in the given phase: its parameter uses from the schedule, each followed by its
-** share of the op's compute; an op without parameters just computes. */
-static void replay_op(Replay* r, Walk* w, int i, GptPhase phase, int B) {
+/* Runs op i in the given phase: its parameter uses from the walk, each with its share of the
+** op's compute between the use's begin and end; an op without parameters just computes. */
+static void replay_op(Replay* r, int i, GptPhase phase, int B) {
   const GptDesc* d = r->d;
   int owner = d->ops[i].owner;
   int k = owner >= 0 ? r->p->ops[owner].k : 1;
   double t = op_share(d, i, phase) * device_op_time_s(r->dev, d, i, B, r->p->seq, k);
   if (owner < 0) { replay_compute(r, t); return; }
-  for (int s = 0; s < k && w->next < w->n; s++) {
-    int j = w->next++;
-    if (w->u[j].weight) replay_weight(r, w, j);
+  for (int s = 0; s < k && walk_use_begin(r->walk) >= 0; s++) {
     replay_compute(r, t / k);
-    if (w->u[j].grad) replay_grad(r, w, j);
+    walk_use_end(r->walk);
   }
+}
+
+/* The optimizer's seconds: the norm's all-reduce, each slice's update, zero2's all-gathers of
+** the updated shards within the group (groups of plan p on the device: on_dev). */
+static double replay_optimizer_s(const GptDesc* d, const DeviceInfo* dev, const Plan* on_dev) {
+  double t = device_step_collective_s(dev, COLL_ALLREDUCE, 16);
+  for (int i = 0; i < d->nops; i++)
+    for (int s = 0; d->ops[i].n_params && s < on_dev->ops[i].k; s++) {
+      size_t n = gpt_slice_params(&d->ops[i], on_dev->ops[i].k, s);
+      int G = plan_op_group(on_dev, i);
+      t += cost_slice_optim_s(dev, n, on_dev->ops[i].strat[s], G);
+      if (on_dev->ops[i].strat[s] == STRAT_ZERO2)
+        t += device_shape_step_s(dev, device_group_shape(dev, G), COLL_ALLGATHER,
+                                 slice_bytes(n, STRAT_ZERO2, G));
+    }
+  return t;
 }
 
 int plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* c) {
@@ -331,55 +315,23 @@ int plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* 
   on_dev.world = dev->ranks;
   plan_predict_memory(d, &on_dev, dev->threads, &c->mem);
   c->micro_batch = p->micro_batch;
-  int B = p->micro_batch, T = p->seq, nkeys = d->nops * GPT_MAX_SLICES;
-  int* slices = malloc((size_t)d->nops * sizeof *slices);
-  Walk w = {.pending = -1, .reducing = -1};
+  int B = p->micro_batch, T = p->seq;
   Replay r = {.d = d, .dev = dev, .p = &on_dev};
-  if (slices) plan_slice_counts(p, slices);
-  GptParamUse* u = slices ? gpt_param_schedule_alloc(d, slices, p->recompute, &w.n) : NULL;
+  r.walk = walk_create(d, &on_dev, PLAN_BUCKET_BYTES, time_action, &r);
   int nev = gpt_step_events(d, p->recompute, NULL);
   GptStepEvent* ev = malloc((size_t)nev * sizeof *ev);
   if (ev) gpt_step_events(d, p->recompute, ev);
-  w.u = u;
-  w.bucket = malloc((size_t)nkeys * sizeof *w.bucket);
-  w.grad_left = calloc((size_t)nkeys, sizeof *w.grad_left);
-  int nb = w.bucket ? plan_dp_buckets(d, &on_dev, COST_BUCKET_BYTES, w.bucket) : 0;
-  w.members_left = calloc((size_t)nb + 1, sizeof *w.members_left);
-  w.bucket_bytes = calloc((size_t)nb + 1, sizeof *w.bucket_bytes);
   /* Jobs: per use at most a prefetch, a reduce-scatter and an across-group all-reduce; one per
   ** bucket. */
-  size_t njobs = 3 * (size_t)w.n + (size_t)nb + 1;
+  size_t njobs = r.walk ? 3 * (size_t)walk_use_count(r.walk) + (size_t)walk_bucket_count(r.walk) + 1 : 1;
   r.rem = malloc(njobs * sizeof *r.rem);
   r.rate = malloc(njobs * sizeof *r.rate);
   r.kind = malloc(njobs * sizeof *r.kind);
-  int rc = (!u || !ev || !w.bucket || !w.grad_left || !w.members_left || !w.bucket_bytes || !r.rem ||
-            !r.rate || !r.kind)
-               ? osdp_fail("out of memory")
-               : 0;
-  for (int i = 0; !rc && i < w.n; i++) {
-    int key = u[i].owner * GPT_MAX_SLICES + u[i].slice;
-    if (!u[i].grad) continue;
-    if (w.grad_left[key]++ == 0 && w.bucket[key] >= 0) {
-      w.members_left[w.bucket[key]]++;
-      w.bucket_bytes[w.bucket[key]] += 4.0 * (double)gpt_slice_params(&d->ops[u[i].owner],
-                                                                        p->ops[u[i].owner].k, u[i].slice);
-    }
-  }
+  int rc = !r.walk || !ev || !r.rem || !r.rate || !r.kind ? osdp_fail("out of memory") : 0;
   if (!rc) {
-    for (int i = 0; i < nev; i++) replay_op(&r, &w, ev[i].op, ev[i].phase, B);
-    replay_finish_reducing(&r, &w);
-    replay_wait(&r, r.tail - 1);
-    /* The optimizer: the norm's all-reduce, each slice's update, zero2's all-gathers. */
-    c->optim_s = device_step_collective_s(dev, COLL_ALLREDUCE, 16);
-    for (int i = 0; i < d->nops; i++)
-      for (int s = 0; d->ops[i].n_params && s < p->ops[i].k; s++) {
-        size_t n = gpt_slice_params(&d->ops[i], p->ops[i].k, s);
-        int G = plan_op_group(&on_dev, i);
-        c->optim_s += cost_slice_optim_s(dev, n, p->ops[i].strat[s], G);
-        if (p->ops[i].strat[s] == STRAT_ZERO2)
-          c->optim_s += device_shape_step_s(dev, device_group_shape(dev, G), COLL_ALLGATHER,
-                                            slice_bytes(n, STRAT_ZERO2, G));
-      }
+    for (int i = 0; i < nev; i++) replay_op(&r, ev[i].op, ev[i].phase, B);
+    walk_backward_end(r.walk);
+    c->optim_s = replay_optimizer_s(d, dev, &on_dev);
     c->compute_s = r.compute;
     c->hidden_s = r.hidden;
     for (int k = 0; k < COLL_COUNT; k++) {
@@ -393,13 +345,8 @@ int plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* 
   free(r.rem);
   free(r.rate);
   free(r.kind);
-  free(w.bucket);
-  free(w.grad_left);
-  free(w.members_left);
-  free(w.bucket_bytes);
-  free(u);
   free(ev);
-  free(slices);
+  walk_destroy(r.walk);
   return rc;
 }
 

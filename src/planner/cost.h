@@ -5,7 +5,9 @@
 ** Memory is plan_predict_memory's, to the byte (the runtime's arena matches it).
 **
 ** Time (plan_cost) replays one step event by event in the order the runtime runs it
-** (gpt_param_schedule for the parameter uses, the op list for compute). Every collective is
+** (gpt_step_events for compute; the parameter uses of gpt_param_schedule through the step walk,
+** model/step_walk.h, the one that drives the runtime's hooks, so every collective below starts
+** and is waited for where the engine does it). Every collective is
 ** priced on the communicator it runs on (device.h: its rank count and link level): a sharded
 ** slice of an op with shard group G gathers and reduce-scatters within its group of G
 ** consecutive ranks; dp buckets and the gradient norm go over the world; the shards of a hybrid
@@ -57,9 +59,6 @@
 #include "model/gpt.h"
 #include "model/plan.h"
 #include "planner/device.h"
-
-/* Gradient bucket size the runtime merges dp gradients into (engine's default). */
-#define COST_BUCKET_BYTES ((size_t)16 << 20)
 
 typedef struct PlanCost {
   int micro_batch;

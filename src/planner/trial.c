@@ -22,7 +22,7 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
   enum { F_STEP, F_OPTIM, F_COMM, F_WAIT0, NF = F_WAIT0 + COMM_KINDS };
   double* v = malloc((size_t)steps * NF * sizeof *v);
   if (!v) return osdp_fail("out of host memory");
-  if (engine_create(&e, d, p, &opt)) { engine_destroy(&e); free(v); return -1; }
+  if (engine_create(&e, d, p, &opt)) { free(v); return -1; } /* nothing left to destroy */
   Rng g;
   rng_seed(&g, 4242 + (uint64_t)comm_rank());
   int BT = p->micro_batch * p->seq;

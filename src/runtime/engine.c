@@ -19,10 +19,87 @@ void train_options_default(TrainOptions* o) {
   o->lr_min_ratio = 0.1;
   o->seed = 1337;
   o->threads = 1;
-  o->bucket_bytes = (size_t)16 << 20;
+  o->bucket_bytes = PLAN_BUCKET_BYTES;
 }
 
 /* ---- Parameter hooks: where the model's slices come from ---------------------------- */
+
+/* A transient buffer of n floats in the arena, without zeroing (every caller writes all of it
+** before reading); out of arena memory aborts the job: the plan was checked against the
+** memory prediction, so this is a bug. */
+static float* transient_floats(Engine* e, size_t n, const char* what) {
+  float* p = arena_alloc_uninit(&e->arena, n * sizeof(float), MEM_GATHER, what);
+  if (!p) { fprintf(stderr, "osdp: error: %s\n", osdp_last_error()); comm_abort(3); }
+  return p;
+}
+
+/* Waits for every collective the step started: the dp buckets' all-reduces and the hybrid
+** shards' all-reduces across groups. */
+static void wait_all(Engine* e) {
+  for (int b = 0; b < e->nbuckets; b++) comm_wait(&e->buckets[b].req);
+  for (int opi = 0; opi < e->d->nops; opi++)
+    for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++)
+      comm_wait(&e->slices[opi][i].across_req);
+}
+
+/* Does what the step walk decides for a parameter use (step_walk.h), with the arena's buffers
+** and the slice's communicators. A gathered weight or full gradient is allocated without
+** zeroing: a gather writes all n_pad elements, and a fresh gradient use writes all n (only the
+** padding, which no kernel writes but the reduce-scatter reads, is zeroed here). */
+static void engine_action(void* ctx, WalkAction a, const GptParamUse* u, int arg) {
+  Engine* e = ctx;
+  SliceState* s = u ? &e->slices[u->owner][u->slice] : NULL;
+  switch (a) {
+    case WALK_GATHER:
+      s->gathered = transient_floats(e, s->n_pad, "gathered weight");
+      comm_allgather_into_f32(s->group, s->w, s->gathered, s->shard);
+      break;
+    case WALK_PREFETCH:
+      e->pending_buf = transient_floats(e, s->n_pad, "prefetched weight");
+      comm_iallgather_into_f32(s->group, s->w, e->pending_buf, s->shard, &e->pending_req);
+      break;
+    case WALK_TAKE_PREFETCH:
+      comm_wait(&e->pending_req);
+      s->gathered = e->pending_buf;
+      e->pending_buf = NULL;
+      break;
+    case WALK_FREE_WEIGHT:
+      arena_free(&e->arena, s->gathered);
+      s->gathered = NULL;
+      break;
+    case WALK_ALLOC_GRAD:
+      s->gfull = transient_floats(e, s->n_pad, "full gradient");
+      if (s->n_pad > s->n) e->bk->zero(s->gfull + s->n, (s->n_pad - s->n) * sizeof(float));
+      break;
+    case WALK_REDUCE:
+      comm_reduce_scatter_f32(s->group, s->gfull, s->g, s->shard, e->reduce_dtype, arg);
+      arena_free(&e->arena, s->gfull);
+      s->gfull = NULL;
+      break;
+    case WALK_REDUCE_START: /* the request owns this use's full gradient now (the slice's next
+                            ** use gets its own) */
+      comm_ireduce_scatter_f32(s->group, s->gfull, s->g, s->shard, e->reduce_dtype, arg,
+                               &e->reducing_req);
+      e->reducing_buf = s->gfull;
+      s->gfull = NULL;
+      break;
+    case WALK_REDUCE_WAIT:
+      comm_wait(&e->reducing_req);
+      arena_free(&e->arena, e->reducing_buf);
+      e->reducing_buf = NULL;
+      break;
+    case WALK_ACROSS_START:
+      comm_iallreduce_f32(s->across, s->g, s->shard, e->reduce_dtype, &s->across_req);
+      break;
+    case WALK_BUCKET_START:
+      comm_iallreduce_f32(comm_world(), e->buckets[arg].buf, e->buckets[arg].n, e->reduce_dtype,
+                          &e->buckets[arg].req);
+      break;
+    case WALK_WAIT_ALL:
+      wait_all(e);
+      break;
+  }
+}
 
 /* Lets outstanding gradient all-reduces progress while compute goes on. */
 static void progress_buckets(Engine* e) {
@@ -30,137 +107,46 @@ static void progress_buckets(Engine* e) {
     if (e->buckets[b].req.active) comm_test(&e->buckets[b].req);
 }
 
-/* Advances the prefetch cursor to the schedule entry of this weight use. The schedule is the
-** step's own order (gpt_param_schedule, checked by the tests), so a mismatch is a bug. */
-static int schedule_find(Engine* e, int owner, int slice, GptPhase phase) {
-  while (e->cursor < e->nsched && !e->sched[e->cursor].weight) e->cursor++;
-  const GptParamUse* u = e->cursor < e->nsched ? &e->sched[e->cursor] : NULL;
-  if (!u || u->owner != owner || u->slice != slice || u->phase != phase) {
-    fprintf(stderr, "osdp: internal error: parameter use out of schedule\n");
-    comm_abort(4);
-  }
-  return e->cursor++;
+/* A use the step makes that is not the schedule's next (gpt_param_schedule is the step's own
+** order, checked by the tests): a bug. */
+static void schedule_error(void) {
+  fprintf(stderr, "osdp: internal error: parameter use out of schedule\n");
+  comm_abort(4);
 }
 
-/* Starts gathering the weight of the next zero3 use after use i, if any. */
-static void prefetch_after(Engine* e, int i) {
-  e->pending = -1;
-  for (int j = i + 1; j < e->nsched; j++) {
-    const GptParamUse* u = &e->sched[j];
-    SliceState* s = &e->slices[u->owner][u->slice];
-    if (!u->weight || s->strat != STRAT_ZERO3) continue;
-    e->pending_buf = arena_alloc_uninit(&e->arena, s->n_pad * sizeof(float), MEM_GATHER, "prefetched weight");
-    if (!e->pending_buf) { fprintf(stderr, "osdp: error: %s\n", osdp_last_error()); comm_abort(3); }
-    comm_iallgather_into_f32(s->group, s->w, e->pending_buf, s->shard, &e->pending_req);
-    e->pending = j;
-    return;
-  }
-}
-
-/* Finishes and frees a prefetch nobody will use (after a forward-only evaluation). */
-static void prefetch_drain(Engine* e) {
-  if (e->pending >= 0) {
-    comm_wait(&e->pending_req);
-    arena_free(&e->arena, e->pending_buf);
-  }
-  e->pending = -1;
-  e->pending_buf = NULL;
-  e->cursor = 0;
-}
-
-/* Returns the full weights of a slice, gathering them if the slice is fully sharded (or
-** taking them from the prefetch started at the previous zero3 use). A gather writes the whole
-** buffer (n_pad elements), so it is allocated without zeroing. */
+/* Returns the full weights of a slice: the local weight, or for a fully sharded slice the one
+** the walk has gathered (or taken from the prefetch started at the previous zero3 use). */
 static void* hook_acquire_weight(void* ctx, int owner, int slice, GptPhase phase) {
   Engine* e = ctx;
   SliceState* s = &e->slices[owner][slice];
   progress_buckets(e);
-  int i = e->plan.prefetch ? schedule_find(e, owner, slice, phase) : -1;
-  if (s->strat != STRAT_ZERO3) return s->w;
-  if (i >= 0 && e->pending == i) {
-    comm_wait(&e->pending_req);
-    s->gathered = e->pending_buf;
-  } else {
-    s->gathered = arena_alloc_uninit(&e->arena, s->n_pad * sizeof(float), MEM_GATHER, "gathered weight");
-    if (!s->gathered) { fprintf(stderr, "osdp: error: %s\n", osdp_last_error()); comm_abort(3); }
-    comm_allgather_into_f32(s->group, s->w, s->gathered, s->shard);
-  }
-  if (i >= 0) prefetch_after(e, i);
-  return s->gathered;
+  if (walk_weight_begin(e->walk, owner, slice, phase)) schedule_error();
+  return s->strat == STRAT_ZERO3 ? s->gathered : s->w;
 }
 
-/* Frees a gathered weight. */
+/* The weight of the use is done with (a gathered one is freed). */
 static void hook_release_weight(void* ctx, int owner, int slice, GptPhase phase) {
   Engine* e = ctx;
-  SliceState* s = &e->slices[owner][slice];
-  if (s->strat != STRAT_ZERO3) return;
-  arena_free(&e->arena, s->gathered);
-  s->gathered = NULL;
+  walk_weight_end(e->walk);
 }
 
 /* Returns the buffer a slice's gradient goes into: the persistent full gradient for dp (fresh
-** at its first use of the step, bwd_done == 0: nothing zeroes it, the step overwrites it), a
-** transient full one for the sharded strategies (always fresh: not zeroed by the arena; only
-** its padding, which no kernel writes but the reduce-scatter reads, is zeroed here). */
+** at its first use of the step: nothing zeroes it, the step overwrites it), the transient full
+** one the walk allocated for the sharded strategies (always fresh). */
 static void* hook_acquire_grad(void* ctx, int owner, int slice, int* fresh) {
   Engine* e = ctx;
   SliceState* s = &e->slices[owner][slice];
-  *fresh = s->strat != STRAT_DP || s->bwd_done == 0;
-  if (s->strat == STRAT_DP) return s->g;
-  s->gfull = arena_alloc_uninit(&e->arena, s->n_pad * sizeof(float), MEM_GATHER, "full gradient");
-  if (!s->gfull) { fprintf(stderr, "osdp: error: %s\n", osdp_last_error()); comm_abort(3); }
-  if (s->n_pad > s->n) e->bk->zero(s->gfull + s->n, (s->n_pad - s->n) * sizeof(float));
-  return s->gfull;
+  int first = walk_grad_begin(e->walk, owner, slice);
+  if (first < 0) schedule_error();
+  *fresh = s->strat != STRAT_DP || first;
+  return s->strat == STRAT_DP ? s->g : s->gfull;
 }
 
-/* A sharded slice's reduce-scatter of this use has landed in its shard: frees the full gradient
-** and, after the slice's last use of the step, starts the shard's all-reduce across groups
-** (hybrid plans; a no-op when the slice is sharded over the whole world). */
-static void reduced(Engine* e, SliceState* s, float* full) {
-  arena_free(&e->arena, full);
-  if (s->gfull == full) s->gfull = NULL;
-  /* Counted by landings, not by uses done: with overlap_reduce the last use can be done while an
-  ** earlier use's reduce-scatter is still adding into the shard. */
-  if (++s->reduced_uses == s->bwd_uses && comm_size_of(s->across) > 1)
-    comm_iallreduce_f32(s->across, s->g, s->shard, e->reduce_dtype, &s->across_req);
-}
-
-/* Waits for the reduce-scatter in flight (overlap_reduce), if any. */
-static void finish_reducing(Engine* e) {
-  if (!e->reducing) return;
-  comm_wait(&e->reducing_req);
-  reduced(e, e->reducing, e->reducing_buf);
-  e->reducing = NULL;
-  e->reducing_buf = NULL;
-}
-
-/* A use of a slice's gradient is complete: sharded slices reduce-scatter it into the rank's
-** shard (now, or with overlap_reduce started now and finished at the next such use; the first
-** use of the step overwrites the shard, later ones add to it); dp slices
-** start their bucket's all-reduce once every member is final. */
+/* A use of a slice's gradient is complete: the walk reduces it (sharded: reduce-scatter into
+** the shard; dp: its bucket's all-reduce once every member is final). */
 static void hook_release_grad(void* ctx, int owner, int slice) {
   Engine* e = ctx;
-  SliceState* s = &e->slices[owner][slice];
-  if (s->strat != STRAT_DP) {
-    int accumulate = s->bwd_done++ > 0;
-    if (e->plan.overlap_reduce) {
-      finish_reducing(e);
-      comm_ireduce_scatter_f32(s->group, s->gfull, s->g, s->shard, e->reduce_dtype, accumulate,
-                               &e->reducing_req);
-      /* The request owns this use's full gradient now (the slice's next use gets its own). */
-      e->reducing = s;
-      e->reducing_buf = s->gfull;
-      s->gfull = NULL;
-      if (!e->reducing_req.active) finish_reducing(e); /* a group of one: already done */
-      return;
-    }
-    comm_reduce_scatter_f32(s->group, s->gfull, s->g, s->shard, e->reduce_dtype, accumulate);
-    reduced(e, s, s->gfull);
-    return;
-  }
-  if (++s->bwd_done < s->bwd_uses) return;
-  GradBucket* b = &e->buckets[s->bucket];
-  if (--b->pending == 0) comm_iallreduce_f32(comm_world(), b->buf, b->n, e->reduce_dtype, &b->req);
+  walk_grad_end(e->walk);
 }
 
 /* ---- Construction -------------------------------------------------------------------- */
@@ -181,13 +167,6 @@ static void slice_geometry(const GptDesc* d, const Plan* p, int opi, int i, Slic
   size_t r0 = gpt_slice_row0(op->rows, k, i), r1 = gpt_slice_row0(op->rows, k, i + 1);
   s->rows_n = (r1 - r0) * op->width;
   s->tail_decay = op->tail_decay;
-}
-
-/* Counts each slice's gradient uses per step from the step's schedule (the tied wte has two:
-** the embedding's and the LM head's), so a dp slice knows when its gradient is final. */
-static void count_grad_uses(Engine* e) {
-  for (int i = 0; i < e->nsched; i++)
-    if (e->sched[i].grad) e->slices[e->sched[i].owner][e->sched[i].slice].bwd_uses++;
 }
 
 /* Places the activation blocks as gpt_acts_layout says: each op's own block, and one buffer
@@ -212,37 +191,33 @@ static int alloc_activations(Engine* e) {
   return rc;
 }
 
-/* Groups the dp gradients into the buckets of plan_dp_buckets (the order backward finishes
+/* Groups the dp gradients into the walk's buckets (plan_dp_buckets: the order backward finishes
 ** them, last op first, embed last) and allocates each bucket as one block, so a bucket is
 ** all-reduced in one call. */
 static int build_buckets(Engine* e) {
   const GptDesc* d = e->d;
-  int* of = malloc((size_t)d->nops * GPT_MAX_SLICES * sizeof *of);
-  e->nbuckets = of ? plan_dp_buckets(d, &e->plan, e->opt.bucket_bytes, of) : 0;
+  e->nbuckets = walk_bucket_count(e->walk);
   e->buckets = calloc((size_t)(e->nbuckets ? e->nbuckets : 1), sizeof *e->buckets);
-  if (!of || !e->buckets) { free(of); return osdp_fail("out of memory"); }
+  if (!e->buckets) return osdp_fail("out of memory");
   for (int pass = 0; pass < 2; pass++) {
     /* Pass 0 sizes the buckets; pass 1 gives each member its view, in the same order. */
     for (int opi = d->nops - 1; opi >= 0; opi--) {
       for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++) {
         SliceState* s = &e->slices[opi][i];
-        int b = of[opi * GPT_MAX_SLICES + i];
+        int b = walk_bucket_of(e->walk, opi, i);
         if (b < 0) continue;
         GradBucket* g = &e->buckets[b];
-        s->bucket = b;
         if (pass == 1) s->g = g->buf + g->n;
-        else g->members++;
         g->n += s->n;
       }
     }
     for (int b = 0; pass == 0 && b < e->nbuckets; b++) {
       e->buckets[b].buf = arena_alloc(&e->arena, e->buckets[b].n * sizeof(float), MEM_GRADS,
                                       "dp gradient bucket");
-      if (!e->buckets[b].buf) { free(of); return -1; }
+      if (!e->buckets[b].buf) return -1;
       e->buckets[b].n = 0; /* refilled in pass 1 as the members' offsets are assigned */
     }
   }
-  free(of);
   return 0;
 }
 
@@ -304,13 +279,10 @@ static int host_memory_error(const Engine* e) {
                    e->plan.micro_batch, e->plan.seq, format_bytes((double)avail, have), ranks);
 }
 
-int engine_create(Engine* e, const GptDesc* d, const Plan* p, const TrainOptions* opt) {
-  memset(e, 0, sizeof *e);
-  e->d = d;
-  e->opt = *opt;
-  e->bk = opt->backend ? opt->backend : backend_cpu();
-  e->rank = comm_rank();
-  e->world = comm_size();
+/* Builds what engine_create promises into e (zeroed, with d, opt, bk, rank and world set), in
+** the order the memory prediction counts it. Returns 0, or -1 with an error, leaving whatever
+** it built for engine_destroy. */
+static int engine_build(Engine* e, const GptDesc* d, const Plan* p, const TrainOptions* opt) {
   if (plan_validate(p, d, e->world) || plan_copy(&e->plan, p)) return -1;
   e->bk->set_threads(opt->threads);
   comm_use_backend(e->bk);
@@ -334,7 +306,8 @@ int engine_create(Engine* e, const GptDesc* d, const Plan* p, const TrainOptions
       if (alloc_slice(e, opi, i, &e->slices[opi][i])) return -1;
     }
   }
-  if (build_buckets(e)) return -1;
+  e->walk = walk_create(d, &e->plan, opt->bucket_bytes, engine_action, e);
+  if (!e->walk || build_buckets(e)) return -1;
   e->acts = (GptActs){.B = p->micro_batch, .T = p->seq, .elem = sizeof(float), .backend = e->bk,
                       .op_acts = e->act_ptrs, .recompute = e->plan.recompute};
   e->host_targets = calloc((size_t)p->micro_batch * p->seq, sizeof(int));
@@ -344,14 +317,22 @@ int engine_create(Engine* e, const GptDesc* d, const Plan* p, const TrainOptions
                                 gpt_scratch_bytes(d, p->micro_batch, p->seq, sizeof(float), opt->threads),
                                 MEM_SCRATCH, "backward scratch");
   if (!e->acts.scratch) return -1;
-  e->pending = -1;
-  e->sched = gpt_param_schedule_alloc(d, e->slice_counts, e->plan.recompute, &e->nsched);
-  if (!e->sched) return osdp_fail("out of memory");
-  count_grad_uses(e);
   e->hooks = (GptParamHooks){e, hook_acquire_weight, hook_release_weight, hook_acquire_grad,
                              hook_release_grad};
   arena_reset_peak(&e->arena);
   return 0;
+}
+
+int engine_create(Engine* e, const GptDesc* d, const Plan* p, const TrainOptions* opt) {
+  memset(e, 0, sizeof *e);
+  e->d = d;
+  e->opt = *opt;
+  e->bk = opt->backend ? opt->backend : backend_cpu();
+  e->rank = comm_rank();
+  e->world = comm_size();
+  if (engine_build(e, d, p, opt) == 0) return 0;
+  engine_destroy(e); /* all that was built; the error stays osdp_last_error's */
+  return -1;
 }
 
 void engine_destroy(Engine* e) {
@@ -361,7 +342,7 @@ void engine_destroy(Engine* e) {
   free(e->slice_counts);
   free(e->act_ptrs);
   free(e->buckets);
-  free(e->sched);
+  walk_destroy(e->walk);
   free(e->host_targets);
   arena_destroy(&e->arena);
   plan_free(&e->plan);
@@ -387,18 +368,15 @@ size_t engine_peak_bytes(const Engine* e, size_t* at_peak) {
 
 /* ---- The training step ------------------------------------------------------------- */
 
-/* Re-arms the per-step counters. The gradients need no zeroing: the first gradient use of
-** each slice in the step (bwd_done == 0, hook_acquire_grad and hook_release_grad) overwrites
-** them. Only a slice the schedule never gives a gradient use would keep a stale one; it is
-** zeroed (no GPT op has such a slice). */
-static void zero_grads(Engine* e) {
-  for (int b = 0; b < e->nbuckets; b++) e->buckets[b].pending = e->buckets[b].members;
+/* Zeroes the gradient of any slice the schedule never gives a gradient use (no GPT op has
+** one). The others need no zeroing: the first gradient use of each slice in the step (the
+** walk's count, hook_acquire_grad, and the first reduce-scatter into a shard) overwrites them. */
+static void zero_unused_grads(Engine* e) {
   for (int opi = 0; opi < e->d->nops; opi++)
     for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++) {
       SliceState* s = &e->slices[opi][i];
-      s->bwd_done = 0;
-      s->reduced_uses = 0;
-      if (s->bwd_uses == 0) e->bk->zero(s->g, (s->strat == STRAT_DP ? s->n : s->shard) * sizeof(float));
+      if (walk_grad_uses(e->walk, opi, i) == 0)
+        e->bk->zero(s->g, (s->strat == STRAT_DP ? s->n : s->shard) * sizeof(float));
     }
 }
 
@@ -469,16 +447,12 @@ static double learning_rate(const TrainOptions* o, long t) {
 
 void engine_step(Engine* e, long global_targets, StepResult* r) {
   double t0 = e->bk->clock();
-  prefetch_drain(e);
-  zero_grads(e);
+  walk_reset(e->walk);
+  zero_unused_grads(e);
   double scale = 1.0 / (double)(global_targets > 0 ? global_targets : 1);
   double loss = gpt_forward_f32(e->d, &e->acts, &e->hooks, e->slice_counts, scale, NULL);
   gpt_backward_f32(e->d, &e->acts, &e->hooks, e->slice_counts);
-  finish_reducing(e);
-  for (int b = 0; b < e->nbuckets; b++) comm_wait(&e->buckets[b].req);
-  for (int opi = 0; opi < e->d->nops; opi++)
-    for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++)
-      comm_wait(&e->slices[opi][i].across_req);
+  walk_backward_end(e->walk); /* the last reduce-scatter lands; every collective is waited for */
   double sums[2] = {loss, owned_grad_sumsq(e)};
   comm_allreduce_f64_array(comm_world(), sums, 2);
   double norm = sqrt(sums[1]);
@@ -511,9 +485,9 @@ double engine_eval(Engine* e, const int* problem, long* problems_total, long* pr
   int* argmax = (int*)((char*)e->acts.scratch +
                        gpt_scratch_bytes(e->d, e->acts.B, e->acts.T, sizeof(float), e->opt.threads) -
                        2 * (size_t)BT * sizeof(int));
-  prefetch_drain(e);
+  walk_reset(e->walk);
   double loss = gpt_forward_f32(e->d, &e->acts, &e->hooks, e->slice_counts, 1.0, problem ? argmax : NULL);
-  prefetch_drain(e);
+  walk_reset(e->walk); /* frees the prefetch of the first backward use, which does not come */
   double sums[3] = {loss, 0, 0};
   int* pred = problem ? malloc((size_t)BT * sizeof *pred) : NULL;
   if (problem && !pred) { fprintf(stderr, "osdp: error: out of host memory\n"); comm_abort(2); }
@@ -536,14 +510,6 @@ double engine_eval(Engine* e, const int* problem, long* problems_total, long* pr
   return sums[0];
 }
 
-/* A transient buffer of n floats in the arena (between steps the step's transients are free, and
-** the largest zero3 gather a step makes is at least this big, so the peak does not grow). */
-static float* transient_floats(Engine* e, size_t n, const char* what) {
-  float* p = arena_alloc(&e->arena, n * sizeof(float), MEM_GATHER, what);
-  if (!p) { fprintf(stderr, "osdp: error: %s\n", osdp_last_error()); comm_abort(3); }
-  return p;
-}
-
 void engine_get_params(Engine* e, float* full) {
   size_t base = 0;
   for (int opi = 0; opi < e->d->nops; opi++) {
@@ -551,6 +517,8 @@ void engine_get_params(Engine* e, float* full) {
       SliceState* s = &e->slices[opi][i];
       float* dst = full + base + gpt_slice_offset(&e->d->ops[opi], e->slice_counts[opi], i);
       if (s->strat != STRAT_ZERO3) { e->bk->to_host(dst, s->w, s->n * sizeof(float)); continue; }
+      /* Between steps the step's transients are free, and a step's own gather of this slice is
+      ** as big, so the peak does not grow. */
       float* tmp = transient_floats(e, s->n_pad, "gathered weight (copy out)");
       comm_allgather_into_f32(s->group, s->w, tmp, s->shard);
       e->bk->to_host(dst, tmp, s->n * sizeof(float));

@@ -17,6 +17,7 @@
 #include "model/gpt.h"
 #include "model/gpt_step.h"
 #include "model/plan.h"
+#include "model/step_walk.h"
 
 typedef struct TrainOptions {
   double lr, beta1, beta2, eps, weight_decay, grad_clip;
@@ -44,18 +45,15 @@ typedef struct SliceState {
   float *m, *v;  /* optimizer state of what the rank owns (n for dp, shard otherwise) */
   float* gathered;  /* zero3 while acquired: the full weight */
   float* gfull;     /* zero2/zero3 while acquired: the full gradient */
-  int bwd_uses, bwd_done;  /* gradient uses per step (from the schedule; 2 for the tied wte), done so far */
-  int reduced_uses;        /* sharded: uses whose reduce-scatter has landed in the shard */
-  int bucket;              /* dp: bucket index */
   Comm* group;             /* sharded: the ranks the slice is sharded over (plan_op_group) */
   Comm* across;            /* sharded: the ranks holding the same shard (one per group) */
   CommRequest across_req;  /* sharded, hybrid: the shard gradient's all-reduce across groups */
 } SliceState;
 
+/* A dp gradient bucket (plan_dp_buckets): its members' gradients, side by side. */
 typedef struct GradBucket {
   float* buf;
   size_t n;
-  int members, pending;
   CommRequest req;
 } GradBucket;
 
@@ -74,15 +72,12 @@ typedef struct Engine {
   void** act_ptrs;
   GptParamHooks hooks;
   long step;               /* optimizer steps taken */
-  /* The step's parameter uses (gpt_param_schedule); for zero3 prefetch (plan.prefetch) the next
-  ** one to come, and the use whose weight is being gathered ahead into pending_buf. */
-  GptParamUse* sched;
-  int nsched, cursor, pending;
-  float* pending_buf;
+  /* The step walk (model/step_walk.h): which use of the step's schedule comes next and what
+  ** each does; the hooks tell it each use and it calls back engine_action. */
+  StepWalk* walk;
+  float* pending_buf;      /* prefetch: the next zero3 weight, being gathered ahead */
   CommRequest pending_req;
-  /* With plan.overlap_reduce: the sharded slice whose gradient reduce-scatter is in flight. */
-  SliceState* reducing;
-  float* reducing_buf;     /* its full gradient, freed when the reduce-scatter lands */
+  float* reducing_buf;     /* overlap_reduce: the full gradient whose reduce-scatter is in flight */
   CommRequest reducing_req;
   CommDtype reduce_dtype;  /* plan.reduce_dtype as comm's element type */
   MemPrediction predicted;
@@ -99,8 +94,10 @@ typedef struct StepResult {
 } StepResult;
 
 /* Builds the engine for plan p on this rank: checks the plan and the memory limit, reserves
-** the arena and initialises the weights from opt->seed. Returns 0 or -1 with an error. */
+** the arena and initialises the weights from opt->seed. Returns 0, or -1 with an error after
+** undoing everything it built (e is left zeroed: no engine_destroy is needed). */
 int engine_create(Engine* e, const GptDesc* d, const Plan* p, const TrainOptions* opt);
+/* Frees everything the engine holds and zeroes it (a zeroed engine: nothing to do). */
 void engine_destroy(Engine* e);
 
 /* Copies this rank's micro-batch (host arrays of B*T token ids and targets; a target < 0 has no

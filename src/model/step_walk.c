@@ -1,0 +1,274 @@
+/* step_walk.c: the consequences of a plan's parameter uses, decided once for the engine and the
+** two replays; see step_walk.h. */
+#include "model/step_walk.h"
+
+#include <stdlib.h>
+
+#include "core/util.h"
+
+/* What the walk counts per parameter slice. */
+typedef struct WalkSlice {
+  int grad_uses;   /* gradient uses per step */
+  int grad_done;   /* of which done this step */
+  int landed;      /* sharded: of which the reduce-scatter has landed in the shard */
+  int bucket;      /* dp: its bucket (plan_dp_buckets); else -1 */
+} WalkSlice;
+
+struct StepWalk {
+  const Plan* p;       /* the plan walked (the caller's) */
+  WalkFn fn;
+  void* ctx;
+  GptParamUse* u;      /* the step's schedule (gpt_param_schedule) */
+  int n;
+  int* next_zero3;     /* per use: the next use after it with a zero3 weight (what prefetch
+                       ** gathers), or -1 */
+  WalkSlice* slices;   /* [owner * GPT_MAX_SLICES + slice] */
+  int nkeys;           /* their count: nops * GPT_MAX_SLICES */
+  int nbuckets;
+  int* members;        /* per bucket: its slices */
+  int* members_left;   /* per bucket: of which not final yet this step */
+  size_t* bucket_params; /* per bucket: its parameters */
+  int next;            /* the next use to begin */
+  int cur;             /* the use begun last, or -1 */
+  int grad_to_begin;   /* cur has a gradient the step has not acquired yet */
+  int prefetched;      /* the use whose weight is being prefetched, or -1 */
+  int reducing;        /* the use whose reduce-scatter is in flight (overlap_reduce), or -1 */
+};
+
+/* The counts of use u's slice. */
+static WalkSlice* slice_of(const StepWalk* w, const GptParamUse* u) {
+  return &w->slices[u->owner * GPT_MAX_SLICES + u->slice];
+}
+
+/* The strategy of use u's slice. */
+static Strategy strategy_of(const StepWalk* w, const GptParamUse* u) {
+  return w->p->ops[u->owner].strat[u->slice];
+}
+
+/* Tells the user to do action a for use i (-1: none). */
+static void act(StepWalk* w, WalkAction a, int i, int arg) {
+  w->fn(w->ctx, a, i >= 0 ? &w->u[i] : NULL, arg);
+}
+
+/* Fills what the walk derives from the schedule once: the prefetch targets, each slice's
+** gradient uses and bucket, and the dp buckets' members and parameters. */
+static void walk_derive(StepWalk* w, const GptDesc* d, const int* bucket_map) {
+  int next = -1;
+  for (int i = w->n - 1; i >= 0; i--) {
+    w->next_zero3[i] = next;
+    if (w->u[i].weight && strategy_of(w, &w->u[i]) == STRAT_ZERO3) next = i;
+  }
+  for (int key = 0; key < w->nkeys; key++) w->slices[key] = (WalkSlice){.bucket = bucket_map[key]};
+  for (int i = 0; i < w->n; i++)
+    if (w->u[i].grad) slice_of(w, &w->u[i])->grad_uses++;
+  for (int op = 0; op < d->nops; op++)
+    for (int s = 0; d->ops[op].n_params && s < w->p->ops[op].k; s++) {
+      int b = bucket_map[op * GPT_MAX_SLICES + s];
+      if (b < 0) continue;
+      w->members[b]++;
+      w->bucket_params[b] += gpt_slice_params(&d->ops[op], w->p->ops[op].k, s);
+    }
+}
+
+/* Allocates the walker's arrays: the schedule of w->p, and its dp buckets (into bucket_map,
+** nkeys entries). Returns 0, or -1 when out of memory (what was allocated is in w). */
+static int walk_alloc(StepWalk* w, const GptDesc* d, size_t bucket_bytes, int* bucket_map) {
+  int* slices = malloc((size_t)d->nops * sizeof *slices);
+  if (!slices) return -1;
+  plan_slice_counts(w->p, slices);
+  /* Counted, then filled: either call fails (-1) when out of memory, so the fill is checked
+  ** against the count. */
+  w->n = gpt_param_schedule(d, slices, w->p->recompute, NULL);
+  w->u = w->n >= 0 ? malloc((size_t)(w->n > 0 ? w->n : 1) * sizeof *w->u) : NULL;
+  int filled = w->u ? gpt_param_schedule(d, slices, w->p->recompute, w->u) : -1;
+  free(slices);
+  if (filled < 0 || filled != w->n) return -1;
+  w->nbuckets = plan_dp_buckets(d, w->p, bucket_bytes, bucket_map);
+  w->next_zero3 = malloc((size_t)(w->n > 0 ? w->n : 1) * sizeof *w->next_zero3);
+  w->slices = malloc((size_t)w->nkeys * sizeof *w->slices);
+  w->members = calloc((size_t)w->nbuckets + 1, sizeof *w->members);
+  w->members_left = calloc((size_t)w->nbuckets + 1, sizeof *w->members_left);
+  w->bucket_params = calloc((size_t)w->nbuckets + 1, sizeof *w->bucket_params);
+  return w->next_zero3 && w->slices && w->members && w->members_left && w->bucket_params ? 0 : -1;
+}
+
+StepWalk* walk_create(const GptDesc* d, const Plan* p, size_t bucket_bytes, WalkFn fn, void* ctx) {
+  int nkeys = d->nops * GPT_MAX_SLICES;
+  StepWalk* w = calloc(1, sizeof *w);
+  int* bucket_map = malloc((size_t)nkeys * sizeof *bucket_map);
+  if (w) *w = (StepWalk){.p = p, .fn = fn, .ctx = ctx, .nkeys = nkeys, .prefetched = -1, .reducing = -1};
+  if (!w || !bucket_map || walk_alloc(w, d, bucket_bytes, bucket_map)) {
+    free(bucket_map);
+    walk_destroy(w);
+    osdp_fail("out of memory");
+    return NULL;
+  }
+  walk_derive(w, d, bucket_map);
+  free(bucket_map);
+  walk_reset(w);
+  return w;
+}
+
+void walk_destroy(StepWalk* w) {
+  if (!w) return;
+  free(w->u);
+  free(w->next_zero3);
+  free(w->slices);
+  free(w->members);
+  free(w->members_left);
+  free(w->bucket_params);
+  free(w);
+}
+
+void walk_reset(StepWalk* w) {
+  if (w->prefetched >= 0) { /* gathered for a backward that did not come: done with */
+    act(w, WALK_TAKE_PREFETCH, w->prefetched, 0);
+    act(w, WALK_FREE_WEIGHT, w->prefetched, 0);
+  }
+  for (int key = 0; key < w->nkeys; key++) w->slices[key].grad_done = w->slices[key].landed = 0;
+  for (int b = 0; b < w->nbuckets; b++) w->members_left[b] = w->members[b];
+  w->next = 0;
+  w->cur = -1;
+  w->grad_to_begin = 0;
+  w->prefetched = -1;
+  w->reducing = -1;
+}
+
+/* ---- One use ------------------------------------------------------------------------------ */
+
+/* Use i's weight is needed: a zero3 weight is gathered now or taken from the prefetch, and with
+** prefetch the next zero3 weight starts gathering, so it is in flight while this one computes. */
+static void weight_begin(StepWalk* w, int i) {
+  if (strategy_of(w, &w->u[i]) != STRAT_ZERO3) return;
+  act(w, w->prefetched == i ? WALK_TAKE_PREFETCH : WALK_GATHER, i, 0);
+  w->prefetched = -1;
+  if (w->p->prefetch && w->next_zero3[i] >= 0) {
+    w->prefetched = w->next_zero3[i];
+    act(w, WALK_PREFETCH, w->prefetched, 0);
+  }
+}
+
+/* Use i's weight is done with: a gathered one is freed. */
+static void weight_end(StepWalk* w, int i) {
+  if (strategy_of(w, &w->u[i]) == STRAT_ZERO3) act(w, WALK_FREE_WEIGHT, i, 0);
+}
+
+/* Use i's gradient is needed: a sharded slice gets a full gradient. Returns 1 when this is the
+** slice's first gradient use of the step. */
+static int grad_begin(StepWalk* w, int i) {
+  if (strategy_of(w, &w->u[i]) != STRAT_DP) act(w, WALK_ALLOC_GRAD, i, 0);
+  return slice_of(w, &w->u[i])->grad_done == 0;
+}
+
+/* Use i's reduce-scatter has landed in the shard: after the slice's last one (counted by
+** landings: with overlap_reduce the last use can be done while an earlier one is still adding
+** into the shard) a hybrid slice starts its all-reduce across the groups. */
+static void landed(StepWalk* w, int i) {
+  WalkSlice* s = slice_of(w, &w->u[i]);
+  if (++s->landed == s->grad_uses && w->p->world / plan_op_group(w->p, w->u[i].owner) > 1)
+    act(w, WALK_ACROSS_START, i, 0);
+}
+
+/* overlap_reduce: waits for the reduce-scatter in flight, if any, and lands it. */
+static void finish_reducing(StepWalk* w) {
+  int i = w->reducing;
+  if (i < 0) return;
+  w->reducing = -1;
+  act(w, WALK_REDUCE_WAIT, i, 0);
+  landed(w, i);
+}
+
+/* Use i's gradient is complete. A sharded slice reduce-scatters it into the shard (the first
+** use of the step overwrites the shard, later ones add): now, or with overlap_reduce started
+** now, after the one in flight lands, so one is in flight while the next gradient computes (a
+** group of one sends nothing: done at once). A dp slice's last use may complete its bucket. */
+static void grad_end(StepWalk* w, int i) {
+  const GptParamUse* u = &w->u[i];
+  WalkSlice* s = slice_of(w, u);
+  int accumulate = s->grad_done++ > 0;
+  if (strategy_of(w, u) == STRAT_DP) {
+    if (s->grad_done == s->grad_uses && s->bucket >= 0 && --w->members_left[s->bucket] == 0)
+      act(w, WALK_BUCKET_START, i, s->bucket);
+    return;
+  }
+  if (!w->p->overlap_reduce) {
+    act(w, WALK_REDUCE, i, accumulate);
+    landed(w, i);
+    return;
+  }
+  finish_reducing(w);
+  act(w, WALK_REDUCE_START, i, accumulate);
+  w->reducing = i;
+  if (plan_op_group(w->p, u->owner) <= 1) finish_reducing(w);
+}
+
+/* ---- The engine's side: one call per hook -------------------------------------------------- */
+
+/* Whether the next use of the schedule is (owner, slice) with a weight in this phase (weight
+** 1), or with a gradient alone (weight 0). */
+static int next_is(const StepWalk* w, int owner, int slice, int weight, GptPhase phase) {
+  if (w->next >= w->n) return 0;
+  const GptParamUse* u = &w->u[w->next];
+  return u->owner == owner && u->slice == slice && u->weight == weight &&
+         (weight ? u->phase == phase : u->grad);
+}
+
+int walk_weight_begin(StepWalk* w, int owner, int slice, GptPhase phase) {
+  if (!next_is(w, owner, slice, 1, phase)) return -1;
+  w->cur = w->next++;
+  w->grad_to_begin = w->u[w->cur].grad;
+  weight_begin(w, w->cur);
+  return 0;
+}
+
+void walk_weight_end(StepWalk* w) { weight_end(w, w->cur); }
+
+int walk_grad_begin(StepWalk* w, int owner, int slice) {
+  if (w->grad_to_begin) { /* the use whose weight was just acquired */
+    if (w->u[w->cur].owner != owner || w->u[w->cur].slice != slice) return -1;
+  } else {                /* a use of the gradient alone: the next one */
+    if (!next_is(w, owner, slice, 0, GPT_BACKWARD)) return -1;
+    w->cur = w->next++;
+  }
+  w->grad_to_begin = 0;
+  return grad_begin(w, w->cur);
+}
+
+void walk_grad_end(StepWalk* w) { grad_end(w, w->cur); }
+
+void walk_backward_end(StepWalk* w) {
+  finish_reducing(w);
+  act(w, WALK_WAIT_ALL, -1, 0);
+}
+
+/* ---- The replays' side --------------------------------------------------------------------- */
+
+int walk_use_begin(StepWalk* w) {
+  if (w->next >= w->n) return -1;
+  int i = w->cur = w->next++;
+  if (w->u[i].weight) weight_begin(w, i);
+  if (w->u[i].grad) grad_begin(w, i);
+  w->grad_to_begin = 0;
+  return i;
+}
+
+void walk_use_end(StepWalk* w) {
+  if (w->u[w->cur].weight) weight_end(w, w->cur);
+  if (w->u[w->cur].grad) grad_end(w, w->cur);
+}
+
+/* ---- What the walk knows ------------------------------------------------------------------- */
+
+int walk_use_count(const StepWalk* w) { return w->n; }
+
+int walk_grad_uses(const StepWalk* w, int owner, int slice) {
+  return w->slices[owner * GPT_MAX_SLICES + slice].grad_uses;
+}
+
+int walk_bucket_count(const StepWalk* w) { return w->nbuckets; }
+
+int walk_bucket_of(const StepWalk* w, int owner, int slice) {
+  return w->slices[owner * GPT_MAX_SLICES + slice].bucket;
+}
+
+size_t walk_bucket_params(const StepWalk* w, int bucket) { return w->bucket_params[bucket]; }

@@ -1,0 +1,95 @@
+/*
+** step_walk.h: what a plan's parameter uses do to memory and communication, written once.
+**
+** A training step uses parameter slices in the order of gpt_param_schedule (forward, then
+** backward with its recomputed forwards). Under a plan each use has consequences: a zero3
+** weight is gathered before its use (or taken from the prefetch) and freed after, and with
+** prefetch the next zero3 weight starts gathering; a sharded slice's gradient use needs a full
+** gradient, which is reduce-scattered into the shard after the use (blocking, or with
+** overlap_reduce started then and landing at the end of the next sharded gradient use or of
+** backward); after a slice's last reduce-scatter has landed a hybrid slice all-reduces its shard
+** across the groups; a dp slice's last gradient use may complete its gradient bucket, which is
+** then all-reduced; the end of backward waits for everything.
+**
+** The step walker decides all of that and tells its user through one callback, action by action
+** (WalkAction), in the order they happen. Three users act on the same actions:
+**   the engine (runtime/engine.c)   real buffers and collectives; its parameter hooks call
+**                                   walk_weight_begin / walk_grad_begin / ..._end as the model's
+**                                   step makes each use;
+**   the memory replay (plan.c)      byte counts: plan_transient_timeline;
+**   the time replay (planner/cost.c) its clock and communication channel: plan_cost.
+** The replays drive the walk themselves, use by use: walk_use_begin, then what the use computes,
+** then walk_use_end.
+**
+** Within one use the order is: the weight (gathered or taken), the next prefetch, the full
+** gradient; then the use computes; then the weight is freed and the gradient reduced.
+*/
+#ifndef OSDP_STEP_WALK_H
+#define OSDP_STEP_WALK_H
+
+#include <stddef.h>
+
+#include "model/gpt.h"
+#include "model/gpt_step.h"
+#include "model/plan.h"
+
+/* What the walk asks its user to do, for a use u of the schedule (NULL where none is named). */
+typedef enum WalkAction {
+  WALK_GATHER,         /* u's zero3 weight: allocate its full buffer and all-gather into it now */
+  WALK_PREFETCH,       /* u's zero3 weight, ahead of its use: allocate the buffer, start gathering */
+  WALK_TAKE_PREFETCH,  /* u's zero3 weight is the one prefetched: wait for that gather */
+  WALK_FREE_WEIGHT,    /* u's gathered weight is done with: free it */
+  WALK_ALLOC_GRAD,     /* u is a sharded slice's gradient use: allocate the full gradient */
+  WALK_REDUCE,         /* reduce-scatter u's full gradient into the shard now, then free it;
+                       ** arg 1: add to the shard (not the slice's first gradient use) */
+  WALK_REDUCE_START,   /* the same without blocking (overlap_reduce): start it, keep the buffer */
+  WALK_REDUCE_WAIT,    /* wait for u's reduce-scatter in flight: it has landed, free the buffer */
+  WALK_ACROSS_START,   /* u's slice has its whole gradient in the shard: start the shard's
+                       ** all-reduce across the groups of a hybrid plan */
+  WALK_BUCKET_START,   /* dp bucket `arg` has every member final: start its all-reduce */
+  WALK_WAIT_ALL,       /* end of backward: wait for every collective started */
+} WalkAction;
+
+/* The user's side of a walk: does action a (for use u, with arg where the action says). */
+typedef void (*WalkFn)(void* ctx, WalkAction a, const GptParamUse* u, int arg);
+
+typedef struct StepWalk StepWalk;
+
+/* A walker for plan p on model d: the schedule of p's slice counts and recomputed layers, p's
+** dp buckets of at most bucket_bytes (plan_dp_buckets), actions sent to fn(ctx, ...). p must
+** outlive the walker. NULL with an error when out of memory. */
+StepWalk* walk_create(const GptDesc* d, const Plan* p, size_t bucket_bytes, WalkFn fn, void* ctx);
+/* Frees a walker (NULL: nothing). */
+void walk_destroy(StepWalk* w);
+/* Starts a new step: back to the first use, every per-step count re-armed; a prefetch left from
+** a forward-only pass (evaluation) is taken and freed. */
+void walk_reset(StepWalk* w);
+
+/* The engine's side, one call per parameter hook. The step makes use u of the schedule: its
+** weight (forward, recompute, backward) and then, in backward, its gradient. The begin calls
+** return -1 when the use is not the one the schedule has next (a bug), else 0;
+** walk_grad_begin returns 1 when this is the slice's first gradient use of the step. */
+int walk_weight_begin(StepWalk* w, int owner, int slice, GptPhase phase);
+void walk_weight_end(StepWalk* w);
+int walk_grad_begin(StepWalk* w, int owner, int slice);
+void walk_grad_end(StepWalk* w);
+/* Backward is over: the reduce-scatter in flight lands, then WALK_WAIT_ALL. */
+void walk_backward_end(StepWalk* w);
+
+/* The replays' side. walk_use_begin begins the next use of the schedule (its weight and its
+** gradient, whichever it has) and returns its index, or -1 when the schedule is done;
+** walk_use_end ends it. */
+int walk_use_begin(StepWalk* w);
+void walk_use_end(StepWalk* w);
+
+/* The number of uses in the schedule. */
+int walk_use_count(const StepWalk* w);
+/* Gradient uses of slice (owner, slice) per step (2 for the tied wte, 0: none). */
+int walk_grad_uses(const StepWalk* w, int owner, int slice);
+/* The dp buckets: how many, which one a slice is in (-1: sharded or no parameters), and the
+** parameters a bucket holds. */
+int walk_bucket_count(const StepWalk* w);
+int walk_bucket_of(const StepWalk* w, int owner, int slice);
+size_t walk_bucket_params(const StepWalk* w, int bucket);
+
+#endif
