@@ -48,7 +48,7 @@ set_tests_properties(cli_plans PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LAB
 # newest checkpoint skipped, bad options refused in one line.
 add_test(NAME cli_resume
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_resume.sh $<TARGET_FILE:osdp> $<TARGET_FILE:plan_tool> ${OSDP_MPIRUN})
-set_tests_properties(cli_resume PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 180)
+set_tests_properties(cli_resume PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 300)
 
 # Outputs on a full disk (a small tmpfs; skipped where it cannot be mounted): plan/profile --out,
 # --log, --save and --checkpoint fail in one line, keep the previous file, leave nothing partial.

@@ -95,8 +95,10 @@ static void* wd_main(void* arg) {
       pthread_mutex_unlock(&wd.lock);
     }
     last_tick = now;
+    double quiet = 0; /* the longest any watched rank has been silent */
     for (int r = 0; r < wd.size; r++) {
       if (r == wd.rank || (wd.rank != 0 && r != 0) || stopped[r]) continue;
+      if (now - wd.last_seen[r] > quiet) quiet = now - wd.last_seen[r];
       if (now - wd.last_seen[r] > wd.timeout_s) {
         snprintf(why, sizeof why, "rank %d has not answered for %.0f s%s: it was stopped, died or "
                  "its host hangs; ending the job (--watchdog %.0f)", r, now - wd.last_seen[r],
@@ -104,7 +106,10 @@ static void* wd_main(void* arg) {
         wd_abort(why);
       }
     }
-    if (step >= 0 && now - since > wd.step_timeout_s) {
+    /* A stalled step is blamed on a hung collective only while every watched rank answers: a
+    ** rank silent for a few heartbeats is more likely stopped, and is named by the check above
+    ** when its silence reaches the timeout. */
+    if (step >= 0 && now - since > wd.step_timeout_s && quiet < 4 * HEARTBEAT_S) {
       snprintf(why, sizeof why, "rank %d: step %ld has made no progress for %.0f s though every rank "
                "answers (a hung collective or device); ending the job (--watchdog %.0f)", wd.rank,
                step, now - since, wd.timeout_s);
