@@ -9,6 +9,11 @@
 **     schedule lists the recomputed forward's uses where the step makes them.
 **  5. Fresh gradient buffers (the hook says "first use", as the engine does, over NaN garbage)
 **     give the same gradients as zeroed buffers that the step accumulates into.
+**  6. The step walk (step_walk.h), for random plans on 4 ranks: the engine's calls (one per hook)
+**     and the replays' loop give the same actions; every buffer it allocates is freed by the end
+**     (at most two gathered weights and two full gradients live), every prefetch is taken, every
+**     dp bucket starts once, every hybrid shard's across-group all-reduce once, the final wait
+**     comes last; a use out of schedule is refused; a reset after a forward frees its prefetch.
 */
 #include <math.h>
 #include <stdint.h>
@@ -22,6 +27,7 @@
 #include "model/gpt.h"
 #include "model/gpt_step.h"
 #include "model/plan.h"
+#include "model/step_walk.h"
 #include "runtime/engine.h"
 
 /* Full local parameters and gradients in double: the hooks of a plain one-process run. */
@@ -395,6 +401,143 @@ static void check_spec(const GptConfig* cfg) {
   gpt_desc_free(&d);
 }
 
+/* ---- 6. The step walk ------------------------------------------------------------------------ */
+
+/* The actions of one walk, in order. */
+enum { WALK_LOG_MAX = 16384 };
+typedef struct WalkEntry { int action, owner, slice, arg; } WalkEntry;
+typedef struct WalkLog { int n; WalkEntry e[WALK_LOG_MAX]; } WalkLog;
+
+/* Records an action of the walk. */
+static void log_action(void* ctx, WalkAction a, const GptParamUse* u, int arg) {
+  WalkLog* l = ctx;
+  if (l->n < WALK_LOG_MAX) l->e[l->n++] = (WalkEntry){a, u ? u->owner : -1, u ? u->slice : -1, arg};
+}
+
+/* A random plan on 4 ranks: random slice counts, strategies and shard groups (1, 2 or 4),
+** prefetch, overlap_reduce and recomputed layers. */
+static void random_walk_plan(Plan* p, const GptDesc* d, Rng* g) {
+  CHECK(plan_uniform(p, d, STRAT_DP, 4, 2, 5) == 0);
+  for (int i = 0; i < d->nops; i++) {
+    if (!d->ops[i].n_params) continue;
+    p->ops[i].k = d->ops[i].splittable ? 1 + (int)rng_below(g, 4) : 1;
+    for (int s = 0; s < p->ops[i].k; s++) p->ops[i].strat[s] = (Strategy)rng_below(g, STRAT_COUNT);
+    p->ops[i].group = (int[]){0, 1, 2}[rng_below(g, 3)];
+  }
+  p->prefetch = (int)rng_below(g, 2);
+  p->overlap_reduce = (int)rng_below(g, 2);
+  for (int l = 0; l < p->nlayers; l++) p->recompute[l] = (int)rng_below(g, 2);
+}
+
+/* Walks plan p with w as the engine's hooks do, one call per hook over the schedule (only the
+** forward's uses when forward_only, as an evaluation); checks that each begin is accepted and
+** that walk_grad_begin says "first" at each slice's first gradient use. */
+static void walk_as_engine(const GptDesc* d, const Plan* p, StepWalk* w, int forward_only) {
+  int* slices = malloc((size_t)d->nops * sizeof *slices);
+  int* seen = calloc((size_t)d->nops * GPT_MAX_SLICES, sizeof *seen);
+  plan_slice_counts(p, slices);
+  int n = 0;
+  GptParamUse* u = gpt_param_schedule_alloc(d, slices, p->recompute, &n);
+  CHECK(u && seen);
+  for (int i = 0; u && seen && i < n && !(forward_only && u[i].phase != GPT_FORWARD); i++) {
+    if (u[i].weight) CHECK(walk_weight_begin(w, u[i].owner, u[i].slice, u[i].phase) == 0);
+    if (u[i].grad) {
+      int first = seen[u[i].owner * GPT_MAX_SLICES + u[i].slice]++ == 0;
+      CHECK(walk_grad_begin(w, u[i].owner, u[i].slice) == first);
+    }
+    if (u[i].weight) walk_weight_end(w);
+    if (u[i].grad) walk_grad_end(w);
+  }
+  if (!forward_only) walk_backward_end(w);
+  free(u);
+  free(seen);
+  free(slices);
+}
+
+/* Checks the actions of one step walk of plan p (see check 6). */
+static void check_walk_log(const GptDesc* d, const Plan* p, const StepWalk* w, const WalkLog* l) {
+  int weights = 0, grads = 0, max_weights = 0, max_grads = 0, prefetches = 0, taken = 0, started = 0;
+  int* bucket_starts = calloc((size_t)walk_bucket_count(w) + 1, sizeof(int));
+  int* across = calloc((size_t)d->nops * GPT_MAX_SLICES, sizeof(int));
+  for (int j = 0; j < l->n; j++) {
+    const WalkEntry* x = &l->e[j];
+    weights += (x->action == WALK_GATHER || x->action == WALK_PREFETCH) - (x->action == WALK_FREE_WEIGHT);
+    grads += (x->action == WALK_ALLOC_GRAD) - (x->action == WALK_REDUCE || x->action == WALK_REDUCE_WAIT);
+    max_weights = weights > max_weights ? weights : max_weights;
+    max_grads = grads > max_grads ? grads : max_grads;
+    prefetches += x->action == WALK_PREFETCH;
+    taken += x->action == WALK_TAKE_PREFETCH;
+    started += x->action == WALK_REDUCE_START;
+    started -= x->action == WALK_REDUCE_WAIT;
+    CHECK(x->action != WALK_PREFETCH || p->prefetch);
+    CHECK(x->action != (p->overlap_reduce ? WALK_REDUCE : WALK_REDUCE_START));
+    if (x->action == WALK_BUCKET_START) bucket_starts[x->arg]++;
+    if (x->action == WALK_ACROSS_START) across[x->owner * GPT_MAX_SLICES + x->slice]++;
+    CHECK((x->action == WALK_WAIT_ALL) == (j == l->n - 1));
+  }
+  CHECK_MSG(weights == 0 && grads == 0 && started == 0 && prefetches == taken,
+            "buffers left: %d weights, %d gradients, %d reduce-scatters; %d of %d prefetches taken",
+            weights, grads, started, taken, prefetches);
+  CHECK(max_weights <= 2 && max_grads <= 2);
+  for (int b = 0; b < walk_bucket_count(w); b++) CHECK_MSG(bucket_starts[b] == 1, "bucket %d started %d times", b, bucket_starts[b]);
+  for (int op = 0; op < d->nops; op++)
+    for (int s = 0; d->ops[op].n_params && s < p->ops[op].k; s++) {
+      int hybrid = p->ops[op].strat[s] != STRAT_DP && p->world / plan_op_group(p, op) > 1;
+      CHECK_MSG(across[op * GPT_MAX_SLICES + s] == (hybrid && walk_grad_uses(w, op, s) > 0),
+                "op %d slice %d: %d across-group all-reduces", op, s, across[op * GPT_MAX_SLICES + s]);
+    }
+  free(bucket_starts);
+  free(across);
+}
+
+/* Check 6 on `trials` random plans of model cfg. */
+static void check_step_walk(const GptConfig* cfg, int trials) {
+  GptDesc d;
+  CHECK(gpt_desc_build(&d, cfg) == 0);
+  Rng g;
+  rng_seed(&g, 17);
+  WalkLog* a = malloc(sizeof *a);
+  WalkLog* b = malloc(sizeof *b);
+  for (int t = 0; t < trials; t++) {
+    Plan p;
+    random_walk_plan(&p, &d, &g);
+    size_t bucket_bytes = rng_below(&g, 2) ? PLAN_BUCKET_BYTES : 512;
+    a->n = b->n = 0;
+    StepWalk* w = walk_create(&d, &p, bucket_bytes, log_action, a);
+    StepWalk* we = walk_create(&d, &p, bucket_bytes, log_action, b);
+    CHECK(w && we);
+    if (!w || !we) { walk_destroy(w); walk_destroy(we); plan_free(&p); break; }
+    while (walk_use_begin(w) >= 0) walk_use_end(w);
+    walk_backward_end(w);
+    walk_as_engine(&d, &p, we, 0);
+    CHECK(a->n < WALK_LOG_MAX);
+    CHECK_MSG(a->n == b->n && memcmp(a->e, b->e, (size_t)a->n * sizeof a->e[0]) == 0,
+              "plan %d: the engine's calls and the replays' loop differ", t);
+    check_walk_log(&d, &p, w, a);
+    /* Out of schedule: refused. An evaluation (a forward alone, then a reset): nothing left. */
+    walk_reset(we);
+    CHECK(walk_weight_begin(we, d.nops, 0, GPT_FORWARD) == -1);
+    CHECK(walk_grad_begin(we, 0, 0) == -1);
+    b->n = 0;
+    walk_as_engine(&d, &p, we, 1);
+    walk_reset(we);
+    int live = 0, prefetched = 0;
+    for (int j = 0; j < b->n; j++) {
+      live += (b->e[j].action == WALK_GATHER || b->e[j].action == WALK_PREFETCH) -
+              (b->e[j].action == WALK_FREE_WEIGHT);
+      prefetched += (b->e[j].action == WALK_PREFETCH) - (b->e[j].action == WALK_TAKE_PREFETCH);
+    }
+    CHECK_MSG(live == 0 && prefetched == 0, "plan %d: after a forward and a reset, %d weights "
+              "live, %d prefetches not taken", t, live, prefetched);
+    walk_destroy(we);
+    walk_destroy(w);
+    plan_free(&p);
+  }
+  free(a);
+  free(b);
+  gpt_desc_free(&d);
+}
+
 int main(int argc, char** argv) {
   comm_init(&argc, &argv);
   kernels_set_threads(1);
@@ -430,6 +573,8 @@ int main(int argc, char** argv) {
   check_memory("small", 2, 33, STRAT_DP, 1, 2, 0);
   check_memory("tiny", 3, 17, STRAT_ZERO3, 2, 1, 1);
   check_memory("small", 2, 33, STRAT_ZERO2, 1, 2, 4);
+  check_step_walk(&odd, 300);
+  check_step_walk(&odd2, 100);
   int rc = check_summary();
   comm_finalize();
   return rc;
