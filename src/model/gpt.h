@@ -32,13 +32,26 @@
 
 struct ModelFamily;
 
-/* A model's shape. GPT-2 uses every field; other families add theirs here. */
+/* A model's shape. `family` picks the spec (family.h); GPT-2 reads the first block only, the
+** Llama family (Llama 2/3, SmolLM2, TinyLlama, Qwen2) all of it. */
 typedef struct GptConfig {
   char name[48];
+  char family[16];   /* "gpt2" or "llama" */
   int n_layer, n_embd, n_head;
   int vocab_size;    /* V: real tokens */
   int padded_vocab;  /* Vp: V rounded up to a multiple of 128, as llm.c pads it */
-  int max_seq;       /* maxT: the longest sequence (rows of GPT-2's wpe) */
+  int max_seq;       /* maxT: the longest sequence (rows of GPT-2's wpe; Llama's context) */
+  /* Llama family: */
+  int n_kv_head;     /* K/V heads (grouped-query attention): divides n_head */
+  int head_dim;      /* per head; n_head * head_dim need not be n_embd */
+  int ffn_dim;       /* the SwiGLU MLP's intermediate size */
+  int tied_head;     /* 1: the LM head is the token embedding (0: its own lm_head weight) */
+  int qkv_bias;      /* 1: q, k and v projections have biases (Qwen2) */
+  double norm_eps;   /* RMSNorm's epsilon */
+  double rope_theta; /* rotary embedding base */
+  /* Llama 3's rope_scaling ("rope_type": "llama3"); rope_factor 0: no scaling. */
+  double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+  int rope_original_max;  /* original_max_position_embeddings */
 } GptConfig;
 
 /* The computation an op performs, for messages, tables and per-kind timing. */
