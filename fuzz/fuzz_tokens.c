@@ -1,6 +1,6 @@
 /*
-** fuzz_tokens.c: fuzzes data files (data/data.h): the input is opened as an llm.c GPT-2 token
-** file ("tokens:FILE") and as a text file ("text:FILE"), for sequences of FUZZ_SEQ tokens. A
+** fuzz_tokens.c: fuzzes data files (data/data.h): the input is opened as an llm.c token file
+** (version 1 uint16 or version 2 uint32 tokens; "tokens:FILE") and as a text file ("text:FILE"), for sequences of FUZZ_SEQ tokens. A
 ** source that opens hands out a few train and val batches, every token of which must lie in
 ** its vocabulary and print (data_token_text).
 */
@@ -25,9 +25,9 @@ static void fuzz_source(const char* spec) {
     return;
   }
   int vocab = data_vocab_size(ds);
-  if (vocab < 1 || vocab > 256 * 256 || data_seq_len(ds) != FUZZ_SEQ) fuzz_die("data_open", "bad vocabulary or seq");
+  if (vocab < 1 || vocab > DATA_MAX_VOCAB || data_seq_len(ds) != FUZZ_SEQ) fuzz_die("data_open", "bad vocabulary or seq");
   int in[FUZZ_ROWS * FUZZ_SEQ], tg[FUZZ_ROWS * FUZZ_SEQ], pr[FUZZ_ROWS * FUZZ_SEQ];
-  char buf[8];
+  char buf[DATA_TOKEN_TEXT];
   for (int split = 0; split < 2; split++)
     for (long step = 0; step < 3; step++) {
       if (data_batch(ds, (DataSplit)split, step * 1000003L, FUZZ_ROWS, 0, FUZZ_ROWS, in, tg, pr))

@@ -266,17 +266,22 @@ put("train_state", "zero3-5-ranks-holes", state(holes5, ranks5))
 toks = [(i * 7919) % 50257 for i in range(64)]
 
 
-def tokfile(tokens, magic=20240520, version=1, count=None):
-    """An llm.c token file."""
+def tokfile(tokens, magic=20240520, version=1, count=None, width=None):
+    """An llm.c token file: uint16 tokens (version 1) or uint32 (version 2; width overrides)."""
     h = [0] * 256
     h[0], h[1], h[2] = magic, version, len(tokens) if count is None else count
-    return struct.pack("<256i", *h) + struct.pack("<%dH" % len(tokens), *tokens)
+    code = {2: "H", 4: "I"}[width or (4 if version == 2 else 2)]
+    return struct.pack("<256i", *h) + struct.pack("<%d%s" % (len(tokens), code), *tokens)
 
 
 put("tokens", "valid.bin", tokfile(toks))
 put("tokens", "small-ids.bin", tokfile([i % 5 for i in range(41)]))
 put("tokens", "magic.bin", tokfile(toks, magic=1))
-put("tokens", "version.bin", tokfile(toks, version=2))
+put("tokens", "version.bin", tokfile(toks, version=3))
+put("tokens", "v2-valid.bin", tokfile([(i * 7919) % 128256 for i in range(64)], version=2))
+put("tokens", "v2-uint16.bin", tokfile(toks, version=2, width=2))
+put("tokens", "v2-big-id.bin", tokfile(toks[:-1] + [1 << 24], version=2))
+put("tokens", "v2-max-id.bin", tokfile(toks[:-1] + [(1 << 24) - 1], version=2))
 put("tokens", "count.bin", tokfile(toks, count=65))
 put("tokens", "negative.bin", tokfile(toks, count=-1))
 put("tokens", "big-id.bin", tokfile(toks[:-1] + [50257]))

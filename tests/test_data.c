@@ -1,4 +1,4 @@
-/* test_data.c: tests of the data module (addition problems, text files, GPT-2 token files). */
+/* test_data.c: tests of the data module (addition problems, text files, llm.c token files of both versions). */
 #include "check.h"
 #include "core/util.h"
 #include "data/data.h"
@@ -152,7 +152,7 @@ static void test_addition(void) {
   CHECK(data_open(&ds, "addition", 64, 5) == 0);
   CHECK(data_vocab_size(ds) == DATA_ADD_VOCAB);
   CHECK(strstr(data_describe(ds), "addition of 3-digit numbers") != NULL);
-  char buf[8];
+  char buf[DATA_TOKEN_TEXT];
   CHECK(strcmp(data_token_text(ds, 7, buf), "7") == 0);
   CHECK(strcmp(data_token_text(ds, DATA_ADD_PLUS, buf), "+") == 0);
   CHECK(strcmp(data_token_text(ds, 99, buf), "?") == 0);
@@ -256,7 +256,7 @@ static void test_text(void) {
     CHECK_MSG(bad == 0, "split %d: %d rows are not windows of their part", split, bad);
     CHECK(data_batch_target_count(ds, split, 2, R) == (long)R * T);
   }
-  char buf[8];
+  char buf[DATA_TOKEN_TEXT];
   CHECK(strcmp(data_token_text(ds, 'a', buf), "a") == 0);
   CHECK(strcmp(data_token_text(ds, '\n', buf), "\\n") == 0);
   CHECK(strcmp(data_token_text(ds, 0x1f, buf), "\\x1f") == 0);
@@ -293,7 +293,7 @@ static void test_tokens(void) {
   long max_id = 0;
   for (long i = 0; i < ntok; i++) if (i * 7919 % DATA_GPT2_VOCAB > max_id) max_id = i * 7919 % DATA_GPT2_VOCAB;
   CHECK_MSG(data_vocab_size(ds) == max_id + 1, "vocab %d, largest id %ld", data_vocab_size(ds), max_id);
-  CHECK(strstr(data_describe(ds), "(2000 tokens)") != NULL);
+  CHECK(strstr(data_describe(ds), "(2000 uint16 tokens)") != NULL);
   int *in = malloc(R * T * sizeof(int)), *tg = malloc(R * T * sizeof(int));
   for (int split = 0; split < 2; split++) {
     CHECK(data_batch(ds, split, 0, R, 0, R, in, tg, NULL) == 0);
@@ -311,7 +311,7 @@ static void test_tokens(void) {
     }
     CHECK_MSG(bad == 0, "split %d: %d bad windows", split, bad);
   }
-  char buf[8];
+  char buf[DATA_TOKEN_TEXT];
   CHECK(strcmp(data_token_text(ds, 50256, buf), "<50256>") == 0);
   data_close(ds);
   free(in); free(tg);
@@ -323,22 +323,26 @@ static void test_tokens(void) {
   CHECK(open_fails_with(spec, T, "longer than its header"));
   CHECK(write_token_file(path, 12345, 1, ntok, 2 * (size_t)ntok) == 0);
   CHECK(open_fails_with(spec, T, "magic 12345"));
+  CHECK(write_token_file(path, 20240520, 3, ntok, 2 * (size_t)ntok) == 0);
+  CHECK(open_fails_with(spec, T, "version 3; llm.c writes version 1 (uint16 GPT-2 tokens) or 2"));
+  /* Version 2 (uint32) with version 1's uint16 tokens: half the bytes its header promises. */
   CHECK(write_token_file(path, 20240520, 2, ntok, 2 * (size_t)ntok) == 0);
-  CHECK(open_fails_with(spec, T, "version 2"));
+  CHECK(open_fails_with(spec, T, "promises 2000 tokens of 4 bytes"));
   CHECK(write_token_file(path, 20240520, 1, 0, 0) == 0);
   CHECK(open_fails_with(spec, T, "holds 0 tokens"));
   CHECK(write_file(path, "abc", 3) == 0);
   CHECK(open_fails_with(spec, T, "shorter than the 1024-byte"));
   CHECK(write_token_file(path, 20240520, 1, 100, 200) == 0);
   CHECK(open_fails_with(spec, T, "at least 321 tokens"));
-  /* A token id outside GPT-2's vocabulary. */
+  /* A uint16 id outside GPT-2's vocabulary: the file needs 60001 ids (the model decides). */
   CHECK(write_token_file(path, 20240520, 1, 400, 800) == 0);
   FILE* f = fopen(path, "r+b");
   uint16_t big = 60000;
   fseek(f, 1024 + 2 * 17, SEEK_SET);
   fwrite(&big, 2, 1, f);
   fclose(f);
-  CHECK(open_fails_with(spec, T, "token 60000 at position 17"));
+  CHECK(data_open(&ds, spec, T, 1) == 0 && data_vocab_size(ds) == 60001);
+  data_close(ds);
   /* Small ids: a file whose largest id is 300 needs a vocabulary of 301, wherever the 300 is. */
   for (int at = 0; at < 400; at += 399) {
     unsigned char* raw = calloc(1, 1024 + 800);
@@ -357,6 +361,68 @@ static void test_tokens(void) {
   }
   remove(path);
   CHECK(open_fails_with(spec, T, "No such file"));
+}
+
+/* Writes a version 2 (uint32, Llama 3) token file of ntok tokens tok[i] = (i * 7919) % 128256,
+** but token `at` = big. */
+static int write_token_file_v2(const char* path, int ntok, int at, uint32_t big) {
+  size_t size = 1024 + 4 * (size_t)ntok;
+  unsigned char* buf = calloc(1, size);
+  int32_t header[256] = {20240520, 2, ntok};
+  memcpy(buf, header, sizeof header);
+  for (int i = 0; i < ntok; i++) {
+    uint32_t t = i == at ? big : (uint32_t)((long)i * 7919 % 128256);
+    memcpy(buf + 1024 + 4 * (size_t)i, &t, 4);
+  }
+  int rc = write_file(path, buf, size);
+  free(buf);
+  return rc;
+}
+
+/* llm.c's version 2 token files (uint32 Llama 3 tokens): read back token for token, the
+** vocabulary their largest id + 1, ids past DATA_MAX_VOCAB refused. */
+static void test_tokens_v2(void) {
+  char path[512], spec[600];
+  tmp_path("tokens32.bin", path);
+  snprintf(spec, sizeof spec, "tokens:%s", path);
+  int ntok = 3000, T = 16, R = 4;
+  CHECK(write_token_file_v2(path, ntok, 5, 128255) == 0);
+  DataSource* ds;
+  CHECK_MSG(data_open(&ds, spec, T, 3) == 0, "%s", osdp_last_error());
+  if (!ds) return;
+  CHECK_MSG(data_vocab_size(ds) == 128256, "vocab %d", data_vocab_size(ds));
+  CHECK(strstr(data_describe(ds), "(3000 uint32 tokens)") != NULL);
+  int in[4 * 16], tg[4 * 16];
+  CHECK(data_batch(ds, DATA_TRAIN, 2, R, 0, R, in, tg, NULL) == 0);
+  int bad = 0;
+  for (int r = 0; r < R; r++) {
+    long pos = -1; /* 7919 is invertible mod 128256 = 2^7 * 3 * 167 * 2: find the position */
+    for (long i = 0; i < ntok && pos < 0; i++)
+      if (i != 5 && i * 7919 % 128256 == in[r * T]) pos = i;
+    for (int i = 0; i < T && pos >= 0; i++) {
+      long p = pos + i, q = p + 1;
+      bad += in[r * T + i] != (p == 5 ? 128255 : p * 7919 % 128256) ||
+             tg[r * T + i] != (q == 5 ? 128255 : q * 7919 % 128256);
+    }
+    bad += pos < 0;
+  }
+  CHECK_MSG(bad == 0, "%d bad tokens", bad);
+  char buf[DATA_TOKEN_TEXT];
+  CHECK(strcmp(data_token_text(ds, 128255, buf), "<128255>") == 0);
+  CHECK(strcmp(data_token_text(ds, DATA_MAX_VOCAB - 1, buf), "<16777215>") == 0);
+  data_close(ds);
+  test_determinism_and_row_ranges(spec, T);
+  /* Ids up to the largest vocabulary osdp builds, and one past it. */
+  CHECK(write_token_file_v2(path, ntok, 2999, DATA_MAX_VOCAB - 1) == 0);
+  CHECK(data_open(&ds, spec, T, 3) == 0 && data_vocab_size(ds) == DATA_MAX_VOCAB);
+  data_close(ds);
+  CHECK(write_token_file_v2(path, ntok, 7, 0xffffffffu) == 0);
+  CHECK(open_fails_with(spec, T, "token 4294967295 at position 7, beyond the largest vocabulary"));
+  /* Cut by one byte. */
+  CHECK(write_token_file_v2(path, ntok, 0, 1) == 0);
+  CHECK(truncate(path, 1024 + 4 * ntok - 1) == 0);
+  CHECK(open_fails_with(spec, T, "truncated"));
+  remove(path);
 }
 
 /* Spec and argument errors. */
@@ -395,6 +461,7 @@ int main(void) {
   test_determinism_and_row_ranges("addition:2", 40);
   test_text();
   test_tokens();
+  test_tokens_v2();
   test_errors();
   rmdir(tmpdir);
   printf("test_data: %.2f s\n", now_seconds() - t0);

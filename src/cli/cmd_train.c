@@ -221,9 +221,10 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
   r->B = r->plan.micro_batch; r->T = r->plan.seq;
   if (data_open(&r->data, args_get(&r->args, "data", "addition"), r->T, r->opt.seed)) return -1;
   if (data_vocab_size(r->data) > r->d.cfg.vocab_size)
-    return osdp_fail("--data: %s needs a vocabulary of %d tokens but model %s has %d; use a model "
-                     "with vocab_size >= %d", data_describe(r->data), data_vocab_size(r->data),
-                     r->d.cfg.name, r->d.cfg.vocab_size, data_vocab_size(r->data));
+    return osdp_fail("--data: %s has token ids up to %d but model %s has vocab_size %d; use a "
+                     "model with vocab_size >= %d (the tokenizer's: GPT-2 50257, Llama 3 128256)",
+                     data_describe(r->data), data_vocab_size(r->data) - 1, r->d.cfg.name,
+                     r->d.cfg.vocab_size, data_vocab_size(r->data));
   const char* logp = args_get(&r->args, "log", NULL);
   if (logp && comm_rank() == 0 && !(r->log = fopen(logp, "w")))
     return osdp_fail("--log: cannot write '%s'", logp);

@@ -1,4 +1,4 @@
-/* data.c: addition problems, text files and GPT-2 token files as batches; see data.h. */
+/* data.c: addition problems, text files and llm.c token files as batches; see data.h. */
 #include "data/data.h"
 
 #include "core/util.h"
@@ -12,7 +12,8 @@
 typedef enum { SOURCE_ADDITION, SOURCE_TEXT, SOURCE_TOKENS } SourceKind;
 
 #define TOKEN_FILE_MAGIC 20240520
-#define TOKEN_FILE_VERSION 1
+#define TOKEN_FILE_V_GPT2 1   /* uint16 tokens (llm.c's GPT-2 files) */
+#define TOKEN_FILE_V_LLAMA3 2 /* uint32 tokens (llm.c's Llama 3 files) */
 #define TOKEN_FILE_HEADER_INTS 256
 #define TOKEN_FILE_HEADER_BYTES (TOKEN_FILE_HEADER_INTS * 4)
 
@@ -31,7 +32,8 @@ struct DataSource {
 
   /* text and token files: token i is bytes[i] (text) or tokens[i] (token file) */
   unsigned char* file;   /* the whole file as read */
-  const uint16_t* tokens;/* token file: points into `file` past the header */
+  const unsigned char* tokens; /* token file: points into `file` past the header */
+  int token_bytes;       /* token file: 2 (version 1) or 4 (version 2) */
   size_t ntok;           /* tokens (or bytes) in the file */
   size_t ntrain;         /* the first ntrain tokens are the train part, the rest val */
 };
@@ -220,9 +222,38 @@ static int text_open(DataSource* ds, const char* path) {
   return 0;
 }
 
-/* Checks an llm.c token file held in ds->file (ds->ntok bytes so far): header magic, version,
-** token count against the file size, and token ids. On success points ds->tokens at the
-** tokens and sets ds->ntok to their number. */
+/* Token i of a token file (ds->token_bytes wide, little-endian like the header). */
+static uint32_t token_at(const DataSource* ds, size_t i) {
+  if (ds->token_bytes == 2) {
+    uint16_t t;
+    memcpy(&t, ds->tokens + 2 * i, 2);
+    return t;
+  }
+  uint32_t t;
+  memcpy(&t, ds->tokens + 4 * i, 4);
+  return t;
+}
+
+/* One pass over a token file's tokens: each id must be below DATA_MAX_VOCAB, and the largest
+** sets the vocabulary the file needs (the format does not record one; a file of small ids
+** trains a small model, and the model's vocabulary is checked against it by the caller). */
+static int tokens_scan(DataSource* ds, const char* path) {
+  uint32_t max_id = 0;
+  for (size_t i = 0; i < ds->ntok; i++) {
+    uint32_t t = token_at(ds, i);
+    if (t >= DATA_MAX_VOCAB)
+      return osdp_fail("data: tokens file '%s' has token %lu at position %zu, beyond the largest "
+                       "vocabulary osdp builds (%d); is the file corrupt?", path,
+                       (unsigned long)t, i, DATA_MAX_VOCAB);
+    if (t > max_id) max_id = t;
+  }
+  ds->vocab = (int)max_id + 1;
+  return 0;
+}
+
+/* Checks an llm.c token file held in ds->file (ds->ntok bytes so far): header magic, version
+** (1: uint16 tokens, 2: uint32), token count against the file size, and token ids. On success
+** points ds->tokens at the tokens and sets ds->ntok to their number. */
 static int tokens_check(DataSource* ds, const char* path) {
   size_t size = ds->ntok;
   if (size < TOKEN_FILE_HEADER_BYTES)
@@ -233,47 +264,40 @@ static int tokens_check(DataSource* ds, const char* path) {
   if (header[0] != TOKEN_FILE_MAGIC)
     return osdp_fail("data: tokens file '%s' has magic %d, not llm.c's %d; is it a token file?",
                      path, (int)header[0], TOKEN_FILE_MAGIC);
-  if (header[1] != TOKEN_FILE_VERSION)
-    return osdp_fail("data: tokens file '%s' has version %d; only version %d (uint16 GPT-2 "
-                     "tokens) is supported", path, (int)header[1], TOKEN_FILE_VERSION);
+  if (header[1] != TOKEN_FILE_V_GPT2 && header[1] != TOKEN_FILE_V_LLAMA3)
+    return osdp_fail("data: tokens file '%s' has version %d; llm.c writes version %d (uint16 "
+                     "GPT-2 tokens) or %d (uint32 Llama 3 tokens)", path, (int)header[1],
+                     TOKEN_FILE_V_GPT2, TOKEN_FILE_V_LLAMA3);
   if (header[2] <= 0)
     return osdp_fail("data: tokens file '%s' header says it holds %d tokens; it must hold some",
                      path, (int)header[2]);
+  ds->token_bytes = header[1] == TOKEN_FILE_V_GPT2 ? 2 : 4;
   size_t ntok = (size_t)header[2];
-  size_t expect = TOKEN_FILE_HEADER_BYTES + 2 * ntok;
+  size_t expect = TOKEN_FILE_HEADER_BYTES + (size_t)ds->token_bytes * ntok;
   if (size != expect)
-    return osdp_fail("data: tokens file '%s' is %zu bytes but its header promises %zu tokens "
-                     "(%zu bytes); the file is %s", path, size, ntok, expect,
-                     size < expect ? "truncated" : "longer than its header says");
-  ds->tokens = (const uint16_t*)(ds->file + TOKEN_FILE_HEADER_BYTES);
+    return osdp_fail("data: tokens file '%s' is %zu bytes but its header promises %zu tokens of "
+                     "%d bytes (%zu bytes); the file is %s", path, size, ntok, ds->token_bytes,
+                     expect, size < expect ? "truncated" : "longer than its header says");
+  ds->tokens = ds->file + TOKEN_FILE_HEADER_BYTES;
   ds->ntok = ntok;
-  /* One pass over the tokens: each must be a GPT-2 token, and the largest sets the vocabulary
-  ** the file needs (the format does not record it; a file of small ids trains a small model). */
-  int max_id = 0;
-  for (size_t i = 0; i < ntok; i++) {
-    if (ds->tokens[i] >= DATA_GPT2_VOCAB)
-      return osdp_fail("data: tokens file '%s' has token %d at position %zu, outside the GPT-2 "
-                       "vocabulary of %d", path, (int)ds->tokens[i], i, DATA_GPT2_VOCAB);
-    if (ds->tokens[i] > max_id) max_id = ds->tokens[i];
-  }
-  ds->vocab = max_id + 1;
-  return 0;
+  return tokens_scan(ds, path);
 }
 
-/* Opens an llm.c GPT-2 token file. */
+/* Opens an llm.c token file (GPT-2's uint16 or Llama 3's uint32 tokens). */
 static int tokens_open(DataSource* ds, const char* path) {
   if (*path == 0) return osdp_fail("data: 'tokens:' needs a file name, e.g. tokens:train.bin");
   ds->kind = SOURCE_TOKENS;
   if (read_whole_file(path, "tokens", &ds->file, &ds->ntok)) return -1;
   if (tokens_check(ds, path)) return -1;
   if (split_train_val(ds, "tokens", path, "tokens")) return -1;
-  snprintf(ds->describe, sizeof ds->describe, "GPT-2 tokens file %s (%zu tokens)", path, ds->ntok);
+  snprintf(ds->describe, sizeof ds->describe, "tokens file %s (%zu %s tokens)", path, ds->ntok,
+           ds->token_bytes == 2 ? "uint16" : "uint32");
   return 0;
 }
 
 /* Token i of a text or token file. */
 static int file_token(const DataSource* ds, size_t i) {
-  return ds->kind == SOURCE_TEXT ? (int)ds->file[i] : (int)ds->tokens[i];
+  return ds->kind == SOURCE_TEXT ? (int)ds->file[i] : (int)token_at(ds, i);
 }
 
 /* Fills one row with a window of T + 1 tokens at a random offset inside the split's part. */
@@ -376,7 +400,7 @@ long data_batch_problem_count(const DataSource* ds, int global_rows) {
 }
 
 /* Printable form of a byte of a text file: itself, a C escape, or \xNN. */
-static const char* byte_text(int c, char buf[8]) {
+static const char* byte_text(int c, char buf[DATA_TOKEN_TEXT]) {
   if (c == '\n') return strcpy(buf, "\\n");
   if (c == '\t') return strcpy(buf, "\\t");
   if (c == '\r') return strcpy(buf, "\\r");
@@ -385,17 +409,17 @@ static const char* byte_text(int c, char buf[8]) {
     buf[1] = 0;
     return buf;
   }
-  snprintf(buf, 8, "\\x%02x", (unsigned)(unsigned char)c);
+  snprintf(buf, DATA_TOKEN_TEXT, "\\x%02x", (unsigned)(unsigned char)c);
   return buf;
 }
 
-const char* data_token_text(const DataSource* ds, int token, char buf[8]) {
-  /* A token file's vocabulary is what it uses; its ids are GPT-2's, so any GPT-2 id prints. */
-  int bound = ds->kind == SOURCE_TOKENS ? DATA_GPT2_VOCAB : ds->vocab;
+const char* data_token_text(const DataSource* ds, int token, char buf[DATA_TOKEN_TEXT]) {
+  /* A token file's vocabulary is what it uses; any id its format holds prints. */
+  int bound = ds->kind == SOURCE_TOKENS ? DATA_MAX_VOCAB : ds->vocab;
   if (token < 0 || token >= bound) return strcpy(buf, "?");
   if (ds->kind == SOURCE_TEXT) return byte_text(token, buf);
   if (ds->kind == SOURCE_TOKENS) {
-    snprintf(buf, 8, "<%d>", token % 100000);  /* token < 50257; the % tells the compiler "<%d>" fits */
+    snprintf(buf, DATA_TOKEN_TEXT, "<%d>", token);
     return buf;
   }
   static const char* names[DATA_ADD_VOCAB] = {"0", "1", "2", "3", "4", "5", "6", "7",

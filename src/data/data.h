@@ -12,8 +12,8 @@
 **   "addition"     n = 3 digit addition problems, made up on the fly (needs no file).
 **   "addition:N"   the same with N-digit operands, 1 <= N <= 9.
 **   "text:FILE"    the bytes of FILE, vocabulary 256.
-**   "tokens:FILE"  a GPT-2 token file in llm.c's format (see below); its vocabulary is its
-**                  largest token id + 1 (the format does not record one).
+**   "tokens:FILE"  a token file in llm.c's format (GPT-2 or Llama 3 tokens, see below); its
+**                  vocabulary is its largest token id + 1 (the format does not record one).
 **
 ** Addition format. Tokens: '0'..'9' = 0..9, '+' = 10, '=' = 11, end-of-problem = 12
 ** (shown as ';'), pad = 13 (shown as '_'); vocabulary 14. One problem a + b with n-digit
@@ -45,9 +45,11 @@
 ** split from the rest; both parts must hold at least T + 1 tokens, so a file needs at least
 ** 10*T + 1 tokens. The whole file is read into memory at open.
 **
-** llm.c token file: a header of 256 little-endian int32 (header[0] = 20240520 magic,
-** header[1] = 1 version, header[2] = number of tokens), then that many uint16 GPT-2 tokens.
-** The file size must match the header exactly, and every token must be < 50257.
+** llm.c token file (llm.c's dev/data/data_common.py): a header of 256 little-endian int32
+** (header[0] = 20240520 magic, header[1] = version, header[2] = number of tokens), then that
+** many tokens, little-endian: version 1 uint16 (GPT-2), version 2 uint32 (Llama 3). The file
+** size must match the header exactly, and every token must be < DATA_MAX_VOCAB; whether the
+** model's vocabulary holds them is the caller's check (data_vocab_size).
 **
 ** Errors: functions that can fail return -1 after recording a one-line message with
 ** osdp_fail() (see core/util.h); they never print or exit.
@@ -72,6 +74,11 @@ enum {
 
 /* Vocabulary of GPT-2 token files. */
 #define DATA_GPT2_VOCAB 50257
+/* The largest vocabulary a token file may need (token ids below it): the largest model
+** vocabulary osdp builds (gpt_config_validate). */
+#define DATA_MAX_VOCAB (1 << 24)
+/* Bytes data_token_text's buffer holds ("<16777215>" and its NUL). */
+#define DATA_TOKEN_TEXT 16
 
 /* Opens the data source named by `spec` ("addition", "addition:N", "text:FILE" or
 ** "tokens:FILE") for sequences of seq_len tokens; `seed` picks the random streams.
@@ -84,7 +91,7 @@ int data_open(DataSource** out, const char* spec, int seq_len, uint64_t seed);
 void data_close(DataSource* ds);
 
 /* Number of token ids the model must handle: 14 for addition, 256 for text, the largest
-** token id + 1 for a GPT-2 token file (at most 50257), found in the one pass over its tokens
+** token id + 1 for a token file (at most DATA_MAX_VOCAB), found in the one pass over its tokens
 ** that data_open makes anyway. */
 int data_vocab_size(const DataSource* ds);
 
@@ -117,7 +124,7 @@ long data_batch_problem_count(const DataSource* ds, int global_rows);
 
 /* Printable text for one token, for samples in logs: a digit or "+", "=", ";", "_" for
 ** addition; the character itself or an escape such as "\n" or "\x1f" for text; "<id>" for
-** GPT-2 tokens (no decoder here); "?" for an id outside the vocabulary. Returns buf. */
-const char* data_token_text(const DataSource* ds, int token, char buf[8]);
+** token files (no decoder here); "?" for an id outside the vocabulary. Returns buf. */
+const char* data_token_text(const DataSource* ds, int token, char buf[DATA_TOKEN_TEXT]);
 
 #endif
