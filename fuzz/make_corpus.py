@@ -288,4 +288,43 @@ put("tokens", "big-id.bin", tokfile(toks[:-1] + [50257]))
 put("tokens", "short.bin", tokfile(toks[:40]))
 put("tokens", "text.txt", "the quick brown fox jumps over the lazy dog, twice over: " * 2)
 
+# ---- Hugging Face config.json: the Hub's own (tests/hf/) and variants that stop at each check
+hub = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "hf")
+for f in sorted(os.listdir(hub)):
+    with open(os.path.join(hub, f), "rb") as src:
+        put("hf_config", f, src.read())
+
+
+def hub_config(name, **change):
+    """A Hub config of tests/hf/ with keys changed (None: removed), as compact JSON."""
+    with open(os.path.join(hub, name + ".json")) as src:
+        c = json.load(src)
+    for k, v in change.items():
+        if v is None:
+            c.pop(k, None)
+        else:
+            c[k] = v
+    return jdump(c)
+
+
+put("hf_config", "rope-linear.json", hub_config("tinyllama-1.1b", rope_scaling={"type": "linear", "factor": 2.0}))
+put("hf_config", "attention-bias.json", hub_config("tinyllama-1.1b", attention_bias=True))
+put("hf_config", "no-hidden.json", hub_config("tinyllama-1.1b", hidden_size=None))
+put("hf_config", "hidden-string.json", hub_config("tinyllama-1.1b", hidden_size="2048"))
+put("hf_config", "experts.json", hub_config("tinyllama-1.1b", num_local_experts=8))
+put("hf_config", "kv-heads.json", hub_config("tinyllama-1.1b", num_key_value_heads=5))
+put("hf_config", "sliding.json", hub_config("qwen2.5-0.5b", use_sliding_window=True))
+put("hf_config", "rope-freqs.json", hub_config("llama3.2-1b", rope_scaling={
+    "rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 0.5,
+    "original_max_position_embeddings": 8192}))
+put("hf_config", "gpt2-inner.json", hub_config("gpt2", n_inner=1000))
+put("hf_config", "gpt2-relu.json", hub_config("gpt2", activation_function="relu"))
+put("hf_config", "model-type-number.json", '{"model_type":7}')
+put("hf_config", "truncated.json", '{"model_type":"llama","num_hidden_layers":2,')
+put("hf_config", "osdp-model.json", jdump(MICRO))
+put("hf_config", "tiny-llama.json", jdump({
+    "model_type": "llama", "num_hidden_layers": 1, "hidden_size": 8, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "intermediate_size": 12, "vocab_size": 20,
+    "max_position_embeddings": 16, "_name_or_path": "org/tiny"}))
+
 shutil.rmtree(tmp)

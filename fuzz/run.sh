@@ -13,7 +13,7 @@ build=$1
 runs=$2
 shift 2
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(model plan device checkpoint safetensors train_state tokens)
+[ ${#targets[@]} -gt 0 ] || targets=(model plan device checkpoint safetensors train_state tokens hf_config)
 src=$(cd "$(dirname "$0")" && pwd)
 [ -d /dev/shm ] && [ -w /dev/shm ] && export TMPDIR=/dev/shm
 
@@ -27,6 +27,7 @@ max_len() {
     safetensors) echo 8192 ;;
     train_state) echo 24576 ;;
     tokens) echo 4096 ;;
+    hf_config) echo 2048 ;;
     *) echo 4096 ;;
   esac
 }

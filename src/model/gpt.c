@@ -11,6 +11,7 @@
 
 #include "core/util.h"
 #include "model/family.h"
+#include "model/hf_config.h"
 
 /* The families osdp knows, in the order presets are looked up. */
 static const ModelFamily* family_of_config(const GptConfig* c) {
@@ -73,10 +74,12 @@ static int config_from_json(const char* path, GptConfig* c) {
 int gpt_config_load(const char* name, GptConfig* c) {
   memset(c, 0, sizeof *c);
   if (!family_gpt2()->preset(name, c)) {
-    if (!strchr(name, '/') && !strstr(name, ".json"))
-      return osdp_fail("--model: unknown preset '%s'; use one of %s, or a JSON file", name,
-                       gpt_preset_names());
-    if (config_from_json(name, c)) return -1;
+    int hf = hf_config_load(name, c); /* 1: a Hugging Face model directory or config.json */
+    if (hf < 0) return -1;
+    if (!hf && !strchr(name, '/') && !strstr(name, ".json"))
+      return osdp_fail("--model: unknown preset '%s'; use one of %s, a JSON file or a Hugging "
+                       "Face model directory", name, gpt_preset_names());
+    if (!hf && config_from_json(name, c)) return -1;
   }
   c->padded_vocab = pad_vocab(c->vocab_size);
   return gpt_config_validate(c);
