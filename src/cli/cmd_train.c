@@ -92,13 +92,8 @@ static cJSON* run_description(const TrainRun* r) {
   const GptConfig* c = &r->d.cfg;
   cJSON* o = cJSON_CreateObject();
   cJSON* m = cJSON_AddObjectToObject(o, "model");
-  cJSON_AddStringToObject(m, "name", c->name);
-  cJSON_AddNumberToObject(m, "n_layer", c->n_layer);
-  cJSON_AddNumberToObject(m, "n_embd", c->n_embd);
-  cJSON_AddNumberToObject(m, "n_head", c->n_head);
-  cJSON_AddNumberToObject(m, "vocab_size", c->vocab_size);
+  gpt_config_to_json(c, m);
   cJSON_AddNumberToObject(m, "padded_vocab", c->padded_vocab);
-  cJSON_AddNumberToObject(m, "max_seq", c->max_seq);
   cJSON_AddStringToObject(o, "data", args_get(&r->args, "data", "addition"));
   cJSON_AddNumberToObject(o, "seed", (double)r->opt.seed);
   cJSON_AddNumberToObject(o, "seq", r->T);
