@@ -56,8 +56,9 @@ static void layernorm_bwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, 
 /* Causal self-attention op opi over qkv into its out and lse. */
 static void attention_fwd(const GptDesc* d, GptActs* a, int opi, const real* qkv, real* scratch) {
   OpTimer tm = gpt_op_timer_start(a);
-  kern(a)->attention_forward(out_of(a, opi), act(d, a, opi, "lse"), qkv, scratch, a->B, a->T,
-                             d->cfg.n_embd, d->cfg.n_head);
+  int C = d->cfg.n_embd, NH = d->cfg.n_head;
+  kern(a)->attention_forward(out_of(a, opi), act(d, a, opi, "lse"), qkv, qkv + C, qkv + 2 * C,
+                             3 * C, 3 * C, scratch, a->B, a->T, NH, NH, C / NH);
   gpt_op_timer_stop(a, opi, tm);
 }
 
@@ -67,8 +68,10 @@ static void attention_bwd(const GptDesc* d, GptActs* a, int opi, real* dqkv, con
   size_t BTC = (size_t)a->B * a->T * d->cfg.n_embd;
   gpt_step_backend(a)->zero(dqkv, 3 * BTC * sizeof(real));
   OpTimer tm = gpt_op_timer_start(a);
-  kern(a)->attention_backward(dqkv, dout, qkv, out_of(a, opi), act(d, a, opi, "lse"), scratch,
-                              a->B, a->T, d->cfg.n_embd, d->cfg.n_head);
+  int C = d->cfg.n_embd, NH = d->cfg.n_head;
+  kern(a)->attention_backward(dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C,
+                              3 * C, 3 * C, out_of(a, opi), act(d, a, opi, "lse"), scratch,
+                              a->B, a->T, NH, NH, C / NH);
   gpt_op_timer_stop(a, opi, tm);
 }
 
