@@ -185,6 +185,20 @@ int gpt_config_matches_json(const cJSON* m, const GptConfig* c, const char* path
   return 0;
 }
 
+const char* gpt_config_summary(const GptConfig* c, char* buf, size_t n) {
+  int len = snprintf(buf, n, "%s%d layers, hidden %d, %d heads", c->family[0] ? "Llama-family, " : "",
+                     c->n_layer, c->n_embd, c->n_head);
+  if (c->family[0] && len >= 0 && (size_t)len < n)
+    len += snprintf(buf + len, n - (size_t)len, " (%d K/V) of %d, ffn %d, %s head%s, rope theta %g%s",
+                    c->n_kv_head, c->head_dim, c->ffn_dim, c->tied_head ? "tied" : "untied",
+                    c->qkv_bias ? ", qkv bias" : "", c->rope_theta,
+                    c->rope_factor > 0 ? " (llama3 scaling)" : "");
+  if (len >= 0 && (size_t)len < n)
+    snprintf(buf + len, n - (size_t)len, ", vocab %d (padded %d), max seq %d", c->vocab_size,
+             c->padded_vocab, c->max_seq);
+  return buf;
+}
+
 /* Parses a JSON model config file. */
 static int config_from_json(const char* path, GptConfig* c) {
   cJSON* o = read_json_object(path, "--model", "expected an object such as {\"n_layer\":2,"

@@ -147,6 +147,8 @@ int gpt_config_from_json(const struct cJSON* o, const char* path, GptConfig* cfg
 ** else -1 with an error naming the first field that differs. */
 int gpt_config_matches_json(const struct cJSON* m, const GptConfig* cfg, const char* path,
                             const char* what);
+/* One line describing cfg for people ("12 layers, hidden 768, 12 heads, vocab ..."), into buf. */
+const char* gpt_config_summary(const GptConfig* cfg, char* buf, size_t n);
 /* The family called name ("gpt2", "llama"), or NULL. */
 const struct ModelFamily* model_family_find(const char* name);
 /* Comma-separated list of preset names, for messages. */

@@ -199,7 +199,8 @@ static void layer_forward(const GptDesc* d, GptActs* a, const GptParamHooks* h, 
 /* Backward of decoder layer l (input x): on entry w->dres holds the gradient of its output, on
 ** exit that of its input; every parameter gradient goes through the hooks. The linears'
 ** backwards overwrite their input gradients; the two that read n2 (and the three that read n1)
-** are summed in w->dx before the RMSNorm's backward adds into dres. */
+** are summed in w->dx before the RMSNorm's backward adds into dres. Ops run in reverse op order
+** (up before gate, v before k before q), as gpt_step_events lists them. */
 static void layer_backward(const GptDesc* d, GptActs* a, const GptParamHooks* h,
                            const int* slices, int l, const real* x, const Work* w) {
   int o = llama_op_layer(l, 0);
@@ -207,15 +208,15 @@ static void layer_backward(const GptDesc* d, GptActs* a, const GptParamHooks* h,
   /* MLP: dres holds dout = dr2 so far. */
   linear_bwd(d, a, h, slices, o + LL_DOWN, w->da, w->dres, out_of(a, o + LL_SWIGLU));
   swiglu_bwd(d, a, o + LL_SWIGLU, w->da, out_of(a, o + LL_GATE), out_of(a, o + LL_UP), w);
-  linear_bwd(d, a, h, slices, o + LL_GATE, w->dx, w->dgate, n2);
-  linear_bwd_add(d, a, h, slices, o + LL_UP, w->dx, w->dt, w->dup, n2);
+  linear_bwd(d, a, h, slices, o + LL_UP, w->dx, w->dup, n2);
+  linear_bwd_add(d, a, h, slices, o + LL_GATE, w->dx, w->dt, w->dgate, n2);
   rmsnorm_bwd(d, a, h, o + LL_LN2, w->dres, w->dx, out_of(a, o + LL_O));
   /* Attention. */
   linear_bwd(d, a, h, slices, o + LL_O, w->da, w->dres, out_of(a, o + LL_ATTN));
   attention_bwd(d, a, o, w->da, w);
-  linear_bwd(d, a, h, slices, o + LL_Q, w->dx, w->dq, n1);
+  linear_bwd(d, a, h, slices, o + LL_V, w->dx, w->dv, n1);
   linear_bwd_add(d, a, h, slices, o + LL_K, w->dx, w->dt, w->dk, n1);
-  linear_bwd_add(d, a, h, slices, o + LL_V, w->dx, w->dt, w->dv, n1);
+  linear_bwd_add(d, a, h, slices, o + LL_Q, w->dx, w->dt, w->dq, n1);
   rmsnorm_bwd(d, a, h, o + LL_LN1, w->dres, w->dx, x);
 }
 
