@@ -45,13 +45,15 @@ typedef struct {
 
 /* attention forward once, at the shape in b->att_B, b->att_T. */
 static void run_attention_fwd(Bufs* b) {
-  cpu->attention_forward(b->out, b->lse, b->qkv, b->scratch, b->att_B, b->att_T, C, NH);
+  cpu->attention_forward(b->out, b->lse, b->qkv, b->qkv + C, b->qkv + 2 * C, 3 * C, 3 * C,
+                         b->scratch, b->att_B, b->att_T, NH, NH, C / NH);
 }
 
 /* attention backward once (after a forward at the same shape). */
 static void run_attention_bwd(Bufs* b) {
-  cpu->attention_backward(b->dqkv, b->dout, b->qkv, b->out, b->lse, b->scratch, b->att_B,
-                          b->att_T, C, NH);
+  cpu->attention_backward(b->dqkv, b->dqkv + C, b->dqkv + 2 * C, b->dout, b->qkv, b->qkv + C,
+                          b->qkv + 2 * C, 3 * C, 3 * C, b->out, b->lse, b->scratch, b->att_B,
+                          b->att_T, NH, NH, C / NH);
 }
 
 /* attention forward + backward once. */

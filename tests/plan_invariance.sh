@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Plan invariance: with 1..4 and 6 ranks, the uniform plans (zero3 also with prefetch, and with every
+# Plan invariance: with 1..4 and 6 ranks (the Llama family on 1, 2 and 4), the uniform plans (zero3 also with prefetch, and with every
 # layer recomputed; hybrid: sharded within groups of 2 ranks, replicated across them, with and
 # without overlapped reduce-scatters) and random mixed plans (random slices, strategies, shard
 # groups, prefetch, overlap and recomputed layers) reproduce the
@@ -60,6 +60,33 @@ for N in 1 2 3 4 6; do
     check "losses N=$N $spec" "$tool" losses "$ref.jsonl" "$run.jsonl" 1e-5
     check "weights N=$N $spec" "$tool" weights "$ref.bin" "$run.bin" $wtol
     check "memory N=$N $spec" "$tool" memory "$run.sum"
+  done
+done
+# The Llama family (grouped-query attention with n_head * head_dim != n_embd, an untied head,
+# RoPE with Llama 3's scaling bent at these positions): the same checks on 1, 2 and 4 ranks,
+# uniform, recomputed, hybrid and random plans; weights saved as safetensors.
+cat > "$work/llama.json" <<'JSON'
+{"name":"llama-odd","family":"llama","n_layer":2,"n_embd":36,"n_head":4,"vocab_size":61,"max_seq":32,"n_kv_head":2,"head_dim":10,"ffn_dim":50,"tied_head":0,"qkv_bias":0,"norm_eps":1e-5,"rope_theta":10000,"rope_factor":8,"rope_low_freq_factor":1,"rope_high_freq_factor":4,"rope_original_max":8}
+JSON
+lcommon=(--model "$work/llama.json" --data addition:2 --seq 20 --steps 20 --lr 3e-3 --quiet --json)
+for N in 1 2 4; do
+  ref=$work/lref$N
+  "$osdp" train "${lcommon[@]}" --batch $((N * B)) --log "$ref.jsonl" --save "$ref.safetensors" > "$ref.sum" 2>&1 \
+    || { fail=$((fail+1)); echo "FAIL llama reference N=$N: $(cat "$ref.sum")"; continue; }
+  plans=(ddp zero3 "zero3:--recompute all --prefetch")
+  [ $N = 4 ] && plans+=(zero2 "zero3:--shard-group 2 --overlap-reduce --prefetch")
+  "$tool" random "$work/llama.json" $N $B 20 $((N * 10 + 7)) "$work/lrand$N.json" && plans+=("$work/lrand$N.json")
+  for spec in "${plans[@]}"; do
+    plan=${spec%%:*}; extra=()
+    [ "$plan" != "$spec" ] && read -r -a extra <<< "${spec#*:}"
+    run=$work/lrun$N-$(basename "$plan" .json)-$(echo "${extra[*]}" | tr -dc 'a-z0-9')
+    if ! "${mpirun[@]}" -np $N "$osdp" train "${lcommon[@]}" --plan "$plan" "${extra[@]}" --batch $B \
+         --log "$run.jsonl" --save "$run.safetensors" > "$run.sum" 2> "$run.err"; then
+      fail=$((fail+1)); echo "FAIL llama N=$N plan=$spec: $(tail -3 "$run.err")"; continue
+    fi
+    check "llama losses N=$N $spec" "$tool" losses "$ref.jsonl" "$run.jsonl" 1e-5
+    check "llama weights N=$N $spec" "$tool" weights "$ref.safetensors" "$run.safetensors" $wtol
+    check "llama memory N=$N $spec" "$tool" memory "$run.sum"
   done
 done
 # bf16 gradient reductions (--reduce-dtype bf16): each rank's gradient is rounded to bf16 (8

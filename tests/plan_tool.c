@@ -90,13 +90,21 @@ static int tool_losses(char** argv) {
   return worst <= tol ? 0 : 1;
 }
 
-/* Reads a whole binary file. */
+/* Reads the parameters of a weights file: the floats after an llm.c checkpoint's 1024-byte
+** header, or after a safetensors file's 8-byte size and JSON header (osdp writes F32 only). */
 static float* read_params(const char* path, long* n) {
   FILE* f = fopen(path, "rb");
   if (!f) return NULL;
+  unsigned char head[9] = {0};
+  long skip = 1024;
+  if (fread(head, 1, 9, f) == 9 && head[8] == '{') {
+    unsigned long long h = 0;
+    for (int i = 7; i >= 0; i--) h = h << 8 | head[i];
+    skip = 8 + (long)h;
+  }
   fseek(f, 0, SEEK_END);
-  long bytes = ftell(f) - 1024;
-  fseek(f, 1024, SEEK_SET);
+  long bytes = ftell(f) - skip;
+  fseek(f, skip, SEEK_SET);
   float* p = bytes > 0 ? malloc((size_t)bytes) : NULL;
   if (p && fread(p, 1, (size_t)bytes, f) != (size_t)bytes) { free(p); p = NULL; }
   fclose(f);

@@ -435,7 +435,8 @@ typedef struct { double *qkv, *out, *lse, *scratch, *R; int B, T, C, NH; } AttCt
 /* L = sum(attention(qkv) * R). */
 static double att_objective(void* p) {
   AttCtx* c = p;
-  f64->attention_forward(c->out, c->lse, c->qkv, c->scratch, c->B, c->T, c->C, c->NH);
+  f64->attention_forward(c->out, c->lse, c->qkv, c->qkv + c->C, c->qkv + 2 * c->C, 3 * c->C,
+                         3 * c->C, c->scratch, c->B, c->T, c->NH, c->NH, c->C / c->NH);
   return dot_extended(c->out, c->R, (size_t)c->B * c->T * c->C);
 }
 
@@ -555,7 +556,8 @@ static void test_attention_backward(void) {
     double* dqkv = dalloc(nq);
     double* g0 = prefill(dqkv, nq);
     att_objective(&c);
-    f64->attention_backward(dqkv, c.R, c.qkv, c.out, c.lse, c.scratch, B, T, C, NH);
+    f64->attention_backward(dqkv, dqkv + C, dqkv + 2 * C, c.R, c.qkv, c.qkv + C, c.qkv + 2 * C,
+                            3 * C, 3 * C, c.out, c.lse, c.scratch, B, T, NH, NH, C / NH);
     subtract(dqkv, g0, nq);
     char name[64];
     snprintf(name, sizeof name, "attention.dqkv T=%d", T);
@@ -566,11 +568,14 @@ static void test_attention_backward(void) {
       float* s32 = falloc(attention_scratch_elems(T, C / NH) * kernels_threads());
       double* dq64 = dalloc(nq);
       att_objective(&c);
-      f32->attention_forward(o32, l32, q32, s32, B, T, C, NH);
+      f32->attention_forward(o32, l32, q32, q32 + C, q32 + 2 * C, 3 * C, 3 * C, s32, B, T, NH,
+                             NH, C / NH);
       check_f32("attention_forward", o32, c.out, no);
       check_f32("attention_forward.lse", l32, c.lse, nl);
-      f32->attention_backward(dq32, R32, q32, o32, l32, s32, B, T, C, NH);
-      f64->attention_backward(dq64, c.R, c.qkv, c.out, c.lse, c.scratch, B, T, C, NH);
+      f32->attention_backward(dq32, dq32 + C, dq32 + 2 * C, R32, q32, q32 + C, q32 + 2 * C, 3 * C,
+                              3 * C, o32, l32, s32, B, T, NH, NH, C / NH);
+      f64->attention_backward(dq64, dq64 + C, dq64 + 2 * C, c.R, c.qkv, c.qkv + C, c.qkv + 2 * C,
+                              3 * C, 3 * C, c.out, c.lse, c.scratch, B, T, NH, NH, C / NH);
       check_f32("attention_backward", dq32, dq64, nq);
       free(q32); free(o32); free(l32); free(R32); free(dq32); free(s32); free(dq64);
     }
@@ -795,8 +800,10 @@ static void attention_run_f32(int threads, const double* d, float* res[3]) {
   res[0] = falloc(no);
   res[1] = falloc((size_t)B * NH * T);
   res[2] = falloc(nq);
-  f32->attention_forward(res[0], res[1], qkv, scratch, B, T, C, NH);
-  f32->attention_backward(res[2], dout, qkv, res[0], res[1], scratch, B, T, C, NH);
+  f32->attention_forward(res[0], res[1], qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, scratch, B, T,
+                         NH, NH, C / NH);
+  f32->attention_backward(res[2], res[2] + C, res[2] + 2 * C, dout, qkv, qkv + C, qkv + 2 * C,
+                          3 * C, 3 * C, res[0], res[1], scratch, B, T, NH, NH, C / NH);
   free(qkv); free(dout); free(scratch);
   kernels_set_threads(threads_before);
 }

@@ -95,7 +95,7 @@ static void fixture_init_rc(Fixture* f, const GptConfig* cfg, int B, int T, int 
     f->lp.w[i] = malloc(d->ops[i].n_params * sizeof(double));
     f->lp.g[i] = calloc(d->ops[i].n_params, sizeof(double));
     for (size_t j = 0; j < d->ops[i].n_params; j++) f->lp.w[i][j] = 0.3 * rng_normal(&r);
-    if (d->ops[i].kind == OP_LAYERNORM)
+    if (d->ops[i].kind == OP_LAYERNORM || d->ops[i].kind == OP_RMSNORM)
       for (int c = 0; c < cfg->n_embd; c++) f->lp.w[i][c] += 1.0;
   }
   f->lp.d = d;
@@ -538,6 +538,46 @@ static void check_step_walk(const GptConfig* cfg, int trials) {
   gpt_desc_free(&d);
 }
 
+/* The Llama family: odd shapes with grouped-query attention (n_head * head_dim != n_embd),
+** untied with Llama 3's RoPE scaling (its original context short enough that the scaling bends
+** frequencies at these positions), and tied with QKV biases and a single K/V head (Qwen2). */
+static void check_llama(void) {
+  GptConfig ll = {.name = "llama-odd", .family = "llama", .n_layer = 2, .n_embd = 18, .n_head = 4,
+                  .n_kv_head = 2, .head_dim = 6, .ffn_dim = 22, .vocab_size = 37,
+                  .padded_vocab = 128, .max_seq = 16, .norm_eps = 1e-5, .rope_theta = 10000,
+                  .rope_factor = 8, .rope_low_freq_factor = 1, .rope_high_freq_factor = 4,
+                  .rope_original_max = 4};
+  GptConfig qw = {.name = "qwen-odd", .family = "llama", .n_layer = 3, .n_embd = 20, .n_head = 3,
+                  .n_kv_head = 1, .head_dim = 4, .ffn_dim = 14, .vocab_size = 129,
+                  .padded_vocab = 256, .max_seq = 9, .norm_eps = 1e-6, .rope_theta = 1e6,
+                  .tied_head = 1, .qkv_bias = 1};
+  check_spec(&ll);
+  check_spec(&qw);
+  const char* presets[] = {"llama-tiny", "qwen-tiny", "smollm2-135m", "tinyllama-1.1b",
+                           "llama3.2-1b", "llama3-8b", "qwen2.5-0.5b"};
+  for (int i = 0; i < 7; i++) {
+    GptConfig c;
+    CHECK(gpt_config_load(presets[i], &c) == 0);
+    check_spec(&c);
+  }
+  check_model_gradients(&ll, 2, 7, 1);
+  check_model_gradients(&ll, 2, 7, 3);
+  check_model_gradients(&qw, 3, 9, 2);
+  check_split_equivalence(&ll, 2, 7);
+  check_split_equivalence(&qw, 2, 9);
+  check_fresh_equivalence(&ll, 2, 7, 3, 1);
+  check_fresh_equivalence(&qw, 3, 9, 2, 5);
+  check_schedule(&ll, 2, 1);
+  check_schedule(&qw, 3, 5);
+  check_recompute_equivalence(&ll, 2, 7, 1, 3);
+  check_recompute_equivalence(&qw, 3, 9, 2, 6);
+  check_memory("llama-tiny", 3, 17, STRAT_ZERO3, 2, 1, 1);
+  check_memory("qwen-tiny", 2, 33, STRAT_ZERO2, 1, 2, 0);
+  check_memory("llama-tiny", 2, 20, STRAT_DP, 1, 2, 0);
+  check_step_walk(&ll, 100);
+  check_step_walk(&qw, 100);
+}
+
 int main(int argc, char** argv) {
   comm_init(&argc, &argv);
   kernels_set_threads(1);
@@ -575,6 +615,7 @@ int main(int argc, char** argv) {
   check_memory("small", 2, 33, STRAT_ZERO2, 1, 2, 4);
   check_step_walk(&odd, 300);
   check_step_walk(&odd2, 100);
+  check_llama();
   int rc = check_summary();
   comm_finalize();
   return rc;

@@ -27,10 +27,8 @@ static const char* describe_help =
 
 /* Prints the operator table and totals for people. */
 static void describe_table(const GptDesc* d, int T) {
-  char ab[32];
-  printf("model %s: %d layers, hidden %d, %d heads, vocab %d (padded %d), max seq %d\n",
-         d->cfg.name, d->cfg.n_layer, d->cfg.n_embd, d->cfg.n_head, d->cfg.vocab_size,
-         d->cfg.padded_vocab, d->cfg.max_seq);
+  char ab[32], sum[256];
+  printf("model %s: %s\n", d->cfg.name, gpt_config_summary(&d->cfg, sum, sizeof sum));
   printf("%4s  %-12s %-9s %12s %14s %14s  %s\n", "#", "operator", "kind", "params",
          "MFLOP/token", "acts/sample", "split");
   double flops = 0;

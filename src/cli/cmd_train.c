@@ -14,7 +14,6 @@
 #include "comm/comm.h"
 #include "core/util.h"
 #include "data/data.h"
-#include "model/checkpoint.h"
 #include "model/weights_file.h"
 #include "planner/cost.h"
 #include "runtime/engine.h"
@@ -22,7 +21,9 @@
 
 static const char* train_help =
     "usage: [mpirun -np N] osdp train [options]\n"
-    "  --model M        preset (tiny, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b) or JSON file [tiny]\n"
+    "  --model M        preset or JSON file [tiny]: GPT-2 (tiny, small, gpt2-124m, gpt2-350m,\n"
+    "                   gpt2-774m, gpt2-1.5b) or Llama family (llama-tiny, qwen-tiny, llama-small,\n"
+    "                   smollm2-135m, tinyllama-1.1b, llama3.2-1b, llama3-8b, qwen2.5-0.5b)\n"
     "  --data D         addition | addition:N | text:FILE | tokens:FILE (llm.c .bin) [addition]\n"
     "  --steps N        training steps [2000]\n"
     "  --batch B        micro-batch per rank; the global batch is N*B [16]\n"
@@ -48,8 +49,9 @@ static const char* train_help =
     "  --precision P    fp32 (bf16 mixed precision is not built yet) [fp32]\n"
     "  --eval-batches N held-out global batches evaluated at the end [8]\n"
     "  --log FILE       one JSON object per step, then a summary line\n"
-    "  --save FILE      save an llm.c GPT-2 checkpoint (fp32, version 3)\n"
-    "  --load FILE      start from an llm.c checkpoint or a safetensors file (HF GPT-2 names)\n"
+    "  --save FILE      save the weights: safetensors (Hugging Face names) for FILE.safetensors\n"
+    "                   and Llama models, else an llm.c GPT-2 checkpoint (fp32, version 3)\n"
+    "  --load FILE      start from an llm.c checkpoint or a safetensors file (HF names)\n"
     "  --checkpoint DIR every --checkpoint-every N steps and at the end, DIR/step-N/: each rank's\n"
     "                   weights and AdamW moments, a manifest; written whole or not at all\n"
     "  --keep K         checkpoints kept in DIR, newest first [2]\n"
@@ -92,13 +94,8 @@ static cJSON* run_description(const TrainRun* r) {
   const GptConfig* c = &r->d.cfg;
   cJSON* o = cJSON_CreateObject();
   cJSON* m = cJSON_AddObjectToObject(o, "model");
-  cJSON_AddStringToObject(m, "name", c->name);
-  cJSON_AddNumberToObject(m, "n_layer", c->n_layer);
-  cJSON_AddNumberToObject(m, "n_embd", c->n_embd);
-  cJSON_AddNumberToObject(m, "n_head", c->n_head);
-  cJSON_AddNumberToObject(m, "vocab_size", c->vocab_size);
+  gpt_config_to_json(c, m);
   cJSON_AddNumberToObject(m, "padded_vocab", c->padded_vocab);
-  cJSON_AddNumberToObject(m, "max_seq", c->max_seq);
   cJSON_AddStringToObject(o, "data", args_get(&r->args, "data", "addition"));
   cJSON_AddNumberToObject(o, "seed", (double)r->opt.seed);
   cJSON_AddNumberToObject(o, "seq", r->T);
@@ -261,14 +258,15 @@ static int train_load(TrainRun* r) {
   return rcs == 0 ? 0 : -1;
 }
 
-/* Saves the weights as an llm.c checkpoint (all ranks gather, rank 0 writes). */
+/* Saves the weights (all ranks gather, rank 0 writes): an llm.c checkpoint, or a safetensors
+** file for a name ending in .safetensors and for models llm.c files cannot hold. */
 static int train_save(TrainRun* r) {
   const char* path = args_get(&r->args, "save", NULL);
   if (!path) return 0;
   float* full = malloc(r->d.n_params * sizeof(float));
   if (!full) return osdp_fail("out of host memory writing %s", path);
   engine_get_params(&r->eng, full);
-  int rc = comm_rank() == 0 ? checkpoint_save(path, &r->d, full) : 0;
+  int rc = comm_rank() == 0 ? weights_save(path, weights_format_for_save(path, &r->d), &r->d, full) : 0;
   free(full);
   return rc;
 }

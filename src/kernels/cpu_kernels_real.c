@@ -1,6 +1,7 @@
 /*
-** cpu_kernels_real.c: the forward and backward kernels of every GPT-2 operator on the CPU,
-** written once for the element type `real`. CMakeLists.txt compiles this file twice:
+** cpu_kernels_real.c: the forward and backward kernels of the operators of every model family
+** (GPT-2's; Llama's RMSNorm, SwiGLU, RoPE and grouped-query attention) on the CPU, written once
+** for the element type `real`. CMakeLists.txt compiles this file twice:
 **   - as it is: real = float, the table cpu_kernels_f32 (training);
 **   - with -DOSDP_REAL_DOUBLE: real = double, the table cpu_kernels_f64 (the finite-difference
 **     gradient checks, which so check exactly the code that trains).
@@ -8,12 +9,12 @@
 ** ...); each compile exports only its table, at the end of the file, whose members and
 ** contracts are KERNEL_LIST's (kernel_list.h). Both compiles use -fno-math-errno and the
 ** project's -O3 -march=native (OSDP_NATIVE).
-** Semantics follow Karpathy's llm.c (train_gpt2.c), with two differences: linear weights
-** are stored [in, out] and attention is computed FlashAttention-2 style, tile by tile with
-** GEMMs, without the T x T probability matrix.
+** GPT-2's semantics follow Karpathy's llm.c (train_gpt2.c), with two differences: linear
+** weights are stored [in, out] and attention is computed FlashAttention-2 style, tile by tile
+** with GEMMs, without the T x T probability matrix; Llama's follow Hugging Face transformers.
 **
 ** Determinism: every OpenMP loop is schedule(static) and each thread owns the output
-** elements it writes; sums over rows (bias, LayerNorm and embedding gradients) run in a
+** elements it writes; sums over rows (bias, norm and embedding gradients) run in a
 ** fixed row order inside a block of columns owned by one thread, so the results do not
 ** even depend on the thread count. All parallel regions run with kernels_threads() threads.
 **
@@ -36,6 +37,7 @@
 //   GEMM                    cblas_sgemm or cblas_dgemm
 //   EXP, LOG, SQRT, TANH    the math functions of that precision (EXP and TANH vectorisable
 //                           in fp32; SQRT is one instruction, the file builds -fno-math-errno)
+//   COS, SIN                libm's cosine and sine of that precision (RoPE's angles)
 //   KINT, KINT_MAX          the signed integer type of real's size, and its maximum
 
 #ifdef OSDP_REAL_DOUBLE
@@ -47,6 +49,8 @@ typedef double real;
 #define LOG log
 #define SQRT sqrt
 #define TANH tanh
+#define COS cos
+#define SIN sin
 #define KINT int64_t
 #define KINT_MAX INT64_MAX
 
@@ -64,6 +68,8 @@ typedef float real;
 #define LOG logf
 #define SQRT sqrtf
 #define TANH fast_tanhf
+#define COS cosf
+#define SIN sinf
 #define KINT int32_t
 #define KINT_MAX INT32_MAX
 
@@ -403,6 +409,80 @@ static void layernorm_backward(real* dinp, real* dw, real* db, const real* dout,
 }
 
 // ----------------------------------------------------------------------------
+// RMSNorm
+
+/* sum of x[i]^2 for i < n, accumulated in double in row_sum's fixed order (LANES interleaved
+** partial sums). */
+static inline double row_sumsq_double(const real* x, int n) {
+  double acc[LANES] = {0};
+  int i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (int k = 0; k < LANES; k++) acc[k] += (double)x[i + k] * (double)x[i + k];
+  for (int k = 0; i < n; i++, k++) acc[k] += (double)x[i] * (double)x[i];
+  double s = 0;
+  for (int k = 0; k < LANES; k++) s += acc[k];
+  return s;
+}
+
+/* RMSNorm of each of the BT rows of inp[BT, C]: out = x * rstd * w with rstd = 1 / sqrt(
+** mean(x^2) + eps), the statistic computed in double per row (so fp32 keeps it exact to
+** rounding for any C); saves rstd for the backward. Each thread owns whole rows. */
+static void rmsnorm_forward(real* out, real* rstd, const real* inp, const real* w, int BT, int C,
+                            double eps) {
+  #pragma omp parallel for schedule(static) num_threads(kernels_threads())
+  for (int i = 0; i < BT; i++) {
+    const real* restrict x = inp + (size_t)i * C;
+    real* restrict o = out + (size_t)i * C;
+    real s = (real)(1.0 / sqrt(row_sumsq_double(x, C) / C + eps));
+    for (int c = 0; c < C; c++) o[c] = x[c] * s * w[c];
+    rstd[i] = s;
+  }
+}
+
+/* Gradient of the input of RMSNorm, row by row: with norm = x * rstd,
+**   dinp += (w*dout - norm * mean(w*dout*norm)) * rstd
+** (ACCUMULATES). Each thread owns whole rows. */
+static void rmsnorm_backward_input(real* dinp, const real* dout, const real* inp, const real* w,
+                                   const real* rstd, int BT, int C) {
+  #pragma omp parallel for schedule(static) num_threads(kernels_threads())
+  for (int i = 0; i < BT; i++) {
+    const real* x = inp + (size_t)i * C;
+    const real* d = dout + (size_t)i * C;
+    real s = rstd[i];
+    /* mean(w*dout*norm); row_dot3_centred with centre 0 is sum(w*dout*x) */
+    real dnorm_norm_mean = row_dot3_centred(w, d, x, 0, C) * s / C;
+    real* dx = dinp + (size_t)i * C;
+    for (int c = 0; c < C; c++) dx[c] += (w[c] * d[c] - x[c] * s * dnorm_norm_mean) * s;
+  }
+}
+
+/* Gradient of the RMSNorm weight: dw += sum_i x_i * rstd_i * dout_i (= when !accumulate).
+** Each thread owns a block of columns and adds the rows in order. */
+static void rmsnorm_backward_weight(real* restrict dw, const real* dout, const real* inp,
+                                    const real* rstd, int BT, int C, int accumulate) {
+  int nblocks = (C + KCOLBLOCK - 1) / KCOLBLOCK;
+  #pragma omp parallel for schedule(static) num_threads(kernels_threads())
+  for (int blk = 0; blk < nblocks; blk++) {
+    int c0 = blk * KCOLBLOCK;
+    int c1 = c0 + KCOLBLOCK < C ? c0 + KCOLBLOCK : C;
+    if (!accumulate) memset(dw + c0, 0, (size_t)(c1 - c0) * sizeof(real));
+    for (int i = 0; i < BT; i++) {
+      const real* x = inp + (size_t)i * C;
+      const real* d = dout + (size_t)i * C;
+      real s = rstd[i];
+      for (int c = c0; c < c1; c++) dw[c] += x[c] * s * d[c];
+    }
+  }
+}
+
+/* Backward of rmsnorm_forward: accumulates dinp; dw as accumulate says. */
+static void rmsnorm_backward(real* dinp, real* dw, const real* dout, const real* inp,
+                             const real* w, const real* rstd, int BT, int C, int accumulate) {
+  rmsnorm_backward_input(dinp, dout, inp, w, rstd, BT, C);
+  rmsnorm_backward_weight(dw, dout, inp, rstd, BT, C, accumulate);
+}
+
+// ----------------------------------------------------------------------------
 // causal multi-head self-attention, FlashAttention-2 style: tiles of queries meet the causal
 // prefix of key tiles one at a time, so no T x T matrix is ever stored
 
@@ -445,18 +525,17 @@ static void transpose_block(real* dst, const real* src, int ld, int rows, int co
 
 /* Forward of one query tile of one (b, h): queries q0 .. q0+nq-1 against every key tile that
 ** holds at least one key <= q0+nq-1 (tiles entirely above the diagonal are never computed).
-** q, k, v are the head's [T, hs] views of qkv (row stride 3C), o its [T, hs] view of out (row
-** stride C), lse_head its T log-sum-exps. The tile is held transposed, [keys, queries]: Q_i^T
+** q is the query head's [T, hs] view (row stride ldq), k and v its K/V head's (row stride
+** ldkv), o its [T, hs] view of out (row stride ldo), lse_head its T log-sum-exps. The tile is held transposed, [keys, queries]: Q_i^T
 ** is formed once (into work), then per key tile S^T = scale * K_j Q_i^T is one GEMM, and with
 ** the causal mask (a prefix of each key's row) the online softmax keeps each query's running
 ** max m and sum l of exp(S - m), working along rows of S^T (vectorised over queries, summed
 ** over keys in order). The unnormalised output O (in work, [nq, hs]) is rescaled by
 ** exp(m_old - m_new) and gets (P^T)^T V_j added by a second GEMM. Finally out = O / l and
 ** lse = m + log l. The first key tile starts every query (key 0 is valid for all of them). */
-static void attention_forward_tile(real* o, real* lse_head, const real* q, const real* k,
-                                   const real* v, real* work, int q0, int nq, int C, int hs,
-                                   real scale) {
-  const int C3 = 3 * C;
+static void attention_forward_tile(real* o, int ldo, real* lse_head, const real* q, int ldq,
+                                   const real* k, const real* v, int ldkv, real* work, int q0,
+                                   int nq, int hs, real scale) {
   real* st = work;                                         /* [nk, nq] S^T, then P^T */
   real* qt = st + ATTENTION_TILE_Q * ATTENTION_TILE_K;     /* [hs, nq] Q_i^T */
   real* acc = qt + (size_t)hs * ATTENTION_TILE_Q;          /* [nq, hs] unnormalised output */
@@ -465,13 +544,13 @@ static void attention_forward_tile(real* o, real* lse_head, const real* q, const
   real* new_max = run_sum + ATTENTION_TILE_Q;              /* [nq] max after this key tile */
   real* tile_sum = new_max + ATTENTION_TILE_Q;             /* [nq] this key tile's sum */
   int q_end = q0 + nq;
-  transpose_block(qt, q + (size_t)q0 * C3, C3, nq, hs);
+  transpose_block(qt, q + (size_t)q0 * ldq, ldq, nq, hs);
   for (int k0 = 0; k0 < q_end; k0 += ATTENTION_TILE_K) {
     /* keys at or past q_end are masked for every query of the tile: left out of the products */
     int nk = q_end - k0 < ATTENTION_TILE_K ? q_end - k0 : ATTENTION_TILE_K;
     int first = k0 == 0;
-    GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, nk, nq, hs, scale, k + (size_t)k0 * C3, C3,
-         qt, nq, 0, st, nq);
+    GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, nk, nq, hs, scale, k + (size_t)k0 * ldkv,
+         ldkv, qt, nq, 0, st, nq);
     /* key k0+kr is seen by queries q0+c >= k0+kr: its masked part is the prefix c < k0+kr-q0
     ** (shorter than the row, since keys past the last query were left out) */
     for (int c = 0; c < nq; c++) {
@@ -505,13 +584,13 @@ static void attention_forward_tile(real* o, real* lse_head, const real* q, const
       }
       run_max[c] = new_max[c];
     }
-    GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, nq, hs, nk, 1, st, nq, v + (size_t)k0 * C3, C3,
-         first ? 0 : 1, acc, hs);
+    GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, nq, hs, nk, 1, st, nq, v + (size_t)k0 * ldkv,
+         ldkv, first ? 0 : 1, acc, hs);
   }
   for (int r = 0; r < nq; r++) {
     real inv = 1 / run_sum[r];
     const real* arow = acc + (size_t)r * hs;
-    real* orow = o + (size_t)(q0 + r) * C;
+    real* orow = o + (size_t)(q0 + r) * ldo;
     for (int d = 0; d < hs; d++) orow[d] = arow[d] * inv;
     lse_head[q0 + r] = run_max[r] + LOG(run_sum[r]);
   }
@@ -522,11 +601,13 @@ static void attention_forward_tile(real* o, real* lse_head, const real* q, const
 ** and every pair costs about the same (ntiles+1 tiles; the middle tile of an odd count is
 ** alone); schedule(static) then gives each thread an equal share even for a single (b, h).
 ** Each item writes only its own rows of out and lse, and computes them the same way whichever
-** thread runs it, so results do not depend on the thread count. */
-static void attention_forward(real* out, real* lse, const real* qkv, real* scratch, int B, int T,
-                              int C, int NH) {
-  int hs = C / NH;
-  int C3 = 3 * C;
+** thread runs it, so results do not depend on the thread count. Query head h reads K/V head
+** h / (NH / NKV). */
+static void attention_forward(real* out, real* lse, const real* q, const real* k, const real* v,
+                              int ldq, int ldkv, real* scratch, int B, int T, int NH, int NKV,
+                              int hs) {
+  int C = NH * hs; /* out's row stride */
+  int group = NH / NKV;
   real scale = 1 / SQRT((real)hs);
   size_t per_thread = attention_scratch_elems(T, hs);
   int ntiles = (T + ATTENTION_TILE_Q - 1) / ATTENTION_TILE_Q;
@@ -537,55 +618,64 @@ static void attention_forward(real* out, real* lse, const real* qkv, real* scrat
   for (int item = 0; item < nitems; item++) {
     int bh = item / npairs, pair = item % npairs;
     int b = bh / NH, h = bh % NH;
-    const real* q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+    const real* qh = q + (size_t)b * T * ldq + (size_t)h * hs;
+    size_t kvoff = (size_t)b * T * ldkv + (size_t)(h / group) * hs;
     real* o = out + (size_t)b * T * C + (size_t)h * hs;
     real* work = scratch + (size_t)omp_get_thread_num() * per_thread;
     int tiles[2] = { pair, ntiles - 1 - pair };
     for (int n = 0; n < (tiles[0] == tiles[1] ? 1 : 2); n++) {
       int q0 = tiles[n] * ATTENTION_TILE_Q;
       int nq = T - q0 < ATTENTION_TILE_Q ? T - q0 : ATTENTION_TILE_Q;
-      attention_forward_tile(o, lse + (size_t)bh * T, q, q + C, q + 2 * C, work, q0, nq, C, hs,
-                                 scale);
+      attention_forward_tile(o, C, lse + (size_t)bh * T, qh, ldq, k + kvoff, v + kvoff, ldkv,
+                             work, q0, nq, hs, scale);
     }
   }
   blas_serial_end();
 }
 
-/* Backward of one (b, h), the FlashAttention-2 recurrence; dq, dk, dv are the head's views of
-** dqkv (row stride 3C) and accumulate. First D[t] = dO[t] . O[t] for every row (into work).
+/* The [T, hs] views of one query head's q, dq and one K/V head's k, v, dk, dv (row strides
+** ldq and ldkv), and of the query head's out and dout (row stride ldo): the operands of
+** attention_backward_head. */
+typedef struct {
+  const real *q, *k, *v, *o, *dO;
+  real *dq, *dk, *dv;
+  int ldq, ldkv, ldo;
+} AttentionHeadViews;
+
+/* Backward of one (b, h), the FlashAttention-2 recurrence, on the views in a; dq, dk, dv
+** accumulate. First D[t] = dO[t] . O[t] for every row (into work).
 ** Then for each key tile j (K_j^T and V_j^T formed once, into work) and each query tile i
 ** that holds a query >= the tile's first key:
 **   S = scale Q_i K_j^T, P = exp(S - lse) under the causal mask, dV_j += P^T dO_i,
 **   dP = dO_i V_j^T, dS = P * (dP - D_i), dQ_i += scale dS K_j, dK_j += scale dS^T Q_i.
 ** All products are GEMMs on blocks of at most a tile; the order of every sum is fixed. */
-static void attention_backward_head(real* dq, const real* dO, const real* q, const real* o,
-                                    const real* lse_head, real* work, int T, int C, int hs,
-                                    real scale) {
-  const int C3 = 3 * C;
-  const real *k = q + C, *v = q + 2 * C;
-  real *dk = dq + C, *dv = dq + 2 * C;
+static void attention_backward_head(const AttentionHeadViews* a, const real* lse_head, real* work,
+                                    int T, int hs, real scale) {
+  const int ldq = a->ldq, ldkv = a->ldkv, ldo = a->ldo;
+  const real *q = a->q, *k = a->k, *v = a->v, *o = a->o, *dO = a->dO;
+  real *dq = a->dq, *dk = a->dk, *dv = a->dv;
   real* p = work;                                         /* [nq, nk] probabilities */
   real* ds = p + ATTENTION_TILE_Q * ATTENTION_TILE_K;     /* [nq, nk] dP, then dS */
   real* kt = ds + ATTENTION_TILE_Q * ATTENTION_TILE_K;    /* [hs, nk_tile] K_j^T */
   real* vt = kt + (size_t)hs * ATTENTION_TILE_K;          /* [hs, nk_tile] V_j^T */
   real* drow = vt + (size_t)hs * ATTENTION_TILE_K;        /* [T] rowsum(dO * O) */
-  for (int t = 0; t < T; t++) drow[t] = row_dot(dO + (size_t)t * C, o + (size_t)t * C, hs);
+  for (int t = 0; t < T; t++) drow[t] = row_dot(dO + (size_t)t * ldo, o + (size_t)t * ldo, hs);
   for (int k0 = 0; k0 < T; k0 += ATTENTION_TILE_K) {
     int nk_tile = T - k0 < ATTENTION_TILE_K ? T - k0 : ATTENTION_TILE_K;
-    const real* kj = k + (size_t)k0 * C3;
-    real* dkj = dk + (size_t)k0 * C3;
-    real* dvj = dv + (size_t)k0 * C3;
-    transpose_block(kt, kj, C3, nk_tile, hs);
-    transpose_block(vt, v + (size_t)k0 * C3, C3, nk_tile, hs);
+    const real* kj = k + (size_t)k0 * ldkv;
+    real* dkj = dk + (size_t)k0 * ldkv;
+    real* dvj = dv + (size_t)k0 * ldkv;
+    transpose_block(kt, kj, ldkv, nk_tile, hs);
+    transpose_block(vt, v + (size_t)k0 * ldkv, ldkv, nk_tile, hs);
     /* query tiles ending at or before k0 see none of these keys: start at the one holding k0 */
     for (int q0 = k0 / ATTENTION_TILE_Q * ATTENTION_TILE_Q; q0 < T; q0 += ATTENTION_TILE_Q) {
       int nq = T - q0 < ATTENTION_TILE_Q ? T - q0 : ATTENTION_TILE_Q;
       /* keys past the tile's last query are masked for all its rows: left out (the first nk
       ** columns of K_j^T and V_j^T, row stride nk_tile) */
       int nk = q0 + nq - k0 < nk_tile ? q0 + nq - k0 : nk_tile;
-      const real* qi = q + (size_t)q0 * C3;
-      const real* dOi = dO + (size_t)q0 * C;
-      GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, nk, hs, scale, qi, C3, kt, nk_tile, 0,
+      const real* qi = q + (size_t)q0 * ldq;
+      const real* dOi = dO + (size_t)q0 * ldo;
+      GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, nk, hs, scale, qi, ldq, kt, nk_tile, 0,
            p, nk);
       for (int r = 0; r < nq; r++) {
         real* row = p + (size_t)r * nk;
@@ -594,8 +684,8 @@ static void attention_backward_head(real* dq, const real* dO, const real* q, con
         for (int c = 0; c < nvalid; c++) row[c] = EXP(row[c] - row_lse);
         for (int c = nvalid; c < nk; c++) row[c] = 0;
       }
-      GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nq, 1, p, nk, dOi, C, 1, dvj, C3);
-      GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, nk, hs, 1, dOi, C, vt, nk_tile, 0, ds,
+      GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nq, 1, p, nk, dOi, ldo, 1, dvj, ldkv);
+      GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, nk, hs, 1, dOi, ldo, vt, nk_tile, 0, ds,
            nk);
       for (int r = 0; r < nq; r++) {
         const real* prow = p + (size_t)r * nk;
@@ -603,32 +693,44 @@ static void attention_backward_head(real* dq, const real* dO, const real* q, con
         real d = drow[q0 + r];
         for (int c = 0; c < nk; c++) dsrow[c] = prow[c] * (dsrow[c] - d);
       }
-      GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hs, nk, scale, ds, nk, kj, C3, 1,
-           dq + (size_t)q0 * C3, C3);
-      GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nq, scale, ds, nk, qi, C3, 1, dkj, C3);
+      GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hs, nk, scale, ds, nk, kj, ldkv, 1,
+           dq + (size_t)q0 * ldq, ldq);
+      GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nq, scale, ds, nk, qi, ldq, 1, dkj,
+           ldkv);
     }
   }
 }
 
-/* Backward of attention_forward, see KERNEL_LIST; dqkv accumulates. Parallel over (b, h): each
-** pair writes only its own columns of dqkv and is computed by one thread in a fixed order, so
-** there are no races and the result does not depend on the thread count. (All (b, h) cost the
-** same, so the split is balanced whenever B*NH is a multiple of the thread count.) */
-static void attention_backward(real* dqkv, const real* dout, const real* qkv, const real* out,
-                               const real* lse, real* scratch, int B, int T, int C, int NH) {
-  int hs = C / NH;
-  int C3 = 3 * C;
+/* Backward of attention_forward, see KERNEL_LIST; dq, dk, dv accumulate. Parallel over (b, K/V
+** head): each pair runs the backward of its NH / NKV query heads one after the other, in head
+** order, on one thread, so it alone writes its K/V head's columns of dk and dv (summed over the
+** group in that fixed order) and its query heads' columns of dq: there are no races and the
+** result does not depend on the thread count. (All pairs cost the same, so the split is
+** balanced whenever B*NKV is a multiple of the thread count; with NKV = NH this is GPT-2's
+** split over (b, h).) */
+static void attention_backward(real* dq, real* dk, real* dv, const real* dout, const real* q,
+                               const real* k, const real* v, int ldq, int ldkv, const real* out,
+                               const real* lse, real* scratch, int B, int T, int NH, int NKV,
+                               int hs) {
+  int C = NH * hs; /* the row stride of out and dout */
+  int group = NH / NKV;
   real scale = 1 / SQRT((real)hs);
   size_t per_thread = attention_scratch_elems(T, hs);
   blas_serial_begin();
   #pragma omp parallel for schedule(static) num_threads(kernels_threads())
-  for (int bh = 0; bh < B * NH; bh++) {
-    int b = bh / NH, h = bh % NH;
-    size_t qoff = (size_t)b * T * C3 + (size_t)h * hs;
-    size_t ooff = (size_t)b * T * C + (size_t)h * hs;
+  for (int bkv = 0; bkv < B * NKV; bkv++) {
+    int b = bkv / NKV, kvh = bkv % NKV;
+    size_t kvoff = (size_t)b * T * ldkv + (size_t)kvh * hs;
     real* work = scratch + (size_t)omp_get_thread_num() * per_thread;
-    attention_backward_head(dqkv + qoff, dout + ooff, qkv + qoff, out + ooff,
-                                lse + (size_t)bh * T, work, T, C, hs, scale);
+    for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+      size_t qoff = (size_t)b * T * ldq + (size_t)h * hs;
+      size_t ooff = (size_t)b * T * C + (size_t)h * hs;
+      AttentionHeadViews a = {
+        .q = q + qoff, .k = k + kvoff, .v = v + kvoff, .o = out + ooff, .dO = dout + ooff,
+        .dq = dq + qoff, .dk = dk + kvoff, .dv = dv + kvoff, .ldq = ldq, .ldkv = ldkv, .ldo = C,
+      };
+      attention_backward_head(&a, lse + ((size_t)b * NH + h) * T, work, T, hs, scale);
+    }
   }
   blas_serial_end();
 }
@@ -668,6 +770,88 @@ static void gelu_backward(real* restrict dinp, const real* restrict inp, const r
 
 #undef GELU_SCALING
 #undef GELU_CUBE
+
+// ----------------------------------------------------------------------------
+// SwiGLU
+
+/* SwiGLU's product: out = silu(gate) * up, silu(x) = x * sigmoid(x), sigmoid(x) = 1 / (1 +
+** exp(-x)) (EXP: vectorisable in fp32; -x beyond fast_expf's clamp gives sigmoid 0 or 1 to
+** within fp32's range, never a NaN). */
+static void swiglu_forward(real* restrict out, const real* restrict gate, const real* restrict up,
+                           size_t N) {
+  #pragma omp parallel for simd schedule(static) num_threads(kernels_threads())
+  for (size_t i = 0; i < N; i++) {
+    real g = gate[i];
+    real sig = 1 / (1 + EXP(-g));
+    out[i] = g * sig * up[i];
+  }
+}
+
+/* Backward of swiglu_forward (both OVERWRITTEN): dup = dout * silu(gate), dgate = dout * up *
+** silu'(gate) with silu'(x) = sigmoid(x) (1 + x (1 - sigmoid(x))). */
+static void swiglu_backward(real* restrict dgate, real* restrict dup, const real* restrict dout,
+                            const real* restrict gate, const real* restrict up, size_t N) {
+  #pragma omp parallel for simd schedule(static) num_threads(kernels_threads())
+  for (size_t i = 0; i < N; i++) {
+    real g = gate[i];
+    real sig = 1 / (1 + EXP(-g));
+    real d = dout[i];
+    dup[i] = d * (g * sig);
+    dgate[i] = d * up[i] * (sig * (1 + g * (1 - sig)));
+  }
+}
+
+// ----------------------------------------------------------------------------
+// rotary position embedding
+
+/* Frequencies per chunk of a row: the row's cosines and sines are computed for ROPE_CHUNK
+** pairs at a time (on the stack: kernels allocate nothing) and applied to every head. */
+#define ROPE_CHUNK 64
+
+/* Rotates every head of the B*T rows of x (stride ld) by the angle t * inv_freq[j] (rope_forward,
+** sign = 1) or by its opposite (rope_backward, sign = -1: the sine negated, which is exact, so
+** backward is exactly the transpose of forward's rotation). The angle is the product in real's
+** precision as transformers computes it, its cosine and sine come from libm (cosf/sinf in fp32)
+** once per (row, pair) for all heads. Each thread owns whole rows. */
+static void rope_rotate(real* x, int ld, const real* inv_freq, int B, int T, int nh, int hs,
+                        real sign) {
+  int half = hs / 2;
+  #pragma omp parallel for schedule(static) num_threads(kernels_threads())
+  for (int row = 0; row < B * T; row++) {
+    real pos = (real)(row % T);
+    real* xr = x + (size_t)row * ld;
+    real cs[ROPE_CHUNK], sn[ROPE_CHUNK];
+    for (int j0 = 0; j0 < half; j0 += ROPE_CHUNK) {
+      int nj = half - j0 < ROPE_CHUNK ? half - j0 : ROPE_CHUNK;
+      for (int j = 0; j < nj; j++) {
+        real a = pos * inv_freq[j0 + j];
+        cs[j] = COS(a);
+        sn[j] = sign * SIN(a);
+      }
+      for (int h = 0; h < nh; h++) {
+        real* restrict x1 = xr + (size_t)h * hs + j0;
+        real* restrict x2 = x1 + half;
+        for (int j = 0; j < nj; j++) {
+          real a1 = x1[j], a2 = x2[j];
+          x1[j] = a1 * cs[j] - a2 * sn[j];
+          x2[j] = a2 * cs[j] + a1 * sn[j];
+        }
+      }
+    }
+  }
+}
+
+/* Rotary position embedding in place, see KERNEL_LIST. */
+static void rope_forward(real* x, int ld, const real* inv_freq, int B, int T, int nh, int hs) {
+  rope_rotate(x, ld, inv_freq, B, T, nh, hs, 1);
+}
+
+/* Backward of rope_forward: the inverse rotation of dx, in place. */
+static void rope_backward(real* dx, int ld, const real* inv_freq, int B, int T, int nh, int hs) {
+  rope_rotate(dx, ld, inv_freq, B, T, nh, hs, -1);
+}
+
+#undef ROPE_CHUNK
 
 // ----------------------------------------------------------------------------
 // fused softmax cross-entropy

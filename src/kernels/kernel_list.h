@@ -24,8 +24,8 @@
 **   - a kernel that writes a PARAMETER gradient takes `accumulate`: 1 adds into the buffer (+=),
 **     0 overwrites it (=, the first use of the gradient in a step), so no gradient needs zeroing;
 **   - INPUT gradients: matmul_backward's and gelu_backward's dinp are always overwritten (=);
-**     layernorm_backward's dinp (the residual stream's gradient) and attention_backward's dqkv
-**     always accumulate (+=): the step zeroes dqkv before attention_backward;
+**     layernorm_backward's and rmsnorm_backward's dinp (the residual stream's gradient) and
+**     attention_backward's dq, dk, dv always accumulate (+=): the step zeroes them first;
 **   - pointers are the backend's memory (device memory on a GPU); a kernel that returns a value
 **     (the loss sum, the sum of squares) waits for it and returns it on the host;
 **   - kernels allocate nothing: any scratch is passed in by the caller;
@@ -72,21 +72,52 @@
   X(void, layernorm_backward, (real* dinp, real* dw, real* db, const real* dout,              \
                                const real* inp, const real* w, const real* mean,              \
                                const real* rstd, int BT, int C, int accumulate))              \
-  /* Causal multi-head self-attention without the T x T matrix (FlashAttention-2). qkv is     \
-  ** [B, T, 3C] (q, k, v of each position, heads contiguous inside each of q, k, v: head h    \
-  ** uses columns h*hs .. h*hs+hs-1, hs = C/NH); out is [B, T, C]. Scores are scaled by       \
-  ** 1/sqrt(hs). lse [B, NH, T] receives, per (sample, head, query row), the log-sum-exp of   \
-  ** that row's scaled scores over the causal prefix (kept for backward; always finite).      \
-  ** scratch holds the backend's attention_scratch_elems(T, hs) elements per kernel thread    \
-  ** (the CPU: times kernels_threads(); CUDA uses none and may get NULL). */                   \
-  X(void, attention_forward, (real* out, real* lse, const real* qkv, real* scratch, int B,    \
-                              int T, int C, int NH))                                          \
-  /* Backward; dqkv ACCUMULATES (+=). out and lse are the forward's. Probabilities are        \
-  ** recomputed tile by tile: P = exp(S - lse), dV += P^T dO, dP = dO V^T,                    \
-  ** dS = P * (dP - rowsum(dO * O)), dQ += dS K * scale, dK += dS^T Q * scale. scratch as for \
-  ** the forward. */                                                                         \
-  X(void, attention_backward, (real* dqkv, const real* dout, const real* qkv, const real* out, \
-                               const real* lse, real* scratch, int B, int T, int C, int NH))  \
+  /* RMSNorm over the last dimension: out = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps),    \
+  ** computed in double per row as in layernorm_forward; rstd[BT] is saved for backward. */    \
+  X(void, rmsnorm_forward, (real* out, real* rstd, const real* inp, const real* w, int BT,    \
+                            int C, double eps))                                               \
+  /* Backward: dinp += the input gradient (ACCUMULATES, like layernorm_backward); dw += the    \
+  ** weight gradient (= when !accumulate). */                                                 \
+  X(void, rmsnorm_backward, (real* dinp, real* dw, const real* dout, const real* inp,         \
+                             const real* w, const real* rstd, int BT, int C, int accumulate)) \
+  /* SwiGLU's product, elementwise over N values: out = silu(gate) * up, silu(x) = x / (1 +    \
+  ** exp(-x)). */                                                                            \
+  X(void, swiglu_forward, (real* out, const real* gate, const real* up, size_t N))            \
+  /* Backward: dgate = dout * up * silu'(gate), dup = dout * silu(gate) (both OVERWRITTEN). */ \
+  X(void, swiglu_backward, (real* dgate, real* dup, const real* dout, const real* gate,       \
+                            const real* up, size_t N))                                        \
+  /* Rotary position embedding, in place, Hugging Face's rotate-half convention: x has B*T    \
+  ** rows of stride ld, row b*T + t at position t; each of its nh heads (columns h*hs ..      \
+  ** h*hs+hs-1, hs even) is rotated pairwise: for j < hs/2, with a = t * inv_freq[j] (the     \
+  ** product in real's precision, as transformers computes it), x1 = x[j], x2 = x[j + hs/2]:  \
+  ** x[j] = x1 cos a - x2 sin a, x[j + hs/2] = x2 cos a + x1 sin a. inv_freq[hs/2] is in the \
+  ** backend's memory. */                                                                    \
+  X(void, rope_forward, (real* x, int ld, const real* inv_freq, int B, int T, int nh, int hs)) \
+  /* Backward: the inverse rotation (angle -a) of the gradient dx, in place. */               \
+  X(void, rope_backward, (real* dx, int ld, const real* inv_freq, int B, int T, int nh,       \
+                          int hs))                                                            \
+  /* Causal self-attention without the T x T matrix (FlashAttention-2), with grouped-query     \
+  ** attention. q has B*T rows of stride ldq holding NH heads of hs (head h: columns h*hs ..  \
+  ** h*hs+hs-1); k and v have rows of stride ldkv holding NKV heads each; query head h uses    \
+  ** K/V head h / (NH / NKV) (transformers' repeat_kv; NKV divides NH). GPT-2's fused [B, T,   \
+  ** 3C] qkv is q = qkv, k = qkv + C, v = qkv + 2C, ldq = ldkv = 3C, NKV = NH. out is [B, T,  \
+  ** NH*hs] contiguous. Scores are scaled by 1/sqrt(hs). lse [B, NH, T] receives, per        \
+  ** (sample, head, query row), the log-sum-exp of that row's scaled scores over the causal   \
+  ** prefix (kept for backward; always finite). scratch holds the backend's                  \
+  ** attention_scratch_elems(T, hs) elements per kernel thread (the CPU: times                \
+  ** kernels_threads(); CUDA uses none and may get NULL). */                                  \
+  X(void, attention_forward, (real* out, real* lse, const real* q, const real* k,             \
+                              const real* v, int ldq, int ldkv, real* scratch, int B, int T,  \
+                              int NH, int NKV, int hs))                                       \
+  /* Backward; dq, dk, dv (strides ldq, ldkv as q, k, v) ACCUMULATE (+=); a K/V head's         \
+  ** gradient sums over the query heads that share it, in a fixed order. out and lse are the   \
+  ** forward's. Probabilities are recomputed tile by tile: P = exp(S - lse), dV += P^T dO,     \
+  ** dP = dO V^T, dS = P * (dP - rowsum(dO * O)), dQ += dS K * scale, dK += dS^T Q * scale.    \
+  ** scratch as for the forward. */                                                           \
+  X(void, attention_backward, (real* dq, real* dk, real* dv, const real* dout, const real* q, \
+                               const real* k, const real* v, int ldq, int ldkv,               \
+                               const real* out, const real* lse, real* scratch, int B, int T, \
+                               int NH, int NKV, int hs))                                      \
   /* Tanh-approximation GELU, elementwise over N values. */                                   \
   X(void, gelu_forward, (real* out, const real* inp, size_t N))                               \
   /* dinp = GELU'(inp) * dout (OVERWRITTEN). */                                               \

@@ -65,6 +65,13 @@ static int max_slot(const GptDesc* d) {
   return m;
 }
 
+int checkpoint_holds(const GptDesc* d) {
+  for (int i = 0; i < d->nops; i++)
+    for (int j = 0; j < d->ops[i].ntensors; j++)
+      if (d->ops[i].tensor[j].llmc_slot < 0) return 0;
+  return 1;
+}
+
 /* Appends to lay the pieces of every llm.c tensor, in file order: slot by slot, each slot's
 ** tensors in op order (so a layer tensor's L copies follow each other, as llm.c writes them);
 ** base[i] is where op i's block starts. Returns 0, or -1 if some parameters have no place in

@@ -26,6 +26,8 @@
 /* Reads only the header of an llm.c checkpoint into cfg (name = the file's base name). The
 ** header's shape is checked as gpt_config_validate does, and Vp must be >= V. Returns 0, or -1
 ** with a one-line error naming the file. */
+/* 1 if llm.c checkpoints can hold model d (every tensor has an llm.c slot: GPT-2), else 0. */
+int checkpoint_holds(const GptDesc* d);
 int checkpoint_read_config(const char* path, GptConfig* cfg);
 
 /* Writes params (op-block order, d->n_params floats) as an llm.c checkpoint. Writes to

@@ -6,7 +6,7 @@
 ** from the op list; the step is the only family code that runs during training.
 **
 ** Adding a family: a file like gpt2.c (presets, config keys, the op list), its step like
-** gpt2_step.c, any new kernels (kernels/kernel_list.h), and a line in family.c.
+** gpt2_step.c, any new kernels (kernels/kernel_list.h), and a line in gpt.c's `families`.
 */
 #ifndef OSDP_FAMILY_H
 #define OSDP_FAMILY_H
@@ -45,5 +45,7 @@ typedef struct ModelFamily {
 
 /* The GPT-2 family (gpt2.c). */
 const ModelFamily* family_gpt2(void);
+/* The Llama family (llama.c): Llama 2/3, SmolLM2, TinyLlama, Qwen2. */
+const ModelFamily* family_llama(void);
 
 #endif

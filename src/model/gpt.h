@@ -31,6 +31,7 @@
 #define MODEL_MAX_ACTS 3       /* named activation tensors per op */
 
 struct ModelFamily;
+struct cJSON;
 
 /* A model's shape. `family` picks the spec (family.h); GPT-2 reads the first block only, the
 ** Llama family (Llama 2/3, SmolLM2, TinyLlama, Qwen2) all of it. */
@@ -56,7 +57,8 @@ typedef struct GptConfig {
 
 /* The computation an op performs, for messages, tables and per-kind timing. */
 typedef enum OpKind {
-  OP_EMBED, OP_LAYERNORM, OP_LINEAR, OP_ATTENTION, OP_GELU, OP_LMHEAD, OP_LOSS, OP_KIND_COUNT
+  OP_EMBED, OP_LAYERNORM, OP_LINEAR, OP_ATTENTION, OP_GELU, OP_LMHEAD, OP_LOSS, OP_RMSNORM,
+  OP_SWIGLU, OP_KIND_COUNT
 } OpKind;
 
 /* How a parameter tensor starts. */
@@ -64,7 +66,7 @@ typedef enum InitRule { INIT_ZEROS, INIT_ONES, INIT_NORMAL } InitRule;
 
 /* A named parameter tensor inside its op's block. */
 typedef struct ParamTensor {
-  char name[8];          /* "W", "b", "gamma", "beta", "wte", "wpe" */
+  char name[8];          /* "W", "b", "gamma", "beta", "wte", "wpe", "w" (RMSNorm) */
   size_t off, n;         /* elements [off, off + n) of the op's block */
   size_t rows, cols;     /* its shape as osdp stores it, row-major (a vector: 1 x n) */
   int split;             /* 1: it is the block's rows x width part, cut by slices; 0: in the tail */
@@ -133,8 +135,22 @@ typedef struct GptDesc {
 /* Fills cfg from a preset name (gpt_preset_names) or a JSON file; see the family's loader.
 ** Returns 0, or -1 with a one-line error naming the field. */
 int gpt_config_load(const char* name_or_path, GptConfig* cfg);
-/* Checks a config for consistency (heads divide hidden, sizes positive). */
+/* Checks a config for consistency (heads divide hidden, sizes positive, the family's fields). */
 int gpt_config_validate(const GptConfig* cfg);
+/* osdp's model JSON (model files, the "model" object of plans and checkpoint manifests): adds
+** name, family (Llama only) and every field of the config's family to object m. */
+void gpt_config_to_json(const GptConfig* cfg, struct cJSON* m);
+/* Reads a config from such an object (family "gpt2" when absent); path names it in errors.
+** Returns 0, or -1 with a one-line error naming the field. */
+int gpt_config_from_json(const struct cJSON* o, const char* path, GptConfig* cfg);
+/* 0 if object m (a plan's or manifest's "model", called `what` in messages) describes cfg,
+** else -1 with an error naming the first field that differs. */
+int gpt_config_matches_json(const struct cJSON* m, const GptConfig* cfg, const char* path,
+                            const char* what);
+/* One line describing cfg for people ("12 layers, hidden 768, 12 heads, vocab ..."), into buf. */
+const char* gpt_config_summary(const GptConfig* cfg, char* buf, size_t n);
+/* The family called name ("gpt2", "llama"), or NULL. */
+const struct ModelFamily* model_family_find(const char* name);
 /* Comma-separated list of preset names, for messages. */
 const char* gpt_preset_names(void);
 

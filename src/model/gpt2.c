@@ -13,6 +13,7 @@
 #include "core/util.h"
 #include "kernels/cpu_kernels.h"
 #include "model/family.h"
+#include "model/spec_build.h"
 
 typedef struct Preset { const char* name; int L, C, NH, V, maxT; } Preset;
 
@@ -41,68 +42,6 @@ static int gpt2_preset(const char* name, GptConfig* c) {
 
 /* ---- Building the op list ------------------------------------------------------------ */
 
-/* Appends one op to the list being built: by default it has a backward, reads its weight in
-** backward and visits its slices in order. */
-static GptOp* add_op(GptDesc* d, const char* name, OpKind kind, int layer) {
-  GptOp* op = &d->ops[d->nops];
-  memset(op, 0, sizeof *op);
-  snprintf(op->name, sizeof op->name, "%s", name);
-  op->kind = kind;
-  op->layer = layer;
-  op->owner = -1;
-  op->has_backward = 1;
-  op->bwd_weight = 1;
-  op->index_self = d->nops;
-  d->nops++;
-  return op;
-}
-
-/* Gives op a parameter block of rows x width plus tail; the op becomes its own owner. */
-static void set_block(GptOp* op, size_t rows, size_t width, size_t tail, int splittable) {
-  op->rows = rows; op->width = width; op->tail = tail;
-  op->n_params = rows * width + tail;
-  op->splittable = splittable;
-  op->owner = op->index_self;
-}
-
-/* Appends a parameter tensor of rows x cols (rows = 0: a vector of cols) at the end of the op's
-** tensors (the first of a split block is its rows x width part). Weight decay applies to the
-** split part and to decaying tails. Names: hf (safetensors, "" if none; transposed: osdp holds
-** the file's tensor as [cols, rows]) and its llm.c slot (transposed there when split). */
-static ParamTensor* add_tensor(GptOp* op, const char* name, size_t rows, size_t cols, InitRule init,
-                               double std, const char* hf, int llmc_slot, int transposed) {
-  ParamTensor* t = &op->tensor[op->ntensors];
-  size_t off = op->ntensors ? op->tensor[op->ntensors - 1].off + op->tensor[op->ntensors - 1].n : 0;
-  memset(t, 0, sizeof *t);
-  snprintf(t->name, sizeof t->name, "%s", name);
-  t->off = off;
-  t->rows = rows ? rows : 1;
-  t->cols = cols;
-  t->n = t->rows * cols;
-  t->split = off < op->rows * op->width;
-  t->decay = t->split || op->tail_decay;
-  t->init = init;
-  t->std = std;
-  t->real_cols = cols;
-  snprintf(t->hf_name, sizeof t->hf_name, "%s", hf);
-  t->hf_ndim = rows ? 2 : 1;
-  t->hf_shape[0] = rows ? (transposed ? cols : rows) : cols;
-  t->hf_shape[1] = rows ? (transposed ? rows : cols) : 0;
-  t->hf_transposed = transposed;
-  t->llmc_slot = llmc_slot;
-  t->llmc_transposed = t->split;
-  op->ntensors++;
-  return t;
-}
-
-/* Names the activation tensors of an op's block. */
-static void add_act(GptOp* op, const char* name, size_t per_token, int is_int) {
-  ActTensor* a = &op->act[op->nacts++];
-  snprintf(a->name, sizeof a->name, "%s", name);
-  a->per_token = per_token;
-  a->is_int = is_int;
-}
-
 /* The llm.c tensor order: each kind's slot, its layers' tensors one after another. */
 enum { SLOT_WTE, SLOT_WPE, SLOT_LN1W, SLOT_LN1B, SLOT_QKVW, SLOT_QKVB, SLOT_PROJW, SLOT_PROJB,
        SLOT_LN2W, SLOT_LN2B, SLOT_FCW, SLOT_FCB, SLOT_FCPROJW, SLOT_FCPROJB, SLOT_LNFW, SLOT_LNFB };
@@ -110,32 +49,32 @@ enum { SLOT_WTE, SLOT_WPE, SLOT_LN1W, SLOT_LN1B, SLOT_QKVW, SLOT_QKVB, SLOT_PROJ
 /* Adds a linear K -> OC with bias (W N(0, std), b 0) named hf_base.weight and .bias. */
 static void add_linear(GptDesc* d, const char* name, int layer, int K, int OC, int residual,
                        const char* hf_base, int slot_w) {
-  GptOp* op = add_op(d, name, OP_LINEAR, layer);
-  set_block(op, (size_t)K, (size_t)OC, (size_t)OC, 1);
+  GptOp* op = spec_add_op(d, name, OP_LINEAR, layer);
+  spec_set_block(op, (size_t)K, (size_t)OC, (size_t)OC, 1);
   op->K = K; op->OC = OC; op->residual = residual;
   op->flops_tok = 2.0 * K * OC;
   double std = residual ? 0.02 / sqrt(2.0 * d->cfg.n_layer) : 0.02;
   char hf[64];
   snprintf(hf, sizeof hf, "%s.weight", hf_base);
-  add_tensor(op, "W", (size_t)K, (size_t)OC, INIT_NORMAL, std, hf, slot_w, 0);
+  spec_add_tensor(op, "W", (size_t)K, (size_t)OC, INIT_NORMAL, std, hf, slot_w, 0);
   snprintf(hf, sizeof hf, "%s.bias", hf_base);
-  add_tensor(op, "b", 0, (size_t)OC, INIT_ZEROS, 0, hf, slot_w + 1, 0);
-  add_act(op, "out", (size_t)OC, 0);
+  spec_add_tensor(op, "b", 0, (size_t)OC, INIT_ZEROS, 0, hf, slot_w + 1, 0);
+  spec_add_act(op, "out", (size_t)OC, 0);
 }
 
 /* Adds a LayerNorm over C features (gamma 1, beta 0: a tail of 2C, never split). */
 static void add_layernorm(GptDesc* d, const char* name, int layer, const char* hf_base, int slot_w) {
   size_t C = (size_t)d->cfg.n_embd;
-  GptOp* op = add_op(d, name, OP_LAYERNORM, layer);
-  set_block(op, 0, 0, 2 * C, 0);
+  GptOp* op = spec_add_op(d, name, OP_LAYERNORM, layer);
+  spec_set_block(op, 0, 0, 2 * C, 0);
   char hf[64];
   snprintf(hf, sizeof hf, "%s.weight", hf_base);
-  add_tensor(op, "gamma", 0, C, INIT_ONES, 0, hf, slot_w, 0);
+  spec_add_tensor(op, "gamma", 0, C, INIT_ONES, 0, hf, slot_w, 0);
   snprintf(hf, sizeof hf, "%s.bias", hf_base);
-  add_tensor(op, "beta", 0, C, INIT_ZEROS, 0, hf, slot_w + 1, 0);
-  add_act(op, "out", C, 0);
-  add_act(op, "mean", 1, 0);
-  add_act(op, "rstd", 1, 0);
+  spec_add_tensor(op, "beta", 0, C, INIT_ZEROS, 0, hf, slot_w + 1, 0);
+  spec_add_act(op, "out", C, 0);
+  spec_add_act(op, "mean", 1, 0);
+  spec_add_act(op, "rstd", 1, 0);
 }
 
 /* Adds the token + position embedding: wte [C, Vp] (the split part; its padded columns start at
@@ -144,19 +83,19 @@ static void add_layernorm(GptDesc* d, const char* name, int layer, const char* h
 static void add_embed(GptDesc* d) {
   const GptConfig* c = &d->cfg;
   size_t C = (size_t)c->n_embd, Vp = (size_t)c->padded_vocab;
-  GptOp* e = add_op(d, "embed", OP_EMBED, -1);
-  set_block(e, C, Vp, (size_t)c->max_seq * C, 1);
+  GptOp* e = spec_add_op(d, "embed", OP_EMBED, -1);
+  spec_set_block(e, C, Vp, (size_t)c->max_seq * C, 1);
   e->tail_decay = 1;
   e->K = c->n_embd; e->OC = c->padded_vocab;
   e->fwd_reversed = 1; /* the last slice holds wpe, whose kernel initialises the output */
   e->bwd_weight = 0;
-  ParamTensor* wte = add_tensor(e, "wte", C, Vp, INIT_NORMAL, 0.02, "wte.weight", SLOT_WTE, 1);
+  ParamTensor* wte = spec_add_tensor(e, "wte", C, Vp, INIT_NORMAL, 0.02, "wte.weight", SLOT_WTE, 1);
   wte->real_cols = (size_t)c->vocab_size;
   wte->hf_shape[0] = (size_t)c->vocab_size; /* safetensors hold only the V real tokens */
-  add_tensor(e, "wpe", (size_t)c->max_seq, C, INIT_NORMAL, 0.02, "wpe.weight", SLOT_WPE, 0);
-  add_act(e, "out", C, 0);
-  add_act(e, "tokens", 1, 1);
-  add_act(e, "targets", 1, 1);
+  spec_add_tensor(e, "wpe", (size_t)c->max_seq, C, INIT_NORMAL, 0.02, "wpe.weight", SLOT_WPE, 0);
+  spec_add_act(e, "out", C, 0);
+  spec_add_act(e, "tokens", 1, 1);
+  spec_add_act(e, "targets", 1, 1);
   d->tokens_op = e->index_self;
 }
 
@@ -169,10 +108,10 @@ static void add_layer(GptDesc* d, int l) {
   snprintf(nm, sizeof nm, "h%d.qkv", l);  snprintf(hf, sizeof hf, "h.%d.attn.c_attn", l);
   add_linear(d, nm, l, C, 3 * C, 0, hf, SLOT_QKVW);
   snprintf(nm, sizeof nm, "h%d.attn", l);
-  GptOp* att = add_op(d, nm, OP_ATTENTION, l);
+  GptOp* att = spec_add_op(d, nm, OP_ATTENTION, l);
   att->flops_tok_T = 4.0 * C;
-  add_act(att, "out", (size_t)C, 0);
-  add_act(att, "lse", (size_t)d->cfg.n_head, 0); /* [B, NH, T]: each query row's log-sum-exp */
+  spec_add_act(att, "out", (size_t)C, 0);
+  spec_add_act(att, "lse", (size_t)d->cfg.n_head, 0); /* [B, NH, T]: each query row's log-sum-exp */
   snprintf(nm, sizeof nm, "h%d.proj", l); snprintf(hf, sizeof hf, "h.%d.attn.c_proj", l);
   add_linear(d, nm, l, C, C, 1, hf, SLOT_PROJW);
   snprintf(nm, sizeof nm, "h%d.ln2", l);  snprintf(hf, sizeof hf, "h.%d.ln_2", l);
@@ -180,7 +119,7 @@ static void add_layer(GptDesc* d, int l) {
   snprintf(nm, sizeof nm, "h%d.fc", l);   snprintf(hf, sizeof hf, "h.%d.mlp.c_fc", l);
   add_linear(d, nm, l, C, 4 * C, 0, hf, SLOT_FCW);
   snprintf(nm, sizeof nm, "h%d.gelu", l);
-  add_act(add_op(d, nm, OP_GELU, l), "out", 4 * (size_t)C, 0);
+  spec_add_act(spec_add_op(d, nm, OP_GELU, l), "out", 4 * (size_t)C, 0);
   snprintf(nm, sizeof nm, "h%d.fcproj", l); snprintf(hf, sizeof hf, "h.%d.mlp.c_proj", l);
   add_linear(d, nm, l, 4 * C, C, 1, hf, SLOT_FCPROJW);
   d->ops[d->nops - 1].layer_output = 1;
@@ -196,15 +135,15 @@ static int gpt2_build(GptDesc* d) {
   d->ops_per_layer = GPT_OPS_PER_LAYER;
   for (int l = 0; l < cfg->n_layer; l++) add_layer(d, l);
   add_layernorm(d, "lnf", -1, "ln_f", SLOT_LNFW);
-  GptOp* head = add_op(d, "lm_head", OP_LMHEAD, -1);
+  GptOp* head = spec_add_op(d, "lm_head", OP_LMHEAD, -1);
   head->owner = d->tokens_op; /* tied: wte is the LM head's [in, out] weight */
   head->K = cfg->n_embd; head->OC = cfg->padded_vocab;
   head->flops_tok = 2.0 * head->K * head->OC;
-  add_act(head, "logits", (size_t)cfg->padded_vocab, 0); /* then dloss/dlogits */
+  spec_add_act(head, "logits", (size_t)cfg->padded_vocab, 0); /* then dloss/dlogits */
   d->logits_op = head->index_self;
-  GptOp* loss = add_op(d, "loss", OP_LOSS, -1);
+  GptOp* loss = spec_add_op(d, "loss", OP_LOSS, -1);
   loss->has_backward = 0; /* fused into its forward */
-  add_act(loss, "losses", 1, 0);
+  spec_add_act(loss, "losses", 1, 0);
   return 0;
 }
 

@@ -21,69 +21,9 @@
 
 #include "model/family.h"
 
-#ifdef STEP_REAL_DOUBLE
-typedef double real;
-typedef Kernels_f64 RealKernels;
-#else
-typedef float real;
-typedef Kernels_f32 RealKernels;
-#endif
-
-/* The kernels of the step's precision on a's backend. A backend without fp64 kernels (CUDA)
-** cannot run the fp64 pass: the fp64 pass is the CPU's test path. */
-static const RealKernels* kern(const GptActs* a) {
-#ifdef STEP_REAL_DOUBLE
-  return gpt_step_backend(a)->f64;
-#else
-  return gpt_step_backend(a)->f32;
-#endif
-}
-
-/* Activation tensor `name` of op's block, typed. */
-static real* act(const GptDesc* d, const GptActs* a, int op, const char* name) {
-  return (real*)((char*)a->op_acts[op] + model_act_offset(&d->ops[op], name, a->B, a->T, a->elem));
-}
-
-/* The op's activation block (its first tensor), typed. */
-static real* out_of(const GptActs* a, int op) { return (real*)a->op_acts[op]; }
+#include "model/step_ops.h"
 
 /* ---- One op's pass each: they time themselves (gpt_op_timer_*) ------------------------ */
-
-/* Forward of a (possibly split) linear op: out = inp W + b, plus the residual input when
-** the op adds to the residual stream. One slice of rows of W is live at a time. */
-static void linear_fwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
-                       int opi, real* out, const real* inp, const real* residual, GptPhase phase) {
-  OpTimer tm = gpt_op_timer_start(a);
-  const GptOp* op = &d->ops[opi];
-  int BT = a->B * a->T, K = op->K, OC = op->OC, k = slices[opi];
-  if (residual) gpt_step_backend(a)->copy(out, residual, (size_t)BT * OC * sizeof(real));
-  for (int i = 0; i < k; i++) {
-    ParamView w = gpt_acquire_weights(d, a, h, opi, k, i, phase);
-    kern(a)->matmul_forward(out, inp + w.row0, K, w.t[LINEAR_W], w.t[LINEAR_B], BT, (int)w.nrows,
-                            OC, residual || i > 0);
-    h->release_weight(h->ctx, opi, i, phase);
-  }
-  gpt_op_timer_stop(a, opi, tm);
-}
-
-/* Backward of a linear op: dinp = dout W^T (each slice overwrites its columns of dinp), dW +=
-** inp^T dout, db += sum dout (= into a fresh gradient buffer), slice by slice. */
-static void linear_bwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
-                       int opi, real* dinp, const real* dout, const real* inp) {
-  OpTimer tm = gpt_op_timer_start(a);
-  const GptOp* op = &d->ops[opi];
-  int BT = a->B * a->T, K = op->K, OC = op->OC, k = slices[opi];
-  for (int i = 0; i < k; i++) {
-    ParamView w = gpt_acquire_weights(d, a, h, opi, k, i, GPT_BACKWARD);
-    int fresh;
-    ParamView g = gpt_acquire_grads(d, a, h, opi, k, i, &fresh);
-    kern(a)->matmul_backward(dinp + w.row0, g.t[LINEAR_W], g.t[LINEAR_B], dout, inp + w.row0, K,
-                             w.t[LINEAR_W], BT, (int)w.nrows, OC, !fresh);
-    h->release_weight(h->ctx, opi, i, GPT_BACKWARD);
-    h->release_grad(h->ctx, opi, i);
-  }
-  gpt_op_timer_stop(a, opi, tm);
-}
 
 /* Forward of LayerNorm op opi from inp into its out, mean and rstd. */
 static void layernorm_fwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, int opi,
@@ -116,8 +56,9 @@ static void layernorm_bwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, 
 /* Causal self-attention op opi over qkv into its out and lse. */
 static void attention_fwd(const GptDesc* d, GptActs* a, int opi, const real* qkv, real* scratch) {
   OpTimer tm = gpt_op_timer_start(a);
-  kern(a)->attention_forward(out_of(a, opi), act(d, a, opi, "lse"), qkv, scratch, a->B, a->T,
-                             d->cfg.n_embd, d->cfg.n_head);
+  int C = d->cfg.n_embd, NH = d->cfg.n_head;
+  kern(a)->attention_forward(out_of(a, opi), act(d, a, opi, "lse"), qkv, qkv + C, qkv + 2 * C,
+                             3 * C, 3 * C, scratch, a->B, a->T, NH, NH, C / NH);
   gpt_op_timer_stop(a, opi, tm);
 }
 
@@ -127,8 +68,10 @@ static void attention_bwd(const GptDesc* d, GptActs* a, int opi, real* dqkv, con
   size_t BTC = (size_t)a->B * a->T * d->cfg.n_embd;
   gpt_step_backend(a)->zero(dqkv, 3 * BTC * sizeof(real));
   OpTimer tm = gpt_op_timer_start(a);
-  kern(a)->attention_backward(dqkv, dout, qkv, out_of(a, opi), act(d, a, opi, "lse"), scratch,
-                              a->B, a->T, d->cfg.n_embd, d->cfg.n_head);
+  int C = d->cfg.n_embd, NH = d->cfg.n_head;
+  kern(a)->attention_backward(dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C,
+                              3 * C, 3 * C, out_of(a, opi), act(d, a, opi, "lse"), scratch,
+                              a->B, a->T, NH, NH, C / NH);
   gpt_op_timer_stop(a, opi, tm);
 }
 
@@ -192,54 +135,10 @@ static void embed_bwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, cons
   gpt_op_timer_stop(a, e, tm);
 }
 
-/* LM head: logits = xf wte, with the tied embedding's slicing of wte (no bias). */
-static void lmhead_fwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
-                       const real* xf) {
-  OpTimer tm = gpt_op_timer_start(a);
-  int head = d->logits_op, e = d->ops[head].owner, k = slices[e];
-  int BT = a->B * a->T, C = d->cfg.n_embd, Vp = d->cfg.padded_vocab;
-  real* logits = out_of(a, head);
-  for (int i = 0; i < k; i++) {
-    ParamView w = gpt_acquire_weights(d, a, h, e, k, i, GPT_FORWARD);
-    kern(a)->matmul_forward(logits, xf + w.row0, C, w.t[EMBED_WTE], NULL, BT, (int)w.nrows, Vp, i > 0);
-    h->release_weight(h->ctx, e, i, GPT_FORWARD);
-  }
-  gpt_op_timer_stop(a, head, tm);
-}
-
-/* Backward of the LM head: dxf (each slice writes its columns) from the dlogits left in the
-** logits buffer, and the wte gradient slice by slice (a fresh last slice also gets its wpe
-** tail zeroed: the embedding's backward adds into it later). */
-static void lmhead_bwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
-                       real* dxf, const real* xf) {
-  OpTimer tm = gpt_op_timer_start(a);
-  int head = d->logits_op, e = d->ops[head].owner, k = slices[e];
-  int BT = a->B * a->T, C = d->cfg.n_embd, Vp = d->cfg.padded_vocab;
-  const real* dlogits = out_of(a, head);
-  for (int i = 0; i < k; i++) {
-    ParamView w = gpt_acquire_weights(d, a, h, e, k, i, GPT_BACKWARD);
-    int fresh;
-    ParamView g = gpt_acquire_grads(d, a, h, e, k, i, &fresh);
-    kern(a)->matmul_backward(dxf + w.row0, g.t[EMBED_WTE], NULL, dlogits, xf + w.row0, C,
-                             w.t[EMBED_WTE], BT, (int)w.nrows, Vp, !fresh);
-    if (fresh && g.t[EMBED_WPE]) zero_wpe_rows(d, a, g.t[EMBED_WPE], 0);
-    h->release_weight(h->ctx, e, i, GPT_BACKWARD);
-    h->release_grad(h->ctx, e, i);
-  }
-  gpt_op_timer_stop(a, head, tm);
-}
-
-/* The loss op: per-position losses, and dloss/dlogits over the logits; the argmax of each
-** position's logits first when asked. Returns the losses' sum. */
-static double loss_fwd(const GptDesc* d, GptActs* a, double loss_scale, int* argmax) {
-  int BT = a->B * a->T, loss = gpt_op_loss(d), V = d->cfg.vocab_size, Vp = d->cfg.padded_vocab;
-  real* logits = out_of(a, d->logits_op);
-  if (argmax) kern(a)->logits_argmax(logits, BT, V, Vp, argmax);
-  OpTimer tm = gpt_op_timer_start(a);
-  double sum = kern(a)->crossentropy_forward_backward(logits, out_of(a, loss), gpt_acts_targets(d, a),
-                                                      BT, V, Vp, loss_scale);
-  gpt_op_timer_stop(a, loss, tm);
-  return sum;
+/* A fresh gradient of the tied head's slice (embed's): the last slice's wpe tail is zeroed (the
+** embedding's backward adds into it later), so that the use writes every element. */
+static void head_fresh(const GptDesc* d, const GptActs* a, ParamView* g) {
+  if (g->t[EMBED_WPE]) zero_wpe_rows(d, a, g->t[EMBED_WPE], 0);
 }
 
 /* ---- Layers ------------------------------------------------------------------------------ */
@@ -316,7 +215,7 @@ static double gpt2_forward(const GptDesc* d, GptActs* a, const GptParamHooks* h,
   embed_fwd(d, a, h, slices);
   for (int l = 0; l < L; l++) layer_forward(d, a, h, slices, l, layer_input(d, a, l), GPT_FORWARD);
   layernorm_fwd(d, a, h, lnf, layer_input(d, a, L), GPT_FORWARD);
-  lmhead_fwd(d, a, h, slices, out_of(a, lnf));
+  head_fwd(d, a, h, slices, out_of(a, lnf));
   return loss_fwd(d, a, loss_scale, argmax);
 }
 
@@ -326,7 +225,7 @@ static void gpt2_backward(const GptDesc* d, GptActs* a, const GptParamHooks* h, 
   int L = d->cfg.n_layer, lnf = gpt_op_lnf(d);
   size_t BTC = (size_t)a->B * a->T * d->cfg.n_embd;
   WorkBufs g = work_bufs(d, a);
-  lmhead_bwd(d, a, h, slices, g.dbuf_a, out_of(a, lnf));
+  head_bwd(d, a, h, slices, g.dbuf_a, out_of(a, lnf), head_fresh);
   gpt_step_backend(a)->zero(g.dres, BTC * sizeof(real));
   layernorm_bwd(d, a, h, lnf, g.dres, g.dbuf_a, layer_input(d, a, L));
   for (int l = L - 1; l >= 0; l--) {

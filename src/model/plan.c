@@ -131,17 +131,7 @@ static int plan_json_int(const cJSON* o, const char* path, const char* key, int*
 
 /* Checks that the plan's "model" object describes model d. */
 static int plan_check_model(const cJSON* m, const GptDesc* d, const char* path) {
-  if (!cJSON_IsObject(m)) return osdp_fail("%s: missing object \"model\"", path);
-  const char* keys[] = {"n_layer", "n_embd", "n_head", "vocab_size", "max_seq"};
-  int want[] = {d->cfg.n_layer, d->cfg.n_embd, d->cfg.n_head, d->cfg.vocab_size, d->cfg.max_seq};
-  for (int i = 0; i < 5; i++) {
-    int v = 0;
-    if (plan_json_int(m, path, keys[i], &v)) return -1;
-    if (v != want[i])
-      return osdp_fail("%s: plan is for another model (model.%s=%d, this model has %d); make a "
-                       "plan for %s", path, keys[i], v, want[i], d->cfg.name);
-  }
-  return 0;
+  return gpt_config_matches_json(m, &d->cfg, path, "plan");
 }
 
 /* Reads the "ops" array into p->ops. */
@@ -239,12 +229,7 @@ int plan_load(Plan* p, const GptDesc* d, const char* path) {
 char* plan_to_json(const Plan* p, const GptDesc* d) {
   cJSON* root = cJSON_CreateObject();
   cJSON* m = cJSON_AddObjectToObject(root, "model");
-  cJSON_AddStringToObject(m, "name", d->cfg.name);
-  cJSON_AddNumberToObject(m, "n_layer", d->cfg.n_layer);
-  cJSON_AddNumberToObject(m, "n_embd", d->cfg.n_embd);
-  cJSON_AddNumberToObject(m, "n_head", d->cfg.n_head);
-  cJSON_AddNumberToObject(m, "vocab_size", d->cfg.vocab_size);
-  cJSON_AddNumberToObject(m, "max_seq", d->cfg.max_seq);
+  gpt_config_to_json(&d->cfg, m);
   cJSON_AddNumberToObject(root, "world_size", p->world);
   cJSON_AddNumberToObject(root, "micro_batch", p->micro_batch);
   cJSON_AddNumberToObject(root, "seq_len", p->seq);

@@ -23,6 +23,12 @@ const char* weights_format_name(WeightsFormat fmt) {
   return fmt == WEIGHTS_SAFETENSORS ? "safetensors" : "llmc";
 }
 
+WeightsFormat weights_format_for_save(const char* path, const GptDesc* d) {
+  size_t n = strlen(path), m = strlen(".safetensors");
+  if (n >= m && strcmp(path + n - m, ".safetensors") == 0) return WEIGHTS_SAFETENSORS;
+  return checkpoint_holds(d) ? WEIGHTS_LLMC : WEIGHTS_SAFETENSORS;
+}
+
 int weights_detect(const char* path, WeightsFormat* fmt) {
   FILE* f = fopen(path, "rb");
   if (!f) return osdp_fail("cannot open weights file '%s': %s", path, strerror(errno));

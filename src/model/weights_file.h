@@ -18,6 +18,10 @@ int weights_format_parse(const char* name, const char* field, WeightsFormat* fmt
 /* "llmc" or "safetensors". */
 const char* weights_format_name(WeightsFormat fmt);
 
+/* The format `--save path` writes for model d: safetensors when the name ends in ".safetensors"
+** or llm.c files cannot hold the model (the Llama family), else an llm.c checkpoint. */
+WeightsFormat weights_format_for_save(const char* path, const GptDesc* d);
+
 /* The format of the file at path, from its first bytes. Returns 0, or -1 with a one-line error
 ** naming the file (missing, not a regular file, neither format). */
 int weights_detect(const char* path, WeightsFormat* fmt);

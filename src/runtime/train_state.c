@@ -504,19 +504,16 @@ int train_state_find(const char* dir, char* path, size_t n, long* step) {
 /* The model of a run description ({"model": {...}}), checked as a model file's would be. */
 static int run_model(const cJSON* run, const char* path, GptConfig* cfg) {
   const cJSON* m = cJSON_GetObjectItemCaseSensitive(run, "model");
-  const cJSON* name = cJSON_GetObjectItemCaseSensitive(m, "name");
-  memset(cfg, 0, sizeof *cfg);
-  snprintf(cfg->name, sizeof cfg->name, "%s", cJSON_IsString(name) ? name->valuestring : "checkpoint");
-  struct { const char* key; int* out; } f[] = {
-      {"n_layer", &cfg->n_layer}, {"n_embd", &cfg->n_embd}, {"n_head", &cfg->n_head},
-      {"vocab_size", &cfg->vocab_size}, {"padded_vocab", &cfg->padded_vocab}, {"max_seq", &cfg->max_seq}};
-  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
-    const cJSON* v = cJSON_GetObjectItemCaseSensitive(m, f[i].key);
-    if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1 << 26)
-      return osdp_fail("%s: the manifest's run.model.%s is missing or out of range", path, f[i].key);
-    *f[i].out = (int)v->valuedouble;
-  }
-  return 0;
+  const cJSON* pv = cJSON_GetObjectItemCaseSensitive(m, "padded_vocab");
+  char what[4200];
+  snprintf(what, sizeof what, "%s: the manifest's run.model", path);
+  if (gpt_config_from_json(m, what, cfg)) return -1;
+  if (!cJSON_IsNumber(pv) || pv->valuedouble < 1 || pv->valuedouble > 1 << 26)
+    return osdp_fail("%s: the manifest's run.model.padded_vocab is missing or out of range", path);
+  cfg->padded_vocab = (int)pv->valuedouble;
+  if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m, "name")))
+    snprintf(cfg->name, sizeof cfg->name, "checkpoint");
+  return gpt_config_validate(cfg);
 }
 
 int train_state_load_params(const char* path, GptConfig* cfg, float** params) {
