@@ -256,6 +256,22 @@ static void test_round_trip(void) {
   remove(path);
 }
 
+/* Each Hub config is the model of osdp's preset of the same name (the presets were written
+** from these files), and gpt_config_load accepts every one. */
+static void test_presets(void) {
+  static const char* const pairs[][2] = {{"tinyllama-1.1b", "tinyllama-1.1b"}, {"llama3.2-1b", "llama3.2-1b"},
+                                         {"qwen2.5-0.5b", "qwen2.5-0.5b"}, {"smollm2-135m", "smollm2-135m"},
+                                         {"gpt2", "gpt2-124m"}};
+  for (int i = 0; i < 5; i++) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.json", configs, pairs[i][0]);
+    GptConfig hub, preset;
+    CHECK_MSG(gpt_config_load(path, &hub) == 0, "%s: %s", path, osdp_last_error());
+    CHECK(gpt_config_load(pairs[i][1], &preset) == 0);
+    CHECK_MSG(same_model(&hub, &preset), "%s differs from preset %s", path, pairs[i][1]);
+  }
+}
+
 /* gpt_config_load: --model DIR (its config.json), --model FILE with model_type, osdp's own
 ** JSON (no model_type) as before, and a directory without config.json refused. */
 static void test_config_load(void) {
@@ -307,6 +323,7 @@ int main(int argc, char** argv) {
   test_refusals();
   test_defaults();
   test_round_trip();
+  test_presets();
   test_config_load();
   rmdir(tmpdir);
   return check_summary();
