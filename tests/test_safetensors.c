@@ -444,7 +444,7 @@ static void test_refusals(void) {
 
   /* dtypes: a smaller one (sizes disagree), an unknown one, a 4-byte one that is not F32. */
   const char* dts[][2] = {{"F16", "need 32 bytes"}, {"F33", "not a safetensors dtype"},
-                          {"I32", "osdp reads F32 tensors only"}};
+                          {"I32", "osdp reads F32, BF16 and F16 tensors"}};
   for (int k = 0; k < 3; k++) {
     j = cJSON_Duplicate(g.header, 1);
     cJSON_ReplaceItemInObject(cJSON_GetObjectItem(j, "h.1.ln_2.weight"), "dtype", cJSON_CreateString(dts[k][0]));
@@ -590,7 +590,7 @@ static void test_refusals(void) {
   tmp_path("missing.st", path);
   check_refused(&d, path, "cannot open", NULL);
   CHECK(refused(safetensors_read_config(path, &got), path, "cannot open"));
-  check_refused(&d, tmpdir, "not a regular file", NULL);
+  check_refused(&d, tmpdir, "is a directory without model.safetensors", NULL);
 
   tmp_path("bad.st", path);
   remove(path);
@@ -744,7 +744,7 @@ static void test_detect(void) {
   CHECK(refused(weights_detect(path, &fmt), path, "too short"));
   remove(path);
   CHECK(refused(weights_detect(path, &fmt), path, "cannot open"));
-  CHECK(refused(weights_detect(tmpdir, &fmt), tmpdir, "not a regular file"));
+  CHECK(refused(weights_detect(tmpdir, &fmt), tmpdir, "is a directory without model.safetensors"));
   CHECK(weights_format_parse("safetensors", "--format", &fmt) == 0 && fmt == WEIGHTS_SAFETENSORS);
   CHECK(weights_format_parse("llmc", "--format", &fmt) == 0 && fmt == WEIGHTS_LLMC);
   CHECK(refused(weights_format_parse("gguf", "--format", &fmt), "--format", "'gguf'"));

@@ -2,18 +2,20 @@
 ** safetensors.c: model weights as safetensors files, named as the model family's spec names
 ** each parameter tensor (gpt.h ParamTensor.hf_name); see safetensors.h.
 **
-** Reading is in three steps, and params is touched only in the last: st_open parses and checks
-** the header against the file alone (sizes, offsets, dtypes: anything a safetensors reader must
-** refuse); st_match pairs the file's tensors with the tensors a model needs ("wants", built
-** from the op list by wants_build) and checks names, dtypes and shapes; st_read_tensors then
-** copies the data. Writing walks the same wants.
+** Reading is in three steps, and params is touched only in the last: st_set_open (st_files.h)
+** opens the file, or the shards of an index, and checks every header against its file alone
+** (sizes, offsets, dtypes: anything a safetensors reader must refuse); st_match pairs the
+** tensors with the tensors a model needs ("wants", built from the op list by wants_build) and
+** checks names, dtypes and shapes; st_read_tensors then copies the data, converting BF16 and
+** F16 to fp32. Writing walks the same wants.
 */
 #include "model/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,39 +25,17 @@
 
 #include "core/util.h"
 #include "model/family.h"
+#include "model/hf_config.h"
+#include "model/st_files.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "safetensors.c reads and writes little-endian files; add byte swapping for this host"
+#error "safetensors.c writes little-endian files; add byte swapping for this host"
 #endif
-_Static_assert(sizeof(float) == 4, "F32 tensors hold 4-byte floats");
 
-#define ST_MAX_DIMS 16
-#define ST_MAX_INT 9007199254740992.0 /* 2^53: JSON numbers above it are not exact doubles */
 #define ST_STREAM_FLOATS ((size_t)1 << 20)
-/* The prefix GPT-2 files may give names (family_gpt2()->hf_prefix), for st_config, which infers
-** a GPT-2 shape from a file. */
+/* The prefix GPT-2 files may give names (family_gpt2()->hf_prefix), for st_config_gpt2, which
+** infers a GPT-2 shape from a file. */
 #define ST_PREFIX "transformer."
-
-/* One tensor of a file's header. */
-typedef struct StTensor {
-  const char* name;  /* the header's key (points into StFile.root) */
-  const char* dtype; /* the header's dtype (points into StFile.root) */
-  size_t elem;       /* bytes per element of dtype */
-  int ndim;
-  uint64_t shape[ST_MAX_DIMS];
-  uint64_t begin, end; /* data_offsets, relative to the buffer after the header */
-} StTensor;
-
-/* An open safetensors file whose header has been checked. */
-typedef struct StFile {
-  const char* path;
-  FILE* f;
-  uint64_t data_start; /* 8 + N: where the buffer starts in the file */
-  cJSON* root;         /* the parsed header */
-  const cJSON* meta;   /* its "__metadata__" object, or NULL */
-  StTensor* t;
-  int n;
-} StFile;
 
 /* A tensor a model needs, and where it lives among osdp's parameters. */
 typedef struct Want {
@@ -64,7 +44,8 @@ typedef struct Want {
   uint64_t shape[2];
   size_t off;            /* offset of its first element in params */
   /* Transposed: [shape[0], trows] in the file is the first shape[0] columns of the [trows,
-  ** tcols] tensor in params (GPT-2's wte: [V, C] of [C, Vp]; padded columns are not stored). */
+  ** tcols] tensor in params (wte: [V, C] of [C, Vp], padded columns not stored; Llama's
+  ** linears: [out, in] of [in, out]). */
   int transposed;
   size_t trows, tcols;
   const StTensor* have;  /* the file's tensor (st_match) */
@@ -77,6 +58,7 @@ typedef struct Wants {
   int L;
   const ModelFamily* fam;  /* the names' conventions */
   size_t C;                /* the widest row of a transposed want (for the stream buffer) */
+  int tied;                /* the LM head uses the embedding's weight (its op owns none) */
   int tied_to;             /* the want a tied head must equal (-1: none) */
   const StTensor* lm_head; /* the file's tied head, if any (st_match) */
 } Wants;
@@ -87,264 +69,12 @@ static const char* base_name(const char* path) {
   return slash ? slash + 1 : path;
 }
 
-/* ------------------------------------------------------------------------------------ */
-/* Header parsing and the checks every reader must make                                  */
-/* ------------------------------------------------------------------------------------ */
-
-/* Bytes per element of a safetensors dtype, 0 if the dtype is unknown. Every dtype is sized so
-** that the buffer's layout can be checked even for tensors osdp does not read. */
-static size_t dtype_size(const char* dt) {
-  static const struct { const char* name; size_t size; } dtypes[] = {
-      {"BOOL", 1}, {"U8", 1}, {"I8", 1}, {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2},
-      {"F16", 2}, {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4}, {"F64", 8}, {"I64", 8},
-      {"U64", 8}};
-  for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
-    if (strcmp(dt, dtypes[i].name) == 0) return dtypes[i].size;
-  return 0;
-}
-
-/* Offset of the first byte of s[0..n) that is not valid UTF-8 (overlong forms, surrogates and
-** code points above U+10FFFF included), or n when all of it is valid. */
-static size_t utf8_invalid_at(const unsigned char* s, size_t n) {
-  size_t i = 0;
-  while (i < n) {
-    unsigned c = s[i];
-    size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-    if (len == 0 || i + len > n) return i;
-    uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
-    for (size_t k = 1; k < len; k++) {
-      if ((s[i + k] & 0xc0) != 0x80) return i;
-      cp = cp << 6 | (s[i + k] & 0x3f);
-    }
-    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return i;
-    i += len;
-  }
-  return n;
-}
-
-/* Reads a JSON number that must be an exact non-negative integer (at most 2^53) into *out. */
-static int json_u64(const cJSON* v, uint64_t* out) {
-  if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > ST_MAX_INT ||
-      v->valuedouble != (double)(uint64_t)v->valuedouble)
-    return -1;
-  *out = (uint64_t)v->valuedouble;
-  return 0;
-}
-
-/* Fills tensor t from its header entry e (key t->name) and checks it on its own: a known
-** dtype, at most ST_MAX_DIMS integer dimensions, two integer offsets b <= e inside the buffer of
-** buf_len bytes, and e - b = product(shape) * dtype size. */
-static int tensor_parse(const StFile* s, const cJSON* e, uint64_t buf_len, StTensor* t) {
-  const char* p = s->path;
-  if (!cJSON_IsObject(e))
-    return osdp_fail("safetensors: '%s': header entry '%s' is not an object with dtype, shape "
-                     "and data_offsets", p, t->name);
-  const cJSON* dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
-  const cJSON* sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
-  const cJSON* of = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
-  if (!cJSON_IsString(dt))
-    return osdp_fail("safetensors: '%s': tensor '%s' has no dtype string; expected a safetensors "
-                     "dtype such as \"F32\"", p, t->name);
-  if (!(t->elem = dtype_size(dt->valuestring)))
-    return osdp_fail("safetensors: '%s': tensor '%s' has dtype \"%s\", which is not a "
-                     "safetensors dtype (F32, F16, BF16, ...)", p, t->name, dt->valuestring);
-  t->dtype = dt->valuestring;
-  int nd = cJSON_IsArray(sh) ? cJSON_GetArraySize(sh) : -1;
-  if (nd < 0 || nd > ST_MAX_DIMS)
-    return osdp_fail("safetensors: '%s': tensor '%s' has %s; expected an array of at most %d "
-                     "integers", p, t->name, nd < 0 ? "no shape array" : "too many dimensions",
-                     ST_MAX_DIMS);
-  t->ndim = nd;
-  uint64_t numel = 1;
-  int overflow = 0;
-  for (int k = 0; k < nd; k++) {
-    if (json_u64(cJSON_GetArrayItem(sh, k), &t->shape[k]))
-      return osdp_fail("safetensors: '%s': tensor '%s' has shape[%d] that is not a non-negative "
-                       "integer", p, t->name, k);
-    if (t->shape[k] && numel > UINT64_MAX / t->shape[k]) overflow = 1;
-    else numel *= t->shape[k];
-  }
-  if (!cJSON_IsArray(of) || cJSON_GetArraySize(of) != 2 ||
-      json_u64(cJSON_GetArrayItem(of, 0), &t->begin) || json_u64(cJSON_GetArrayItem(of, 1), &t->end))
-    return osdp_fail("safetensors: '%s': tensor '%s' has data_offsets that are not two "
-                     "non-negative integers [begin, end]", p, t->name);
-  if (t->end < t->begin)
-    return osdp_fail("safetensors: '%s': tensor '%s' has data_offsets [%llu, %llu] with end "
-                     "before begin", p, t->name, (unsigned long long)t->begin,
-                     (unsigned long long)t->end);
-  if (t->end > buf_len)
-    return osdp_fail("safetensors: '%s': tensor '%s' has data_offsets [%llu, %llu] past the end "
-                     "of the file's %llu data bytes; the file is truncated or corrupt", p,
-                     t->name, (unsigned long long)t->begin, (unsigned long long)t->end,
-                     (unsigned long long)buf_len);
-  if (overflow || numel > UINT64_MAX / t->elem || numel * t->elem != t->end - t->begin)
-    return osdp_fail("safetensors: '%s': tensor '%s' has data_offsets [%llu, %llu] (%llu bytes) "
-                     "but its shape and dtype %s need %s%llu bytes", p, t->name,
-                     (unsigned long long)t->begin, (unsigned long long)t->end,
-                     (unsigned long long)(t->end - t->begin), t->dtype, overflow ? "more than " : "",
-                     overflow ? (unsigned long long)UINT64_MAX : (unsigned long long)(numel * t->elem));
-  return 0;
-}
-
-/* qsort order of tensors by name. */
-static int by_name(const void* a, const void* b) {
-  return strcmp(((const StTensor*)a)->name, ((const StTensor*)b)->name);
-}
-
-/* qsort order of tensor pointers by (begin, end). */
-static int by_offset(const void* a, const void* b) {
-  const StTensor *x = *(const StTensor* const*)a, *y = *(const StTensor* const*)b;
-  if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
-  return x->end < y->end ? -1 : x->end > y->end;
-}
-
-/* Checks the file-wide rules: names unique, byte ranges contiguous from 0, non-overlapping
-** and covering the whole buffer of buf_len bytes. Sorts s->t by name. */
-static int tensors_check_layout(StFile* s, uint64_t buf_len) {
-  qsort(s->t, (size_t)s->n, sizeof *s->t, by_name);
-  for (int i = 1; i < s->n; i++)
-    if (strcmp(s->t[i].name, s->t[i - 1].name) == 0)
-      return osdp_fail("safetensors: '%s': tensor '%s' appears twice in the header", s->path,
-                       s->t[i].name);
-  const StTensor** order = malloc(((size_t)s->n + 1) * sizeof *order);
-  if (!order) return osdp_fail("safetensors: out of memory reading '%s'", s->path);
-  for (int i = 0; i < s->n; i++) order[i] = &s->t[i];
-  qsort(order, (size_t)s->n, sizeof *order, by_offset);
-  uint64_t at = 0;
-  int rc = 0;
-  for (int i = 0; i < s->n && rc == 0; i++) {
-    const StTensor* t = order[i];
-    if (t->begin < at)
-      rc = osdp_fail("safetensors: '%s': tensor '%s' (data_offsets [%llu, %llu]) overlaps "
-                     "tensor '%s', which ends at %llu", s->path, t->name,
-                     (unsigned long long)t->begin, (unsigned long long)t->end, order[i - 1]->name,
-                     (unsigned long long)at);
-    else if (t->begin > at)
-      rc = osdp_fail("safetensors: '%s': tensor '%s' starts at data offset %llu, leaving bytes "
-                     "[%llu, %llu) of the buffer to no tensor", s->path, t->name,
-                     (unsigned long long)t->begin, (unsigned long long)at,
-                     (unsigned long long)t->begin);
-    at = t->end;
-  }
-  free(order);
-  if (rc == 0 && at != buf_len)
-    rc = osdp_fail("safetensors: '%s': the tensors cover %llu of the %llu data bytes after the "
-                   "header; the file has trailing data", s->path, (unsigned long long)at,
-                   (unsigned long long)buf_len);
-  return rc;
-}
-
-/* Parses and checks the N-byte header text h of s (N + 1 bytes allocated, NUL-terminated). */
-static int header_parse(StFile* s, char* h, uint64_t N, uint64_t buf_len) {
-  size_t bad = utf8_invalid_at((const unsigned char*)h, (size_t)N);
-  if (bad < N)
-    return osdp_fail("safetensors: '%s': the header is not valid UTF-8 (byte %zu)", s->path, bad);
-  const char* nul = memchr(h, 0, (size_t)N);
-  if (nul)
-    return osdp_fail("safetensors: '%s': the header holds a NUL byte at byte %td; the header is "
-                     "JSON text padded with spaces", s->path, nul - h);
-  const char* end = NULL;
-  s->root = cJSON_ParseWithLengthOpts(h, (size_t)N + 1, &end, 1); /* + 1: the NUL after it */
-  if (!s->root)
-    return osdp_fail("safetensors: '%s': the header is not valid JSON (error near byte %td of "
-                     "%llu)", s->path, end ? end - h : (ptrdiff_t)0, (unsigned long long)N);
-  if (!cJSON_IsObject(s->root))
-    return osdp_fail("safetensors: '%s': the header is not a JSON object", s->path);
-  int n = 0;
-  for (const cJSON* e = s->root->child; e; e = e->next) n++;
-  s->t = calloc((size_t)n + 1, sizeof *s->t);
-  if (!s->t) return osdp_fail("safetensors: out of memory reading '%s'", s->path);
-  for (const cJSON* e = s->root->child; e; e = e->next) {
-    if (strcmp(e->string, "__metadata__") == 0) {
-      if (s->meta || !cJSON_IsObject(e))
-        return osdp_fail("safetensors: '%s': __metadata__ must appear once, as an object of "
-                         "strings", s->path);
-      for (const cJSON* m = e->child; m; m = m->next)
-        if (!cJSON_IsString(m))
-          return osdp_fail("safetensors: '%s': __metadata__.%s is not a string (metadata values "
-                           "must be strings)", s->path, m->string);
-      s->meta = e;
-      continue;
-    }
-    StTensor* t = &s->t[s->n++];
-    t->name = e->string;
-    if (tensor_parse(s, e, buf_len, t)) return -1;
-  }
-  return tensors_check_layout(s, buf_len);
-}
-
-/* Closes s and frees what st_open allocated. */
-static void st_close(StFile* s) {
-  if (s->f) fclose(s->f);
-  cJSON_Delete(s->root);
-  free(s->t);
-  memset(s, 0, sizeof *s);
-}
-
-/* Opens safetensors file path and checks its header against the file's real size before
-** allocating anything of the sizes it claims. Returns 0, or -1 with s closed. */
-static int st_open(StFile* s, const char* path) {
-  memset(s, 0, sizeof *s);
-  s->path = path;
-  s->f = fopen(path, "rb");
-  if (!s->f) return osdp_fail("safetensors: cannot open '%s': %s", path, strerror(errno));
-  struct stat st;
-  unsigned char n8[8];
-  int rc = -1;
-  char* h = NULL;
-  if (fstat(fileno(s->f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    osdp_fail("safetensors: '%s' is not a regular file", path);
-  } else if (st.st_size < 8) {
-    osdp_fail("safetensors: '%s' is truncated: %lld bytes, shorter than the 8-byte header size",
-              path, (long long)st.st_size);
-  } else if (fread(n8, 1, 8, s->f) != 8) {
-    osdp_fail("safetensors: reading '%s' failed: %s", path, strerror(errno));
-  } else {
-    uint64_t N = 0, size = (uint64_t)st.st_size;
-    for (int i = 7; i >= 0; i--) N = N << 8 | n8[i];
-    if (N > size - 8)
-      osdp_fail("safetensors: '%s': header size %llu is larger than the %llu bytes that follow "
-                "it; the file is truncated or not a safetensors file", path,
-                (unsigned long long)N, (unsigned long long)(size - 8));
-    else if (N > SAFETENSORS_MAX_HEADER)
-      osdp_fail("safetensors: '%s': header size %llu is over the %llu-byte limit; the file is "
-                "corrupt", path, (unsigned long long)N, SAFETENSORS_MAX_HEADER);
-    else if (N < 2)
-      osdp_fail("safetensors: '%s': header size %llu is too small for a JSON object", path,
-                (unsigned long long)N);
-    else if (!(h = malloc((size_t)N + 1)))
-      osdp_fail("safetensors: out of memory for the %llu-byte header of '%s'",
-                (unsigned long long)N, path);
-    else if (fread(h, 1, (size_t)N, s->f) != (size_t)N)
-      osdp_fail("safetensors: reading the header of '%s' failed: %s", path, strerror(errno));
-    else if (h[0] != '{')
-      osdp_fail("safetensors: '%s': the header does not start with '{'; not a safetensors file",
-                path);
-    else {
-      h[N] = 0;
-      s->data_start = 8 + N;
-      rc = header_parse(s, h, N, size - 8 - N);
-    }
-  }
-  free(h);
-  if (rc) st_close(s);
-  return rc;
-}
-
-/* The file's tensor called name (exact), or NULL. s->t is sorted by name. */
-static const StTensor* st_find(const StFile* s, const char* name) {
-  StTensor key;
-  key.name = name;
-  return bsearch(&key, s->t, (size_t)s->n, sizeof *s->t, by_name);
-}
-
-/* The file's tensor called name with or without the "transformer." prefix, or NULL; both
+/* The set's tensor called name with or without the "transformer." prefix, or NULL; both
 ** present is an error (*dup = 1). */
-static const StTensor* st_find_any(const StFile* s, const char* name, int* dup) {
+static const StTensor* st_find_any(const StSet* s, const char* name, int* dup) {
   char full[96];
   snprintf(full, sizeof full, ST_PREFIX "%s", name);
-  const StTensor *a = st_find(s, name), *b = st_find(s, full);
+  const StTensor *a = st_set_find(s, name), *b = st_set_find(s, full);
   *dup = a && b;
   return a ? a : b;
 }
@@ -379,11 +109,13 @@ static void want_add(Wants* ws, const ParamTensor* t, size_t base) {
 
 /* Builds the list of tensors model d needs: every parameter tensor with a file name, in model
 ** order (free ws->w after use). Checks that they hold every parameter but the padding a
-** transposed tensor leaves out. */
+** transposed tensor leaves out. The head is tied when the LM head's op uses another op's
+** parameters (owner: the embedding); then a file may also hold the family's tied-head name. */
 static int wants_build(const GptDesc* d, Wants* ws) {
   memset(ws, 0, sizeof *ws);
   ws->L = d->cfg.n_layer;
   ws->fam = d->family;
+  ws->tied = d->ops[d->logits_op].owner != d->logits_op && d->family->hf_tied_head;
   ws->tied_to = -1;
   ws->w = malloc(((size_t)d->nops * MODEL_MAX_TENSORS + 1) * sizeof *ws->w);
   if (!ws->w) return osdp_fail("safetensors: out of memory");
@@ -392,7 +124,7 @@ static int wants_build(const GptDesc* d, Wants* ws) {
     for (int j = 0; j < d->ops[i].ntensors; j++) {
       const ParamTensor* t = &d->ops[i].tensor[j];
       if (!t->hf_name[0]) continue;
-      if (ws->fam->hf_tied_to && strcmp(t->hf_name, ws->fam->hf_tied_to) == 0) ws->tied_to = ws->n;
+      if (ws->tied && strcmp(t->hf_name, ws->fam->hf_tied_to) == 0) ws->tied_to = ws->n;
       want_add(ws, t, base);
       const Want* w = &ws->w[ws->n - 1];
       total += w->shape[0] * (w->ndim > 1 ? w->shape[1] : 1);
@@ -433,7 +165,7 @@ static int want_index(const Wants* ws, const char* name, int* lm) {
   *lm = 0;
   for (int k = 0; k < ws->n; k++)
     if (strcmp(ws->w[k].name, name) == 0) return k;
-  if (ws->fam->hf_tied_head && strcmp(name, ws->fam->hf_tied_head) == 0) { *lm = 1; return -1; }
+  if (ws->tied && strcmp(name, ws->fam->hf_tied_head) == 0) { *lm = 1; return -1; }
   long l;
   const char* suf = layer_of(name, ws->fam->hf_layer_prefix, &l);
   if (!suf) return -2;
@@ -442,98 +174,194 @@ static int want_index(const Wants* ws, const char* name, int* lm) {
   return l >= ws->L ? -3 : -2;
 }
 
-/* Pairs the file's tensors with the wants: each want present once (with or without the
-** prefix) as F32 of its shape; no unknown tensors; an lm_head.weight of wte's shape and dtype
-** is remembered (its values are compared later). */
-static int st_match(const StFile* s, Wants* ws, const char* model) {
-  const char* p = s->path;
+/* " (nor 'PREFIXname')" for messages when the family's names may carry a prefix, else "". */
+static const char* nor_prefixed(const Wants* ws, const char* name, char buf[128]) {
+  if (!ws->fam->hf_prefix[0]) return "";
+  snprintf(buf, 128, " (nor '%s%s')", ws->fam->hf_prefix, name);
+  return buf;
+}
+
+/* Remembers the file's tied head t (the family's hf_tied_head) after checking it is a float
+** tensor of the embedding's shape (its values are compared later). */
+static int tied_head_seen(Wants* ws, const StTensor* t) {
+  const Want* to = ws->tied_to >= 0 ? &ws->w[ws->tied_to] : NULL;
   char a[128], b[128];
+  if (!to || !st_float_dtype(t->dtype) || t->ndim != 2 || t->shape[0] != to->shape[0] ||
+      t->shape[1] != to->shape[1])
+    return osdp_fail("safetensors: '%s': tensor '%s' is %s %s, not %s like %s; osdp ties the LM "
+                     "head to it", t->file->path, t->name, t->dtype, shape_text(t->ndim, t->shape, a),
+                     to ? shape_text(to->ndim, to->shape, b) : "?", ws->fam->hf_tied_to);
+  ws->lm_head = t;
+  return 0;
+}
+
+/* Checks that every want has its tensor, of a float dtype and of its shape. */
+static int wants_complete(const StSet* s, const Wants* ws, const char* model) {
+  char a[128], b[128];
+  for (int k = 0; k < ws->n; k++) {
+    const Want* w = &ws->w[k];
+    const StTensor* t = w->have;
+    if (!t)
+      return osdp_fail("safetensors: '%s' has no tensor '%s'%s, which model '%s' needs", s->path,
+                       w->name, nor_prefixed(ws, w->name, a), model);
+    if (!st_float_dtype(t->dtype))
+      return osdp_fail("safetensors: '%s': tensor '%s' has dtype %s; osdp reads F32, BF16 and F16 "
+                       "tensors", t->file->path, t->name, t->dtype);
+    if (t->ndim != w->ndim || t->shape[0] != w->shape[0] || (w->ndim > 1 && t->shape[1] != w->shape[1]))
+      return osdp_fail("safetensors: '%s': tensor '%s' has shape %s but model '%s' needs %s; use "
+                       "a model of the file's shape", t->file->path, t->name,
+                       shape_text(t->ndim, t->shape, a), model, shape_text(w->ndim, w->shape, b));
+  }
+  return 0;
+}
+
+/* Pairs the set's tensors with the wants: each want present once (with or without the
+** family's prefix) as a float tensor of its shape; no unknown tensors; a tied head of the
+** embedding's shape is remembered (its values are compared later). */
+static int st_match(const StSet* s, Wants* ws, const char* model) {
+  const char* pre = ws->fam->hf_prefix;
+  char a[128];
   for (int i = 0; i < s->n; i++) {
-    const StTensor* t = &s->t[i];
-    const char* pre = ws->fam->hf_prefix;
+    const StTensor* t = s->t[i];
+    const char* p = t->file->path;
     const char* name = strncmp(t->name, pre, strlen(pre)) == 0 ? t->name + strlen(pre) : t->name;
     int lm, k = want_index(ws, name, &lm);
     if (k == -3)
       return osdp_fail("safetensors: '%s' has tensor '%s' but model '%s' has %d layers; use a "
                        "model of the file's shape", p, t->name, model, ws->L);
-    if (k == -2)
-      return osdp_fail("safetensors: '%s' has tensor '%s', which is not part of a %s model "
-                       "(names such as %s, with or without '%s')", p, t->name, ws->fam->title,
-                       ws->fam->hf_example, pre);
-    if (lm) {
-      const Want* to = ws->tied_to >= 0 ? &ws->w[ws->tied_to] : NULL;
-      if (!to || strcmp(t->dtype, "F32") || t->ndim != 2 || t->shape[0] != to->shape[0] ||
-          t->shape[1] != to->shape[1])
-        return osdp_fail("safetensors: '%s': tensor '%s' is %s %s, not F32 %s like %s; osdp ties "
-                         "the LM head to it", p, t->name, t->dtype, shape_text(t->ndim, t->shape, a),
-                         to ? shape_text(to->ndim, to->shape, b) : "?", ws->fam->hf_tied_to);
-      ws->lm_head = t;
+    if (k == -2) {
+      if (pre[0]) snprintf(a, sizeof a, ", with or without '%s'", pre);
+      return osdp_fail("safetensors: '%s' has tensor '%s', which is not part of a %s model (names "
+                       "such as %s%s)", p, t->name, ws->fam->title, ws->fam->hf_example, pre[0] ? a : "");
     }
+    if (lm && tied_head_seen(ws, t)) return -1;
     if (k < 0) continue;
     Want* w = &ws->w[k];
     if (w->have)
-      return osdp_fail("safetensors: '%s' has tensor %s twice, as '%s' and '%s'", p, w->name,
+      return osdp_fail("safetensors: '%s' has tensor %s twice, as '%s' and '%s'", s->path, w->name,
                        w->have->name, t->name);
     w->have = t;
   }
-  for (int k = 0; k < ws->n; k++) {
-    const Want* w = &ws->w[k];
-    const StTensor* t = w->have;
-    if (!t)
-      return osdp_fail("safetensors: '%s' has no tensor '%s' (nor '%s%s'), which model '%s' "
-                       "needs", p, w->name, ws->fam->hf_prefix, w->name, model);
-    if (strcmp(t->dtype, "F32") != 0)
-      return osdp_fail("safetensors: '%s': tensor '%s' has dtype %s; osdp reads F32 tensors only",
-                       p, t->name, t->dtype);
-    if (t->ndim != w->ndim || t->shape[0] != w->shape[0] || (w->ndim > 1 && t->shape[1] != w->shape[1]))
-      return osdp_fail("safetensors: '%s': tensor '%s' has shape %s but model '%s' needs %s; use "
-                       "a model of the file's shape", p, t->name, shape_text(t->ndim, t->shape, a),
-                       model, shape_text(w->ndim, w->shape, b));
-  }
-  return 0;
+  return wants_complete(s, ws, model);
 }
 
 /* ------------------------------------------------------------------------------------ */
 /* Metadata and the model shape                                                          */
 /* ------------------------------------------------------------------------------------ */
 
-/* The metadata value key as an integer in [1, 2^30] into *v: 1 when present, 0 when absent,
-** -1 (with an error) when present but not such an integer. */
-static int meta_int(const StFile* s, const char* key, int* v) {
-  const cJSON* m = s->meta ? cJSON_GetObjectItemCaseSensitive(s->meta, key) : NULL;
-  if (!m) return 0;
-  const char* str = m->valuestring;
-  char* end = NULL;
-  errno = 0;
-  long x = strtol(str, &end, 10);
-  if (end == str || *end || errno || x < 1 || x > (1L << 30))
-    return osdp_fail("safetensors: '%s': __metadata__.%s is \"%s\", not a positive integer",
-                     s->path, key, str);
-  *v = (int)x;
-  return 1;
+/* Whether the metadata key holds a number in osdp's files: every number gpt_config_to_json
+** writes for a Llama config (the most keys), and padded_vocab. */
+static int meta_numeric(const char* key) {
+  static cJSON* ref;
+  if (!ref) {
+    GptConfig c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.family, sizeof c.family, "llama");
+    ref = cJSON_CreateObject();
+    if (ref) gpt_config_to_json(&c, ref);
+  }
+  const cJSON* v = ref ? cJSON_GetObjectItemCaseSensitive(ref, key) : NULL;
+  return strcmp(key, "padded_vocab") == 0 || cJSON_IsNumber(v);
 }
 
-/* Checks that metadata key, when present, equals the value the tensors give. */
-static int meta_agrees(const StFile* s, const char* key, int tensors, const char* what) {
-  int v = 0, rc = meta_int(s, key, &v);
-  if (rc <= 0) return rc;
-  if (v == tensors) return 0;
-  return osdp_fail("safetensors: '%s': __metadata__.%s is %d but its tensors give %d %s; the "
-                   "file is inconsistent", s->path, key, v, tensors, what);
+/* The model config osdp's metadata records, as the JSON object gpt_config_from_json reads
+** (numbers parsed from their strings) in *out; *out = NULL when the metadata records none (no
+** n_layer: a file written elsewhere). A GPT-2 file without n_head (older tools) gets n_head 0:
+** unknown. */
+static int meta_config(const StSet* s, cJSON** out) {
+  *out = NULL;
+  if (!s->meta || !cJSON_GetObjectItemCaseSensitive(s->meta, "n_layer")) return 0;
+  cJSON* o = cJSON_CreateObject();
+  if (!o) return osdp_fail("safetensors: out of memory");
+  for (const cJSON* m = s->meta->child; m; m = m->next) {
+    if (!meta_numeric(m->string)) {
+      cJSON_AddStringToObject(o, m->string, m->valuestring);
+      continue;
+    }
+    char* end = NULL;
+    errno = 0;
+    double v = strtod(m->valuestring, &end);
+    if (end == m->valuestring || *end || errno || !isfinite(v)) {
+      cJSON_Delete(o);
+      return osdp_fail("safetensors: '%s': __metadata__.%s is \"%s\", not a number", s->files[0].path,
+                       m->string, m->valuestring);
+    }
+    cJSON_AddNumberToObject(o, m->string, v);
+  }
+  if (!cJSON_GetObjectItemCaseSensitive(o, "family") && !cJSON_GetObjectItemCaseSensitive(o, "n_head"))
+    cJSON_AddNumberToObject(o, "n_head", 0);
+  *out = o;
+  return 0;
 }
 
-/* Infers the model shape of an open file (see safetensors_read_config). */
-static int st_config(const StFile* s, GptConfig* c) {
-  memset(c, 0, sizeof *c);
-  snprintf(c->name, sizeof c->name, "%s", base_name(s->path));
+/* The family of config c. */
+static const ModelFamily* family_of(const GptConfig* c) {
+  return strcmp(c->family, "llama") == 0 ? family_llama() : family_gpt2();
+}
+
+/* Checks that config value `key` (from `src`: "__metadata__." or "config.json's ") equals what
+** the tensors give. */
+static int agrees(const StSet* s, const char* src, const char* key, int v, uint64_t tensors,
+                  const char* what) {
+  if ((uint64_t)v == tensors) return 0;
+  return osdp_fail("safetensors: '%s': %s%s is %d but its tensors give %llu %s; the %s is "
+                   "inconsistent", s->path, src, key, v, (unsigned long long)tensors, what,
+                   src[0] == '_' ? "file" : "checkpoint");
+}
+
+/* The number of layers the set's tensors hold under the family's names: the largest layer
+** number + 1 (0 when none). */
+static long layers_of(const StSet* s, const ModelFamily* fam) {
+  long L = -1;
+  size_t np = strlen(fam->hf_prefix);
+  for (int i = 0; i < s->n; i++) {
+    const char* name = s->t[i]->name;
+    if (np && strncmp(name, fam->hf_prefix, np) == 0) name += np;
+    long l;
+    if (layer_of(name, fam->hf_layer_prefix, &l) && l > L) L = l;
+  }
+  return L + 1;
+}
+
+/* Checks config c (from src, see agrees) against the tensors: the token embedding's [V, C],
+** the layers, GPT-2's positions. */
+static int tensors_agree(const StSet* s, const GptConfig* c, const char* src) {
+  const ModelFamily* fam = family_of(c);
+  int dup;
+  const StTensor* emb = fam == family_gpt2() ? st_find_any(s, "wte.weight", &dup)
+                                             : st_set_find(s, fam->hf_tied_to);
+  char a[128];
+  if (!emb || emb->ndim != 2)
+    return osdp_fail("safetensors: '%s' has %s tensor '%s', the token embedding of the %s model "
+                     "its %s describes", s->path, emb ? shape_text(emb->ndim, emb->shape, a) : "no",
+                     fam->hf_tied_to, fam->title, src[0] == '_' ? "__metadata__" : "config.json");
+  if (agrees(s, src, "vocab_size", c->vocab_size, emb->shape[0], "token embedding rows") ||
+      agrees(s, src, "n_embd", c->n_embd, emb->shape[1], "as its width") ||
+      agrees(s, src, "n_layer", c->n_layer, (uint64_t)layers_of(s, fam), "layers"))
+    return -1;
+  if (fam != family_gpt2()) return 0;
+  const StTensor* wpe = st_find_any(s, "wpe.weight", &dup);
+  return wpe && wpe->ndim == 2 ? agrees(s, src, "max_seq", c->max_seq, wpe->shape[0], "wpe rows")
+                               : osdp_fail("safetensors: '%s' has no [maxT, C] tensor wpe.weight; "
+                                           "is it a GPT-2 model?", s->path);
+}
+
+/* Infers a GPT-2 shape from the tensors alone (a file from the Hub without config.json): L, C,
+** V and maxT; n_head 0 (unknown). */
+static int st_config_gpt2(const StSet* s, GptConfig* c) {
   int dup;
   const StTensor* wte = st_find_any(s, "wte.weight", &dup);
   const StTensor* wpe = st_find_any(s, "wpe.weight", &dup);
-  if (!wte || !wpe)
+  if (!wte || !wpe) {
+    if (st_set_find(s, family_llama()->hf_tied_to))
+      return osdp_fail("safetensors: '%s' holds a Llama-family model (%s) without osdp's "
+                       "__metadata__ and there is no config.json beside it; put the model's "
+                       "config.json there, or give --model", s->path, family_llama()->hf_tied_to);
     return osdp_fail("safetensors: '%s' has no tensor %s (nor " ST_PREFIX "%s); is it a GPT-2 "
                      "model?", s->path, wte ? "wpe.weight" : "wte.weight", wte ? "wpe.weight" : "wte.weight");
+  }
   if (wte->ndim != 2 || wpe->ndim != 2 || wte->shape[0] > (1 << 24) || wte->shape[1] > 65536 ||
-      wpe->shape[0] > 65536) {
+      wpe->shape[0] > (1 << 20)) {
     char a[128], b[128];
     return osdp_fail("safetensors: '%s': wte.weight %s and wpe.weight %s are not [V, C] and "
                      "[maxT, C] of a GPT-2 osdp can build", s->path,
@@ -542,42 +370,113 @@ static int st_config(const StFile* s, GptConfig* c) {
   c->vocab_size = (int)wte->shape[0];
   c->n_embd = (int)wte->shape[1];
   c->max_seq = (int)wpe->shape[0];
-  long L = -1;
-  for (int i = 0; i < s->n; i++) {
-    const char* name = s->t[i].name;
-    if (strncmp(name, ST_PREFIX, strlen(ST_PREFIX)) == 0) name += strlen(ST_PREFIX);
-    long l;
-    if (layer_of(name, family_gpt2()->hf_layer_prefix, &l) && l > L) L = l;
-  }
-  if (L < 0 || L >= 1000)
+  long L = layers_of(s, family_gpt2());
+  if (L < 1 || L > 1000)
     return osdp_fail("safetensors: '%s' has %s; expected layers h.0 ... h.{L-1} with L <= 1000",
-                     s->path, L < 0 ? "no layer tensors (h.0.ln_1.weight, ...)" : "layers beyond h.999");
-  c->n_layer = (int)L + 1;
-  if (meta_agrees(s, "n_layer", c->n_layer, "layers") || meta_agrees(s, "n_embd", c->n_embd, "as C") ||
-      meta_agrees(s, "vocab_size", c->vocab_size, "wte rows") ||
-      meta_agrees(s, "max_seq", c->max_seq, "wpe rows"))
-    return -1;
-  int heads = 0, vp = 0;
-  if (meta_int(s, "n_head", &heads) < 0 || meta_int(s, "padded_vocab", &vp) < 0) return -1;
-  c->n_head = heads ? heads : 1;  /* validated with 1 head when the file does not say */
-  c->padded_vocab = vp ? vp : (c->vocab_size + 127) / 128 * 128;
+                     s->path, L < 1 ? "no layer tensors (h.0.ln_1.weight, ...)" : "layers beyond h.999");
+  c->n_layer = (int)L;
+  c->padded_vocab = (c->vocab_size + 127) / 128 * 128;
+  return 0;
+}
+
+/* The config osdp's metadata records (see meta_config) into c: 1 when there is one, 0 when
+** not, -1 on an error. */
+static int st_config_meta(const StSet* s, GptConfig* c) {
+  cJSON* m;
+  if (meta_config(s, &m)) return -1;
+  if (!m) return 0;
+  char where[600];
+  snprintf(where, sizeof where, "safetensors: '%s' __metadata__", s->files[0].path);
+  int rc = gpt_config_from_json(m, where, c);
+  const cJSON* vp = cJSON_GetObjectItemCaseSensitive(m, "padded_vocab");
+  c->padded_vocab = cJSON_IsNumber(vp) && vp->valuedouble == (int)vp->valuedouble ? (int)vp->valuedouble
+                                                                               : (c->vocab_size + 127) / 128 * 128;
+  cJSON_Delete(m);
+  return rc ? -1 : 1;
+}
+
+/* The name of the model at path: a directory's name, the directory's for files of the Hub's
+** names (model.safetensors, its index), else the file's base name. */
+static void config_name(const char* path, GptConfig* c) {
+  char buf[4096];
+  struct stat st;
+  snprintf(buf, sizeof buf, "%s", path);
+  size_t n = strlen(buf);
+  while (n > 1 && buf[n - 1] == '/') buf[--n] = 0;
+  const char* base = base_name(buf);
+  int dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+  if (!dir && strncmp(base, "model.safetensors", 17) == 0 && base > buf + 1) {
+    buf[base - buf - 1] = 0;
+    base = base_name(buf);
+  }
+  snprintf(c->name, sizeof c->name, "%.*s", (int)sizeof c->name - 1, base);
+}
+
+/* The model shape of an open set (see safetensors_read_config), from the first of: osdp's
+** metadata, config.json beside it, the GPT-2 tensors themselves; checked against the tensors. */
+static int st_config(const StSet* s, const char* path, GptConfig* c) {
+  memset(c, 0, sizeof *c);
+  char cj[4096];
+  snprintf(cj, sizeof cj, "%s/config.json", s->dir);
+  int rc = st_config_meta(s, c), heads;
+  const char* src = "__metadata__.";
+  if (rc == 0 && access(cj, F_OK) == 0) {
+    rc = hf_config_load(cj, c);
+    src = "config.json's ";
+  }
+  if (rc == 0) rc = st_config_gpt2(s, c) ? -1 : 2;
+  heads = c->n_head != 0;
+  if (rc < 0 || (rc < 2 && tensors_agree(s, c, src))) return -1;
+  char name[sizeof c->name];
+  snprintf(name, sizeof name, "%s", c->name);
+  if (rc != 1 || strcmp(src, "config.json's ") != 0) config_name(path, c);
+  else snprintf(c->name, sizeof c->name, "%s", name);
+  if (!heads) c->n_head = 1; /* validated with 1 head when nothing says */
   if (gpt_config_validate(c)) {
     char why[512];
     const char* e = osdp_last_error();
     snprintf(why, sizeof why, "%s", strncmp(e, "model: ", 7) == 0 ? e + 7 : e);
     return osdp_fail("safetensors: '%s' holds a model osdp cannot build: %s", s->path, why);
   }
-  c->n_head = heads;
+  if (!heads) c->n_head = 0;
   return 0;
 }
 
 int safetensors_read_config(const char* path, GptConfig* cfg) {
-  StFile s;
-  if (st_open(&s, path)) return -1;
+  StSet s;
+  if (st_set_open(&s, path)) return -1;
   GptConfig c;
-  int rc = st_config(&s, &c);
-  st_close(&s);
+  int rc = st_config(&s, path, &c);
+  st_set_close(&s);
   if (rc == 0) *cfg = c;
+  return rc;
+}
+
+/* Checks that the config osdp's metadata records (when it records one) is model d's, key by
+** key (the padding aside: none is stored). */
+static int meta_matches(const StSet* s, const GptDesc* d) {
+  GptConfig f;
+  int rc = st_config_meta(s, &f);
+  if (rc <= 0) return rc;
+  cJSON *a = cJSON_CreateObject(), *b = cJSON_CreateObject();
+  if (a) gpt_config_to_json(&f, a);
+  if (b) gpt_config_to_json(&d->cfg, b);
+  rc = a && b ? 0 : osdp_fail("safetensors: out of memory");
+  if (rc == 0 && strcmp(f.family, d->cfg.family) != 0)
+    rc = osdp_fail("safetensors: '%s' holds a %s model (__metadata__.family) but model '%s' is %s; "
+                   "use a model of the file's shape", s->path, family_of(&f)->title, d->cfg.name,
+                   family_of(&d->cfg)->title);
+  for (const cJSON* v = b ? b->child : NULL; v && rc == 0; v = v->next) {
+    const cJSON* w = cJSON_GetObjectItemCaseSensitive(a, v->string);
+    if (!cJSON_IsNumber(v) || !cJSON_IsNumber(w) || w->valuedouble == v->valuedouble ||
+        (strcmp(v->string, "n_head") == 0 && w->valuedouble == 0))
+      continue;
+    rc = osdp_fail("safetensors: '%s' has __metadata__.%s=%.17g but model '%s' has %s=%.17g; use a "
+                   "model of the file's shape", s->path, v->string, w ? w->valuedouble : 0.0,
+                   d->cfg.name, v->string, v->valuedouble);
+  }
+  cJSON_Delete(a);
+  cJSON_Delete(b);
   return rc;
 }
 
@@ -585,48 +484,50 @@ int safetensors_read_config(const char* path, GptConfig* cfg) {
 /* Reading the data                                                                      */
 /* ------------------------------------------------------------------------------------ */
 
-/* Reads n bytes at data offset off of s into buf. */
-static int st_read_at(const StFile* s, uint64_t off, void* buf, size_t n) {
-  if (fseeko(s->f, (off_t)(s->data_start + off), SEEK_SET) == 0 && fread(buf, 1, n, s->f) == n)
-    return 0;
-  return osdp_fail("safetensors: reading '%s' failed: %s", s->path,
-                   ferror(s->f) ? strerror(errno) : "unexpected end of file");
-}
+/* Buffers of the reads: fp32 chunks and their 16-bit sources. */
+typedef struct ReadBufs {
+  float* f;
+  uint16_t* h;
+  size_t cap;  /* elements of each */
+} ReadBufs;
 
-/* Checks that the file's tied head (lm_head.weight) holds exactly the bytes of the tensor it is
-** tied to (wte). */
-static int lm_head_check(const StFile* s, const Wants* ws, float* buf, size_t cap) {
-  const StTensor *lm = ws->lm_head, *wte = ws->w[ws->tied_to].have;
-  size_t half = cap / 2 * sizeof(float), total = (size_t)(wte->end - wte->begin);
-  unsigned char* a = (unsigned char*)buf;
+/* Checks that the file's tied head (lm_head.weight) holds exactly the values of the tensor it
+** is tied to (the embedding), compared as fp32. */
+static int lm_head_check(const Wants* ws, const ReadBufs* rb) {
+  const StTensor *lm = ws->lm_head, *emb = ws->w[ws->tied_to].have;
+  size_t half = rb->cap / 2, total = (size_t)(emb->shape[0] * emb->shape[1]);
   for (size_t at = 0; at < total; at += half) {
     size_t n = total - at < half ? total - at : half;
-    if (st_read_at(s, wte->begin + at, a, n) || st_read_at(s, lm->begin + at, a + half, n)) return -1;
-    if (memcmp(a, a + half, n) != 0)
-      return osdp_fail("safetensors: '%s': tensor '%s' differs from '%s'; osdp ties the LM head "
-                       "to the token embedding and cannot load an untied model", s->path,
-                       lm->name, wte->name);
+    if (st_read_floats(emb, at, n, rb->f, rb->h, rb->cap) ||
+        st_read_floats(lm, at, n, rb->f + half, rb->h, rb->cap))
+      return -1;
+    if (memcmp(rb->f, rb->f + half, n * sizeof(float)) != 0)
+      return osdp_fail("safetensors: '%s': tensor '%s' differs from '%s'; this model ties the LM "
+                       "head to the token embedding (an untied model needs tied_head 0 / "
+                       "tie_word_embeddings false)", lm->file->path, lm->name, emb->name);
   }
   return 0;
 }
 
-/* Reads every want from the file into params: direct copies, and transposed ones (wte) in
-** chunks of whole rows with their padded columns zeroed. */
-static int st_read_tensors(const StFile* s, const Wants* ws, float* params, float* buf, size_t cap) {
+/* Reads every want into params: direct reads, and transposed ones in chunks of whole file rows
+** scattered into osdp's columns, with the padded columns zeroed. */
+static int st_read_tensors(const Wants* ws, float* params, const ReadBufs* rb) {
   for (int k = 0; k < ws->n; k++) {
     const Want* w = &ws->w[k];
-    size_t n = (size_t)(w->have->end - w->have->begin);
+    const StTensor* t = w->have;
     if (!w->transposed) {
-      if (st_read_at(s, w->have->begin, params + w->off, n)) return -1;
+      if (st_read_floats(t, 0, w->shape[0] * (w->ndim > 1 ? w->shape[1] : 1), params + w->off,
+                         rb->h, rb->cap))
+        return -1;
       continue;
     }
-    size_t C = w->trows, Vp = w->tcols, V = w->shape[0], step = cap / C;
+    size_t C = w->trows, Vp = w->tcols, V = w->shape[0], step = rb->cap / C;
     for (size_t v0 = 0; v0 < V; v0 += step) {
       size_t nv = V - v0 < step ? V - v0 : step;
-      if (st_read_at(s, w->have->begin + v0 * C * sizeof(float), buf, nv * C * sizeof(float))) return -1;
+      if (st_read_floats(t, v0 * C, nv * C, rb->f, rb->h, rb->cap)) return -1;
       for (size_t c = 0; c < C; c++) {
         float* col = params + w->off + c * Vp + v0;
-        for (size_t v = 0; v < nv; v++) col[v] = buf[v * C + c];
+        for (size_t v = 0; v < nv; v++) col[v] = rb->f[v * C + c];
       }
     }
     for (size_t c = 0; c < C; c++)
@@ -635,32 +536,31 @@ static int st_read_tensors(const StFile* s, const Wants* ws, float* params, floa
   return 0;
 }
 
-/* Checks that the metadata's n_head (when recorded) is model d's. */
-static int heads_check(const StFile* s, const GptDesc* d) {
-  int h = 0, rc = meta_int(s, "n_head", &h);
-  if (rc <= 0 || h == d->cfg.n_head) return rc < 0 ? -1 : 0;
-  return osdp_fail("safetensors: '%s' has __metadata__.n_head=%d but model '%s' has n_head=%d; "
-                   "use a model of the file's shape", s->path, h, d->cfg.name, d->cfg.n_head);
-}
-
 int safetensors_load(const char* path, const GptDesc* d, float* params) {
   if (!params) return osdp_fail("safetensors: loading '%s' needs a parameter buffer", path);
-  StFile s;
+  StSet s;
   Wants ws;
-  if (st_open(&s, path)) return -1;
-  if (wants_build(d, &ws)) { st_close(&s); return -1; }
-  size_t cap = ST_STREAM_FLOATS > ws.C ? ST_STREAM_FLOATS : 2 * ws.C;
-  float* buf = NULL;
-  int rc = st_match(&s, &ws, d->cfg.name) || heads_check(&s, d) ? -1 : 0;
-  if (rc == 0 && !(buf = malloc(cap * sizeof(float))))
-    rc = osdp_fail("safetensors: out of memory for a %zu-float buffer", cap);
-  if (rc == 0 && ws.lm_head) rc = lm_head_check(&s, &ws, buf, cap);
-  if (rc == 0) rc = st_read_tensors(&s, &ws, params, buf, cap);
-  free(buf);
+  if (st_set_open(&s, path)) return -1;
+  if (wants_build(d, &ws)) { st_set_close(&s); return -1; }
+  ReadBufs rb = {NULL, NULL, ST_STREAM_FLOATS > 2 * ws.C ? ST_STREAM_FLOATS : 2 * ws.C};
+  int rc = st_match(&s, &ws, d->cfg.name) || meta_matches(&s, d) ? -1 : 0;
+  if (rc == 0 && (!(rb.f = malloc(rb.cap * sizeof *rb.f)) || !(rb.h = malloc(rb.cap * sizeof *rb.h))))
+    rc = osdp_fail("safetensors: out of memory for a %zu-float buffer", rb.cap);
+  if (rc == 0 && ws.lm_head) rc = lm_head_check(&ws, &rb);
+  if (rc == 0) rc = st_read_tensors(&ws, params, &rb);
+  free(rb.f);
+  free(rb.h);
   free(ws.w);
-  st_close(&s);
+  st_set_close(&s);
   return rc;
 }
+
+int safetensors_dir_holds(const char* dir) {
+  char p[4096];
+  return st_dir_weights(dir, p, sizeof p);
+}
+
+int safetensors_is_index(const char* path) { return st_is_index_file(path); }
 
 /* ------------------------------------------------------------------------------------ */
 /* Writing                                                                               */
@@ -691,14 +591,47 @@ __attribute__((format(printf, 2, 3))) static void text_add(Text* t, const char* 
   }
 }
 
+/* A config number as metadata text: the shortest of %.15g / %.17g that reads back exactly. */
+static void number_text(double v, char buf[32]) {
+  snprintf(buf, 32, "%.15g", v);
+  if (strtod(buf, NULL) != v) snprintf(buf, 32, "%.17g", v);
+}
+
+/* The __metadata__ object of model d's file: {"format": "pt"} (what transformers expects),
+** the producer, and every key of the model's config (gpt_config_to_json) and padded_vocab as
+** strings, so that the file alone rebuilds the model. NULL when out of memory. */
+static char* metadata_text(const GptConfig* c) {
+  cJSON *m = cJSON_CreateObject(), *cfg = cJSON_CreateObject();
+  char num[32];
+  if (m && cfg) {
+    cJSON_AddStringToObject(m, "format", "pt");
+    cJSON_AddStringToObject(m, "producer", "osdp");
+    gpt_config_to_json(c, cfg);
+    for (const cJSON* v = cfg->child; v; v = v->next) {
+      if (strcmp(v->string, "name") == 0) continue; /* a file's model is named after the file */
+      if (cJSON_IsString(v)) {
+        cJSON_AddStringToObject(m, v->string, v->valuestring);
+        continue;
+      }
+      number_text(v->valuedouble, num);
+      cJSON_AddStringToObject(m, v->string, num);
+    }
+    number_text(c->padded_vocab, num);
+    cJSON_AddStringToObject(m, "padded_vocab", num);
+  }
+  char* text = m && cfg ? cJSON_PrintUnformatted(m) : NULL;
+  cJSON_Delete(m);
+  cJSON_Delete(cfg);
+  return text;
+}
+
 /* Builds the header of model d's file into t: metadata, then every want in model order with
 ** contiguous offsets, padded with spaces so that 8 + its length is a multiple of 8. */
 static int header_build(const GptDesc* d, const Wants* ws, Text* t) {
-  const GptConfig* c = &d->cfg;
-  text_add(t, "{\"__metadata__\":{\"format\":\"pt\",\"producer\":\"osdp\",\"n_layer\":\"%d\","
-           "\"n_head\":\"%d\",\"n_embd\":\"%d\",\"vocab_size\":\"%d\",\"max_seq\":\"%d\","
-           "\"padded_vocab\":\"%d\"}", c->n_layer, c->n_head, c->n_embd, c->vocab_size,
-           c->max_seq, c->padded_vocab);
+  char* meta = metadata_text(&d->cfg);
+  if (!meta) return osdp_fail("safetensors: out of memory building the header");
+  text_add(t, "{\"__metadata__\":%s", meta);
+  free(meta);
   uint64_t at = 0;
   for (int k = 0; k < ws->n; k++) {
     const Want* w = &ws->w[k];
@@ -797,5 +730,23 @@ int safetensors_save(const char* path, const GptDesc* d, const float* params) {
   if (rc != 0) remove(tmp);
   else sync_parent_dir(path);
   free(tmp);
+  return rc;
+}
+
+int safetensors_save_dir(const char* dir, const GptDesc* d, const float* params) {
+  struct stat st;
+  if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
+    return osdp_fail("safetensors: '%s' exists and is not a directory; give a directory for the "
+                     "model's model.safetensors and config.json", dir);
+  if (stat(dir, &st) != 0 && mkdir(dir, 0777) != 0)
+    return osdp_fail("safetensors: cannot make directory '%s': %s", dir, strerror(errno));
+  size_t n = strlen(dir) + 32;
+  char* p = malloc(n);
+  if (!p) return osdp_fail("safetensors: out of memory");
+  snprintf(p, n, "%s/model.safetensors", dir);
+  int rc = safetensors_save(p, d, params);
+  snprintf(p, n, "%s/config.json", dir);
+  if (rc == 0) rc = hf_config_write(&d->cfg, p);
+  free(p);
   return rc;
 }

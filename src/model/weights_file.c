@@ -16,7 +16,7 @@ int weights_format_parse(const char* name, const char* field, WeightsFormat* fmt
   if (strcmp(name, "llmc") == 0) { *fmt = WEIGHTS_LLMC; return 0; }
   if (strcmp(name, "safetensors") == 0) { *fmt = WEIGHTS_SAFETENSORS; return 0; }
   return osdp_fail("%s: '%s' is not a weights format; use llmc (llm.c's GPT-2 checkpoint) or "
-                   "safetensors (Hugging Face GPT-2 names)", field, name);
+                   "safetensors (Hugging Face names)", field, name);
 }
 
 const char* weights_format_name(WeightsFormat fmt) {
@@ -30,6 +30,14 @@ WeightsFormat weights_format_for_save(const char* path, const GptDesc* d) {
 }
 
 int weights_detect(const char* path, WeightsFormat* fmt) {
+  struct stat ds;
+  if (stat(path, &ds) == 0 && S_ISDIR(ds.st_mode)) {
+    if (safetensors_dir_holds(path)) { *fmt = WEIGHTS_SAFETENSORS; return 0; }
+    return osdp_fail("weights: '%s' is a directory without model.safetensors or "
+                     "model.safetensors.index.json; give a weights file or a Hugging Face model "
+                     "directory", path);
+  }
+  if (safetensors_is_index(path)) { *fmt = WEIGHTS_SAFETENSORS; return 0; }
   FILE* f = fopen(path, "rb");
   if (!f) return osdp_fail("cannot open weights file '%s': %s", path, strerror(errno));
   struct stat st;

@@ -3,7 +3,9 @@
 ** their content, never by their name:
 **   llm.c checkpoint  starts with the int32 magic 20240326 (model/checkpoint.h);
 **   safetensors       starts with an 8-byte header size, then the JSON header's '{'
-**                     (model/safetensors.h, Hugging Face GPT-2 names).
+**                     (model/safetensors.h, Hugging Face names); also a Hub sharded
+**                     checkpoint's index (JSON text: model.safetensors.index.json) and a
+**                     directory holding model.safetensors.index.json or model.safetensors.
 ** `train --load`, the model set-up and `osdp export` go through these functions.
 */
 #ifndef OSDP_WEIGHTS_FILE_H
