@@ -15,3 +15,7 @@ add_test(NAME safetensors_torch
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/safetensors_torch.sh $<TARGET_FILE:osdp>)
 set_tests_properties(safetensors_torch PROPERTIES ENVIRONMENT "${OSDP_EXPORT_TEST_ENV}"
   LABELS cli SKIP_RETURN_CODE 77 TIMEOUT 180)
+# Checkpoints as the Hub holds them: Llama names, BF16/F16, shards, directories, config.json.
+osdp_add_test_exe(test_safetensors_hub ${PROJECT_SOURCE_DIR}/tests/test_safetensors_hub.c)
+add_test(NAME safetensors_hub COMMAND test_safetensors_hub)
+set_tests_properties(safetensors_hub PROPERTIES LABELS "sanitize")

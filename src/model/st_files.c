@@ -389,7 +389,7 @@ int st_is_index_file(const char* path) {
   if (n == 9 && b[8] == '{' && N <= (uint64_t)st.st_size - 8) return 0;
   size_t k = 0;
   while (k < n && (b[k] == ' ' || b[k] == '\n' || b[k] == '\r' || b[k] == '\t')) k++;
-  return k < n && b[k] == '{';
+  return k < n && (b[k] == '{' || b[k] == '[');
 }
 
 /* qsort order of index entries by tensor name, and of string pointers. */
@@ -436,9 +436,10 @@ static int index_entries(const char* path, const cJSON* map, IndexEntry** e, int
   if (!*e) return osdp_fail("safetensors: out of memory reading index '%s'", path);
   for (const cJSON* m = map->child; m; m = m->next) {
     if (!cJSON_IsString(m) || !plain_name(m->valuestring))
-      return osdp_fail("safetensors: index '%s' maps tensor '%s' to %s; expected the name of a "
+      return osdp_fail("safetensors: index '%s' maps tensor '%s' to %s%s%s; expected the name of a "
                        "shard file beside the index (\"model-00001-of-00002.safetensors\")", path,
-                       m->string, cJSON_IsString(m) ? m->valuestring : "a value that is not a string");
+                       m->string, cJSON_IsString(m) ? "'" : "", cJSON_IsString(m) ? m->valuestring :
+                       "a value that is not a string", cJSON_IsString(m) ? "'" : "");
     (*e)[*n].tensor = m->string;
     (*e)[(*n)++].shard = m->valuestring;
   }

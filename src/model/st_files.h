@@ -72,7 +72,8 @@ void st_set_close(StSet* set);
 /* The checkpoint file a directory holds (index first) into out; 1 when there is one, 0 when
 ** the directory holds neither. */
 int st_dir_weights(const char* dir, char* out, size_t n);
-/* Whether the regular file at path holds JSON text (an index), not a safetensors header. */
+/* Whether the regular file at path holds JSON text (an index: its first non-blank byte is '{'
+** or '['), not a safetensors file (8 bytes of a header size within the file, then '{'). */
 int st_is_index_file(const char* path);
 
 /* The set's tensor called name (exact), or NULL. */
