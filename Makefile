@@ -44,7 +44,7 @@ asan: deps
 # seed corpus fuzz/corpus/<target>/; crash reproducers land in build-fuzz/crashes/<target>/.
 # FUZZ_TARGETS picks targets; see fuzz/README.md.
 FUZZ_RUNS ?= 1000000
-FUZZ_TARGETS ?= model plan device checkpoint safetensors train_state tokens hf_config
+FUZZ_TARGETS ?= model plan device checkpoint safetensors train_state tokens hf_config st_index
 fuzz: deps
 	@CC=clang cmake -S . -B $(BUILD)-fuzz -DCMAKE_C_COMPILER=clang -DOSDP_FUZZ=ON -DOSDP_CUDA=OFF \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

@@ -327,4 +327,32 @@ put("hf_config", "tiny-llama.json", jdump({
     "num_key_value_heads": 1, "intermediate_size": 12, "vocab_size": 20,
     "max_position_embeddings": 16, "_name_or_path": "org/tiny"}))
 
+# ---- sharded checkpoints' index (fuzz_st_index: the micro model's tensors in two shards, even
+# positions of its file in the first, odd in the second) ------------------------------------
+names = ["wte.weight", "wpe.weight"] + ["h.0." + t for t in [
+    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+    "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+    "mlp.c_proj.weight", "mlp.c_proj.bias"]] + ["ln_f.weight", "ln_f.bias"]
+shards = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+wmap = {n: shards[i % 2] for i, n in enumerate(names)}
+
+
+def index(m, **top):
+    """An index with weight_map m (and other top-level keys)."""
+    return json.dumps(dict({"metadata": {"total_size": 1234}, "weight_map": m}, **top), indent=2)
+
+
+put("st_index", "valid.json", index(wmap))
+put("st_index", "missing-tensor.json", index({k: v for k, v in wmap.items() if k != "ln_f.bias"}))
+put("st_index", "moved.json", index(dict(wmap, **{"ln_f.bias": shards[0]})))
+put("st_index", "extra.json", index(dict(wmap, **{"lm_head.weight": shards[0]})))
+put("st_index", "missing-shard.json", index(dict(wmap, **{"ln_f.bias": "model-00003-of-00003.safetensors"})))
+put("st_index", "slash.json", index(dict(wmap, **{"ln_f.bias": "../" + shards[1]})))
+put("st_index", "not-string.json", index(dict(wmap, **{"ln_f.bias": 2})))
+put("st_index", "empty-map.json", index({}))
+put("st_index", "no-map.json", json.dumps({"metadata": {}}))
+put("st_index", "array.json", "[]")
+put("st_index", "truncated.json", index(wmap)[:200])
+put("st_index", "twice.json", index(wmap)[:-3] + ',\n    "ln_f.bias": "%s"\n  }\n}' % shards[0])
+
 shutil.rmtree(tmp)

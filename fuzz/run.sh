@@ -13,7 +13,7 @@ build=$1
 runs=$2
 shift 2
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(model plan device checkpoint safetensors train_state tokens hf_config)
+[ ${#targets[@]} -gt 0 ] || targets=(model plan device checkpoint safetensors train_state tokens hf_config st_index)
 src=$(cd "$(dirname "$0")" && pwd)
 [ -d /dev/shm ] && [ -w /dev/shm ] && export TMPDIR=/dev/shm
 
@@ -28,6 +28,7 @@ max_len() {
     train_state) echo 24576 ;;
     tokens) echo 4096 ;;
     hf_config) echo 2048 ;;
+    st_index) echo 2048 ;;
     *) echo 4096 ;;
   esac
 }
