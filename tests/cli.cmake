@@ -13,10 +13,12 @@ add_test(NAME cli_checkpoint
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_checkpoint.sh $<TARGET_FILE:osdp> ${OSDP_MPIRUN})
 add_test(NAME cli_describe
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_describe.sh $<TARGET_FILE:osdp>)
+add_test(NAME cli_llama
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_llama.sh $<TARGET_FILE:osdp> ${OSDP_MPIRUN})
 
-set_tests_properties(cli_errors cli_learn cli_determinism cli_checkpoint cli_describe
+set_tests_properties(cli_errors cli_learn cli_determinism cli_checkpoint cli_describe cli_llama
   PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli)
-set_tests_properties(cli_errors cli_determinism cli_checkpoint cli_describe PROPERTIES TIMEOUT 180)
+set_tests_properties(cli_errors cli_determinism cli_checkpoint cli_describe cli_llama PROPERTIES TIMEOUT 180)
 set_tests_properties(cli_learn PROPERTIES TIMEOUT 300)
 
 # The planning path: profile, plan, train --plan FILE and --plan auto on 2 ranks.

@@ -7,12 +7,13 @@
 **  1. the backend's memory services: to_device, copy, zero and to_host round-trip bit-exactly,
 **     available() reports free memory, and clock() advances over queued work;
 **  2. every kernel of the fp32 table on random inputs of several shapes (T not a multiple of
-**     the tile sizes, head sizes 32, 48, 64 and 128, accumulate on and off, ldinp > K, bias and
-**     dinp / dbias NULL or not, targets of -1) against the CPU kernel on the same inputs;
+**     the tile sizes, head sizes 16 to 128, grouped-query attention and rows wider than their
+**     heads, accumulate on and off, ldinp > K, bias and dinp / dbias NULL or not, targets of
+**     -1, RoPE at positions in the thousands) against the CPU kernel on the same inputs;
 **     gradient buffers are pre-filled with random values, so the accumulating kernels must
 **     accumulate;
-**  3. the kernels that reduce (embedding, LayerNorm and attention gradients, the loss, the sum
-**     of squares) give bit-identical results when run twice;
+**  3. the kernels that reduce (embedding, LayerNorm, RMSNorm and attention gradients, the loss,
+**     the sum of squares) give bit-identical results when run twice;
 **  4. with TF32 on, matmul still agrees to TF32 precision.
 ** The comparison is norm-relative: max_i |gpu[i] - cpu[i]| <= tol * max_i |cpu[i]|, with
 ** tol = 1e-5 (fp32 against fp32 with a different summation order), 1e-12 for the sums of
@@ -389,50 +390,127 @@ static void test_layernorm(void) {
 }
 
 // ----------------------------------------------------------------------------
-// attention
+// RMSNorm
 
-/* attention forward (out, lse) and backward (dqkv accumulates) for T = 1, T below, at and not
-** a multiple of the tile sizes (32 on the GPU, 64 on the CPU), several tiles, B > 1, NH 1 and 2,
-** head sizes 32, 48, 64 and 128; the backward runs on the CPU's out and lse, twice on the GPU,
-** bit-identical. The GPU gets no scratch (it uses none). */
-static void test_attention(void) {
-  int shapes[][4] = {/* B, T, C, NH */ {2, 37, 64, 2},  {1, 100, 128, 2}, {2, 64, 64, 1},
-                     {1, 70, 256, 2}, {1, 45, 96, 2},   {1, 1, 64, 2},    {2, 129, 64, 2}};
+/* rmsnorm forward (out, rstd) and backward (dinp accumulates, dw accumulated and then
+** overwritten), the backward twice, bit-identical. */
+static void test_rmsnorm(void) {
+  int shapes[][2] = {{37, 100}, {300, 768}, {5, 33}};
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
     device_reset();
-    int B = shapes[si][0], T = shapes[si][1], C = shapes[si][2], NH = shapes[si][3];
-    int hs = C / NH;
-    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
-    float* scratch = xmalloc(attention_scratch_elems(T, hs) * kernels_threads() * sizeof(float));
-    float *qkv = frandn(nq, 1, 0), *out = xmalloc(no * sizeof(float));
-    float* lse = xmalloc(nl * sizeof(float));
-    float* d_qkv = upload_f(qkv, nq);
-    float *d_out = device_alloc(no * sizeof(float)), *d_lse = device_alloc(nl * sizeof(float));
-    ck->attention_forward(out, lse, qkv, scratch, B, T, C, NH);
-    gk->attention_forward(d_out, d_lse, d_qkv, NULL, B, T, C, NH);
+    int BT = shapes[si][0], C = shapes[si][1];
+    size_t n = (size_t)BT * C;
+    double eps = 1e-6;
+    float *inp = frandn(n, 1.5, 0.3), *w = frandn(C, 0.5, 1);
+    float *out = xmalloc(n * sizeof(float)), *rstd = xmalloc(BT * sizeof(float));
+    float *d_inp = upload_f(inp, n), *d_w = upload_f(w, C);
+    float *d_out = device_alloc(n * sizeof(float)), *d_rstd = device_alloc(BT * sizeof(float));
+    ck->rmsnorm_forward(out, rstd, inp, w, BT, C, eps);
+    gk->rmsnorm_forward(d_out, d_rstd, d_inp, d_w, BT, C, eps);
     char name[96];
-    snprintf(name, sizeof name, "attention_forward B%d T%d C%d NH%d (hs %d)", B, T, C, NH, hs);
+    snprintf(name, sizeof name, "rmsnorm_forward BT%d C%d", BT, C);
+    compare(name, d_out, out, n, TOL);
+    snprintf(name, sizeof name, "rmsnorm_forward.rstd BT%d C%d", BT, C);
+    compare(name, d_rstd, rstd, BT, TOL);
+
+    /* the backward of both runs on the CPU's saved rstd */
+    float *dout = frandn(n, 1, 0), *dinp = frandn(n, 1, 0), *dw = frandn(C, 1, 0);
+    float *d_dout = upload_f(dout, n), *d_r = upload_f(rstd, BT);
+    float *d_dinp = upload_f(dinp, n), *d_dw = upload_f(dw, C);
+    float *d_dinp2 = upload_f(dinp, n), *d_dw2 = upload_f(dw, C);
+    ck->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, BT, C, 1);
+    gk->rmsnorm_backward(d_dinp, d_dw, d_dout, d_inp, d_w, d_r, BT, C, 1);
+    gk->rmsnorm_backward(d_dinp2, d_dw2, d_dout, d_inp, d_w, d_r, BT, C, 1);
+    snprintf(name, sizeof name, "rmsnorm_backward.dinp BT%d C%d", BT, C);
+    compare(name, d_dinp, dinp, n, TOL);
+    compare_identical(name, d_dinp, d_dinp2, n);
+    snprintf(name, sizeof name, "rmsnorm_backward.dw BT%d C%d", BT, C);
+    compare(name, d_dw, dw, C, TOL);
+    compare_identical(name, d_dw, d_dw2, C);
+    ck->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, BT, C, 0);
+    gk->rmsnorm_backward(d_dinp, d_dw, d_dout, d_inp, d_w, d_r, BT, C, 0);
+    snprintf(name, sizeof name, "rmsnorm_backward.dinp (dw overwritten) BT%d C%d", BT, C);
+    compare(name, d_dinp, dinp, n, TOL);
+    snprintf(name, sizeof name, "rmsnorm_backward.dw overwrite BT%d C%d", BT, C);
+    compare(name, d_dw, dw, C, TOL);
+    free(inp); free(w); free(out); free(rstd); free(dout); free(dinp); free(dw);
+  }
+}
+
+// ----------------------------------------------------------------------------
+// attention
+
+/* attention forward (out, lse) and backward (dq, dk, dv accumulate) for T = 1, T below, at and
+** not a multiple of the tile sizes (32 on the GPU, 64 on the CPU), several tiles, B > 1, NH 1
+** and 2, head sizes 16, 32, 48, 64 and 128, on GPT-2's fused qkv (ldq = 0 below) and on
+** separate q, k, v buffers with rows wider than their heads, with NKV = NH, NH = 2 NKV,
+** NH = 4 NKV and one K/V head for six query heads. q, k and v live in one buffer (their
+** gradients too, the padding included, which must come back untouched). The backward runs on
+** the CPU's out and lse, twice on the GPU, bit-identical. The GPU gets no scratch (it uses
+** none). */
+static void test_attention(void) {
+  int shapes[][7] = {/* B, T, NH, NKV, hs, ldq, ldkv */
+                     {2, 37, 2, 2, 32, 0, 0},       {1, 100, 2, 2, 64, 0, 0},
+                     {2, 64, 1, 1, 64, 0, 0},       {1, 70, 2, 2, 128, 0, 0},
+                     {1, 45, 2, 2, 48, 0, 0},       {1, 1, 2, 2, 32, 0, 0},
+                     {2, 129, 2, 2, 32, 0, 0},      {2, 37, 4, 2, 32, 136, 72},
+                     {1, 70, 6, 1, 48, 300, 50},    {2, 45, 3, 3, 16, 50, 49},
+                     {1, 66, 8, 2, 64, 520, 130},   {1, 33, 4, 1, 128, 512, 130}};
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    device_reset();
+    int B = shapes[si][0], T = shapes[si][1], NH = shapes[si][2], NKV = shapes[si][3];
+    int hs = shapes[si][4], ldq = shapes[si][5], ldkv = shapes[si][6], C = NH * hs;
+    size_t BT = (size_t)B * T, oq = 0, ok, ov, nbuf;
+    if (ldq == 0) { /* GPT-2's fused qkv */
+      ldq = ldkv = 3 * C;
+      ok = C;
+      ov = 2 * (size_t)C;
+      nbuf = BT * 3 * C;
+    } else {
+      ok = BT * ldq;
+      ov = ok + BT * ldkv;
+      nbuf = ov + BT * ldkv;
+    }
+    size_t no = BT * C, nl = (size_t)B * NH * T;
+    float* scratch = xmalloc(attention_scratch_elems(T, hs) * kernels_threads() * sizeof(float));
+    float *buf = frandn(nbuf, 1, 0), *out = xmalloc(no * sizeof(float));
+    float* lse = xmalloc(nl * sizeof(float));
+    float* d_buf = upload_f(buf, nbuf);
+    float *d_out = device_alloc(no * sizeof(float)), *d_lse = device_alloc(nl * sizeof(float));
+    ck->attention_forward(out, lse, buf + oq, buf + ok, buf + ov, ldq, ldkv, scratch, B, T, NH,
+                          NKV, hs);
+    gk->attention_forward(d_out, d_lse, d_buf + oq, d_buf + ok, d_buf + ov, ldq, ldkv, NULL, B,
+                          T, NH, NKV, hs);
+    char name[96], shape[64];
+    snprintf(shape, sizeof shape, "B%d T%d NH%d NKV%d hs%d ldq%d ldkv%d", B, T, NH, NKV, hs, ldq,
+             ldkv);
+    snprintf(name, sizeof name, "attention_forward %s", shape);
     compare(name, d_out, out, no, TOL);
-    snprintf(name, sizeof name, "attention_forward.lse B%d T%d C%d NH%d", B, T, C, NH);
+    snprintf(name, sizeof name, "attention_forward.lse %s", shape);
     compare(name, d_lse, lse, nl, TOL);
 
-    float *dout = frandn(no, 1, 0), *dqkv = frandn(nq, 1, 0);
+    float *dout = frandn(no, 1, 0), *dbuf = frandn(nbuf, 1, 0);
     float *d_dout = upload_f(dout, no), *d_o = upload_f(out, no), *d_l = upload_f(lse, nl);
-    float *d_dqkv = upload_f(dqkv, nq), *d_dqkv2 = upload_f(dqkv, nq);
-    ck->attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, C, NH);
-    gk->attention_backward(d_dqkv, d_dout, d_qkv, d_o, d_l, NULL, B, T, C, NH);
-    gk->attention_backward(d_dqkv2, d_dout, d_qkv, d_o, d_l, NULL, B, T, C, NH);
-    snprintf(name, sizeof name, "attention_backward.dqkv B%d T%d C%d NH%d", B, T, C, NH);
-    compare(name, d_dqkv, dqkv, nq, TOL);
-    compare_identical(name, d_dqkv, d_dqkv2, nq);
-    free(scratch); free(qkv); free(out); free(lse); free(dout); free(dqkv);
+    float *d_dbuf = upload_f(dbuf, nbuf), *d_dbuf2 = upload_f(dbuf, nbuf);
+    ck->attention_backward(dbuf + oq, dbuf + ok, dbuf + ov, dout, buf + oq, buf + ok, buf + ov,
+                           ldq, ldkv, out, lse, scratch, B, T, NH, NKV, hs);
+    for (int run = 0; run < 2; run++) {
+      float* g = run ? d_dbuf2 : d_dbuf;
+      gk->attention_backward(g + oq, g + ok, g + ov, d_dout, d_buf + oq, d_buf + ok, d_buf + ov,
+                             ldq, ldkv, d_o, d_l, NULL, B, T, NH, NKV, hs);
+    }
+    snprintf(name, sizeof name, "attention_backward.dqkv %s", shape);
+    compare(name, d_dbuf, dbuf, nbuf, TOL);
+    compare_identical(name, d_dbuf, d_dbuf2, nbuf);
+    free(scratch); free(buf); free(out); free(lse); free(dout); free(dbuf);
   }
 }
 
 // ----------------------------------------------------------------------------
 // elementwise kernels
 
-/* gelu forward and (overwriting) backward, and accumulate. */
+/* gelu forward and (overwriting) backward, accumulate, and SwiGLU forward and (overwriting)
+** backward. */
 static void test_elementwise(void) {
   device_reset();
   size_t n = 10007;
@@ -456,7 +534,58 @@ static void test_elementwise(void) {
   ck->accumulate(dst, y, n);
   gk->accumulate(d_dst, d_y, n);
   compare("accumulate", d_dst, dst, n, TOL);
-  free(x); free(y); free(d); free(out); free(dinp); free(dst);
+
+  /* SwiGLU with gate = x (|x| up to ~8, and a few far beyond exp's range), up = y */
+  x[0] = 100; x[1] = -100; x[2] = 1000; x[3] = -1000;
+  d_x = upload_f(x, n);
+  ck->swiglu_forward(out, x, y, n);
+  gk->swiglu_forward(d_res, d_x, d_y, n);
+  compare("swiglu_forward", d_res, out, n, TOL);
+  float *dgate = frandn(n, 1, 0), *dup = frandn(n, 1, 0);
+  float *d_dgate = upload_f(dgate, n), *d_dup = upload_f(dup, n);
+  ck->swiglu_backward(dgate, dup, d, x, y, n);
+  gk->swiglu_backward(d_dgate, d_dup, d_d, d_x, d_y, n);
+  compare("swiglu_backward.dgate", d_dgate, dgate, n, TOL);
+  compare("swiglu_backward.dup", d_dup, dup, n, TOL);
+  free(x); free(y); free(d); free(out); free(dinp); free(dst); free(dgate); free(dup);
+}
+
+// ----------------------------------------------------------------------------
+// RoPE
+
+/* rope forward and backward, in place, on rows wider than their heads (the padding must stay
+** as it was: the whole buffer is compared), at positions up to T - 1 = 2999, with Llama's
+** frequencies 10000^(-2j/hs) for hs 64 and 128, and hs 160 (more pairs than a block has
+** threads). */
+static void test_rope(void) {
+  int shapes[][5] = {/* B, T, nh, hs, ld */ {2, 37, 4, 64, 260}, {1, 3000, 2, 128, 256},
+                     {3, 5, 3, 160, 500}};
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    device_reset();
+    int B = shapes[si][0], T = shapes[si][1], nh = shapes[si][2], hs = shapes[si][3];
+    int ld = shapes[si][4];
+    size_t n = (size_t)B * T * ld;
+    float* inv_freq = xmalloc((size_t)(hs / 2) * sizeof(float));
+    for (int j = 0; j < hs / 2; j++) inv_freq[j] = (float)(1.0 / pow(10000.0, 2.0 * j / hs));
+    float* d_freq = upload_f(inv_freq, hs / 2);
+    char name[96];
+    for (int backward = 0; backward <= 1; backward++) {
+      float* x = frandn(n, 1, 0);
+      float* d_x = upload_f(x, n);
+      if (backward) {
+        ck->rope_backward(x, ld, inv_freq, B, T, nh, hs);
+        gk->rope_backward(d_x, ld, d_freq, B, T, nh, hs);
+      } else {
+        ck->rope_forward(x, ld, inv_freq, B, T, nh, hs);
+        gk->rope_forward(d_x, ld, d_freq, B, T, nh, hs);
+      }
+      snprintf(name, sizeof name, "%s B%d T%d nh%d hs%d ld%d",
+               backward ? "rope_backward" : "rope_forward", B, T, nh, hs, ld);
+      compare(name, d_x, x, n, TOL);
+      free(x);
+    }
+    free(inv_freq);
+  }
 }
 
 // ----------------------------------------------------------------------------
@@ -589,8 +718,10 @@ int main(void) {
   test_matmul();
   test_matmul_tf32();
   test_layernorm();
+  test_rmsnorm();
   test_attention();
   test_elementwise();
+  test_rope();
   test_crossentropy();
   test_sum_squares();
   test_adamw();

@@ -2,7 +2,10 @@
 ** test_kernels.c: tests of the CPU kernels (src/kernels).
 **
 **  1. Forward references: each forward kernel against a naive loop implementation of the
-**     GPT-2 (llm.c) semantics, in double.
+**     GPT-2 (llm.c) or Llama (transformers) semantics, in double (grouped-query attention
+**     against the multi-head loops on explicitly repeated K/V heads, RoPE against the rotation
+**     written out, also at large positions, and its backward as the forward's inverse and
+**     adjoint).
 **  2. Gradient checks: the backward of every kernel against central finite differences of
 **     L = sum(out * R) for a fixed random R, in double precision (the fp64 table,
 **     backend_cpu()->f64), at odd sizes, for every entry of every input and parameter.
@@ -10,7 +13,8 @@
 **     backward kernels accumulate where their contract says so (kernel_list.h).
 **  3. fp32 vs fp64: each kernel of the fp32 table agrees with its fp64 twin on the same inputs.
 **  4. Determinism: with 2 threads, two runs of the parallel backward kernels are
-**     bit-identical; attention is also bit-identical between 1 and 2 threads.
+**     bit-identical; attention (fused and grouped-query), RMSNorm, SwiGLU and RoPE are also
+**     bit-identical between 1 and 2 threads.
 **  5. Overwriting: the gradient kernels' accumulate = 0 (the first use of a gradient in a
 **     step) gives the values accumulate = 1 gives on a zeroed buffer, without reading it.
 **  6. Tables: every entry of the CPU backends' kernel tables (fp32, fp64, and cpu-staged's)
@@ -428,34 +432,147 @@ static void test_layernorm(void) {
 }
 
 // ----------------------------------------------------------------------------
-// attention
+// RMSNorm
 
-typedef struct { double *qkv, *out, *lse, *scratch, *R; int B, T, C, NH; } AttCtx;
+typedef struct { double *inp, *w, *out, *rstd, *R; int BT, C; double eps; } RmsCtx;
 
-/* L = sum(attention(qkv) * R). */
-static double att_objective(void* p) {
-  AttCtx* c = p;
-  f64->attention_forward(c->out, c->lse, c->qkv, c->qkv + c->C, c->qkv + 2 * c->C, 3 * c->C,
-                         3 * c->C, c->scratch, c->B, c->T, c->NH, c->NH, c->C / c->NH);
-  return dot_extended(c->out, c->R, (size_t)c->B * c->T * c->C);
+/* L = sum(rmsnorm(inp; w) * R). */
+static double rms_objective(void* p) {
+  RmsCtx* c = p;
+  f64->rmsnorm_forward(c->out, c->rstd, c->inp, c->w, c->BT, c->C, c->eps);
+  return dot_extended(c->out, c->R, (size_t)c->BT * c->C);
 }
 
-/* A context with random qkv and R for shape (B, T, C, NH), scratch for kernels_threads(). */
-static AttCtx att_new(int B, int T, int C, int NH) {
-  size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
-  AttCtx c = { drandn(nq, 1, 0), dalloc(no), dalloc((size_t)B * NH * T),
-               dalloc(attention_scratch_elems(T, C / NH) * kernels_threads()), drandn(no, 1, 0),
-               B, T, C, NH };
+/* Naive RMSNorm: out = x / sqrt(mean(x^2) + eps) * w, and the rstd of every row. */
+static void rms_reference(double* out, double* rstd, const double* inp, const double* w, int BT,
+                          int C, double eps) {
+  for (int i = 0; i < BT; i++) {
+    const double* x = inp + (size_t)i * C;
+    double ms = 0;
+    for (int c = 0; c < C; c++) ms += x[c] * x[c] / C;
+    rstd[i] = 1 / sqrt(ms + eps);
+    for (int c = 0; c < C; c++) out[i * C + c] = x[c] * rstd[i] * w[c];
+  }
+}
+
+/* rmsnorm forward (and rstd) against the formula, including a zero row (rstd = 1/sqrt(eps));
+** backward against finite differences with dinp and dw pre-filled (both accumulate); with
+** accumulate = 0, dw is overwritten and dinp still accumulates; fp32 against fp64. */
+static void test_rmsnorm(void) {
+  int BT = 14, C = 37;
+  double eps = 1e-5;
+  size_t n = (size_t)BT * C;
+  RmsCtx c = { drandn(n, 1.5, 0.3), drandn(C, 0.5, 1), dalloc(n), dalloc(BT), drandn(n, 1, 0),
+               BT, C, eps };
+  for (int k = 0; k < C; k++) c.inp[3 * C + k] = 0;
+  double *ref = dalloc(n), *ref_rstd = dalloc(BT);
+  rms_reference(ref, ref_rstd, c.inp, c.w, BT, C, eps);
+  rms_objective(&c);
+  check_close("rmsnorm_forward", c.out, ref, n, 1e-14);
+  check_close("rmsnorm_forward.rstd", c.rstd, ref_rstd, BT, 1e-14);
+  double *dinp = dalloc(n), *dw = dalloc(C);
+  double *gi = prefill(dinp, n), *gw = prefill(dw, C);
+  f64->rmsnorm_backward(dinp, dw, c.R, c.inp, c.w, c.rstd, BT, C, 1);
+  subtract(dinp, gi, n); subtract(dw, gw, C);
+  check_grad("rmsnorm.dinp", rms_objective, &c, c.inp, dinp, n);
+  check_grad("rmsnorm.dw", rms_objective, &c, c.w, dw, C);
+  double *dinp0 = dcopy(gi, n), *dw0 = drandn(C, 1, 0);
+  f64->rmsnorm_backward(dinp0, dw0, c.R, c.inp, c.w, c.rstd, BT, C, 0);
+  subtract(dinp0, gi, n);
+  CHECK(max_abs_diff(dw0, dw, C) < 1e-12 && max_abs_diff(dinp0, dinp, n) < 1e-12);
+
+  float *x32 = to_f32(c.inp, n), *w32 = to_f32(c.w, C), *o32 = falloc(n), *r32 = falloc(BT);
+  float *R32 = to_f32(c.R, n), *dx32 = falloc(n), *dw32 = falloc(C);
+  double *dx64 = dalloc(n), *dw64 = dalloc(C);
+  f32->rmsnorm_forward(o32, r32, x32, w32, BT, C, eps);
+  check_f32("rmsnorm_forward", o32, c.out, n);
+  check_f32("rmsnorm_forward.rstd", r32, c.rstd, BT);
+  f32->rmsnorm_backward(dx32, dw32, R32, x32, w32, r32, BT, C, 1);
+  f64->rmsnorm_backward(dx64, dw64, c.R, c.inp, c.w, c.rstd, BT, C, 1);
+  check_f32("rmsnorm_backward.dinp", dx32, dx64, n);
+  check_f32("rmsnorm_backward.dw", dw32, dw64, C);
+  free(x32); free(w32); free(o32); free(r32); free(R32); free(dx32); free(dw32);
+  free(dx64); free(dw64);
+  free(c.inp); free(c.w); free(c.out); free(c.rstd); free(c.R);
+  free(ref); free(ref_rstd); free(dinp); free(dw); free(gi); free(gw); free(dinp0); free(dw0);
+}
+
+// ----------------------------------------------------------------------------
+// attention
+
+/* An attention problem: q, k, v are views into one buffer buf of nbuf values (so one
+** finite-difference check covers all three): either GPT-2's fused [B, T, 3C] qkv (q = buf,
+** k = buf + C, v = buf + 2C, ldq = ldkv = 3C, NKV = NH), or three separate blocks [B*T, ldq],
+** [B*T, ldkv], [B*T, ldkv] whose rows may be wider than their heads (padding that attention
+** must neither read nor write). out is [B, T, NH*hs], lse [B, NH, T]. */
+typedef struct {
+  double *buf, *q, *k, *v, *out, *lse, *scratch, *R;
+  size_t nbuf;
+  int B, T, NH, NKV, hs, ldq, ldkv;
+} AttCtx;
+
+/* A shape: ldq == 0 means GPT-2's fused qkv (NKV = NH). */
+typedef struct { int B, T, NH, NKV, hs, ldq, ldkv; } AttShape;
+
+/* Elements of out (and dout): B*T rows of NH*hs. */
+static size_t att_nout(const AttCtx* c) { return (size_t)c->B * c->T * c->NH * c->hs; }
+
+/* L = sum(attention(q, k, v) * R). */
+static double att_objective(void* p) {
+  AttCtx* c = p;
+  f64->attention_forward(c->out, c->lse, c->q, c->k, c->v, c->ldq, c->ldkv, c->scratch, c->B,
+                         c->T, c->NH, c->NKV, c->hs);
+  return dot_extended(c->out, c->R, att_nout(c));
+}
+
+/* A context with random q, k, v (padding included) and R for shape s, scratch for
+** kernels_threads(). */
+static AttCtx att_new(AttShape s) {
+  size_t BT = (size_t)s.B * s.T;
+  AttCtx c = { .B = s.B, .T = s.T, .NH = s.NH, .NKV = s.NKV, .hs = s.hs, .ldq = s.ldq,
+               .ldkv = s.ldkv };
+  int C = s.NH * s.hs;
+  if (s.ldq == 0) {
+    c.NKV = s.NH;
+    c.ldq = c.ldkv = 3 * C;
+    c.nbuf = BT * 3 * C;
+  } else {
+    c.nbuf = BT * (size_t)(s.ldq + 2 * s.ldkv);
+  }
+  c.buf = drandn(c.nbuf, 1, 0);
+  c.q = c.buf;
+  c.k = s.ldq == 0 ? c.buf + C : c.buf + BT * s.ldq;
+  c.v = s.ldq == 0 ? c.buf + 2 * C : c.k + BT * s.ldkv;
+  c.out = dalloc(BT * C);
+  c.lse = dalloc((size_t)s.B * s.NH * s.T);
+  c.scratch = dalloc(attention_scratch_elems(s.T, s.hs) * kernels_threads());
+  c.R = drandn(BT * C, 1, 0);
   return c;
 }
 
 /* Frees the buffers of att_new. */
 static void att_free(AttCtx* c) {
-  free(c->qkv); free(c->out); free(c->lse); free(c->scratch); free(c->R);
+  free(c->buf); free(c->out); free(c->lse); free(c->scratch); free(c->R);
 }
 
-/* Naive causal attention as in llm.c's attention_forward (loops, no GEMM, no tiles); lse
-** [B, NH, T] receives each row's log-sum-exp of the scaled scores over keys 0..t. */
+/* The views of q, k, v's gradient in dbuf, laid out as c's buf. */
+static void att_grad_views(const AttCtx* c, double* dbuf, double** dq, double** dk, double** dv) {
+  *dq = dbuf + (c->q - c->buf);
+  *dk = dbuf + (c->k - c->buf);
+  *dv = dbuf + (c->v - c->buf);
+}
+
+/* f64 attention_backward of c (after att_objective) with dout = R, accumulating into dbuf. */
+static void att_backward64(const AttCtx* c, double* dbuf) {
+  double *dq, *dk, *dv;
+  att_grad_views(c, dbuf, &dq, &dk, &dv);
+  f64->attention_backward(dq, dk, dv, c->R, c->q, c->k, c->v, c->ldq, c->ldkv, c->out, c->lse,
+                          c->scratch, c->B, c->T, c->NH, c->NKV, c->hs);
+}
+
+/* Naive causal attention as in llm.c's attention_forward (loops, no GEMM, no tiles) on GPT-2's
+** fused qkv [B, T, 3C]; lse [B, NH, T] receives each row's log-sum-exp of the scaled scores
+** over keys 0..t. */
 static void att_reference(double* out, double* lse, const double* qkv, int B, int T, int C,
                           int NH) {
   int hs = C / NH;
@@ -483,17 +600,41 @@ static void att_reference(double* out, double* lse, const double* qkv, int B, in
   free(w);
 }
 
+/* transformers' repeat_kv, written out: GPT-2's fused qkv [B, T, 3C] (C = NH*hs) with c's
+** queries and, for every query head h, a copy of K/V head h / (NH / NKV). Caller frees. */
+static double* att_repeat_kv(const AttCtx* c) {
+  int C = c->NH * c->hs, group = c->NH / c->NKV;
+  size_t BT = (size_t)c->B * c->T;
+  double* qkv = dalloc(BT * 3 * C);
+  for (size_t i = 0; i < BT; i++)
+    for (int h = 0; h < c->NH; h++)
+      for (int d = 0; d < c->hs; d++) {
+        double* row = qkv + i * 3 * C + (size_t)h * c->hs + d;
+        size_t kv = i * c->ldkv + (size_t)(h / group) * c->hs + d;
+        row[0] = c->q[i * c->ldq + (size_t)h * c->hs + d];
+        row[C] = c->k[kv];
+        row[2 * C] = c->v[kv];
+      }
+  return qkv;
+}
+
 /* Causal mask: changing token t_change's q, k, v leaves the outputs of earlier positions
 ** bit-identical and changes those at and after it. */
 static void check_causal(AttCtx* c, int t_change) {
-  int B = c->B, T = c->T, C = c->C;
-  size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
+  int B = c->B, T = c->T, C = c->NH * c->hs;
+  size_t no = att_nout(c);
   double* before = dalloc(no);
   att_objective(c);
   memcpy(before, c->out, no * sizeof(double));
-  double* saved = dcopy(c->qkv, nq);
-  for (int b = 0; b < B; b++)
-    for (int i = 0; i < 3 * C; i++) c->qkv[((size_t)b * T + t_change) * 3 * C + i] += 0.5;
+  double* saved = dcopy(c->buf, c->nbuf);
+  for (int b = 0; b < B; b++) {
+    size_t row = (size_t)b * T + t_change;
+    for (int i = 0; i < C; i++) c->q[row * c->ldq + i] += 0.5;
+    for (int i = 0; i < c->NKV * c->hs; i++) {
+      c->k[row * c->ldkv + i] += 0.5;
+      c->v[row * c->ldkv + i] += 0.5;
+    }
+  }
   att_objective(c);
   int earlier_same = 1, later_changed = 1;
   for (int b = 0; b < B; b++)
@@ -506,80 +647,112 @@ static void check_causal(AttCtx* c, int t_change) {
     }
   CHECK_MSG(earlier_same, "attention: changing token %d changed an earlier output", t_change);
   CHECK_MSG(later_changed, "attention: changing token %d left a later output", t_change);
-  memcpy(c->qkv, saved, nq * sizeof(double));
+  memcpy(c->buf, saved, c->nbuf * sizeof(double));
   att_objective(c);
   free(before); free(saved);
 }
 
-/* attention forward and lse against the naive loops for shapes with one and several tiles:
-** T = 1, T below, at and not a multiple of the tile size, T over three tiles, B > 1, NH > 1,
-** head sizes that are not a multiple of the vector width. Every lse is finite. Then the
-** causal mask at the start, end and on both sides of a tile boundary. */
+/* A shape's name for the messages: B, T, heads, head size, strides. */
+static void att_name(char* name, size_t size, const char* what, const AttCtx* c) {
+  snprintf(name, size, "%s B%d T%d NH%d NKV%d hs%d ldq%d ldkv%d", what, c->B, c->T, c->NH,
+           c->NKV, c->hs, c->ldq, c->ldkv);
+}
+
+/* attention forward and lse against the naive loops (on the explicitly repeated K/V for
+** grouped-query shapes) for shapes with one and several tiles: T = 1, T below, at and not a
+** multiple of the tile size, T over three tiles, B > 1, NH > 1, head sizes that are not a
+** multiple of the vector width; GPT-2's fused qkv, and separate q, k, v with rows wider than
+** their heads for NH = NKV, NH = 2 NKV, NH = 6 NKV and a single K/V head. Every lse is finite.
+** Then the causal mask at the start, end and on both sides of a tile boundary, fused and
+** grouped. */
 static void test_attention_forward(void) {
   int tq = ATTENTION_TILE_Q;
-  int shapes[][4] = { { 2, 5, 12, 3 }, { 1, 1, 8, 2 }, { 3, 7, 6, 1 }, { 1, tq, 8, 1 },
-                      { 2, 2 * tq + 22, 10, 2 }, { 2, 3 * tq + 8, 16, 2 }, { 1, tq + 1, 36, 3 } };
+  AttShape shapes[] = {
+    { 2, 5, 3, 3, 4, 0, 0 }, { 1, 1, 2, 2, 4, 0, 0 }, { 3, 7, 1, 1, 6, 0, 0 },
+    { 1, tq, 1, 1, 8, 0, 0 }, { 2, 2 * tq + 22, 2, 2, 5, 0, 0 }, { 2, 3 * tq + 8, 2, 2, 8, 0, 0 },
+    { 1, tq + 1, 3, 3, 12, 0, 0 },
+    { 2, 5, 4, 2, 3, 14, 7 }, { 2, 7, 6, 1, 4, 27, 5 }, { 2, 7, 3, 3, 4, 13, 12 },
+    { 1, 2 * tq + 22, 4, 2, 5, 21, 10 }, { 1, tq + 3, 6, 1, 8, 48, 9 }, { 3, 1, 4, 4, 2, 8, 9 },
+  };
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-    int B = shapes[si][0], T = shapes[si][1], C = shapes[si][2], NH = shapes[si][3];
-    size_t no = (size_t)B * T * C, nl = (size_t)B * NH * T;
-    AttCtx c = att_new(B, T, C, NH);
+    AttCtx c = att_new(shapes[si]);
+    size_t no = att_nout(&c), nl = (size_t)c.B * c.NH * c.T;
     double *ref = dalloc(no), *ref_lse = dalloc(nl);
-    att_reference(ref, ref_lse, c.qkv, B, T, C, NH);
+    double* qkv = att_repeat_kv(&c);
+    att_reference(ref, ref_lse, qkv, c.B, c.T, c.NH * c.hs, c.NH);
     att_objective(&c);
-    char name[64];
-    snprintf(name, sizeof name, "attention_forward B%d T%d C%d NH%d", B, T, C, NH);
+    char name[96];
+    att_name(name, sizeof name, "attention_forward", &c);
     check_close(name, c.out, ref, no, 1e-12);
-    snprintf(name, sizeof name, "attention_forward.lse B%d T%d C%d NH%d", B, T, C, NH);
+    att_name(name, sizeof name, "attention_forward.lse", &c);
     check_close(name, c.lse, ref_lse, nl, 1e-12);
     int finite = 1;
     for (size_t i = 0; i < nl; i++) finite &= isfinite(c.lse[i]);
     CHECK(finite);
-    free(ref); free(ref_lse);
+    free(ref); free(ref_lse); free(qkv);
     att_free(&c);
   }
-  AttCtx c = att_new(2, 2 * tq + 22, 10, 2);
   int changes[5] = { 0, 2, tq - 1, tq, 2 * tq + 21 };
-  for (int i = 0; i < 5; i++) check_causal(&c, changes[i]);
-  att_free(&c);
+  AttShape causal[2] = { { 2, 2 * tq + 22, 2, 2, 5, 0, 0 }, { 2, 2 * tq + 22, 4, 2, 5, 21, 11 } };
+  for (int s = 0; s < 2; s++) {
+    AttCtx c = att_new(causal[s]);
+    for (int i = 0; i < 5; i++) check_causal(&c, changes[i]);
+    att_free(&c);
+  }
 }
 
-/* attention backward against finite differences on every entry of qkv (dqkv pre-filled, so
-** it must accumulate), on one small shape and on one of three query and key tiles, the last
-** partial (so the recurrence across tiles and the masked diagonal tiles are exercised); then
-** fp32 against fp64 for the forward (out and lse) and the backward on the larger shape. */
+/* fp32 against fp64 for the forward (out, lse) and the backward (dq, dk, dv from zero) of c. */
+static void att_check_f32(AttCtx* c) {
+  size_t no = att_nout(c), nl = (size_t)c->B * c->NH * c->T;
+  float *b32 = to_f32(c->buf, c->nbuf), *o32 = falloc(no), *l32 = falloc(nl);
+  float *R32 = to_f32(c->R, no), *db32 = falloc(c->nbuf);
+  float* s32 = falloc(attention_scratch_elems(c->T, c->hs) * kernels_threads());
+  double* db64 = dalloc(c->nbuf);
+  float *q32 = b32 + (c->q - c->buf), *k32 = b32 + (c->k - c->buf), *v32 = b32 + (c->v - c->buf);
+  float *dq32 = db32 + (c->q - c->buf), *dk32 = db32 + (c->k - c->buf);
+  float* dv32 = db32 + (c->v - c->buf);
+  att_objective(c);
+  f32->attention_forward(o32, l32, q32, k32, v32, c->ldq, c->ldkv, s32, c->B, c->T, c->NH,
+                         c->NKV, c->hs);
+  char name[96];
+  att_name(name, sizeof name, "attention_forward", c);
+  check_f32(name, o32, c->out, no);
+  att_name(name, sizeof name, "attention_forward.lse", c);
+  check_f32(name, l32, c->lse, nl);
+  f32->attention_backward(dq32, dk32, dv32, R32, q32, k32, v32, c->ldq, c->ldkv, o32, l32, s32,
+                          c->B, c->T, c->NH, c->NKV, c->hs);
+  att_backward64(c, db64);
+  att_name(name, sizeof name, "attention_backward", c);
+  check_f32(name, db32, db64, c->nbuf);
+  free(b32); free(o32); free(l32); free(R32); free(db32); free(s32); free(db64);
+}
+
+/* attention backward against finite differences on every entry of q, k, v, padding included
+** (whose gradient must stay 0: untouched); dq, dk, dv pre-filled, so they must accumulate. On
+** small shapes and on shapes of three query and key tiles, the last partial (so the recurrence
+** across tiles and the masked diagonal tiles are exercised): GPT-2's fused qkv, and separate,
+** strided q, k, v with NH = NKV, NH = 2 NKV and one K/V head for six query heads (a K/V
+** head's gradient sums over its group). Then fp32 against fp64 on the larger shapes. */
 static void test_attention_backward(void) {
-  int shapes[2][4] = { { 2, 5, 12, 3 }, { 1, 2 * ATTENTION_TILE_Q + 22, 10, 2 } };
-  for (int si = 0; si < 2; si++) {
-    int B = shapes[si][0], T = shapes[si][1], C = shapes[si][2], NH = shapes[si][3];
-    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, nl = (size_t)B * NH * T;
-    AttCtx c = att_new(B, T, C, NH);
-    double* dqkv = dalloc(nq);
-    double* g0 = prefill(dqkv, nq);
+  int T3 = 2 * ATTENTION_TILE_Q + 22;
+  AttShape shapes[] = {
+    { 2, 5, 3, 3, 4, 0, 0 }, { 1, T3, 2, 2, 5, 0, 0 }, { 2, 5, 4, 2, 3, 14, 7 },
+    { 2, 7, 6, 1, 4, 27, 5 }, { 2, 7, 3, 3, 4, 13, 12 }, { 1, T3, 4, 2, 3, 13, 7 },
+    { 1, T3, 6, 1, 2, 13, 3 },
+  };
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    AttCtx c = att_new(shapes[si]);
+    double* dbuf = dalloc(c.nbuf);
+    double* g0 = prefill(dbuf, c.nbuf);
     att_objective(&c);
-    f64->attention_backward(dqkv, dqkv + C, dqkv + 2 * C, c.R, c.qkv, c.qkv + C, c.qkv + 2 * C,
-                            3 * C, 3 * C, c.out, c.lse, c.scratch, B, T, NH, NH, C / NH);
-    subtract(dqkv, g0, nq);
-    char name[64];
-    snprintf(name, sizeof name, "attention.dqkv T=%d", T);
-    check_grad(name, att_objective, &c, c.qkv, dqkv, nq);
-    if (si == 1) {
-      float *q32 = to_f32(c.qkv, nq), *o32 = falloc(no), *l32 = falloc(nl);
-      float *R32 = to_f32(c.R, no), *dq32 = falloc(nq);
-      float* s32 = falloc(attention_scratch_elems(T, C / NH) * kernels_threads());
-      double* dq64 = dalloc(nq);
-      att_objective(&c);
-      f32->attention_forward(o32, l32, q32, q32 + C, q32 + 2 * C, 3 * C, 3 * C, s32, B, T, NH,
-                             NH, C / NH);
-      check_f32("attention_forward", o32, c.out, no);
-      check_f32("attention_forward.lse", l32, c.lse, nl);
-      f32->attention_backward(dq32, dq32 + C, dq32 + 2 * C, R32, q32, q32 + C, q32 + 2 * C, 3 * C,
-                              3 * C, o32, l32, s32, B, T, NH, NH, C / NH);
-      f64->attention_backward(dq64, dq64 + C, dq64 + 2 * C, c.R, c.qkv, c.qkv + C, c.qkv + 2 * C,
-                              3 * C, 3 * C, c.out, c.lse, c.scratch, B, T, NH, NH, C / NH);
-      check_f32("attention_backward", dq32, dq64, nq);
-      free(q32); free(o32); free(l32); free(R32); free(dq32); free(s32); free(dq64);
-    }
-    free(dqkv); free(g0);
+    att_backward64(&c, dbuf);
+    subtract(dbuf, g0, c.nbuf);
+    char name[96];
+    snprintf(name, sizeof name, "attention.dqkv T%d NH%d NKV%d%s", c.T, c.NH, c.NKV,
+             shapes[si].ldq ? " ld" : "");
+    check_grad(name, att_objective, &c, c.buf, dbuf, c.nbuf);
+    if (c.T == T3) att_check_f32(&c);
+    free(dbuf); free(g0);
     att_free(&c);
   }
 }
@@ -623,6 +796,161 @@ static void test_elementwise(void) {
   check_f32("gelu_backward", d32, d64, n);
   free(x32); free(o32); free(R32); free(d32); free(d64);
   free(c.inp); free(c.out); free(c.R); free(ref); free(dx); free(g0);
+}
+
+// ----------------------------------------------------------------------------
+// SwiGLU
+
+typedef struct { double *gate, *up, *out, *R; size_t n; } GluCtx;
+
+/* L = sum(swiglu(gate, up) * R). */
+static double glu_objective(void* p) {
+  GluCtx* c = p;
+  f64->swiglu_forward(c->out, c->gate, c->up, c->n);
+  return dot(c->out, c->R, c->n);
+}
+
+/* SwiGLU against silu(gate) * up (including large |gate|), its backward against finite
+** differences on gate and up (dgate and dup pre-filled: both are overwritten), fp32 against
+** fp64, and finite results in both precisions for |gate| far beyond exp's range. */
+static void test_swiglu(void) {
+  size_t n = 37;
+  GluCtx c = { drandn(n, 2, 0), drandn(n, 1, 0.3), dalloc(n), drandn(n, 1, 0), n };
+  c.gate[0] = 9.0; c.gate[1] = -9.0; c.gate[2] = 0.0; c.gate[3] = 30.0; c.gate[4] = -30.0;
+  double* ref = dalloc(n);
+  for (size_t i = 0; i < n; i++) ref[i] = c.gate[i] / (1 + exp(-c.gate[i])) * c.up[i];
+  glu_objective(&c);
+  check_close("swiglu_forward", c.out, ref, n, 1e-15);
+  double *dg = dalloc(n), *du = dalloc(n);
+  double *g0 = prefill(dg, n), *u0 = prefill(du, n);
+  f64->swiglu_backward(dg, du, c.R, c.gate, c.up, n);
+  check_grad("swiglu.dgate", glu_objective, &c, c.gate, dg, n);
+  check_grad("swiglu.dup", glu_objective, &c, c.up, du, n);
+
+  float *g32 = to_f32(c.gate, n), *u32 = to_f32(c.up, n), *o32 = falloc(n), *R32 = to_f32(c.R, n);
+  float *dg32 = falloc(n), *du32 = falloc(n);
+  f32->swiglu_forward(o32, g32, u32, n);
+  check_f32("swiglu_forward", o32, ref, n);
+  f32->swiglu_backward(dg32, du32, R32, g32, u32, n);
+  check_f32("swiglu_backward.dgate", dg32, dg, n);
+  check_f32("swiglu_backward.dup", du32, du, n);
+
+  double big[4] = { 100, -100, 1000, -1000 }, one[4] = { 1, 1, 1, 1 }, r64[3][4];
+  float big32[4] = { 100, -100, 1000, -1000 }, one32[4] = { 1, 1, 1, 1 }, r32[3][4];
+  f64->swiglu_forward(r64[0], big, one, 4);
+  f64->swiglu_backward(r64[1], r64[2], one, big, one, 4);
+  f32->swiglu_forward(r32[0], big32, one32, 4);
+  f32->swiglu_backward(r32[1], r32[2], one32, big32, one32, 4);
+  int finite = 1;
+  for (int k = 0; k < 3; k++)
+    for (int i = 0; i < 4; i++) finite &= isfinite(r64[k][i]) && isfinite(r32[k][i]);
+  CHECK_MSG(finite, "swiglu: a non-finite result for |gate| up to 1000");
+  CHECK(r64[0][0] == 100 && r32[0][0] == 100 && fabs(r64[0][1]) < 1e-40 && r32[0][1] <= 0);
+  free(g32); free(u32); free(o32); free(R32); free(dg32); free(du32);
+  free(c.gate); free(c.up); free(c.out); free(c.R); free(ref); free(dg); free(du);
+  free(g0); free(u0);
+}
+
+// ----------------------------------------------------------------------------
+// rotary position embedding
+
+typedef struct { double *x, *y, *inv_freq, *R; int B, T, nh, hs, ld; } RopeCtx;
+
+/* Elements of a RoPE problem's x: B*T rows of ld. */
+static size_t rope_n(const RopeCtx* c) { return (size_t)c->B * c->T * c->ld; }
+
+/* L = sum(rope(x) * R), rope applied to a copy y of x (padding columns included, unchanged). */
+static double rope_objective(void* p) {
+  RopeCtx* c = p;
+  memcpy(c->y, c->x, rope_n(c) * sizeof(double));
+  f64->rope_forward(c->y, c->ld, c->inv_freq, c->B, c->T, c->nh, c->hs);
+  return dot(c->y, c->R, rope_n(c));
+}
+
+/* A RoPE problem with random x and R, padding columns when ld > nh*hs, and Llama's
+** frequencies inv_freq[j] = 10000^(-2j/hs). */
+static RopeCtx rope_new(int B, int T, int nh, int hs, int ld) {
+  size_t n = (size_t)B * T * ld;
+  RopeCtx c = { drandn(n, 1, 0), dalloc(n), dalloc(hs / 2), drandn(n, 1, 0), B, T, nh, hs, ld };
+  for (int j = 0; j < hs / 2; j++) c.inv_freq[j] = 1 / pow(10000.0, 2.0 * j / hs);
+  return c;
+}
+
+/* Frees the buffers of rope_new. */
+static void rope_free(RopeCtx* c) { free(c->x); free(c->y); free(c->inv_freq); free(c->R); }
+
+/* The rotation written out: out = x with every head's pairs (j, j + hs/2) rotated by
+** a = t * inv_freq[j], the product taken in double or (float_angle) in float as the fp32
+** kernel must; padding copied. */
+static void rope_reference(double* out, const RopeCtx* c, int float_angle) {
+  int half = c->hs / 2;
+  memcpy(out, c->x, rope_n(c) * sizeof(double));
+  for (int row = 0; row < c->B * c->T; row++) {
+    int t = row % c->T;
+    for (int h = 0; h < c->nh; h++)
+      for (int j = 0; j < half; j++) {
+        double a = float_angle ? (double)((float)t * (float)c->inv_freq[j]) : t * c->inv_freq[j];
+        size_t i1 = (size_t)row * c->ld + (size_t)h * c->hs + j, i2 = i1 + half;
+        out[i1] = c->x[i1] * cos(a) - c->x[i2] * sin(a);
+        out[i2] = c->x[i2] * cos(a) + c->x[i1] * sin(a);
+      }
+  }
+}
+
+/* Whether the padding columns (nh*hs .. ld) of every row of a and b are the same bits. */
+static int rope_padding_same(const RopeCtx* c, const double* a, const double* b) {
+  int w = c->nh * c->hs, same = 1;
+  for (int row = 0; row < c->B * c->T; row++)
+    same &= memcmp(a + (size_t)row * c->ld + w, b + (size_t)row * c->ld + w,
+                   (size_t)(c->ld - w) * sizeof(double)) == 0;
+  return same;
+}
+
+/* One RoPE shape: forward against the rotation written out (fp64; fp32 against the angle
+** taken in float, so large positions check the angle's precision) with padding untouched;
+** backward as forward's exact inverse (to rounding) and as its adjoint, <dy, R x> =
+** <R^T dy, x>; against finite differences (fd); fp32 against fp64. */
+static void rope_check(int B, int T, int nh, int hs, int ld, int fd) {
+  RopeCtx c = rope_new(B, T, nh, hs, ld);
+  size_t n = rope_n(&c);
+  char name[80];
+  double *ref = dalloc(n), *ref32 = dalloc(n);
+  rope_reference(ref, &c, 0);
+  rope_reference(ref32, &c, 1);
+  rope_objective(&c);
+  snprintf(name, sizeof name, "rope_forward B%d T%d nh%d hs%d ld%d", B, T, nh, hs, ld);
+  check_close(name, c.y, ref, n, 1e-14);
+  CHECK_MSG(rope_padding_same(&c, c.y, c.x), "%s: padding written", name);
+  float *x32 = to_f32(c.x, n), *dy32 = to_f32(c.R, n), *if32 = to_f32(c.inv_freq, hs / 2);
+  f32->rope_forward(x32, ld, if32, B, T, nh, hs);
+  double err = 0;
+  for (size_t i = 0; i < n; i++) err = fmax(err, fabs(x32[i] - ref32[i]));
+  CHECK_MSG(err < 1e-6 * max_abs(ref32, n), "%s: fp32 (float angle) error %.3g", name, err);
+  double* back = dcopy(c.y, n);
+  f64->rope_backward(back, ld, c.inv_freq, B, T, nh, hs);
+  check_close("rope_backward(rope_forward(x)) = x", back, c.x, n, 1e-14);
+  double* rt = dcopy(c.R, n); /* R^T dy, dy = R */
+  f64->rope_backward(rt, ld, c.inv_freq, B, T, nh, hs);
+  double lhs = dot(c.R, c.y, n), rhs = dot(rt, c.x, n);
+  CHECK_MSG(fabs(lhs - rhs) <= 1e-13 * fmax(fabs(lhs), 1), "%s: <dy, R x> %.17g, <R^T dy, x> %.17g",
+            name, lhs, rhs);
+  if (fd) {
+    snprintf(name, sizeof name, "rope.dx hs%d ld%d", hs, ld);
+    check_grad(name, rope_objective, &c, c.x, rt, n);
+  }
+  f32->rope_backward(dy32, ld, if32, B, T, nh, hs);
+  snprintf(name, sizeof name, "rope_backward B%d T%d nh%d hs%d ld%d", B, T, nh, hs, ld);
+  check_f32(name, dy32, rt, n);
+  free(x32); free(dy32); free(if32); free(ref); free(ref32); free(back); free(rt);
+  rope_free(&c);
+}
+
+/* RoPE on a small strided shape, at positions up to 4099 (angles of thousands of radians),
+** and with hs/2 = 80 pairs (more than one chunk of cosines). */
+static void test_rope(void) {
+  rope_check(2, 5, 3, 8, 27, 1);
+  rope_check(1, 4100, 2, 6, 12, 0);
+  rope_check(1, 3, 2, 160, 330, 1);
 }
 
 // ----------------------------------------------------------------------------
@@ -787,44 +1115,94 @@ static void test_fp32_math(void) {
 // ----------------------------------------------------------------------------
 // determinism with 2 threads
 
-/* attention forward (out, lse) and backward (dqkv, from zero) in fp32 with n threads, at a
-** shape whose work splits among threads: B*NH = 3 heads (odd), four query tiles, the last
-** partial. Returns the three results in res[0..3) (caller frees). */
-static void attention_run_f32(int threads, const double* d, float* res[3]) {
-  int B = 1, T = 3 * ATTENTION_TILE_Q + 8, C = 96, NH = 3;
-  size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
+/* attention forward (out, lse) and backward (dq, dk, dv, from zero) in fp32 with n threads on
+** the problem c (whose values are taken in fp32). Returns out, lse and the gradient buffer
+** (laid out as c's buf) in res[0..3) (caller frees). */
+static void attention_run_f32(int threads, const AttCtx* c, float* res[3]) {
+  size_t no = att_nout(c);
   int threads_before = kernels_threads();
   kernels_set_threads(threads);
-  float *qkv = to_f32(d, nq), *dout = to_f32(d + nq, no);
-  float* scratch = falloc(attention_scratch_elems(T, C / NH) * threads);
+  float *b32 = to_f32(c->buf, c->nbuf), *dout = to_f32(c->R, no);
+  float* scratch = falloc(attention_scratch_elems(c->T, c->hs) * threads);
   res[0] = falloc(no);
-  res[1] = falloc((size_t)B * NH * T);
-  res[2] = falloc(nq);
-  f32->attention_forward(res[0], res[1], qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, scratch, B, T,
-                         NH, NH, C / NH);
-  f32->attention_backward(res[2], res[2] + C, res[2] + 2 * C, dout, qkv, qkv + C, qkv + 2 * C,
-                          3 * C, 3 * C, res[0], res[1], scratch, B, T, NH, NH, C / NH);
-  free(qkv); free(dout); free(scratch);
+  res[1] = falloc((size_t)c->B * c->NH * c->T);
+  res[2] = falloc(c->nbuf);
+  size_t oq = (size_t)(c->q - c->buf), ok = (size_t)(c->k - c->buf), ov = (size_t)(c->v - c->buf);
+  f32->attention_forward(res[0], res[1], b32 + oq, b32 + ok, b32 + ov, c->ldq, c->ldkv, scratch,
+                         c->B, c->T, c->NH, c->NKV, c->hs);
+  f32->attention_backward(res[2] + oq, res[2] + ok, res[2] + ov, dout, b32 + oq, b32 + ok,
+                          b32 + ov, c->ldq, c->ldkv, res[0], res[1], scratch, c->B, c->T, c->NH,
+                          c->NKV, c->hs);
+  free(b32); free(dout); free(scratch);
   kernels_set_threads(threads_before);
 }
 
 /* Attention: bit-identical over two runs with 2 threads and with 1 thread (each output is
-** computed by one thread in a fixed order, whatever the thread count). */
+** computed by one thread in a fixed order, whatever the thread count), at shapes whose work
+** splits unevenly among threads: four query tiles, the last partial; GPT-2's fused qkv with
+** B*NH = 3 heads, and grouped-query, strided q, k, v with B*NKV = 3 K/V heads of two query
+** heads each. */
 static void test_attention_determinism(void) {
-  int T = 3 * ATTENTION_TILE_Q + 8, C = 96;
-  size_t sizes[3] = { (size_t)T * C, (size_t)3 * T, (size_t)T * 3 * C };
-  double* d = drandn((size_t)T * 4 * C, 1, 0);
-  float *one[3], *two_a[3], *two_b[3];
-  attention_run_f32(1, d, one);
-  attention_run_f32(2, d, two_a);
-  attention_run_f32(2, d, two_b);
-  const char* names[3] = { "out", "lse", "dqkv" };
-  for (int k = 0; k < 3; k++) {
-    CHECK_MSG(memcmp(two_a[k], two_b[k], sizes[k] * sizeof(float)) == 0,
-              "attention %s differs between two runs with 2 threads", names[k]);
-    CHECK_MSG(memcmp(one[k], two_a[k], sizes[k] * sizeof(float)) == 0,
-              "attention %s differs between 1 and 2 threads", names[k]);
-    free(one[k]); free(two_a[k]); free(two_b[k]);
+  int T = 3 * ATTENTION_TILE_Q + 8;
+  AttShape shapes[2] = { { 1, T, 3, 3, 32, 0, 0 }, { 1, T, 6, 3, 32, 200, 100 } };
+  for (int s = 0; s < 2; s++) {
+    AttCtx c = att_new(shapes[s]);
+    size_t sizes[3] = { att_nout(&c), (size_t)c.NH * T, c.nbuf };
+    float *one[3], *two_a[3], *two_b[3];
+    attention_run_f32(1, &c, one);
+    attention_run_f32(2, &c, two_a);
+    attention_run_f32(2, &c, two_b);
+    const char* names[3] = { "out", "lse", "dqkv" };
+    for (int k = 0; k < 3; k++) {
+      CHECK_MSG(memcmp(two_a[k], two_b[k], sizes[k] * sizeof(float)) == 0,
+                "attention %s differs between two runs with 2 threads (NKV %d)", names[k], c.NKV);
+      CHECK_MSG(memcmp(one[k], two_a[k], sizes[k] * sizeof(float)) == 0,
+                "attention %s differs between 1 and 2 threads (NKV %d)", names[k], c.NKV);
+      free(one[k]); free(two_a[k]); free(two_b[k]);
+    }
+    att_free(&c);
+  }
+}
+
+/* RMSNorm (out, rstd, dinp, dw), SwiGLU (out, dgate, dup) and RoPE (forward, backward) in fp32
+** with n threads on the values d; the 9 results into res (caller frees). */
+static void llama_ops_run_f32(int threads, const double* d, int BT, int C, float* res[9]) {
+  size_t n = (size_t)BT * C;
+  int threads_before = kernels_threads();
+  kernels_set_threads(threads);
+  float *x = to_f32(d, n), *dout = to_f32(d + n, n), *w = to_f32(d + 2 * n, C);
+  float* inv_freq = falloc(16);
+  for (int j = 0; j < 16; j++) inv_freq[j] = powf(10000.0f, -j / 16.0f);
+  for (int k = 0; k < 9; k++) res[k] = falloc(n);
+  f32->rmsnorm_forward(res[0], res[1], x, w, BT, C, 1e-6);
+  f32->rmsnorm_backward(res[2], res[3], dout, x, w, res[1], BT, C, 0);
+  f32->swiglu_forward(res[4], x, dout, n);
+  f32->swiglu_backward(res[5], res[6], w, x, dout, (size_t)C);
+  memcpy(res[7], x, n * sizeof(float));
+  memcpy(res[8], dout, n * sizeof(float));
+  /* RoPE on 5 heads of 32, the last 40 columns of each row padding */
+  f32->rope_forward(res[7], C, inv_freq, 2, BT / 2, C / 32 - 1, 32);
+  f32->rope_backward(res[8], C, inv_freq, 2, BT / 2, C / 32 - 1, 32);
+  free(x); free(dout); free(w); free(inv_freq);
+  kernels_set_threads(threads_before);
+}
+
+/* RMSNorm, SwiGLU and RoPE: bit-identical with 1 and 2 threads (rows and blocks of columns are
+** each computed by one thread in a fixed order), at sizes that split their work unevenly. */
+static void test_llama_ops_determinism(void) {
+  int BT = 2 * 37, C = 200;
+  size_t n = (size_t)BT * C;
+  double* d = drandn(3 * n, 1, 0);
+  float *one[9], *two[9];
+  llama_ops_run_f32(1, d, BT, C, one);
+  llama_ops_run_f32(2, d, BT, C, two);
+  const char* names[9] = { "rmsnorm out", "rmsnorm rstd", "rmsnorm dinp", "rmsnorm dw",
+                           "swiglu out", "swiglu dgate", "swiglu dup", "rope", "rope dx" };
+  size_t sizes[9] = { n, (size_t)BT, n, (size_t)C, n, (size_t)C, (size_t)C, n, n };
+  for (int k = 0; k < 9; k++) {
+    CHECK_MSG(memcmp(one[k], two[k], sizes[k] * sizeof(float)) == 0,
+              "%s differs between 1 and 2 threads", names[k]);
+    free(one[k]); free(two[k]);
   }
   free(d);
 }
@@ -881,7 +1259,8 @@ static int same_values(const float* a, const float* b, size_t n) {
 /* The first gradient use of a step overwrites instead of accumulating (the engine zeroes no
 ** gradient): every gradient kernel with accumulate = 0 on a NaN-filled buffer gives exactly
 ** what accumulate = 1 gives on a zeroed one, and leaves alone what it must not write (wpe rows
-** >= T, dinp's padding columns); matmul's dinp and GELU's dinp are always overwritten. At
+** >= T, dinp's padding columns); matmul's dinp, GELU's dinp and SwiGLU's dgate and dup are
+** always overwritten. At
 ** sizes that split the work of 1 and 2 threads. */
 static void test_overwrite(void) {
   int B = 2, T = 9, BT = B * T, C = 150, maxT = 11, Vp = 24, c0 = 5, nrows = 97, OC = 70, ld = 160;
@@ -936,12 +1315,32 @@ static void test_overwrite(void) {
     CHECK(same_values(dxz, dxo, (size_t)BT * C));
     free(z); free(o); free(mean); free(rstd); free(out); free(dxz); free(dxo);
 
+    /* rmsnorm weight: dinp accumulates either way (into zeros here) */
+    rstd = falloc(BT); out = falloc((size_t)BT * C);
+    f32->rmsnorm_forward(out, rstd, x, w, BT, C, 1e-6);
+    dxz = falloc((size_t)BT * C); dxo = falloc((size_t)BT * C);
+    z = falloc(C); o = fnan(C);
+    f32->rmsnorm_backward(dxz, z, dout, x, w, rstd, BT, C, 1);
+    f32->rmsnorm_backward(dxo, o, dout, x, w, rstd, BT, C, 0);
+    CHECK_MSG(same_values(z, o, C), "rmsnorm_backward dw overwrite differs");
+    CHECK(same_values(dxz, dxo, (size_t)BT * C));
+    free(z); free(o); free(rstd); free(out); free(dxz); free(dxo);
+
     size_t ng = (size_t)BT * 4 * C;
     z = falloc(ng); o = fnan(ng);
     f32->gelu_backward(z, x, x, ng);
     f32->gelu_backward(o, x, x, ng);
     CHECK_MSG(same_values(z, o, ng), "gelu_backward does not overwrite");
     free(z); free(o);
+
+    size_t nh = ng / 2;
+    float *uz = falloc(nh), *uo = fnan(nh);
+    z = falloc(nh); o = fnan(nh);
+    f32->swiglu_backward(z, uz, x, x, x + nh, nh);
+    f32->swiglu_backward(o, uo, x, x, x + nh, nh);
+    CHECK_MSG(same_values(z, o, nh) && same_values(uz, uo, nh),
+              "swiglu_backward does not overwrite");
+    free(z); free(o); free(uz); free(uo);
   }
   kernels_set_threads(threads_before);
   free(d); free(dout); free(x); free(w);
@@ -957,15 +1356,19 @@ int main(void) {
   test_embed_tok();
   test_matmul();
   test_layernorm();
+  test_rmsnorm();
   test_attention_forward();
   test_attention_backward();
   test_elementwise();
+  test_swiglu();
+  test_rope();
   test_crossentropy();
   test_sum_squares();
   test_adamw();
   test_fp32_math();
   test_determinism();
   test_attention_determinism();
+  test_llama_ops_determinism();
   test_overwrite();
   return check_summary();
 }

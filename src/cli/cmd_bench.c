@@ -4,8 +4,10 @@
 ** at the model's largest matrix shape, with per-operator times.
 **
 ** FLOPs are counted as 3x the forward matrix-product FLOPs: 2*K*OC per token for every linear
-** and the LM head, and 4*T*C per token per layer for attention's two T x T products (the full
-** square, which is what the kernels compute). Elementwise work is not counted.
+** and the LM head (over the whole padded vocabulary), and for attention's two products 4*NH*hs
+** per token and key, over the (T + 1) / 2 keys a causal query meets on average (the useful
+** half of the T x T square; the kernels skip the tiles above the diagonal). Elementwise work
+** is not counted.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +26,8 @@ static const char* bench_help =
     "                         [--shard-group G] [--overlap-reduce] [--reduce-dtype fp32|bf16]\n"
     "                         [--mem-limit SIZE] [--device cpu|cuda] [--tf32 on|off] [--json]\n"
     "  times N training steps (after one warm-up step) on random tokens. GFLOP/s count the\n"
-    "  model's useful work (gpt_step_flops): a recomputed forward is not counted again.\n";
+    "  model's useful work (gpt_step_useful_flops: causal attention's half of the T x T\n"
+    "  products): a recomputed forward is not counted again.\n";
 
 /* Gives the engine a micro-batch of random tokens with next-token targets (this rank's, step's). */
 static void random_batch(Engine* e, const GptDesc* d, const Plan* p, long step) {
@@ -136,7 +139,7 @@ int cmd_bench(int argc, char** argv) {
   }
   double ms = 1e3 * total / (double)steps;
   double tokens = (double)comm_size() * p.micro_batch * p.seq;
-  double flops = gpt_step_flops(&d, p.micro_batch, p.seq);
+  double flops = gpt_step_useful_flops(&d, p.micro_batch, p.seq);
   double gflops = flops / (total / steps) / 1e9; /* per rank */
   int BT = p.micro_batch * p.seq;
   const Backend* bk = opt.backend ? opt.backend : backend_cpu();

@@ -1,6 +1,7 @@
 /*
-** cpu_kernels.h: the CPU kernels: forward and backward of every GPT operator on the CPU
-** (OpenBLAS + OpenMP), the thread count they run with and the size of their attention scratch.
+** cpu_kernels.h: the CPU kernels: forward and backward of every model family's operators on the
+** CPU (OpenBLAS + OpenMP), the thread count they run with and the size of their attention
+** scratch.
 **
 ** The kernels themselves are reached through their tables (normally as backend_cpu()->f32 and
 ** ->f64): one per precision, with the members and contracts of KERNEL_LIST (kernel_list.h).

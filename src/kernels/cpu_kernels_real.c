@@ -526,8 +526,9 @@ static void transpose_block(real* dst, const real* src, int ld, int rows, int co
 /* Forward of one query tile of one (b, h): queries q0 .. q0+nq-1 against every key tile that
 ** holds at least one key <= q0+nq-1 (tiles entirely above the diagonal are never computed).
 ** q is the query head's [T, hs] view (row stride ldq), k and v its K/V head's (row stride
-** ldkv), o its [T, hs] view of out (row stride ldo), lse_head its T log-sum-exps. The tile is held transposed, [keys, queries]: Q_i^T
-** is formed once (into work), then per key tile S^T = scale * K_j Q_i^T is one GEMM, and with
+** ldkv), o its [T, hs] view of out (row stride ldo), lse_head its T log-sum-exps. The tile
+** is held transposed, [keys, queries]: Q_i^T is formed once (into work), then per key tile
+** S^T = scale * K_j Q_i^T is one GEMM, and with
 ** the causal mask (a prefix of each key's row) the online softmax keeps each query's running
 ** max m and sum l of exp(S - m), working along rows of S^T (vectorised over queries, summed
 ** over keys in order). The unnormalised output O (in work, [nq, hs]) is rescaled by

@@ -73,7 +73,7 @@
                                const real* inp, const real* w, const real* mean,              \
                                const real* rstd, int BT, int C, int accumulate))              \
   /* RMSNorm over the last dimension: out = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps),    \
-  ** computed in double per row as in layernorm_forward; rstd[BT] is saved for backward. */    \
+  ** the sum of squares and rstd computed in double per row; rstd[BT] is saved for backward. */ \
   X(void, rmsnorm_forward, (real* out, real* rstd, const real* inp, const real* w, int BT,    \
                             int C, double eps))                                               \
   /* Backward: dinp += the input gradient (ACCUMULATES, like layernorm_backward); dw += the    \

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/util.h"
+#include "model/family.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "checkpoint.c reads and writes llm.c's little-endian files; add byte swapping for this host"
@@ -313,6 +314,9 @@ static int load_params(FILE* f, const char* path, const GptDesc* d, float* param
 
 int checkpoint_load(const char* path, const GptDesc* d, float* params) {
   if (!params) return osdp_fail("checkpoint: loading '%s' needs a parameter buffer", path);
+  if (!checkpoint_holds(d))
+    return osdp_fail("checkpoint: '%s' is an llm.c GPT-2 checkpoint, but %s is a %s model; load "
+                     "its weights from safetensors", path, d->cfg.name, d->family->title);
   GptConfig fc;
   long long size;
   FILE* f = checkpoint_open(path, &fc, &size);
@@ -343,6 +347,10 @@ static int save_to(FILE* f, const char* path, const GptDesc* d, const float* par
 
 int checkpoint_save(const char* path, const GptDesc* d, const float* params) {
   if (!params) return osdp_fail("checkpoint: saving '%s' needs a parameter buffer", path);
+  if (!checkpoint_holds(d))
+    return osdp_fail("checkpoint: llm.c checkpoints hold GPT-2 models only, not %s (a %s model); "
+                     "write safetensors instead (a name ending in .safetensors, or --format "
+                     "safetensors)", d->cfg.name, d->family->title);
   size_t n = strlen(path) + 5;
   char* tmp = malloc(n);
   if (!tmp) return osdp_fail("checkpoint: out of memory");

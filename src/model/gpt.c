@@ -295,6 +295,12 @@ double gpt_step_flops(const GptDesc* d, int B, int T) {
   return 3.0 * f * (double)B * (double)T;
 }
 
+double gpt_step_useful_flops(const GptDesc* d, int B, int T) {
+  double f = 0;
+  for (int i = 0; i < d->nops; i++) f += d->ops[i].flops_tok + d->ops[i].flops_tok_T * (T + 1) / 2.0;
+  return 3.0 * f * (double)B * (double)T;
+}
+
 /* Bytes of activation tensor a for BT positions, reals of elem bytes. */
 static size_t act_bytes(const ActTensor* a, size_t BT, size_t elem) {
   return BT * a->per_token * (a->is_int ? sizeof(int) : elem);

@@ -200,7 +200,11 @@ const char* gpt_op_kind_name(OpKind k);
 ** alone by the rule of the tensor holding it, so every rank can initialise exactly its own
 ** shard and the result is the same for every plan. */
 float gpt_init_value(const GptDesc* d, int op, size_t idx, unsigned long long seed);
-/* Total forward+backward FLOPs of one training step for B x T tokens. */
+/* Total forward+backward FLOPs of one training step for B x T tokens (attention's T x T
+** products counted whole, as the cost model prices them). */
 double gpt_step_flops(const GptDesc* d, int B, int T);
+/* The same, counting only the useful part of causal attention: query t meets t + 1 keys, so
+** (T + 1) / 2 on average (what the kernels compute, up to the diagonal tiles). */
+double gpt_step_useful_flops(const GptDesc* d, int B, int T);
 
 #endif

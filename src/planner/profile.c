@@ -186,10 +186,18 @@ static int profile_collectives(DeviceInfo* dev, const Backend* bk, int verbose) 
   return profile_level(comm_world(), what, dev->coll, bk, verbose);
 }
 
-/* The matrix-product GFLOP/s at the model's MLP shape on the slowest rank (a stand-in FLOP rate
-** for unmeasured ops). */
+/* The matrix-product GFLOP/s at the shape of the model's largest linear inside the layers (the
+** first of equals: GPT-2's fc, C -> 4C; Llama's gate, C -> F) on the slowest rank (a stand-in
+** FLOP rate for unmeasured ops). */
 static double profile_sgemm(const GptDesc* d, const Backend* bk, int T) {
   int M = T < 256 ? 256 : T, K = d->cfg.n_embd, N = 4 * d->cfg.n_embd;
+  double best = 0;
+  for (int i = d->first_layer_op; i < d->first_layer_op + d->ops_per_layer; i++)
+    if (d->ops[i].kind == OP_LINEAR && d->ops[i].flops_tok > best) {
+      best = d->ops[i].flops_tok;
+      K = d->ops[i].K;
+      N = d->ops[i].OC;
+    }
   double g = backend_matmul_gflops(bk, M, N, K);
   return -comm_allreduce_max_f64(comm_world(), -g);
 }

@@ -1,10 +1,11 @@
 /*
-** cuda_attention.cu: causal multi-head self-attention on the GPU, FlashAttention-2 style: the
-** [T, T] score matrix is never stored. Contract as attention_forward / attention_backward in
-** KERNEL_LIST (kernel_list.h): qkv [B, T, 3C] (head h's q, k, v at columns h*hs, C + h*hs,
-** 2C + h*hs), out [B, T, C], lse [B, NH, T], scores scaled by 1/sqrt(hs), dqkv accumulated. The
-** scratch argument is not used (cuda_attention_scratch_elems is 0). Head sizes up to
-** ATT_MAX_HS; any T.
+** cuda_attention.cu: causal self-attention on the GPU, multi-head or grouped-query,
+** FlashAttention-2 style: the [T, T] score matrix is never stored. Contract as
+** attention_forward / attention_backward in KERNEL_LIST (kernel_list.h): q rows of stride ldq
+** holding NH heads of hs, k and v rows of stride ldkv holding NKV heads (query head h reads K/V
+** head h / (NH / NKV)), out [B, T, NH*hs], lse [B, NH, T], scores scaled by 1/sqrt(hs), dq, dk,
+** dv accumulated. The scratch argument is not used (cuda_attention_scratch_elems is 0). Head
+** sizes up to ATT_MAX_HS; any T.
 **
 ** Tiles are ATT_TILE = 32 queries and 32 keys, so that one lane of a warp owns one key (or one
 ** query) of a tile when scores are formed, and a range of head dimensions (d = lane + 32 j) when
@@ -15,10 +16,12 @@
 **
 **   forward:       one block per (query tile, b, h): online softmax over the key tiles of the
 **                  causal prefix; writes out and lse.
-**   backward dK dV: one block per (key tile, b, h), over the query tiles at or after it;
+**   backward dK dV: one block per (key tile, b, K/V head), over the query heads sharing that
+**                  K/V head in head order and, for each, the query tiles at or after it;
 **   backward dQ:    one block per (query tile, b, h), over the key tiles of its causal prefix.
 ** Both backward kernels recompute P = exp(S - lse) and D = rowsum(dO * O). Every output element
-** is owned by one thread of one block and summed in a fixed order: no atomics, deterministic.
+** is owned by one thread of one block and summed in a fixed order (a K/V head's gradient over
+** its group of query heads too): no atomics, deterministic.
 */
 #include "kernels/cuda/cuda_internal.cuh"
 
@@ -84,23 +87,23 @@ static __device__ void load_row_stats(float* lse_s, float* D_s, const float* lse
 ** (even rows past T, which are computed but not written), so m is finite after the first tile
 ** and masked scores (-inf) contribute exp(-inf) = 0. */
 static __global__ void __launch_bounds__(ATT_THREADS)
-    attention_forward_kernel(float* out, float* lse, const float* qkv, int T, int C, int NH,
-                             float scale) {
+    attention_forward_kernel(float* out, float* lse, const float* q_all, const float* k_all,
+                             const float* v_all, int ldq, int ldkv, int T, int NH, int NKV,
+                             int hs, float scale) {
   extern __shared__ float smem[];
-  const int hs = C / NH;
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const size_t C = (size_t)NH * hs; /* out's row stride */
+  const int bh = blockIdx.y, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
   const int q0 = blockIdx.x * ATT_TILE;
-  const size_t C3 = 3 * (size_t)C;
-  const float* q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-  const float* k = q + C;
-  const float* v = q + 2 * C;
+  const float* q = q_all + (size_t)b * T * ldq + (size_t)h * hs;
+  const float* k = k_all + (size_t)b * T * ldkv + (size_t)kvh * hs;
+  const float* v = v_all + (size_t)b * T * ldkv + (size_t)kvh * hs;
   float* Qs = smem;                     /* [32][hs], read by broadcast */
   float* Ks = Qs + ATT_TILE * hs;       /* [32][hs + 1], lane = key */
   float* Vs = Ks + ATT_TILE * (hs + 1); /* [32][hs], lanes along d */
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = warp * ATT_ROWS_PER_WARP; /* this warp's first row of the tile */
 
-  load_tile(Qs, hs, q, C3, q0, T, hs);
+  load_tile(Qs, hs, q, ldq, q0, T, hs);
   float run_max[ATT_ROWS_PER_WARP], run_sum[ATT_ROWS_PER_WARP];
   float acc[ATT_ROWS_PER_WARP][ATT_DIM_SLOTS];
 #pragma unroll
@@ -113,8 +116,8 @@ static __global__ void __launch_bounds__(ATT_THREADS)
   const int q_last = min(q0 + ATT_TILE, T) - 1;
   for (int k0 = 0; k0 <= q_last; k0 += ATT_TILE) {
     __syncthreads(); /* the previous tile's K and V are no longer read */
-    load_tile(Ks, hs + 1, k, C3, k0, T, hs);
-    load_tile(Vs, hs, v, C3, k0, T, hs);
+    load_tile(Ks, hs + 1, k, ldkv, k0, T, hs);
+    load_tile(Vs, hs, v, ldkv, k0, T, hs);
     __syncthreads();
     float s[ATT_ROWS_PER_WARP] = {0};
     const float* krow = Ks + lane * (hs + 1);
@@ -167,27 +170,26 @@ static __global__ void __launch_bounds__(ATT_THREADS)
   }
 }
 
-/* dK and dV of key tile blockIdx.x of (b, h) = blockIdx.y, over the query tiles from the one at
-** the same position (earlier queries see none of these keys) to the end. Warp w owns keys
-** row0 .. row0+3 of the tile. Per query tile, lane t forms, for each of the warp's keys,
+/* dK and dV of key tile blockIdx.x of (b, K/V head) = blockIdx.y, over the query heads of its
+** group in order and, for each, the query tiles from the one at the same position (earlier
+** queries see none of these keys) to the end. Warp w owns keys row0 .. row0+3 of the tile. Per
+** query tile, lane t forms, for each of the warp's keys,
 **   S = scale Q_t . K, P = exp(S - lse_t) (0 where masked), dP = dO_t . V, dS = P (dP - D_t);
 ** then, lanes along d, dV += sum_t P dO_t and dK += sum_t dS Q_t (scaled at the end). */
 static __global__ void __launch_bounds__(ATT_THREADS)
-    attention_backward_dkdv_kernel(float* dqkv, const float* dout, const float* qkv,
-                                   const float* out, const float* lse, int T, int C, int NH,
-                                   float scale) {
+    attention_backward_dkdv_kernel(float* dk_all, float* dv_all, const float* dout,
+                                   const float* q_all, const float* k_all, const float* v_all,
+                                   int ldq, int ldkv, const float* out, const float* lse, int T,
+                                   int NH, int NKV, int hs, float scale) {
   extern __shared__ float smem[];
-  const int hs = C / NH;
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const size_t C = (size_t)NH * hs; /* the row stride of out and dout */
+  const int bkv = blockIdx.y, b = bkv / NKV, kvh = bkv % NKV, group = NH / NKV;
   const int k0 = blockIdx.x * ATT_TILE;
-  const size_t C3 = 3 * (size_t)C;
-  const float* q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-  const float* k = q + C;
-  const float* v = q + 2 * C;
-  const float* dO = dout + (size_t)b * T * C + (size_t)h * hs;
-  const float* o = out + (size_t)b * T * C + (size_t)h * hs;
-  float* dk = dqkv + (size_t)b * T * C3 + (size_t)h * hs + C;
-  float* dv = dk + C;
+  const size_t kvoff = (size_t)b * T * ldkv + (size_t)kvh * hs;
+  const float* k = k_all + kvoff;
+  const float* v = v_all + kvoff;
+  float* dk = dk_all + kvoff;
+  float* dv = dv_all + kvoff;
   float* Qs = smem;                       /* [32][hs + 1], lane = query */
   float* dOs = Qs + ATT_TILE * (hs + 1);  /* [32][hs + 1], lane = query */
   float* Ks = dOs + ATT_TILE * (hs + 1);  /* [32][hs], read by broadcast */
@@ -197,8 +199,8 @@ static __global__ void __launch_bounds__(ATT_THREADS)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = warp * ATT_ROWS_PER_WARP;
 
-  load_tile(Ks, hs, k, C3, k0, T, hs);
-  load_tile(Vs, hs, v, C3, k0, T, hs);
+  load_tile(Ks, hs, k, ldkv, k0, T, hs);
+  load_tile(Vs, hs, v, ldkv, k0, T, hs);
   float dK[ATT_ROWS_PER_WARP][ATT_DIM_SLOTS], dV[ATT_ROWS_PER_WARP][ATT_DIM_SLOTS];
 #pragma unroll
   for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
@@ -208,47 +210,52 @@ static __global__ void __launch_bounds__(ATT_THREADS)
       dV[r][j] = 0.0f;
     }
   }
-  for (int q0 = k0; q0 < T; q0 += ATT_TILE) {
-    __syncthreads(); /* the previous query tile is no longer read */
-    load_tile(Qs, hs + 1, q, C3, q0, T, hs);
-    load_tile(dOs, hs + 1, dO, C, q0, T, hs);
-    load_row_stats(lse_s, D_s, lse + (size_t)bh * T, dO, o, C, q0, T, hs);
-    __syncthreads();
-    float s[ATT_ROWS_PER_WARP] = {0}, dp[ATT_ROWS_PER_WARP] = {0};
-    const float* qrow = Qs + lane * (hs + 1);
-    const float* dorow = dOs + lane * (hs + 1);
-    for (int d = 0; d < hs; d++) {
-      float qd = qrow[d], dod = dorow[d];
+  for (int h = kvh * group; h < (kvh + 1) * group; h++) { /* the group's query heads, in order */
+    const float* q = q_all + (size_t)b * T * ldq + (size_t)h * hs;
+    const float* dO = dout + (size_t)b * T * C + (size_t)h * hs;
+    const float* o = out + (size_t)b * T * C + (size_t)h * hs;
+    for (int q0 = k0; q0 < T; q0 += ATT_TILE) {
+      __syncthreads(); /* the previous query tile is no longer read */
+      load_tile(Qs, hs + 1, q, ldq, q0, T, hs);
+      load_tile(dOs, hs + 1, dO, C, q0, T, hs);
+      load_row_stats(lse_s, D_s, lse + ((size_t)b * NH + h) * T, dO, o, C, q0, T, hs);
+      __syncthreads();
+      float s[ATT_ROWS_PER_WARP] = {0}, dp[ATT_ROWS_PER_WARP] = {0};
+      const float* qrow = Qs + lane * (hs + 1);
+      const float* dorow = dOs + lane * (hs + 1);
+      for (int d = 0; d < hs; d++) {
+        float qd = qrow[d], dod = dorow[d];
+#pragma unroll
+        for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+          s[r] += qd * Ks[(row0 + r) * hs + d];
+          dp[r] += dod * Vs[(row0 + r) * hs + d];
+        }
+      }
+      const int t = q0 + lane; /* this lane's query */
+      float p[ATT_ROWS_PER_WARP], ds[ATT_ROWS_PER_WARP];
 #pragma unroll
       for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
-        s[r] += qd * Ks[(row0 + r) * hs + d];
-        dp[r] += dod * Vs[(row0 + r) * hs + d];
+        const int key = k0 + row0 + r;
+        p[r] = key <= t && t < T ? expf(s[r] * scale - lse_s[lane]) : 0.0f;
+        ds[r] = p[r] * (dp[r] - D_s[lane]);
       }
-    }
-    const int t = q0 + lane; /* this lane's query */
-    float p[ATT_ROWS_PER_WARP], ds[ATT_ROWS_PER_WARP];
+      for (int tt = 0; tt < ATT_TILE; tt++) {
+        float pt[ATT_ROWS_PER_WARP], dst[ATT_ROWS_PER_WARP];
 #pragma unroll
-    for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
-      const int key = k0 + row0 + r;
-      p[r] = key <= t && t < T ? expf(s[r] * scale - lse_s[lane]) : 0.0f;
-      ds[r] = p[r] * (dp[r] - D_s[lane]);
-    }
-    for (int tt = 0; tt < ATT_TILE; tt++) {
-      float pt[ATT_ROWS_PER_WARP], dst[ATT_ROWS_PER_WARP];
+        for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+          pt[r] = __shfl_sync(CUDA_FULL_WARP, p[r], tt);
+          dst[r] = __shfl_sync(CUDA_FULL_WARP, ds[r], tt);
+        }
 #pragma unroll
-      for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
-        pt[r] = __shfl_sync(CUDA_FULL_WARP, p[r], tt);
-        dst[r] = __shfl_sync(CUDA_FULL_WARP, ds[r], tt);
-      }
+        for (int j = 0; j < ATT_DIM_SLOTS; j++) {
+          const int d = lane + 32 * j;
+          if (d < hs) {
+            float dod = dOs[tt * (hs + 1) + d], qd = Qs[tt * (hs + 1) + d];
 #pragma unroll
-      for (int j = 0; j < ATT_DIM_SLOTS; j++) {
-        const int d = lane + 32 * j;
-        if (d < hs) {
-          float dod = dOs[tt * (hs + 1) + d], qd = Qs[tt * (hs + 1) + d];
-#pragma unroll
-          for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
-            dV[r][j] += pt[r] * dod;
-            dK[r][j] += dst[r] * qd;
+            for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
+              dV[r][j] += pt[r] * dod;
+              dK[r][j] += dst[r] * qd;
+            }
           }
         }
       }
@@ -262,32 +269,32 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     for (int j = 0; j < ATT_DIM_SLOTS; j++) {
       const int d = lane + 32 * j;
       if (d < hs) {
-        dk[(size_t)key * C3 + d] += scale * dK[r][j];
-        dv[(size_t)key * C3 + d] += dV[r][j];
+        dk[(size_t)key * ldkv + d] += scale * dK[r][j];
+        dv[(size_t)key * ldkv + d] += dV[r][j];
       }
     }
   }
 }
 
-/* dQ of query tile blockIdx.x of (b, h) = blockIdx.y, over the key tiles of its causal prefix.
-** Warp w owns queries row0 .. row0+3 of the tile. Per key tile, lane k forms, for each of the
-** warp's queries, S, P, dP and dS as in the dK dV kernel; then, lanes along d,
-** dQ += sum_k dS K_k (scaled at the end). */
+/* dQ of query tile blockIdx.x of (b, h) = blockIdx.y, over the key tiles of its causal prefix
+** (of K/V head h / (NH / NKV)). Warp w owns queries row0 .. row0+3 of the tile. Per key tile,
+** lane k forms, for each of the warp's queries, S, P, dP and dS as in the dK dV kernel; then,
+** lanes along d, dQ += sum_k dS K_k (scaled at the end). */
 static __global__ void __launch_bounds__(ATT_THREADS)
-    attention_backward_dq_kernel(float* dqkv, const float* dout, const float* qkv,
-                                 const float* out, const float* lse, int T, int C, int NH,
-                                 float scale) {
+    attention_backward_dq_kernel(float* dq_all, const float* dout, const float* q_all,
+                                 const float* k_all, const float* v_all, int ldq, int ldkv,
+                                 const float* out, const float* lse, int T, int NH, int NKV,
+                                 int hs, float scale) {
   extern __shared__ float smem[];
-  const int hs = C / NH;
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const size_t C = (size_t)NH * hs; /* the row stride of out and dout */
+  const int bh = blockIdx.y, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
   const int q0 = blockIdx.x * ATT_TILE;
-  const size_t C3 = 3 * (size_t)C;
-  const float* q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-  const float* k = q + C;
-  const float* v = q + 2 * C;
+  const float* q = q_all + (size_t)b * T * ldq + (size_t)h * hs;
+  const float* k = k_all + (size_t)b * T * ldkv + (size_t)kvh * hs;
+  const float* v = v_all + (size_t)b * T * ldkv + (size_t)kvh * hs;
   const float* dO = dout + (size_t)b * T * C + (size_t)h * hs;
   const float* o = out + (size_t)b * T * C + (size_t)h * hs;
-  float* dq = dqkv + (size_t)b * T * C3 + (size_t)h * hs;
+  float* dq = dq_all + (size_t)b * T * ldq + (size_t)h * hs;
   float* Ks = smem;                      /* [32][hs + 1], lane = key, then lanes along d */
   float* Vs = Ks + ATT_TILE * (hs + 1);  /* [32][hs + 1], lane = key */
   float* Qs = Vs + ATT_TILE * (hs + 1);  /* [32][hs], read by broadcast */
@@ -297,7 +304,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = warp * ATT_ROWS_PER_WARP;
 
-  load_tile(Qs, hs, q, C3, q0, T, hs);
+  load_tile(Qs, hs, q, ldq, q0, T, hs);
   load_tile(dOs, hs, dO, C, q0, T, hs);
   load_row_stats(lse_s, D_s, lse + (size_t)bh * T, dO, o, C, q0, T, hs);
   float dQ[ATT_ROWS_PER_WARP][ATT_DIM_SLOTS];
@@ -309,8 +316,8 @@ static __global__ void __launch_bounds__(ATT_THREADS)
   const int q_last = min(q0 + ATT_TILE, T) - 1;
   for (int k0 = 0; k0 <= q_last; k0 += ATT_TILE) {
     __syncthreads(); /* the previous key tile is no longer read (and the query tile is loaded) */
-    load_tile(Ks, hs + 1, k, C3, k0, T, hs);
-    load_tile(Vs, hs + 1, v, C3, k0, T, hs);
+    load_tile(Ks, hs + 1, k, ldkv, k0, T, hs);
+    load_tile(Vs, hs + 1, v, ldkv, k0, T, hs);
     __syncthreads();
     float s[ATT_ROWS_PER_WARP] = {0}, dp[ATT_ROWS_PER_WARP] = {0};
     const float* krow = Ks + lane * (hs + 1);
@@ -353,7 +360,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
     for (int j = 0; j < ATT_DIM_SLOTS; j++) {
       const int d = lane + 32 * j;
-      if (d < hs) dq[(size_t)t * C3 + d] += scale * dQ[r][j];
+      if (d < hs) dq[(size_t)t * ldq + d] += scale * dQ[r][j];
     }
   }
 }
@@ -375,13 +382,14 @@ cudaError_t cuda_attention_setup(void) {
   return err;
 }
 
-/* Aborts on a head size the kernels do not handle (their per-lane accumulators cover
-** ATT_MAX_HS dimensions). */
-static void check_head_size(int C, int NH) {
-  if (NH <= 0 || C % NH != 0 || C / NH > ATT_MAX_HS) {
-    char message[96];
-    snprintf(message, sizeof message, "C = %d, NH = %d: head size must divide C and be <= %d",
-             C, NH, ATT_MAX_HS);
+/* Aborts on a head layout the kernels do not handle (their per-lane accumulators cover
+** ATT_MAX_HS dimensions; NKV must divide NH). */
+static void check_heads(int NH, int NKV, int hs) {
+  if (NH <= 0 || NKV <= 0 || NH % NKV != 0 || hs <= 0 || hs > ATT_MAX_HS) {
+    char message[128];
+    snprintf(message, sizeof message,
+             "NH = %d, NKV = %d, hs = %d: NKV must divide NH and the head size be 1..%d", NH,
+             NKV, hs, ATT_MAX_HS);
     cuda_abort("attention", message);
   }
 }
@@ -390,28 +398,28 @@ static void check_head_size(int C, int NH) {
 size_t cuda_attention_scratch_elems(int, int) { return 0; }
 
 /* Table entry attention_forward: one block per (query tile, b, h). */
-void cuda_attention_forward(float* out, float* lse, const float* qkv, float*, int B, int T,
-                            int C, int NH) {
+void cuda_attention_forward(float* out, float* lse, const float* q, const float* k,
+                            const float* v, int ldq, int ldkv, float*, int B, int T, int NH,
+                            int NKV, int hs) {
   if (B <= 0 || T <= 0) return;
-  check_head_size(C, NH);
-  int hs = C / NH;
+  check_heads(NH, NKV, hs);
   dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
-  CUDA_LAUNCH(attention_forward_kernel, grid, ATT_THREADS, forward_smem_bytes(hs), out, lse, qkv,
-              T, C, NH, 1.0f / sqrtf((float)hs));
+  CUDA_LAUNCH(attention_forward_kernel, grid, ATT_THREADS, forward_smem_bytes(hs), out, lse, q,
+              k, v, ldq, ldkv, T, NH, NKV, hs, 1.0f / sqrtf((float)hs));
 }
 
-/* The dK dV kernel, then the dQ kernel (they write disjoint columns of dqkv, in order on the
-** stream). */
-void cuda_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                             const float* lse, float*, int B, int T, int C, int NH) {
+/* The dK dV kernel (a block per key tile and K/V head), then the dQ kernel (a block per query
+** tile and query head); they write disjoint buffers, in order on the stream. */
+void cuda_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                             const float* k, const float* v, int ldq, int ldkv, const float* out,
+                             const float* lse, float*, int B, int T, int NH, int NKV, int hs) {
   if (B <= 0 || T <= 0) return;
-  check_head_size(C, NH);
-  int hs = C / NH;
+  check_heads(NH, NKV, hs);
   float scale = 1.0f / sqrtf((float)hs);
-  dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
+  int tiles = (T + ATT_TILE - 1) / ATT_TILE;
   size_t smem = backward_smem_bytes(hs);
-  CUDA_LAUNCH(attention_backward_dkdv_kernel, grid, ATT_THREADS, smem, dqkv, dout, qkv, out, lse,
-              T, C, NH, scale);
-  CUDA_LAUNCH(attention_backward_dq_kernel, grid, ATT_THREADS, smem, dqkv, dout, qkv, out, lse, T,
-              C, NH, scale);
+  CUDA_LAUNCH(attention_backward_dkdv_kernel, dim3(tiles, B * NKV), ATT_THREADS, smem, dk, dv,
+              dout, q, k, v, ldq, ldkv, out, lse, T, NH, NKV, hs, scale);
+  CUDA_LAUNCH(attention_backward_dq_kernel, dim3(tiles, B * NH), ATT_THREADS, smem, dq, dout, q,
+              k, v, ldq, ldkv, out, lse, T, NH, NKV, hs, scale);
 }

@@ -64,12 +64,15 @@ extern const Kernels_f32 cuda_kernels_f32;
 ** (more than the 48 KiB default). Called once at initialisation (cuda_attention.cu). */
 cudaError_t cuda_attention_setup(void);
 
-/* Causal attention, FlashAttention-2 style, with the contract of the kernel table
-** (cuda_attention.cu). scratch is not used: cuda_attention_scratch_elems is 0. */
-void cuda_attention_forward(float* out, float* lse, const float* qkv, float* scratch, int B,
-                            int T, int C, int NH);
-void cuda_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                             const float* lse, float* scratch, int B, int T, int C, int NH);
+/* Causal attention (multi-head or grouped-query), FlashAttention-2 style, with the contract of
+** the kernel table (cuda_attention.cu). scratch is not used: cuda_attention_scratch_elems is 0. */
+void cuda_attention_forward(float* out, float* lse, const float* q, const float* k,
+                            const float* v, int ldq, int ldkv, float* scratch, int B, int T,
+                            int NH, int NKV, int hs);
+void cuda_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                             const float* k, const float* v, int ldq, int ldkv, const float* out,
+                             const float* lse, float* scratch, int B, int T, int NH, int NKV,
+                             int hs);
 /* The backend's attention_scratch_elems: 0 for every T and hs (the tiles live in shared
 ** memory). */
 size_t cuda_attention_scratch_elems(int T, int hs);

@@ -1,18 +1,18 @@
 /*
 ** cuda_kernels.cu: the fp32 kernels of the CUDA backend, with the contracts of KERNEL_LIST
 ** (kernel_list.h: the same layouts; parameter-gradient kernels accumulate or, with
-** accumulate = 0, overwrite; matmul's dinp and GELU's dinp are overwritten) and the semantics of
-** the CPU kernels in cpu_kernels_real.c, and the table cuda_kernels_f32 made from the list.
-** Each kernel is the host function cuda_<name> (the table entry), which launches its __global__
-** kernels (mostly one, <name>_kernel).
+** accumulate = 0, overwrite; matmul's dinp, GELU's dinp and SwiGLU's dgate and dup are
+** overwritten) and the semantics of the CPU kernels in cpu_kernels_real.c, and the table
+** cuda_kernels_f32 made from the list. Each kernel is the host function cuda_<name> (the table
+** entry), which launches its __global__ kernels (mostly one, <name>_kernel).
 ** Attention is in cuda_attention.cu.
 **
 ** Determinism: no kernel uses atomics or a reduction whose order depends on scheduling. Sums
-** over rows (bias, LayerNorm weight and embedding gradients) are owned per column by fixed
-** threads that add rows in a fixed pattern; the loss and the sum of squares are reduced by
-** fixed-shape trees. Results are therefore bit-identical from run to run on the same GPU.
-** Matrix products go through cuBLAS, deterministic on a given GPU and cuBLAS version (fixed
-** workspace, one stream).
+** over rows (bias, LayerNorm and RMSNorm weight and embedding gradients) are owned per column
+** by fixed threads that add rows in a fixed pattern; the loss and the sum of squares are
+** reduced by fixed-shape trees. Results are therefore bit-identical from run to run on the
+** same GPU. Matrix products go through cuBLAS, deterministic on a given GPU and cuBLAS version
+** (fixed workspace, one stream).
 */
 #include "kernels/cuda/cuda_internal.cuh"
 
@@ -390,7 +390,86 @@ static void cuda_layernorm_backward(float* dinp, float* dw, float* db, const flo
 }
 
 // ----------------------------------------------------------------------------
-// GELU, accumulate
+// RMSNorm: one warp per row for the row statistic and the input gradient
+
+/* RMSNorm of row `row` of inp[BT, C] by one warp: the sum of squares in double (as on the CPU),
+** rstd = 1 / sqrt(mean(x^2) + eps) rounded to float, out = x * rstd * w; saves rstd. */
+static __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp,
+                                              const float* w, int BT, int C, double eps) {
+  int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  if (row >= BT) return; /* the whole warp leaves together */
+  const float* x = inp + (size_t)row * C;
+  float* o = out + (size_t)row * C;
+  double sq = 0;
+  for (int c = lane; c < C; c += 32) sq += (double)x[c] * (double)x[c];
+  float s = (float)(1.0 / sqrt(warp_sum_double(sq) / C + eps));
+  for (int c = lane; c < C; c += 32) o[c] = x[c] * s * w[c];
+  if (lane == 0) rstd[row] = s;
+}
+
+/* Table entry rmsnorm_forward: THREADS / 32 rows per block, one per warp. */
+static void cuda_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w,
+                                 int BT, int C, double eps) {
+  if (BT <= 0) return;
+  int rows_per_block = THREADS / 32;
+  CUDA_LAUNCH(rmsnorm_forward_kernel, (BT + rows_per_block - 1) / rows_per_block, THREADS, 0,
+              out, rstd, inp, w, BT, C, eps);
+}
+
+/* Input gradient of RMSNorm for one row per warp: with norm = x rstd,
+**   dinp += (w*dout - norm * mean(w*dout*norm)) * rstd. */
+static __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout,
+                                                     const float* inp, const float* w,
+                                                     const float* rstd, int BT, int C) {
+  int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  if (row >= BT) return;
+  const float* x = inp + (size_t)row * C;
+  const float* d = dout + (size_t)row * C;
+  float* dx = dinp + (size_t)row * C;
+  float s = rstd[row];
+  float wdx = 0;
+  for (int c = lane; c < C; c += 32) wdx += w[c] * d[c] * x[c];
+  float dnorm_norm_mean = warp_sum(wdx) * s / C;
+  for (int c = lane; c < C; c += 32) dx[c] += (w[c] * d[c] - x[c] * s * dnorm_norm_mean) * s;
+}
+
+/* dw[c] += sum_i x_i[c] rstd_i dout_i[c] (= without accumulate): colsum_kernel's column sums. */
+static __global__ void rmsnorm_backward_weight_kernel(float* dw, const float* dout,
+                                                      const float* inp, const float* rstd,
+                                                      int BT, int C, int accumulate) {
+  __shared__ float partial[COLSUM_ROWS][COLSUM_COLS];
+  int c = blockIdx.x * COLSUM_COLS + threadIdx.x;
+  float acc = 0;
+  if (c < C)
+    for (int i = threadIdx.y; i < BT; i += COLSUM_ROWS)
+      acc += inp[(size_t)i * C + c] * rstd[i] * dout[(size_t)i * C + c];
+  partial[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float total = 0;
+    for (int y = 0; y < COLSUM_ROWS; y++) total += partial[y][threadIdx.x];
+    dw[c] = accumulate ? dw[c] + total : total;
+  }
+}
+
+/* Table entry rmsnorm_backward: the input gradient (a warp per row, accumulated), then the
+** weight gradient (column sums, accumulated or overwritten). */
+static void cuda_rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
+                                  const float* w, const float* rstd, int BT, int C,
+                                  int accumulate) {
+  if (BT <= 0 || C <= 0) return;
+  int rows_per_block = THREADS / 32;
+  CUDA_LAUNCH(rmsnorm_backward_input_kernel, (BT + rows_per_block - 1) / rows_per_block,
+              THREADS, 0, dinp, dout, inp, w, rstd, BT, C);
+  dim3 block(COLSUM_COLS, COLSUM_ROWS);
+  CUDA_LAUNCH(rmsnorm_backward_weight_kernel, (C + COLSUM_COLS - 1) / COLSUM_COLS, block, 0, dw,
+              dout, inp, rstd, BT, C, accumulate);
+}
+
+// ----------------------------------------------------------------------------
+// GELU
 
 #define GELU_SCALING 0.7978845608028654f /* sqrt(2 / pi) */
 #define GELU_CUBE 0.044715f
@@ -430,6 +509,87 @@ static void cuda_gelu_backward(float* dinp, const float* inp, const float* dout,
 
 #undef GELU_SCALING
 #undef GELU_CUBE
+
+// ----------------------------------------------------------------------------
+// SwiGLU, RoPE
+
+/* out = silu(gate) * up, silu(x) = x sigmoid(x), sigmoid(x) = 1 / (1 + exp(-x)) (as on the
+** CPU; exp(-x) = inf for very negative x gives sigmoid 0, never a NaN). */
+static __global__ void swiglu_forward_kernel(float* out, const float* gate, const float* up,
+                                             size_t n) {
+  for (size_t i = grid_index(); i < n; i += grid_stride()) {
+    float g = gate[i];
+    float sig = 1.0f / (1.0f + expf(-g));
+    out[i] = g * sig * up[i];
+  }
+}
+
+/* Table entry swiglu_forward. */
+static void cuda_swiglu_forward(float* out, const float* gate, const float* up, size_t n) {
+  CUDA_LAUNCH(swiglu_forward_kernel, grid_for(n), THREADS, 0, out, gate, up, n);
+}
+
+/* dup = dout silu(gate), dgate = dout up silu'(gate), silu'(x) = sigmoid(x) (1 + x (1 -
+** sigmoid(x))); both overwritten. */
+static __global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* dout,
+                                              const float* gate, const float* up, size_t n) {
+  for (size_t i = grid_index(); i < n; i += grid_stride()) {
+    float g = gate[i];
+    float sig = 1.0f / (1.0f + expf(-g));
+    float d = dout[i];
+    dup[i] = d * (g * sig);
+    dgate[i] = d * up[i] * (sig * (1.0f + g * (1.0f - sig)));
+  }
+}
+
+/* Table entry swiglu_backward (overwrites dgate and dup). */
+static void cuda_swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                                 const float* up, size_t n) {
+  CUDA_LAUNCH(swiglu_backward_kernel, grid_for(n), THREADS, 0, dgate, dup, dout, gate, up, n);
+}
+
+/* Threads per block of the RoPE kernel (one block per row; a thread per pair j of a head). */
+#define ROPE_THREADS 64
+
+/* Rotates row blockIdx.x of x (stride ld, position row % T) in place: thread j takes the pairs
+** j, j + ROPE_THREADS, ... < hs/2, computes the angle t * inv_freq[j] (a float product, as on
+** the CPU) and its cosine and sine once, and rotates pair (j, j + hs/2) of every head by it;
+** sign = -1 (backward) negates the sine, the exact inverse (transpose) rotation. */
+static __global__ void rope_kernel(float* x, int ld, const float* inv_freq, int T, int nh,
+                                   int hs, float sign) {
+  int row = blockIdx.x, half = hs / 2;
+  float pos = (float)(row % T);
+  float* xr = x + (size_t)row * ld;
+  for (int j = threadIdx.x; j < half; j += blockDim.x) {
+    float a = pos * inv_freq[j];
+    float c = cosf(a), s = sign * sinf(a);
+    for (int h = 0; h < nh; h++) {
+      float* x1 = xr + (size_t)h * hs + j;
+      float a1 = x1[0], a2 = x1[half];
+      x1[0] = a1 * c - a2 * s;
+      x1[half] = a2 * c + a1 * s;
+    }
+  }
+}
+
+/* Table entry rope_forward: one block per row. */
+static void cuda_rope_forward(float* x, int ld, const float* inv_freq, int B, int T, int nh,
+                              int hs) {
+  if (B <= 0 || T <= 0 || nh <= 0 || hs < 2) return;
+  CUDA_LAUNCH(rope_kernel, B * T, ROPE_THREADS, 0, x, ld, inv_freq, T, nh, hs, 1.0f);
+}
+
+/* Table entry rope_backward: the inverse rotation, in place. */
+static void cuda_rope_backward(float* dx, int ld, const float* inv_freq, int B, int T, int nh,
+                               int hs) {
+  if (B <= 0 || T <= 0 || nh <= 0 || hs < 2) return;
+  CUDA_LAUNCH(rope_kernel, B * T, ROPE_THREADS, 0, dx, ld, inv_freq, T, nh, hs, -1.0f);
+}
+
+#undef ROPE_THREADS
+
+// ----------------------------------------------------------------------------
+// accumulate
 
 /* dst += src. */
 static __global__ void accumulate_kernel(float* dst, const float* src, size_t n) {
