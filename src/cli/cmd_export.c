@@ -13,20 +13,24 @@
 #include "comm/comm.h"
 #include "core/util.h"
 #include "model/gpt.h"
+#include "model/safetensors.h"
 #include "model/weights_file.h"
 #include "runtime/train_state.h"
 
 static const char* export_help =
     "usage: osdp export FILE --format llmc|safetensors OUT [--model M] [--quiet]\n"
-    "  converts the weights in FILE (an llm.c GPT-2 checkpoint or a safetensors file, told\n"
-    "  apart by content) into OUT:\n"
+    "  converts the weights in FILE (an llm.c GPT-2 checkpoint, a safetensors file, a sharded\n"
+    "  checkpoint's model.safetensors.index.json, a Hugging Face model directory, or a\n"
+    "  checkpoint directory of osdp train; told apart by content) into OUT:\n"
     "  --format llmc         llm.c's GPT-2 checkpoint (fp32, version 3): llm.c and osdp's\n"
     "                        --load read it\n"
-    "  --format safetensors  Hugging Face GPT-2 tensor names and shapes (wte.weight [V, C],\n"
-    "                        h.0.attn.c_attn.weight [C, 3C], ...): transformers'\n"
-    "                        GPT2LMHeadModel and osdp's --load read it\n"
-    "  --model M             the model's shape (preset or JSON file), needed only for a\n"
-    "                        safetensors FILE that does not record its number of heads\n"
+    "  --format safetensors  Hugging Face tensor names and shapes (GPT-2: wte.weight [V, C], ...;\n"
+    "                        Llama: model.embed_tokens.weight [V, C], ...), fp32: transformers\n"
+    "                        and osdp's --load read it. OUT an existing directory (or ending in\n"
+    "                        /): OUT/model.safetensors and OUT/config.json, which transformers'\n"
+    "                        from_pretrained(OUT) loads\n"
+    "  --model M             the model's shape (preset, JSON file or config.json), needed only\n"
+    "                        for a GPT-2 safetensors FILE that does not record its number of heads\n"
     "  --quiet               print nothing on success\n"
     "  OUT is written to OUT.tmp and renamed, so a failed export leaves an existing OUT as it was.\n";
 
@@ -60,17 +64,17 @@ static int export_config(const char* path, const char* model, GptConfig* cfg) {
     return 0;
   }
   if (gpt_config_load(model, cfg)) return -1;
-  if (cfg->n_layer == fc.n_layer && cfg->n_embd == fc.n_embd && cfg->vocab_size == fc.vocab_size &&
-      cfg->max_seq == fc.max_seq && (fc.n_head == 0 || fc.n_head == cfg->n_head)) {
+  char why[128];
+  if (!weights_config_differs(cfg, &fc, why, sizeof why)) {
     cfg->padded_vocab = fc.padded_vocab; /* keep the file's padding (llm.c files record it) */
     return 0;
   }
   char heads[16] = "?";
   if (fc.n_head) snprintf(heads, sizeof heads, "%d", fc.n_head);
   return osdp_fail("export: %s holds a model of L=%d C=%d heads=%s V=%d maxT=%d, but --model %s "
-                   "is L=%d C=%d heads=%d V=%d maxT=%d; drop --model to use the file's", path,
+                   "is L=%d C=%d heads=%d V=%d maxT=%d (%s); drop --model to use the file's", path,
                    fc.n_layer, fc.n_embd, heads, fc.vocab_size, fc.max_seq, model, cfg->n_layer,
-                   cfg->n_embd, cfg->n_head, cfg->vocab_size, cfg->max_seq);
+                   cfg->n_embd, cfg->n_head, cfg->vocab_size, cfg->max_seq, why);
 }
 
 /* The one place an export input becomes (model, parameters): *d built and *params (op-block
@@ -81,7 +85,7 @@ static int export_read_input(const char* path, const char* model, GptDesc* d, fl
   memset(d, 0, sizeof *d);
   *params = NULL;
   struct stat st;
-  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode) && !safetensors_dir_holds(path)) {
     /* A checkpoint directory of osdp train --checkpoint (or one step of it). */
     GptConfig cfg;
     if (train_state_load_params(path, &cfg, params)) return -1;
@@ -110,23 +114,38 @@ static int export_read_input(const char* path, const char* model, GptDesc* d, fl
   return rc;
 }
 
+/* Whether OUT names a directory to export into: an existing one, or a name ending in '/'. */
+static int out_is_dir(const char* out) {
+  struct stat st;
+  size_t n = strlen(out);
+  return (n && out[n - 1] == '/') || (stat(out, &st) == 0 && S_ISDIR(st.st_mode));
+}
+
 /* Converts FILE into OUT (rank 0's work); prints a line unless quiet. */
 static int export_run(const char* in, const char* out, WeightsFormat fmt, const char* model,
                       int quiet) {
   GptDesc d;
   float* params;
+  if (out_is_dir(out) && fmt != WEIGHTS_SAFETENSORS)
+    return osdp_fail("export: OUT '%s' is a directory, which only --format safetensors writes "
+                     "(model.safetensors and config.json); give a file name for llmc", out);
   if (export_read_input(in, model, &d, &params)) return -1;
-  int rc = weights_save(out, fmt, &d, params);
+  int dir_out = out_is_dir(out);
+  int rc = dir_out ? safetensors_save_dir(out, &d, params) : weights_save(out, fmt, &d, params);
   if (rc == 0 && !quiet) {
     WeightsFormat from = fmt;
     struct stat st;
-    int is_dir = stat(in, &st) == 0 && S_ISDIR(st.st_mode);
+    int is_dir = stat(in, &st) == 0 && S_ISDIR(st.st_mode) && !safetensors_dir_holds(in);
     if (!is_dir) (void)weights_detect(in, &from);
-    char sz[32];
-    printf("export: %s (%s) -> %s (%s, %s): %d layers, hidden %d, %d heads, vocab %d, max seq "
+    char sz[32], file[4200];
+    size_t len = strlen(out);
+    while (dir_out && len > 1 && out[len - 1] == '/') len--;
+    snprintf(file, sizeof file, dir_out ? "%.*s/model.safetensors" : "%.*s", (int)len, out);
+    printf("export: %s (%s) -> %s (%s, %s%s): %d layers, hidden %d, %d heads, vocab %d, max seq "
            "%d, %zu parameters\n", in, is_dir ? "checkpoint directory" : weights_format_name(from),
-           out, weights_format_name(fmt),
-           stat(out, &st) == 0 ? format_bytes((double)st.st_size, sz) : "?", d.cfg.n_layer,
+           file, weights_format_name(fmt),
+           stat(file, &st) == 0 ? format_bytes((double)st.st_size, sz) : "?",
+           dir_out ? ", with config.json" : "", d.cfg.n_layer,
            d.cfg.n_embd, d.cfg.n_head, d.cfg.vocab_size, d.cfg.max_seq, d.n_params);
   }
   free(params);

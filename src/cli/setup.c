@@ -13,26 +13,27 @@ int setup_model(const Args* a, const char* def, GptDesc* d) {
   const char* name = args_get(a, "model", NULL);
   const char* load = args_get(a, "load", NULL);
   GptConfig cfg, ck;
-  /* --load is an llm.c checkpoint or a safetensors file (told apart by content); a safetensors
-  ** file without osdp's metadata does not say its number of heads (ck.n_head = 0). */
+  char why[128];
+  /* --load is an llm.c checkpoint, a safetensors file, index or model directory (told apart by
+  ** content); a GPT-2 safetensors file without osdp's metadata or a config.json beside it does
+  ** not say its number of heads (ck.n_head = 0). */
   if (load && weights_read_config(load, &ck)) return -1;
   if (name) {
     if (gpt_config_load(name, &cfg)) return -1;
-    if (load && (cfg.n_layer != ck.n_layer || cfg.n_embd != ck.n_embd ||
-                 (ck.n_head && cfg.n_head != ck.n_head) || cfg.vocab_size != ck.vocab_size ||
-                 cfg.max_seq != ck.max_seq)) {
+    if (load && weights_config_differs(&cfg, &ck, why, sizeof why)) {
       char heads[16] = "?";
       if (ck.n_head) snprintf(heads, sizeof heads, "%d", ck.n_head);
       return osdp_fail("--load: %s holds a model of L=%d C=%d heads=%s V=%d maxT=%d, but --model %s "
-                       "is L=%d C=%d heads=%d V=%d maxT=%d; drop --model to use the checkpoint's",
-                       load, ck.n_layer, ck.n_embd, heads, ck.vocab_size, ck.max_seq, name,
-                       cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab_size, cfg.max_seq);
+                       "is L=%d C=%d heads=%d V=%d maxT=%d (%s); drop --model to use the "
+                       "checkpoint's", load, ck.n_layer, ck.n_embd, heads, ck.vocab_size,
+                       ck.max_seq, name, cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab_size,
+                       cfg.max_seq, why);
     }
   } else if (load) {
     if (ck.n_head == 0)
       return osdp_fail("--load: %s does not record its number of heads (no n_head in its "
-                       "safetensors __metadata__); give --model with the model's shape (a preset "
-                       "or a JSON file)", load);
+                       "safetensors __metadata__, no config.json beside it); give --model with "
+                       "the model's shape (a preset, a JSON file or a config.json)", load);
     cfg = ck;
   } else if (gpt_config_load(def, &cfg)) {
     return -1;

@@ -740,12 +740,13 @@ int safetensors_save_dir(const char* dir, const GptDesc* d, const float* params)
                      "model's model.safetensors and config.json", dir);
   if (stat(dir, &st) != 0 && mkdir(dir, 0777) != 0)
     return osdp_fail("safetensors: cannot make directory '%s': %s", dir, strerror(errno));
-  size_t n = strlen(dir) + 32;
+  size_t n = strlen(dir) + 32, len = strlen(dir);
   char* p = malloc(n);
   if (!p) return osdp_fail("safetensors: out of memory");
-  snprintf(p, n, "%s/model.safetensors", dir);
+  while (len > 1 && dir[len - 1] == '/') len--;
+  snprintf(p, n, "%.*s/model.safetensors", (int)len, dir);
   int rc = safetensors_save(p, d, params);
-  snprintf(p, n, "%s/config.json", dir);
+  snprintf(p, n, "%.*s/config.json", (int)len, dir);
   if (rc == 0) rc = hf_config_write(&d->cfg, p);
   free(p);
   return rc;

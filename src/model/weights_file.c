@@ -2,6 +2,7 @@
 ** weights_file.h. */
 #include "model/weights_file.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -76,4 +77,26 @@ int weights_load(const char* path, const GptDesc* d, float* params) {
 int weights_save(const char* path, WeightsFormat fmt, const GptDesc* d, const float* params) {
   return fmt == WEIGHTS_SAFETENSORS ? safetensors_save(path, d, params)
                                     : checkpoint_save(path, d, params);
+}
+
+int weights_config_differs(const GptConfig* model, const GptConfig* file, char* why, size_t n) {
+  cJSON *a = cJSON_CreateObject(), *b = cJSON_CreateObject();
+  int differs = 0;
+  if (a) gpt_config_to_json(model, a);
+  if (b) gpt_config_to_json(file, b);
+  if (strcmp(model->family, file->family) != 0) {
+    snprintf(why, n, "family: %s, the file's %s", model->family[0] ? model->family : "gpt2",
+             file->family[0] ? file->family : "gpt2");
+    differs = 1;
+  }
+  for (const cJSON* v = a ? a->child : NULL; v && !differs; v = v->next) {
+    const cJSON* w = b ? cJSON_GetObjectItemCaseSensitive(b, v->string) : NULL;
+    if (!cJSON_IsNumber(v) || (strcmp(v->string, "n_head") == 0 && file->n_head == 0)) continue;
+    if (cJSON_IsNumber(w) && w->valuedouble == v->valuedouble) continue;
+    snprintf(why, n, "%s: %.17g, the file's %.17g", v->string, v->valuedouble, w ? w->valuedouble : 0.0);
+    differs = 1;
+  }
+  cJSON_Delete(a);
+  cJSON_Delete(b);
+  return differs;
 }

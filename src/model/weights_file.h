@@ -33,6 +33,11 @@ int weights_detect(const char* path, WeightsFormat* fmt);
 ** from --model). Returns 0, or -1 with a one-line error naming the file. */
 int weights_read_config(const char* path, GptConfig* cfg);
 
+/* Whether the config a weights file gives (file; n_head 0: not recorded) is another model than
+** `model`, in any key of gpt_config_to_json (names and padding aside): 1 with the first
+** difference in why ("n_kv_head: 2, the file's 4"), else 0. */
+int weights_config_differs(const GptConfig* model, const GptConfig* file, char* why, size_t n);
+
 /* Reads a weights file of either format into params (op-block order, d->n_params floats), after
 ** checking that it holds model d. Returns 0, or -1 with a one-line error naming the file. */
 int weights_load(const char* path, const GptDesc* d, float* params);
