@@ -218,6 +218,36 @@ put("safetensors", "header-size.safetensors", struct.pack("<Q", 1 << 40) + st[8:
 put("safetensors", "not-brace.safetensors", struct.pack("<Q", 4) + b"[1] ")
 put("safetensors", "truncated.safetensors", st[:-8])
 
+
+def st_halves(code, dtype):
+    """The micro file with every tensor as a 16-bit dtype: struct code "e" (F16) or None (BF16:
+    each F32's high half)."""
+    h, out = json.loads(jdump(header)), b""
+    for k, v in h.items():
+        if k == "__metadata__":
+            continue
+        b0, e0 = v["data_offsets"]
+        vals = struct.unpack("<%df" % ((e0 - b0) // 4), body[b0:e0])
+        words = struct.unpack("<%dI" % len(vals), body[b0:e0])
+        data = struct.pack("<%de" % len(vals), *vals) if code else struct.pack("<%dH" % len(vals), *[w >> 16 for w in words])
+        v.update(dtype=dtype, data_offsets=[len(out), len(out) + len(data)])
+        out += data
+    return st_file(h, out)
+
+
+put("safetensors", "bf16.safetensors", st_halves(None, "BF16"))
+put("safetensors", "f16.safetensors", st_halves("e", "F16"))
+put("safetensors", "index.json", jdump({"weight_map": {"wte.weight": "model-00001-of-00001.safetensors"}}))
+LMICRO = {"family": "llama", "n_layer": 1, "n_embd": 8, "n_head": 2, "n_kv_head": 1, "head_dim": 4,
+          "ffn_dim": 12, "vocab_size": 14, "max_seq": 16, "tied_head": 0, "qkv_bias": 1, "norm_eps": 1e-5,
+          "rope_theta": 10000, "rope_factor": 0, "rope_low_freq_factor": 0, "rope_high_freq_factor": 0,
+          "rope_original_max": 0, "name": "lmicro"}
+with open(os.path.join(tmp, "lmicro.json"), "w") as f:
+    f.write(jdump(LMICRO))
+run("train", "--model", "lmicro.json", "--steps", "0", "--seq", "16", "--batch", "1", "--quiet",
+    "--save", "lmicro.safetensors")
+put("safetensors", "llama-micro.safetensors", read("lmicro.safetensors"))
+
 man = read("cdir/step-3/manifest.json")
 rank = read("cdir/step-3/rank-00000.bin")
 

@@ -355,8 +355,9 @@ static int st_config_gpt2(const StSet* s, GptConfig* c) {
   if (!wte || !wpe) {
     if (st_set_find(s, family_llama()->hf_tied_to))
       return osdp_fail("safetensors: '%s' holds a Llama-family model (%s) without osdp's "
-                       "__metadata__ and there is no config.json beside it; put the model's "
-                       "config.json there, or give --model", s->path, family_llama()->hf_tied_to);
+                       "__metadata__ or a config.json beside it; give the model's directory "
+                       "(config.json and model.safetensors or its index)", s->path,
+                       family_llama()->hf_tied_to);
     return osdp_fail("safetensors: '%s' has no tensor %s (nor " ST_PREFIX "%s); is it a GPT-2 "
                      "model?", s->path, wte ? "wpe.weight" : "wte.weight", wte ? "wpe.weight" : "wte.weight");
   }
@@ -412,15 +413,22 @@ static void config_name(const char* path, GptConfig* c) {
   snprintf(c->name, sizeof c->name, "%.*s", (int)sizeof c->name - 1, base);
 }
 
+/* Whether the checkpoint is laid out as the Hub's (an index, or a file named
+** model.safetensors), so that a config.json beside it describes it. */
+static int hub_layout(const StSet* s) {
+  return s->is_index || strcmp(base_name(s->path), "model.safetensors") == 0;
+}
+
 /* The model shape of an open set (see safetensors_read_config), from the first of: osdp's
-** metadata, config.json beside it, the GPT-2 tensors themselves; checked against the tensors. */
+** metadata, config.json beside a checkpoint of the Hub's layout, the GPT-2 tensors themselves;
+** checked against the tensors. */
 static int st_config(const StSet* s, const char* path, GptConfig* c) {
   memset(c, 0, sizeof *c);
   char cj[4096];
   snprintf(cj, sizeof cj, "%s/config.json", s->dir);
   int rc = st_config_meta(s, c), heads;
   const char* src = "__metadata__.";
-  if (rc == 0 && access(cj, F_OK) == 0) {
+  if (rc == 0 && hub_layout(s) && access(cj, F_OK) == 0) {
     rc = hf_config_load(cj, c);
     src = "config.json's ";
   }
@@ -452,12 +460,14 @@ int safetensors_read_config(const char* path, GptConfig* cfg) {
   return rc;
 }
 
-/* Checks that the config osdp's metadata records (when it records one) is model d's, key by
-** key (the padding aside: none is stored). */
-static int meta_matches(const StSet* s, const GptDesc* d) {
+/* Checks that the config osdp's metadata records (when it records one) is model d's: its
+** family only (before the tensors are matched, so that a file of another family is named as
+** such), or key by key (the padding aside: none is stored). */
+static int meta_matches(const StSet* s, const GptDesc* d, int family_only) {
   GptConfig f;
   int rc = st_config_meta(s, &f);
   if (rc <= 0) return rc;
+  if (family_only && strcmp(f.family, d->cfg.family) == 0) return 0;
   cJSON *a = cJSON_CreateObject(), *b = cJSON_CreateObject();
   if (a) gpt_config_to_json(&f, a);
   if (b) gpt_config_to_json(&d->cfg, b);
@@ -543,7 +553,7 @@ int safetensors_load(const char* path, const GptDesc* d, float* params) {
   if (st_set_open(&s, path)) return -1;
   if (wants_build(d, &ws)) { st_set_close(&s); return -1; }
   ReadBufs rb = {NULL, NULL, ST_STREAM_FLOATS > 2 * ws.C ? ST_STREAM_FLOATS : 2 * ws.C};
-  int rc = st_match(&s, &ws, d->cfg.name) || meta_matches(&s, d) ? -1 : 0;
+  int rc = meta_matches(&s, d, 1) || st_match(&s, &ws, d->cfg.name) || meta_matches(&s, d, 0) ? -1 : 0;
   if (rc == 0 && (!(rb.f = malloc(rb.cap * sizeof *rb.f)) || !(rb.h = malloc(rb.cap * sizeof *rb.h))))
     rc = osdp_fail("safetensors: out of memory for a %zu-float buffer", rb.cap);
   if (rc == 0 && ws.lm_head) rc = lm_head_check(&ws, &rb);

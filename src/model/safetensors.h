@@ -47,9 +47,10 @@
 ** A checkpoint (`path` below) is a safetensors file, a sharded checkpoint's index
 ** (model.safetensors.index.json: {"weight_map": {tensor: shard file}}; the shards beside it;
 ** see st_files.h for what is checked), or a directory holding the index or model.safetensors.
-** Its config comes from, in order: osdp's __metadata__; config.json beside it (a Hugging Face
-** config, model/hf_config.h); for GPT-2, the tensors themselves (every size but the number of
-** heads).
+** Its config comes from, in order: osdp's __metadata__; for the Hub's layout (an index, or a
+** file named model.safetensors) config.json beside it (a Hugging Face config,
+** model/hf_config.h; another file there is not one); for GPT-2, the tensors themselves (every
+** size but the number of heads).
 */
 #ifndef OSDP_SAFETENSORS_H
 #define OSDP_SAFETENSORS_H
