@@ -298,8 +298,11 @@ static char* read_small_text(const char* path) {
     osdp_fail("%s: cannot open: %s", path, strerror(errno));
     return NULL;
   }
-  char* text = malloc(HF_CONFIG_MAX_BYTES + 1);
-  size_t n = text ? fread(text, 1, HF_CONFIG_MAX_BYTES + 1, f) : 0;
+  struct stat st;
+  size_t size = fstat(fileno(f), &st) == 0 && st.st_size >= 0 ? (size_t)st.st_size : 0;
+  if (size > HF_CONFIG_MAX_BYTES) size = HF_CONFIG_MAX_BYTES;
+  char* text = malloc(size + 2);
+  size_t n = text ? fread(text, 1, size + 1, f) : 0; /* + 1: a file that grew shows it */
   int err = ferror(f);
   fclose(f);
   if (!text || err || n > HF_CONFIG_MAX_BYTES) {

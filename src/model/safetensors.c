@@ -58,6 +58,7 @@ typedef struct Wants {
   int L;
   const ModelFamily* fam;  /* the names' conventions */
   size_t C;                /* the widest row of a transposed want (for the stream buffer) */
+  size_t largest;          /* elements of the largest want */
   int tied;                /* the LM head uses the embedding's weight (its op owns none) */
   int tied_to;             /* the want a tied head must equal (-1: none) */
   const StTensor* lm_head; /* the file's tied head, if any (st_match) */
@@ -105,6 +106,8 @@ static void want_add(Wants* ws, const ParamTensor* t, size_t base) {
   w->trows = t->rows;
   w->tcols = t->cols;
   if (w->transposed && w->trows > ws->C) ws->C = w->trows;
+  size_t n = w->shape[0] * (w->ndim > 1 ? w->shape[1] : 1);
+  if (n > ws->largest) ws->largest = n;
 }
 
 /* Builds the list of tensors model d needs: every parameter tensor with a file name, in model
@@ -138,6 +141,14 @@ static int wants_build(const GptDesc* d, Wants* ws) {
   return osdp_fail("safetensors: the named tensors of model '%s' hold %zu parameters but it has "
                    "%zu besides padding; its family's spec leaves some tensors without a file name",
                    d->cfg.name, total, d->n_params - padding);
+}
+
+/* Elements of a stream buffer for the wants: ST_STREAM_FLOATS, or less when no tensor is that
+** large, but at least `rows` of the widest transposed row (reads take whole rows; the tied-head
+** check halves the buffer). */
+static size_t stream_cap(const Wants* ws, size_t rows) {
+  size_t cap = ws->largest < ST_STREAM_FLOATS ? 2 * ws->largest : ST_STREAM_FLOATS;
+  return cap > rows * ws->C ? cap : rows * ws->C;
 }
 
 /* Parses "<layer prefix><l>.<suffix>" (e.g. "h.3.ln_1.weight"; the file prefix already
@@ -552,7 +563,7 @@ int safetensors_load(const char* path, const GptDesc* d, float* params) {
   Wants ws;
   if (st_set_open(&s, path)) return -1;
   if (wants_build(d, &ws)) { st_set_close(&s); return -1; }
-  ReadBufs rb = {NULL, NULL, ST_STREAM_FLOATS > 2 * ws.C ? ST_STREAM_FLOATS : 2 * ws.C};
+  ReadBufs rb = {NULL, NULL, stream_cap(&ws, 2)};
   int rc = meta_matches(&s, d, 1) || st_match(&s, &ws, d->cfg.name) || meta_matches(&s, d, 0) ? -1 : 0;
   if (rc == 0 && (!(rb.f = malloc(rb.cap * sizeof *rb.f)) || !(rb.h = malloc(rb.cap * sizeof *rb.h))))
     rc = osdp_fail("safetensors: out of memory for a %zu-float buffer", rb.cap);
@@ -675,7 +686,7 @@ static int st_write(FILE* f, const char* path, const GptDesc* d, const float* pa
   float* buf = NULL;
   if (wants_build(d, &ws)) return -1;
   int rc = header_build(d, &ws, &t);
-  size_t cap = ST_STREAM_FLOATS > ws.C ? ST_STREAM_FLOATS : ws.C;
+  size_t cap = stream_cap(&ws, 1);
   if (rc == 0 && !(buf = malloc(cap * sizeof(float))))
     rc = osdp_fail("safetensors: out of memory for a %zu-float buffer", cap);
   unsigned char n8[8];

@@ -408,8 +408,11 @@ static char* index_text(const char* path) {
     osdp_fail("safetensors: cannot open index '%s': %s", path, strerror(errno));
     return NULL;
   }
-  char* text = malloc(ST_INDEX_MAX_BYTES + 1);
-  size_t len = text ? fread(text, 1, ST_INDEX_MAX_BYTES + 1, f) : 0;
+  struct stat st;
+  size_t size = fstat(fileno(f), &st) == 0 && st.st_size >= 0 ? (size_t)st.st_size : 0;
+  if (size > ST_INDEX_MAX_BYTES) size = ST_INDEX_MAX_BYTES;
+  char* text = malloc(size + 2);
+  size_t len = text ? fread(text, 1, size + 1, f) : 0; /* + 1: a file that grew shows it */
   int err = ferror(f);
   fclose(f);
   if (!text || err || len > ST_INDEX_MAX_BYTES) {
