@@ -82,7 +82,7 @@ void llama_rope_inv_freq(const GptConfig* c, double* inv_freq) {
         f = (1 - s) * f / c->rope_factor + s * f;
       }
     }
-    inv_freq[j] = f;
+    inv_freq[j] = (float)f; /* transformers keeps the (scaled) frequencies as float32 */
   }
 }
 
