@@ -1,7 +1,7 @@
 /*
 ** cmd_export.c: `osdp export FILE --format llmc|safetensors OUT`: converts model weights
-** between llm.c's GPT-2 checkpoint and a safetensors file with Hugging Face GPT-2 names (or
-** rewrites a file in its own format). The input's format is read from its content. Rank 0
+** between llm.c's GPT-2 checkpoint and a safetensors file with Hugging Face names (GPT-2,
+** Llama, Qwen2; or rewrites a file in its own format). The input's format is read from its content. Rank 0
 ** converts; under mpirun the other ranks only wait for its result.
 */
 #include <stdio.h>

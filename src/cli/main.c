@@ -17,7 +17,7 @@ static const char* usage =
     "  describe  print the model's operator list, sizes and predicted memory\n"
     "  profile   measure this machine's ranks (collectives, operator times) into device.json\n"
     "  plan      find the fastest per-operator plan that fits the memory limit\n"
-    "  export    convert weights between llm.c checkpoints and safetensors (Hugging Face GPT-2)\n"
+    "  export    convert weights: llm.c checkpoints, safetensors (Hugging Face GPT-2/Llama/Qwen2)\n"
     "run 'osdp <command> --help' for a command's options; under mpirun -np N every command\n"
     "runs on N ranks.\n";
 
