@@ -71,7 +71,10 @@ GptParamUse* gpt_param_schedule_alloc(const GptDesc* d, const int* slices, const
                                       int* n) {
   *n = gpt_param_schedule(d, slices, recompute, NULL);
   GptParamUse* u = *n >= 0 ? malloc((size_t)(*n > 0 ? *n : 1) * sizeof *u) : NULL;
-  if (u) gpt_param_schedule(d, slices, recompute, u);
+  if (u && gpt_param_schedule(d, slices, recompute, u) != *n) { /* the list must not change */
+    free(u);
+    u = NULL;
+  }
   return u;
 }
 
