@@ -39,19 +39,6 @@ static int write_file(const char* path, const void* data, size_t size) {
   return fclose(f) == 0 && put == size ? 0 : -1;
 }
 
-/* Reads a whole file into a heap buffer (NULL on failure); its size goes to *size. */
-static unsigned char* read_file(const char* path, size_t* size) {
-  FILE* f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char* buf = malloc(n > 0 ? (size_t)n : 1);
-  *size = fread(buf, 1, (size_t)n, f);
-  fclose(f);
-  return buf;
-}
-
 /* A config from explicit sizes, padded the way llm.c pads (Vp = V rounded up to 128). */
 static GptConfig make_config(const char* name, int L, int C, int NH, int V, int maxT) {
   GptConfig c;

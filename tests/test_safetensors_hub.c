@@ -35,19 +35,6 @@ static void write_file(const char* path, const void* data, size_t size) {
   CHECK_MSG(f && (size == 0 || fwrite(data, 1, size, f) == size) && fclose(f) == 0, "writing %s", path);
 }
 
-/* Reads a whole file (NULL on failure). */
-static unsigned char* read_file(const char* path, size_t* size) {
-  FILE* f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char* buf = malloc(n > 0 ? (size_t)n : 1);
-  *size = fread(buf, 1, (size_t)n, f);
-  fclose(f);
-  return buf;
-}
-
 /* The model of preset `name`, built. */
 static void build_preset(const char* name, GptDesc* d) {
   GptConfig c;

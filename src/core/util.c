@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -106,6 +107,31 @@ static char* read_text_file(const char* path, const char* field) {
   fclose(f);
   s[got] = 0;
   return s;
+}
+
+char* read_text_bounded(const char* path, size_t max_bytes, const char* name, const char* hint) {
+  FILE* f = fopen(path, "rb");
+  if (!f) {
+    osdp_fail("%s: cannot open: %s", name, strerror(errno));
+    return NULL;
+  }
+  struct stat st;
+  size_t size = fstat(fileno(f), &st) == 0 && st.st_size >= 0 ? (size_t)st.st_size : 0;
+  if (size > max_bytes) size = max_bytes;
+  char* text = malloc(size + 2);
+  size_t n = text ? fread(text, 1, size + 1, f) : 0; /* + 1: a file that grew shows it */
+  int err = ferror(f);
+  fclose(f);
+  if (!text || err || n > max_bytes) {
+    char lim[32];
+    if (!text) osdp_fail("%s: out of memory", name);
+    else if (err) osdp_fail("%s: read error", name);
+    else osdp_fail("%s: larger than %s; %s", name, format_bytes((double)max_bytes, lim), hint);
+    free(text);
+    return NULL;
+  }
+  text[n] = 0;
+  return text;
 }
 
 cJSON* read_json_object(const char* path, const char* field, const char* shape) {

@@ -28,6 +28,12 @@ int parse_double(const char* s, const char* field, double* out);
 /* Formats a byte count for people, e.g. "1.50 GiB" or "812 B". Returns buf. */
 char* format_bytes(double bytes, char buf[32]);
 
+/* Reads the regular file path, of at most max_bytes, as a NUL-terminated heap string the caller
+** frees. NULL with a one-line error otherwise: "<name>: cannot open: ...", "<name>: read
+** error", "<name>: larger than <max>; <hint>", where name says what the file is ("PATH",
+** "safetensors: index 'PATH'"). A file that grows while it is read is seen as too large. */
+char* read_text_bounded(const char* path, size_t max_bytes, const char* name, const char* hint);
+
 /* Reads a JSON file whose top level must be an object. Returns the parsed cJSON object (the
 ** caller cJSON_Delete's it), or NULL with an error naming the file: unreadable (naming
 ** `field`), or "malformed JSON; <shape>" where shape says what the file should hold. */

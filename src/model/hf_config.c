@@ -290,31 +290,6 @@ int hf_config_from_json(const cJSON* o, const char* path, GptConfig* c) {
   return 0;
 }
 
-/* Reads the regular file path (at most HF_CONFIG_MAX_BYTES) as a NUL-terminated string; NULL
-** with an error naming it otherwise. */
-static char* read_small_text(const char* path) {
-  FILE* f = fopen(path, "rb");
-  if (!f) {
-    osdp_fail("%s: cannot open: %s", path, strerror(errno));
-    return NULL;
-  }
-  struct stat st;
-  size_t size = fstat(fileno(f), &st) == 0 && st.st_size >= 0 ? (size_t)st.st_size : 0;
-  if (size > HF_CONFIG_MAX_BYTES) size = HF_CONFIG_MAX_BYTES;
-  char* text = malloc(size + 2);
-  size_t n = text ? fread(text, 1, size + 1, f) : 0; /* + 1: a file that grew shows it */
-  int err = ferror(f);
-  fclose(f);
-  if (!text || err || n > HF_CONFIG_MAX_BYTES) {
-    osdp_fail("%s: %s", path, !text ? "out of memory" : err ? "read error" : "larger than 16 MiB; "
-              "is it a config.json?");
-    free(text);
-    return NULL;
-  }
-  text[n] = 0;
-  return text;
-}
-
 int hf_config_load(const char* path, GptConfig* cfg) {
   struct stat st;
   if (stat(path, &st) != 0 || !(S_ISDIR(st.st_mode) || S_ISREG(st.st_mode))) return 0;
@@ -324,7 +299,7 @@ int hf_config_load(const char* path, GptConfig* cfg) {
   if (dir && stat(file, &st) != 0)
     return osdp_fail("%s: a directory without config.json; give a Hugging Face model directory "
                      "(config.json, model.safetensors), a preset or a model JSON file", path);
-  char* text = read_small_text(file);
+  char* text = read_text_bounded(file, HF_CONFIG_MAX_BYTES, file, "is it a config.json?");
   if (!text && !dir) osdp_clear_error(); /* a file osdp's own reader will name */
   if (!text) return dir ? -1 : 0;
   cJSON* o = cJSON_Parse(text);

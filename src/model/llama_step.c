@@ -37,7 +37,8 @@ static Work work_bufs(const GptDesc* d, const GptActs* a) {
                 s + w.dq, s + w.dk, s + w.dv, s + w.inv_freq, s + w.att};
 }
 
-/* Writes the rotary frequencies into the scratch buffer (the kernels read them there). */
+/* Writes the rotary frequencies into the scratch buffer (the kernels read them there; the
+** forward writes them, the backward that follows it on the same activations reads them). */
 static void fill_inv_freq(const GptDesc* d, const GptActs* a) {
   double f[512];
   real r[512];
@@ -240,7 +241,6 @@ static void llama_backward(const GptDesc* d, GptActs* a, const GptParamHooks* h,
                            const int* slices) {
   int L = d->cfg.n_layer, lnf = llama_op_lnf(d);
   Work w = work_bufs(d, a);
-  fill_inv_freq(d, a);
   head_bwd(d, a, h, slices, w.dx, out_of(a, lnf), NULL);
   gpt_step_backend(a)->zero(w.dres, (size_t)a->B * a->T * d->cfg.n_embd * sizeof(real));
   rmsnorm_bwd(d, a, h, lnf, w.dres, w.dx, layer_input(d, a, L));

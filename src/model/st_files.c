@@ -400,31 +400,6 @@ static int by_string(const void* a, const void* b) {
   return strcmp(*(const char* const*)a, *(const char* const*)b);
 }
 
-/* The text of the index file at path (at most ST_INDEX_MAX_BYTES), NUL-terminated; NULL with
-** an error naming it. */
-static char* index_text(const char* path) {
-  FILE* f = fopen(path, "rb");
-  if (!f) {
-    osdp_fail("safetensors: cannot open index '%s': %s", path, strerror(errno));
-    return NULL;
-  }
-  struct stat st;
-  size_t size = fstat(fileno(f), &st) == 0 && st.st_size >= 0 ? (size_t)st.st_size : 0;
-  if (size > ST_INDEX_MAX_BYTES) size = ST_INDEX_MAX_BYTES;
-  char* text = malloc(size + 2);
-  size_t len = text ? fread(text, 1, size + 1, f) : 0; /* + 1: a file that grew shows it */
-  int err = ferror(f);
-  fclose(f);
-  if (!text || err || len > ST_INDEX_MAX_BYTES) {
-    osdp_fail("safetensors: index '%s': %s", path, !text ? "out of memory" : err ? "read error" :
-              "larger than 64 MiB; is it a model.safetensors.index.json?");
-    free(text);
-    return NULL;
-  }
-  text[len] = 0;
-  return text;
-}
-
 /* Whether name is a plain file name: not empty, no '/', not "." or "..". */
 static int plain_name(const char* name) {
   return name[0] && !strchr(name, '/') && strcmp(name, ".") && strcmp(name, "..");
@@ -459,7 +434,10 @@ static int index_entries(const char* path, const cJSON* map, IndexEntry** e, int
 static int index_parse(const char* path, cJSON** root, IndexEntry** e, int* n) {
   *e = NULL;
   *n = 0;
-  char* text = index_text(path);
+  char name[4200];
+  snprintf(name, sizeof name, "safetensors: index '%s'", path);
+  char* text = read_text_bounded(path, ST_INDEX_MAX_BYTES, name,
+                                 "is it a model.safetensors.index.json?");
   if (!text) return -1;
   const char* end = NULL;
   *root = cJSON_ParseWithOpts(text, &end, 1);
