@@ -26,7 +26,8 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (gpt_desc_build(&d, &c)) {
     fuzz_die("gpt_desc_build refused a config gpt_config_load accepted", osdp_last_error());
   }
-  if (d.nops != GPT_OPS_PER_LAYER * c.n_layer + 4) fuzz_die("gpt_desc_build", "wrong op count");
+  /* embed, the layers, lnf and the fused head with its loss */
+  if (d.nops != 1 + d.ops_per_layer * c.n_layer + 2) fuzz_die("gpt_desc_build", "wrong op count");
   size_t total = 0;
   for (int i = 0; i < d.nops; i++) total += d.ops[i].n_params;
   if (total != d.n_params) fuzz_die("gpt_desc_build", "n_params is not the sum of the ops'");

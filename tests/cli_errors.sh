@@ -81,6 +81,10 @@ sed 's/"seq_len": 64,/"seq_len": 64, "overlap_reduce": "yes",/' tinyplan.json >o
 expect_error "plan with a shard group not dividing the world" "groupplan.json" "shard_group" "world_size=1" -- "${T[@]}" --plan groupplan.json
 expect_error "plan with an unknown reduce dtype" "dtypeplan.json" "reduce_dtype" "bf16" -- "${T[@]}" --plan dtypeplan.json
 expect_error "plan with a non-boolean overlap_reduce" "ovplan.json" "overlap_reduce" "true or false" -- "${T[@]}" --plan ovplan.json
+sed 's/"seq_len": 64,/"seq_len": 64, "head_rows": 0,/' tinyplan.json >rowsplan.json
+expect_error "plan with head_rows 0" "rowsplan.json" "head_rows" ">= 1" -- "${T[@]}" --plan rowsplan.json
+expect_error "--head-rows not positive" "--head-rows" "0" -- "${T[@]}" --head-rows 0
+expect_error "--head-rows not a number" "--head-rows" "'many'" -- "${T[@]}" --head-rows many
 expect_error "--shard-group not dividing the ranks" "--shard-group" "'2'" "divide" -- "${T[@]}" --plan zero3 --shard-group 2
 expect_error "--shard-group not a number" "--shard-group" "'x'" -- "${T[@]}" --plan zero3 --shard-group x
 expect_error "--reduce-dtype unknown" "--reduce-dtype" "'fp16'" "bf16" -- "${T[@]}" --reduce-dtype fp16

@@ -135,15 +135,16 @@ static double run_pass(const GptDesc* d, size_t elem, void* w, void* g, int B, i
   a.op_acts = calloc((size_t)n, sizeof(void*));
   gpt_acts_layout(d, B, T, elem, NULL, own, NULL, NULL);
   for (int i = 0; i < n; i++) a.op_acts[i] = calloc(1, own[i] ? own[i] : 1);
-  a.scratch = calloc(1, gpt_scratch_bytes(d, B, T, elem, kernels_threads()));
+  a.head_rows = 3; /* several chunks of the head, the last one short */
+  a.scratch = calloc(1, gpt_scratch_bytes(d, B, T, elem, kernels_threads(), a.head_rows));
   memcpy(gpt_acts_tokens(d, &a), tok, (size_t)B * T * sizeof(int));
   memcpy(gpt_acts_targets(d, &a), tg, (size_t)B * T * sizeof(int));
   double scale = 1.0 / ntargets, sum;
   if (elem == sizeof(double)) {
-    sum = gpt_forward_f64(d, &a, &h, slices, scale, NULL);
+    sum = gpt_forward_f64(d, &a, &h, slices, GPT_TRAIN, scale, NULL);
     gpt_backward_f64(d, &a, &h, slices);
   } else {
-    sum = gpt_forward_f32(d, &a, &h, slices, scale, NULL);
+    sum = gpt_forward_f32(d, &a, &h, slices, GPT_TRAIN, scale, NULL);
     gpt_backward_f32(d, &a, &h, slices);
   }
   for (int i = 0; i < n; i++) free(a.op_acts[i]);

@@ -95,7 +95,7 @@ plan_fp "gpt2-1.5b 8 ranks" --model gpt2-1.5b --seq 1024 --ranks 8 --mem-limit 8
 plan_fp "gpt2-1.5b 16 ranks hybrid" --model gpt2-1.5b --seq 1024 --ranks 16 --ranks-per-host 8 \
   --mem-limit 16GiB --flops 4e14 --bandwidth 1.5e11 --latency 1e-5 --inter-bandwidth 1.25e10 \
   --inter-latency 3e-5 --reduce-dtype auto
-plan_fp "odd 4 ranks" --model "$work/odd.json" --seq 20 --ranks 4 --mem-limit 300KiB --flops 1e10 \
+plan_fp "odd 4 ranks" --model "$work/odd.json" --seq 20 --ranks 4 --mem-limit 340KiB --flops 1e10 \
   --bandwidth 1e9 --latency 1e-5
 
 if [ "${OSDP_REFERENCE_RECORD:-0}" = 1 ]; then

@@ -84,7 +84,7 @@ static void ref_init(Ref* r) {
   r->a.op_acts = calloc((size_t)d->nops, sizeof(void*));
   for (int i = 0; i < d->nops; i++)
     r->a.op_acts[i] = calloc(1, gpt_op_act_bytes(d, &d->ops[i], B_, T_, sizeof(double)));
-  r->a.scratch = calloc(1, gpt_scratch_bytes(d, B_, T_, sizeof(double), 1));
+  r->a.scratch = calloc(1, gpt_scratch_bytes(d, B_, T_, sizeof(double), 1, 0));
   Rng rng;
   rng_seed(&rng, 2024);
   int* tok = gpt_acts_tokens(d, &r->a);
@@ -149,7 +149,7 @@ static double expected_lr(const TrainOptions* o, long t) {
 /* Reference loss and gradient at the current reference weights; returns the mean loss. */
 static double ref_grads(Ref* r) {
   memset(r->g, 0, r->d.n_params * sizeof(double));
-  double sum = gpt_forward_f64(&r->d, &r->a, &r->h, r->slices, r->scale, NULL);
+  double sum = gpt_forward_f64(&r->d, &r->a, &r->h, r->slices, GPT_TRAIN, r->scale, NULL);
   gpt_backward_f64(&r->d, &r->a, &r->h, r->slices);
   return sum * r->scale;
 }

@@ -24,6 +24,7 @@ static const char* bench_help =
     "usage: [mpirun -np N] osdp bench [--model M] [--batch B] [--seq T] [--steps N] [--threads N]\n"
     "                         [--plan ddp|zero2|zero3|FILE] [--prefetch] [--recompute N|all]\n"
     "                         [--shard-group G] [--overlap-reduce] [--reduce-dtype fp32|bf16]\n"
+    "                         [--head-rows R]\n"
     "                         [--mem-limit SIZE] [--device cpu|cuda] [--tf32 on|off] [--json]\n"
     "  times N training steps (after one warm-up step) on random tokens. GFLOP/s count the\n"
     "  model's useful work (gpt_step_useful_flops: causal attention's half of the T x T\n"

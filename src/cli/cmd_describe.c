@@ -15,6 +15,7 @@ static const char* describe_help =
     "usage: osdp describe [--model M] [--batch B --seq T] [--plan P --ranks N --threads N] [--json]\n"
     "                     [--prefetch] [--recompute N|all] [--svg FILE [--mem-limit SIZE]]\n"
     "                     [--shard-group G] [--overlap-reduce] [--reduce-dtype fp32|bf16]\n"
+    "                     [--head-rows R]\n"
     "                     [--device cpu|cuda]\n"
     "  prints every operator (parameters, forward FLOPs per token, activation bytes per sample,\n"
     "  splittable) with totals, and the per-rank memory the plan needs at that batch and\n"
@@ -95,7 +96,7 @@ int cmd_describe(int argc, char** argv) {
   if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(describe_help, stdout); return 0; }
   static const char* const opts[] = {"model", "batch", "seq", "plan", "ranks", "threads", "load",
                                      "svg", "mem-limit", "recompute", "device",
-                                     "shard-group", "reduce-dtype", NULL};
+                                     "shard-group", "reduce-dtype", "head-rows", NULL};
   static const char* const sws[] = {"json", "prefetch", "overlap-reduce", NULL};
   Args a;
   GptDesc d;

@@ -185,7 +185,7 @@ static int svg_step_load(SvgStep* s, const GptDesc* d, const Plan* p) {
   /* A tied weight (GPT-2's wte) is used by its owner first in forward and by the logits op
   ** after the layers; in backward the logits op's use needs the weight and the owner's does
   ** not. */
-  int lm = d->logits_op, tied = d->ops[lm].owner != lm ? d->ops[lm].owner : -1, seen_other = 0;
+  int lm = d->head_op, tied = d->ops[lm].owner != lm ? d->ops[lm].owner : -1, seen_other = 0;
   s->bwd = n;
   for (int i = 0; i < n; i++) {
     const GptParamUse* u = &s->u[i];

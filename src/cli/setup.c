@@ -111,6 +111,11 @@ int setup_plan_options(const Args* a, const GptDesc* d, Plan* p) {
                        "and are summed in fp32; auto is for --plan auto and osdp plan)", rd);
     p->reduce_dtype = (ReduceDtype)t;
   }
+  if (args_get(a, "head-rows", NULL)) {
+    long r;
+    if (args_int(a, "head-rows", 0, 1, 1L << 24, &r)) return -1;
+    p->head_rows = (int)r;
+  }
   return setup_recompute(a, d, p);
 }
 

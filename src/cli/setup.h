@@ -31,7 +31,8 @@ int setup_model(const Args* a, const char* def, GptDesc* d);
 int setup_plan(const Args* a, const GptDesc* d, int B, int T, int B_given, int T_given, Plan* p);
 /* Applies the plan switches of the command line to p: --prefetch, --overlap-reduce,
 ** --shard-group G (every op's sharded slices shard within groups of G ranks), --reduce-dtype
-** fp32|bf16, --recompute N|all. 0, or -1 with an error naming the option. */
+** fp32|bf16, --head-rows R (the fused LM head's chunk rows), --recompute N|all. 0, or -1 with an
+** error naming the option. */
 int setup_plan_options(const Args* a, const GptDesc* d, Plan* p);
 /* --recompute N|all: the first N layers (all: every layer) of plan p recompute their activations
 ** in backward; absent leaves p as it is (a plan file's "layers"). -1 with an error naming the
@@ -66,6 +67,6 @@ int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions
 /* The option names the three helpers read, for the subcommands' option lists. */
 #define SETUP_OPTIONS "model", "plan", "lr", "seed", "threads", "mem-limit", "warmup", \
   "weight-decay", "grad-clip", "batch", "seq", "load", "profile-steps", "max-batch", "trial-steps", \
-  "recompute", "device", "tf32", "precision", "shard-group", "reduce-dtype"
+  "recompute", "device", "tf32", "precision", "shard-group", "reduce-dtype", "head-rows"
 
 #endif

@@ -16,7 +16,7 @@
 /* One precision's step of a family (see gpt_forward_f32 / gpt_backward_f32 in gpt_step.h). */
 typedef struct StepPasses {
   double (*forward)(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
-                    double loss_scale, int* argmax);
+                    GptForwardMode mode, double loss_scale, int* argmax);
   void (*backward)(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices);
 } StepPasses;
 
@@ -28,7 +28,8 @@ typedef struct ModelFamily {
   const char* preset_names;         /* for messages */
   /* Expands d->cfg into d's op list and roles (gpt.h). Returns 0, or -1 with an error. */
   int (*build)(GptDesc* d);
-  /* Bytes of the step's working buffers for B x T (see gpt_scratch_bytes). */
+  /* Bytes of the step's own working buffers for B x T (gpt_scratch_bytes adds the LM head's
+  ** chunk and the evaluation's ints after them). */
   size_t (*scratch_bytes)(const GptDesc* d, int B, int T, size_t elem, int threads);
   const StepPasses* f32;
   const StepPasses* f64;

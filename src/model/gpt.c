@@ -233,7 +233,7 @@ int gpt_config_load(const char* name, GptConfig* c) {
 
 const char* gpt_op_kind_name(OpKind k) {
   static const char* names[OP_KIND_COUNT] = {"embed", "layernorm", "linear", "attention", "gelu",
-                                             "lm_head", "loss", "rmsnorm", "swiglu"};
+                                             "lm_head", "rmsnorm", "swiglu"};
   return k >= 0 && k < OP_KIND_COUNT ? names[k] : "?";
 }
 
@@ -320,8 +320,31 @@ size_t model_act_offset(const GptOp* op, const char* name, int B, int T, size_t 
   return off;
 }
 
-size_t gpt_scratch_bytes(const GptDesc* d, int B, int T, size_t elem, int threads) {
-  return d->family->scratch_bytes(d, B, T, elem, threads);
+int gpt_op_held(const GptDesc* d, int op) {
+  for (int i = 0; i < d->nops; i++)
+    if (d->ops[i].owner == op && !d->ops[i].has_backward) return 1;
+  return 0;
+}
+
+int gpt_head_rows_default(const GptDesc* d) {
+  size_t row = (size_t)d->cfg.padded_vocab * sizeof(float);
+  size_t rows = GPT_HEAD_CHUNK_BYTES / row / 16 * 16;
+  return rows < 16 ? 16 : (int)rows;
+}
+
+int gpt_head_rows(const GptDesc* d, int B, int T, int head_rows) {
+  int rows = head_rows > 0 ? head_rows : gpt_head_rows_default(d);
+  return rows < B * T ? rows : B * T;
+}
+
+size_t gpt_head_chunk_bytes(const GptDesc* d, int B, int T, size_t elem, int head_rows) {
+  size_t chunk = (size_t)gpt_head_rows(d, B, T, head_rows) * (size_t)d->cfg.padded_vocab * elem;
+  return (chunk + 63) / 64 * 64;
+}
+
+size_t gpt_scratch_bytes(const GptDesc* d, int B, int T, size_t elem, int threads, int head_rows) {
+  return gpt_head_chunk_bytes(d, B, T, elem, head_rows) +
+         d->family->scratch_bytes(d, B, T, elem, threads) + 2 * (size_t)B * T * sizeof(int);
 }
 
 /* A standard normal drawn from a hash of (seed, op, idx): counter-based, so any element can

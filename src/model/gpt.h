@@ -57,7 +57,7 @@ typedef struct GptConfig {
 
 /* The computation an op performs, for messages, tables and per-kind timing. */
 typedef enum OpKind {
-  OP_EMBED, OP_LAYERNORM, OP_LINEAR, OP_ATTENTION, OP_GELU, OP_LMHEAD, OP_LOSS, OP_RMSNORM,
+  OP_EMBED, OP_LAYERNORM, OP_LINEAR, OP_ATTENTION, OP_GELU, OP_LMHEAD, OP_RMSNORM,
   OP_SWIGLU, OP_KIND_COUNT
 } OpKind;
 
@@ -111,7 +111,8 @@ typedef struct GptOp {
   ActTensor act[MODEL_MAX_ACTS];
   double flops_tok, flops_tok_T; /* forward FLOPs per token: flops_tok + flops_tok_T * T */
   /* How the step uses it. */
-  int has_backward;     /* 0: its backward is fused into its forward (the loss) */
+  int has_backward;     /* 0: its backward runs inside its forward (the LM head, fused with the
+                        ** loss: its forward uses its owner's weights and gradients) */
   int fwd_reversed;     /* the forward visits its slices last first (embed: the last holds wpe) */
   int bwd_weight;       /* the backward reads its weight (embed's backward does not) */
   int layer_output;     /* its output is its layer's output (kept when the layer recomputes) */
@@ -129,7 +130,7 @@ typedef struct GptDesc {
   int first_layer_op;   /* index of layer 0's first op */
   int ops_per_layer;    /* every layer has the same ops */
   int tokens_op;        /* the op whose activation block holds the tokens and targets */
-  int logits_op;        /* the op whose activation block holds the logits */
+  int head_op;          /* the LM head (with the loss): its block holds the losses */
 } GptDesc;
 
 /* Fills cfg from a preset name (gpt_preset_names) or a JSON file; see the family's loader.
@@ -163,6 +164,10 @@ static inline int gpt_layer_op(const GptDesc* d, int l, int j) {
   return d->first_layer_op + d->ops_per_layer * l + j;
 }
 
+/* Whether op's parameters are held whole by a fused op (has_backward 0: the LM head, which
+** uses every slice of its owner at once). */
+int gpt_op_held(const GptDesc* d, int op);
+
 /* Start row of slice i of k of an op with `rows` rows. */
 static inline size_t gpt_slice_row0(size_t rows, int k, int i) { return rows * (size_t)i / (size_t)k; }
 /* Number of parameters of slice i of k of op (the last slice includes the tail). */
@@ -191,9 +196,22 @@ size_t gpt_op_act_bytes(const GptDesc* d, const GptOp* op, int B, int T, size_t 
 /* Offset in bytes of activation tensor `name` inside the op's block (B x T, elem bytes); the
 ** tensor must exist. */
 size_t model_act_offset(const GptOp* op, const char* name, int B, int T, size_t elem);
-/* Bytes of the step's working buffers (activation gradients and attention scratch for `threads`
-** threads, which the forward uses too), which the runtime allocates once per step setup. */
-size_t gpt_scratch_bytes(const GptDesc* d, int B, int T, size_t elem, int threads);
+/* The LM head and its loss run fused over chunks of rows of the B*T positions, so the logits
+** [B*T, Vp] never exist whole: a chunk of head_rows rows at a time (see step_ops.h). The rows of
+** a chunk: head_rows when given (> 0), else the default rule (gpt_head_rows_default), at most
+** B*T. */
+int gpt_head_rows(const GptDesc* d, int B, int T, int head_rows);
+/* The default chunk: as many rows as fit in GPT_HEAD_CHUNK_BYTES of fp32 logits, a multiple of
+** 16, at least 16. */
+#define GPT_HEAD_CHUNK_BYTES (128u << 20)
+int gpt_head_rows_default(const GptDesc* d);
+/* Bytes of the step's working buffers, which the runtime allocates once per step setup: first
+** the LM head's chunk of logits [gpt_head_rows, Vp] (gpt_head_chunk_bytes), then the family's
+** buffers (activation gradients and attention scratch for `threads` threads, which the forward
+** uses too), then 2*B*T ints at the end (the evaluation's argmax). */
+size_t gpt_scratch_bytes(const GptDesc* d, int B, int T, size_t elem, int threads, int head_rows);
+/* Bytes of the head's chunk at the start of the scratch buffer (rounded up to 64). */
+size_t gpt_head_chunk_bytes(const GptDesc* d, int B, int T, size_t elem, int head_rows);
 /* Short name of an op kind ("linear", ...). */
 const char* gpt_op_kind_name(OpKind k);
 /* The initial value of parameter idx of op's block for a seed, computed from (seed, op, idx)

@@ -128,7 +128,7 @@ static void add_layer(GptDesc* d, int l) {
 /* The GPT-2 op list of d->cfg (see gpt2.h). */
 static int gpt2_build(GptDesc* d) {
   const GptConfig* cfg = &d->cfg;
-  d->ops = calloc((size_t)(GPT_OPS_PER_LAYER * cfg->n_layer + 4), sizeof *d->ops);
+  d->ops = calloc((size_t)(GPT_OPS_PER_LAYER * cfg->n_layer + 3), sizeof *d->ops);
   if (!d->ops) return osdp_fail("out of memory");
   add_embed(d);
   d->first_layer_op = d->nops;
@@ -139,21 +139,18 @@ static int gpt2_build(GptDesc* d) {
   head->owner = d->tokens_op; /* tied: wte is the LM head's [in, out] weight */
   head->K = cfg->n_embd; head->OC = cfg->padded_vocab;
   head->flops_tok = 2.0 * head->K * head->OC;
-  spec_add_act(head, "logits", (size_t)cfg->padded_vocab, 0); /* then dloss/dlogits */
-  d->logits_op = head->index_self;
-  GptOp* loss = spec_add_op(d, "loss", OP_LOSS, -1);
-  loss->has_backward = 0; /* fused into its forward */
-  spec_add_act(loss, "losses", 1, 0);
+  head->has_backward = 0; /* the head and loss run fused, backward included (step_ops.h) */
+  spec_add_act(head, "losses", 1, 0);
+  d->head_op = head->index_self;
   return 0;
 }
 
 /* The working buffers of GPT-2's step: dres [BT, C] + two [BT, 4C] work buffers + per-thread
-** attention scratch (also used by the forward), then two int [BT] buffers for evaluation
-** (argmax and problem ids). */
+** attention scratch (also used by the forward); gpt_scratch_bytes adds the head's chunk. */
 static size_t gpt2_scratch_bytes(const GptDesc* d, int B, int T, size_t elem, int threads) {
   size_t BT = (size_t)B * (size_t)T, C = (size_t)d->cfg.n_embd;
   size_t att = (size_t)threads * attention_scratch_elems(T, d->cfg.n_embd / d->cfg.n_head);
-  return (BT * C + 2 * BT * 4 * C + att) * elem + 2 * BT * sizeof(int);
+  return (BT * C + 2 * BT * 4 * C + att) * elem;
 }
 
 static const ModelFamily gpt2_family = {

@@ -14,8 +14,7 @@
 **   linear:  out [BT, OC] (for proj/fcproj: the new residual stream, input + x W + b)
 **   attn:    out [BT, C], lse [B, NH, T] (log-sum-exp of each query row's scores)
 **   gelu:    out [BT, 4C]
-**   lm_head: logits [BT, Vp]  (overwritten by dloss/dlogits in the forward pass)
-**   loss:    losses [BT]
+**   lm_head: losses [BT] (the logits exist a chunk of rows at a time, in the scratch buffer)
 */
 #include "model/gpt2.h"
 
@@ -154,7 +153,7 @@ typedef struct WorkBufs {
 static WorkBufs work_bufs(const GptDesc* d, const GptActs* a) {
   size_t BTC = (size_t)a->B * a->T * d->cfg.n_embd;
   WorkBufs g;
-  g.dres = (real*)a->scratch;
+  g.dres = (real*)gpt_step_work(d, a);
   g.dbuf_a = g.dres + BTC;
   g.dbuf_b = g.dbuf_a + 4 * BTC;
   g.att_scratch = g.dbuf_b + 4 * BTC;
@@ -208,24 +207,25 @@ static void layer_backward(const GptDesc* d, GptActs* a, const GptParamHooks* h,
 
 /* ---- The passes ------------------------------------------------------------------------------ */
 
-/* Forward pass, loss and dloss/dlogits (see gpt_forward_f32 in gpt_step.h). */
+/* Forward pass and loss; in training the fused head leaves dlnf in dbuf_a for the backward
+** (see gpt_forward_f32 in gpt_step.h). */
 static double gpt2_forward(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
-                           double loss_scale, int* argmax) {
+                           GptForwardMode mode, double loss_scale, int* argmax) {
   int L = d->cfg.n_layer, lnf = gpt_op_lnf(d);
   embed_fwd(d, a, h, slices);
   for (int l = 0; l < L; l++) layer_forward(d, a, h, slices, l, layer_input(d, a, l), GPT_FORWARD);
   layernorm_fwd(d, a, h, lnf, layer_input(d, a, L), GPT_FORWARD);
-  head_fwd(d, a, h, slices, out_of(a, lnf));
-  return loss_fwd(d, a, loss_scale, argmax);
+  return head_loss_fwd(d, a, h, slices, mode, out_of(a, lnf), work_bufs(d, a).dbuf_a, loss_scale,
+                       argmax, head_fresh);
 }
 
-/* Backward pass (see gpt_backward_f32 in gpt_step.h): the ops in reverse, a recomputed layer's
-** forward re-run just before its backward. */
+/* Backward pass (see gpt_backward_f32 in gpt_step.h): the ops in reverse from lnf (the head's
+** ran in the forward and left dlnf in dbuf_a), a recomputed layer's forward re-run just before
+** its backward. */
 static void gpt2_backward(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices) {
   int L = d->cfg.n_layer, lnf = gpt_op_lnf(d);
   size_t BTC = (size_t)a->B * a->T * d->cfg.n_embd;
   WorkBufs g = work_bufs(d, a);
-  head_bwd(d, a, h, slices, g.dbuf_a, out_of(a, lnf), head_fresh);
   gpt_step_backend(a)->zero(g.dres, BTC * sizeof(real));
   layernorm_bwd(d, a, h, lnf, g.dres, g.dbuf_a, layer_input(d, a, L));
   for (int l = L - 1; l >= 0; l--) {

@@ -19,7 +19,6 @@ int* gpt_acts_targets(const GptDesc* d, const GptActs* a) {
   return (int*)((char*)a->op_acts[d->tokens_op] + model_act_offset(op, "targets", a->B, a->T, a->elem));
 }
 
-void* gpt_acts_logits(const GptDesc* d, const GptActs* a) { return a->op_acts[d->logits_op]; }
 
 int gpt_op_recomputes(const GptDesc* d, const int* recompute, int op) {
   int l = d->ops[op].layer;
@@ -49,11 +48,12 @@ int gpt_step_events(const GptDesc* d, const int* recompute, GptStepEvent* out) {
 int gpt_event_param_uses(const GptDesc* d, const int* slices, GptStepEvent ev, GptParamUse* out) {
   const GptOp* op = &d->ops[ev.op];
   if (op->owner < 0) return 0;
-  int k = slices[op->owner], bwd = ev.phase == GPT_BACKWARD;
+  int k = slices[op->owner], bwd = ev.phase == GPT_BACKWARD, fused = !op->has_backward;
   int reversed = op->fwd_reversed && !bwd;
   int weight = !bwd || op->bwd_weight;
   for (int j = 0; out && j < k; j++)
-    out[j] = (GptParamUse){op->owner, reversed ? k - 1 - j : j, ev.phase, weight, bwd};
+    out[j] = (GptParamUse){op->owner, reversed ? k - 1 - j : j, ev.phase, weight, bwd || fused,
+                           fused && j < k - 1};
   return k;
 }
 
@@ -102,6 +102,15 @@ size_t gpt_acts_layout(const GptDesc* d, int B, int T, size_t elem, const int* r
   return total + shared;
 }
 
+void* gpt_step_head_chunk(const GptDesc* d, const GptActs* a) {
+  (void)d;
+  return a->scratch;
+}
+
+void* gpt_step_work(const GptDesc* d, const GptActs* a) {
+  return (char*)a->scratch + gpt_head_chunk_bytes(d, a->B, a->T, a->elem, a->head_rows);
+}
+
 const Backend* gpt_step_backend(const GptActs* a) { return a->backend ? a->backend : backend_cpu(); }
 
 ParamView gpt_acquire_weights(const GptDesc* d, const GptActs* a, const GptParamHooks* h,
@@ -130,13 +139,13 @@ void gpt_op_timer_stop(GptActs* a, int op, OpTimer t) {
 }
 
 double gpt_forward_f32(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
-                       double loss_scale, int* argmax) {
-  return d->family->f32->forward(d, a, h, slices, loss_scale, argmax);
+                       GptForwardMode mode, double loss_scale, int* argmax) {
+  return d->family->f32->forward(d, a, h, slices, mode, loss_scale, argmax);
 }
 
 double gpt_forward_f64(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
-                       double loss_scale, int* argmax) {
-  return d->family->f64->forward(d, a, h, slices, loss_scale, argmax);
+                       GptForwardMode mode, double loss_scale, int* argmax) {
+  return d->family->f64->forward(d, a, h, slices, mode, loss_scale, argmax);
 }
 
 void gpt_backward_f32(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices) {

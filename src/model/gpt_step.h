@@ -63,14 +63,19 @@ typedef struct GptActs {
   double* op_seconds; /* NULL, or nops counters that receive each op's forward+backward time */
   const double* exclude_clock; /* NULL, or a clock of seconds (e.g. spent communicating inside
                                 ** the hooks) whose advance during an op is left out of its time */
+  int head_rows;    /* rows of the LM head's chunks (gpt_head_rows; 0: the default) */
 } GptActs;
 
 /* One use of a parameter slice by the step: its weight (acquire_weight), its gradient
-** (acquire_grad), or both (backward of an op with weights). */
+** (acquire_grad), or both (backward of an op with weights, and the fused LM head's forward).
+** A held use stays open while the next one begins: the fused LM head acquires every slice of
+** its owner before its first chunk and releases them after its last, so all are live at once
+** (its uses are held but the last). */
 typedef struct GptParamUse {
   int owner, slice;
   GptPhase phase;
   int weight, grad;
+  int held;
 } GptParamUse;
 
 /* One operator's pass in a training step: op's forward, its backward, or its forward again
@@ -95,8 +100,9 @@ int gpt_step_events(const GptDesc* d, const int* recompute, GptStepEvent* out);
 /* The parameter uses of one op pass, in the order the step makes them: each slice of the
 ** op's owner in turn (last first in the forward of an op with fwd_reversed); the weight in
 ** forward and recompute, weight and gradient in backward (the gradient only for an op without
-** bwd_weight). Ops without parameters have none. Writes into out (NULL: count only) and
-** returns the count. */
+** bwd_weight). An op whose backward runs in its forward (has_backward 0: the fused LM head)
+** uses weight and gradient of every slice in its forward, held (GptParamUse.held). Ops without
+** parameters have none. Writes into out (NULL: count only) and returns the count. */
 int gpt_event_param_uses(const GptDesc* d, const int* slices, GptStepEvent ev, GptParamUse* out);
 
 /* The parameter uses of one training step: gpt_event_param_uses over gpt_step_events, so a
@@ -123,10 +129,13 @@ size_t gpt_acts_layout(const GptDesc* d, int B, int T, size_t elem, const int* r
 ** them (GptDesc.tokens_op). */
 int* gpt_acts_tokens(const GptDesc* d, const GptActs* a);
 int* gpt_acts_targets(const GptDesc* d, const GptActs* a);
-/* The logits [BT, Vp] (after the forward pass: dloss/dlogits): GptDesc.logits_op's block. */
-void* gpt_acts_logits(const GptDesc* d, const GptActs* a);
 
 /* ---- For a family's step ---------------------------------------------------------------- */
+
+/* The parts of a's scratch buffer (gpt_scratch_bytes): the LM head's chunk of logits, and the
+** family's working buffers after it. */
+void* gpt_step_head_chunk(const GptDesc* d, const GptActs* a);
+void* gpt_step_work(const GptDesc* d, const GptActs* a);
 
 /* The backend of the activations a: where the step's kernels run (the CPU when unset). */
 const Backend* gpt_step_backend(const GptActs* a);
@@ -149,18 +158,23 @@ void gpt_op_timer_stop(GptActs* a, int op, OpTimer t);
 
 /* ---- The step ----------------------------------------------------------------------------- */
 
-/* Forward pass, loss and dloss/dlogits. slices[op] is the slice count of each owner op.
-** loss_scale multiplies the summed per-position losses (1 / number of targets in the global
-** batch, so gradients are those of the global mean). If argmax is not NULL it receives, for
-** each of the B*T positions, the index of the largest logit (for accuracy), taken before the
-** loss overwrites the logits with their gradient. Returns the sum of this micro-batch's
-** per-position losses (unscaled). */
+/* The passes a forward can be: training (the LM head's backward runs fused inside it, so its
+** weight gradient goes through the hooks and gpt_backward must follow) or evaluation (losses
+** only: no gradient is touched, nothing must follow). */
+typedef enum GptForwardMode { GPT_EVAL = 0, GPT_TRAIN = 1 } GptForwardMode;
+
+/* Forward pass and loss. slices[op] is the slice count of each owner op. loss_scale multiplies
+** the summed per-position losses (1 / number of targets in the global batch, so gradients are
+** those of the global mean). In GPT_TRAIN the fused LM head also makes the gradient of its
+** input (for gpt_backward) and of its weight. If argmax is not NULL it receives, for each of the
+** B*T positions, the index of the largest logit (for accuracy). Returns the sum of this
+** micro-batch's per-position losses (unscaled). */
 double gpt_forward_f32(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
-                       double loss_scale, int* argmax);
+                       GptForwardMode mode, double loss_scale, int* argmax);
 double gpt_forward_f64(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
-                       double loss_scale, int* argmax);
+                       GptForwardMode mode, double loss_scale, int* argmax);
 /* Backward pass: writes (fresh buffers) or accumulates every parameter gradient through the
-** hooks. Must follow gpt_forward on the same activations. */
+** hooks. Must follow gpt_forward in GPT_TRAIN on the same activations. */
 void gpt_backward_f32(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices);
 void gpt_backward_f64(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices);
 

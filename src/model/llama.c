@@ -170,7 +170,7 @@ static void add_layer(GptDesc* d, int l) {
 }
 
 /* Adds the LM head: tied (it uses embed's wte) or with its own weight [C, Vp] (transformers'
-** lm_head [V, C]), then the loss. */
+** lm_head [V, C]), fused with the loss. */
 static void add_head(GptDesc* d) {
   const GptConfig* c = &d->cfg;
   GptOp* head = spec_add_op(d, "lm_head", OP_LMHEAD, -1);
@@ -185,16 +185,14 @@ static void add_head(GptDesc* d) {
     w->real_cols = (size_t)c->vocab_size;
     w->hf_shape[0] = (size_t)c->vocab_size;
   }
-  spec_add_act(head, "logits", (size_t)c->padded_vocab, 0); /* then dloss/dlogits */
-  d->logits_op = head->index_self;
-  GptOp* loss = spec_add_op(d, "loss", OP_LOSS, -1);
-  loss->has_backward = 0; /* fused into its forward */
-  spec_add_act(loss, "losses", 1, 0);
+  head->has_backward = 0; /* the head and loss run fused, backward included (step_ops.h) */
+  spec_add_act(head, "losses", 1, 0);
+  d->head_op = head->index_self;
 }
 
 /* The Llama op list of d->cfg (see llama.h). */
 static int llama_build(GptDesc* d) {
-  d->ops = calloc((size_t)(LLAMA_OPS_PER_LAYER * d->cfg.n_layer + 4), sizeof *d->ops);
+  d->ops = calloc((size_t)(LLAMA_OPS_PER_LAYER * d->cfg.n_layer + 3), sizeof *d->ops);
   if (!d->ops) return osdp_fail("out of memory");
   add_embed(d);
   d->first_layer_op = d->nops;
@@ -205,11 +203,11 @@ static int llama_build(GptDesc* d) {
   return 0;
 }
 
-/* The step's working buffers (llama_work.h), then two int [BT] buffers for evaluation. */
+/* The step's working buffers (llama_work.h); gpt_scratch_bytes adds the head's chunk. */
 static size_t llama_scratch_bytes(const GptDesc* d, int B, int T, size_t elem, int threads) {
   LlamaWork w = llama_work_layout(d, B, T);
   size_t att = (size_t)threads * attention_scratch_elems(T, d->cfg.head_dim);
-  return (w.reals + att) * elem + 2 * (size_t)B * T * sizeof(int);
+  return (w.reals + att) * elem;
 }
 
 static const ModelFamily llama_family = {

@@ -16,7 +16,7 @@
 **   attn:    out [BT, Q], lse [B, NH, T]
 **   o, down: out [BT, C]: the new residual stream, input + x W
 **   gate, up: out [BT, F]; swiglu: out [BT, F]
-**   lm_head: logits [BT, Vp] (overwritten by dloss/dlogits in the forward pass); loss: losses [BT]
+**   lm_head: losses [BT] (the logits exist a chunk of rows at a time, in the scratch buffer)
 */
 #include "model/llama.h"
 
@@ -32,7 +32,7 @@ typedef struct Work {
 /* Names the parts of the scratch buffer. */
 static Work work_bufs(const GptDesc* d, const GptActs* a) {
   LlamaWork w = llama_work_layout(d, a->B, a->T);
-  real* s = (real*)a->scratch;
+  real* s = (real*)gpt_step_work(d, a);
   return (Work){s + w.dres, s + w.dx, s + w.dt, s + w.da, s + w.dgate, s + w.dup,
                 s + w.dq, s + w.dk, s + w.dv, s + w.inv_freq, s + w.att};
 }
@@ -223,25 +223,27 @@ static void layer_backward(const GptDesc* d, GptActs* a, const GptParamHooks* h,
 
 /* ---- The passes ------------------------------------------------------------------------------ */
 
-/* Forward pass, loss and dloss/dlogits (see gpt_forward_f32 in gpt_step.h). */
+/* Forward pass and loss; in training the fused head leaves dlnf in dx for the backward (see
+** gpt_forward_f32 in gpt_step.h). */
 static double llama_forward(const GptDesc* d, GptActs* a, const GptParamHooks* h,
-                            const int* slices, double loss_scale, int* argmax) {
+                            const int* slices, GptForwardMode mode, double loss_scale,
+                            int* argmax) {
   int L = d->cfg.n_layer, lnf = llama_op_lnf(d);
   fill_inv_freq(d, a);
   embed_fwd(d, a, h, slices);
   for (int l = 0; l < L; l++) layer_forward(d, a, h, slices, l, layer_input(d, a, l), GPT_FORWARD);
   rmsnorm_fwd(d, a, h, lnf, layer_input(d, a, L), GPT_FORWARD);
-  head_fwd(d, a, h, slices, out_of(a, lnf));
-  return loss_fwd(d, a, loss_scale, argmax);
+  return head_loss_fwd(d, a, h, slices, mode, out_of(a, lnf), work_bufs(d, a).dx, loss_scale,
+                       argmax, NULL);
 }
 
-/* Backward pass (see gpt_backward_f32 in gpt_step.h): the ops in reverse, a recomputed layer's
-** forward re-run just before its backward. */
+/* Backward pass (see gpt_backward_f32 in gpt_step.h): the ops in reverse from lnf (the head's
+** ran in the forward and left dlnf in dx), a recomputed layer's forward re-run just before its
+** backward. */
 static void llama_backward(const GptDesc* d, GptActs* a, const GptParamHooks* h,
                            const int* slices) {
   int L = d->cfg.n_layer, lnf = llama_op_lnf(d);
   Work w = work_bufs(d, a);
-  head_bwd(d, a, h, slices, w.dx, out_of(a, lnf), NULL);
   gpt_step_backend(a)->zero(w.dres, (size_t)a->B * a->T * d->cfg.n_embd * sizeof(real));
   rmsnorm_bwd(d, a, h, lnf, w.dres, w.dx, layer_input(d, a, L));
   for (int l = L - 1; l >= 0; l--) {

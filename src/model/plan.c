@@ -219,6 +219,12 @@ int plan_load(Plan* p, const GptDesc* d, const char* path) {
   int rdt = !rd ? REDUCE_FP32 : cJSON_IsString(rd) ? reduce_dtype_parse(rd->valuestring) : -1;
   if (!rc && rdt < 0) rc = osdp_fail("%s: field \"reduce_dtype\" must be \"fp32\" or \"bf16\"", path);
   if (!rc) p->reduce_dtype = (ReduceDtype)rdt;
+  if (!rc && cJSON_GetObjectItemCaseSensitive(root, "head_rows")) {
+    rc = plan_json_int(root, path, "head_rows", &p->head_rows);
+    if (!rc && p->head_rows < 1)
+      rc = osdp_fail("%s: field \"head_rows\"=%d must be >= 1 (or absent: the default)", path,
+                     p->head_rows);
+  }
   if (!rc) rc = plan_read_ops(p, d, cJSON_GetObjectItemCaseSensitive(root, "ops"), path);
   if (!rc) rc = plan_read_layers(p, d, cJSON_GetObjectItemCaseSensitive(root, "layers"), path);
   cJSON_Delete(root);
@@ -236,6 +242,7 @@ char* plan_to_json(const Plan* p, const GptDesc* d) {
   cJSON_AddBoolToObject(root, "prefetch", p->prefetch);
   cJSON_AddBoolToObject(root, "overlap_reduce", p->overlap_reduce);
   cJSON_AddStringToObject(root, "reduce_dtype", reduce_dtype_name(p->reduce_dtype));
+  if (p->head_rows > 0) cJSON_AddNumberToObject(root, "head_rows", p->head_rows);
   cJSON* ops = cJSON_AddArrayToObject(root, "ops");
   for (int i = 0; i < d->nops; i++) {
     if (!d->ops[i].n_params) continue;
@@ -334,17 +341,20 @@ static void mem_action(void* ctx, WalkAction a, const GptParamUse* u, int arg) {
 ** walk, step_walk.h) and returns the largest transient bytes live at once; live[i] (when live
 ** != NULL) receives the bytes live at the fullest moment of use i: after its weight (and with
 ** prefetch the next zero3 weight's buffer) and its full gradient are allocated, before anything
-** of it is freed. Sets *n to the number of uses; -1 with an error when out of memory. */
+** of it is freed; for a run of held uses (the fused head's slices), once all of them are. Sets
+** *n to the number of uses; -1 with an error when out of memory. */
 static size_t replay_transient(const GptDesc* d, const Plan* p, size_t* live, int* n) {
   MemReplay m = {d, p, 0};
   StepWalk* w = walk_create(d, p, PLAN_BUCKET_BYTES, mem_action, &m);
   size_t peak = 0;
   *n = w ? walk_use_count(w) : -1;
-  int i;
-  while (w && (i = walk_use_begin(w)) >= 0) {
-    if (live) live[i] = m.cur;
+  int first;
+  while (w && (first = walk_use_begin(w)) >= 0) {
+    int last = first;
+    while (walk_use(w, last)->held && walk_use_begin(w) >= 0) last++;
+    for (int i = first; live && i <= last; i++) live[i] = m.cur;
     if (m.cur > peak) peak = m.cur;
-    walk_use_end(w);
+    for (int i = first; i <= last; i++) walk_use_end(w);
   }
   walk_destroy(w);
   return peak;
@@ -397,6 +407,6 @@ void plan_predict_memory(const GptDesc* d, const Plan* p, int threads, MemPredic
     }
   }
   m->transient = plan_transient_peak(d, p);
-  m->scratch = gpt_scratch_bytes(d, B, T, sizeof(float), threads);
+  m->scratch = gpt_scratch_bytes(d, B, T, sizeof(float), threads, p->head_rows);
   m->peak = m->params + m->grads + m->optim + m->acts + m->scratch + m->transient;
 }

@@ -17,7 +17,7 @@
 ** On disk a plan is JSON:
 **   {"model": {"name":..,"n_layer":..,"n_embd":..,"n_head":..,"vocab_size":..,"max_seq":..},
 **    "world_size": N, "micro_batch": B, "seq_len": T, "prefetch": false,
-**    "overlap_reduce": false, "reduce_dtype": "fp32",
+**    "overlap_reduce": false, "reduce_dtype": "fp32", "head_rows": R (optional),
 **    "ops": [{"name": "embed", "slices": ["zero3", "zero3", "dp", "dp"], "shard_group": 2}, ...],
 **    "layers": [{"layer": 0, "recompute": true}, ...]}
 ** listing every operator that owns parameters (ops not listed default to one dp slice) and the
@@ -29,6 +29,8 @@
 ** reduce-scatter runs without blocking while the next gradient computes (its full gradient
 ** stays live until then; also replayed). "reduce_dtype": "bf16" sends gradients as bf16 and
 ** sums them in fp32 (half the bytes; the losses move by about bf16's rounding, see README).
+** "head_rows" sets the rows of the LM head's chunks (more: fewer passes over the head's weight
+** gradient, fewer rows: less memory; absent: gpt_head_rows_default).
 */
 #ifndef OSDP_PLAN_H
 #define OSDP_PLAN_H
@@ -56,6 +58,8 @@ typedef struct Plan {
   int overlap_reduce;                 /* sharded gradients: reduce-scatter without blocking, one
                                       ** in flight while the next gradient computes */
   ReduceDtype reduce_dtype;           /* gradient reductions' element type */
+  int head_rows;                      /* rows of the fused LM head's chunks of logits (0: the
+                                      ** default, gpt_head_rows_default) */
   int nops;
   OpPlan* ops;                        /* nops entries, one per op (parameterless ops: k = 1) */
   int nlayers;

@@ -118,7 +118,7 @@ static int wants_build(const GptDesc* d, Wants* ws) {
   memset(ws, 0, sizeof *ws);
   ws->L = d->cfg.n_layer;
   ws->fam = d->family;
-  ws->tied = d->ops[d->logits_op].owner != d->logits_op && d->family->hf_tied_head;
+  ws->tied = d->ops[d->head_op].owner != d->head_op && d->family->hf_tied_head;
   ws->tied_to = -1;
   ws->w = malloc(((size_t)d->nops * MODEL_MAX_TENSORS + 1) * sizeof *ws->w);
   if (!ws->w) return osdp_fail("safetensors: out of memory");

@@ -1,8 +1,8 @@
 /*
 ** step_ops.h: the op passes every family's step shares, written once for the step's element
-** type: linears (split into slices, with or without bias and residual), the LM head (the owner's
-** first tensor as its [in, out] weight: a tied embedding's wte or the head's own W) and the
-** loss. Included by each family's step file (gpt2_step.c, llama_step.c), which is compiled once
+** type: linears (split into slices, with or without bias and residual) and the LM head fused
+** with the loss (the owner's first tensor as its [in, out] weight: a tied embedding's wte or the
+** head's own W). Included by each family's step file (gpt2_step.c, llama_step.c), which is compiled once
 ** with real = float and once with STEP_REAL_DOUBLE (real = double); every function is static, so
 ** the copies never meet.
 */
@@ -79,59 +79,76 @@ static inline void linear_bwd(const GptDesc* d, GptActs* a, const GptParamHooks*
   gpt_op_timer_stop(a, opi, tm);
 }
 
-/* LM head: logits = xf W, W the first tensor of the head's owner ([C, Vp]: a tied embedding's
-** wte or the head's own weight), slice by slice, no bias. */
-static inline void head_fwd(const GptDesc* d, GptActs* a, const GptParamHooks* h,
-                            const int* slices, const real* xf) {
-  OpTimer tm = gpt_op_timer_start(a);
-  int head = d->logits_op, e = d->ops[head].owner, k = slices[e];
-  int BT = a->B * a->T, C = d->cfg.n_embd, Vp = d->cfg.padded_vocab;
-  real* logits = out_of(a, head);
-  for (int i = 0; i < k; i++) {
-    ParamView w = gpt_acquire_weights(d, a, h, e, k, i, GPT_FORWARD);
-    kern(a)->matmul_forward(logits, xf + w.row0, C, w.t[STEP_HEAD_W], NULL, BT, (int)w.nrows, Vp,
-                            i > 0);
-    h->release_weight(h->ctx, e, i, GPT_FORWARD);
-  }
-  gpt_op_timer_stop(a, head, tm);
-}
-
 /* What a family does to a fresh gradient of the head's owner besides the head's own tensor (GPT-2
 ** zeroes embed's wpe tail), or NULL. */
 typedef void (*HeadFresh)(const GptDesc* d, const GptActs* a, ParamView* g);
 
-/* Backward of the LM head: dxf (each slice writes its columns) from the dlogits left in the
-** logits buffer, and the weight's gradient slice by slice (on_fresh for a fresh one). */
-static inline void head_bwd(const GptDesc* d, GptActs* a, const GptParamHooks* h,
-                            const int* slices, real* dxf, const real* xf, HeadFresh on_fresh) {
-  OpTimer tm = gpt_op_timer_start(a);
-  int head = d->logits_op, e = d->ops[head].owner, k = slices[e];
-  int BT = a->B * a->T, C = d->cfg.n_embd, Vp = d->cfg.padded_vocab;
-  const real* dlogits = out_of(a, head);
-  for (int i = 0; i < k; i++) {
-    ParamView w = gpt_acquire_weights(d, a, h, e, k, i, GPT_BACKWARD);
-    int fresh;
-    ParamView g = gpt_acquire_grads(d, a, h, e, k, i, &fresh);
-    kern(a)->matmul_backward(dxf + w.row0, g.t[STEP_HEAD_W], NULL, dlogits, xf + w.row0, C,
-                             w.t[STEP_HEAD_W], BT, (int)w.nrows, Vp, !fresh);
-    if (fresh && on_fresh) on_fresh(d, a, &g);
-    h->release_weight(h->ctx, e, i, GPT_BACKWARD);
-    h->release_grad(h->ctx, e, i);
+/* The slices of the head's owner, held for the whole fused head: weights, and in training their
+** gradient buffers (fresh[i]: the buffer holds nothing to keep). */
+typedef struct HeadSlices {
+  int owner, k;
+  ParamView w[GPT_MAX_SLICES], g[GPT_MAX_SLICES];
+  int fresh[GPT_MAX_SLICES];
+} HeadSlices;
+
+/* Acquires every slice of the head's owner (weight, then in training its gradient: the
+** schedule's held uses), calling on_fresh for a fresh gradient. */
+static inline void head_acquire(const GptDesc* d, GptActs* a, const GptParamHooks* h,
+                                const int* slices, GptForwardMode mode, HeadFresh on_fresh,
+                                HeadSlices* s) {
+  s->owner = d->ops[d->head_op].owner;
+  s->k = slices[s->owner];
+  for (int i = 0; i < s->k; i++) {
+    s->w[i] = gpt_acquire_weights(d, a, h, s->owner, s->k, i, GPT_FORWARD);
+    if (mode != GPT_TRAIN) continue;
+    s->g[i] = gpt_acquire_grads(d, a, h, s->owner, s->k, i, &s->fresh[i]);
+    if (s->fresh[i] && on_fresh) on_fresh(d, a, &s->g[i]);
   }
-  gpt_op_timer_stop(a, head, tm);
 }
 
-/* The loss op (the op after the head): per-position losses, and dloss/dlogits over the logits;
-** the argmax of each position's logits first when asked. Returns the losses' sum. */
-static inline double loss_fwd(const GptDesc* d, GptActs* a, double loss_scale, int* argmax) {
-  int BT = a->B * a->T, loss = d->logits_op + 1, V = d->cfg.vocab_size, Vp = d->cfg.padded_vocab;
-  real* logits = out_of(a, d->logits_op);
-  if (argmax) kern(a)->logits_argmax(logits, BT, V, Vp, argmax);
+/* Gives the slices back, in the order they were acquired. */
+static inline void head_release(const GptParamHooks* h, GptForwardMode mode, const HeadSlices* s) {
+  for (int i = 0; i < s->k; i++) {
+    h->release_weight(h->ctx, s->owner, i, GPT_FORWARD);
+    if (mode == GPT_TRAIN) h->release_grad(h->ctx, s->owner, i);
+  }
+}
+
+/* The LM head fused with the loss, over chunks of rows (gpt_head_rows) so the logits [BT, Vp]
+** never exist whole. Per chunk of n rows from r0: logits = xf W (W the first tensor of the head's
+** owner, [C, Vp]: a tied embedding's wte or the head's own weight; summed over its slices'
+** rows), the argmax when asked, the per-position losses and dloss/dlogits in place; in training
+** then the head's backward for the chunk: dxf's rows (each slice writes its columns) and the
+** weight's gradient, accumulated over the chunks. Every slice is held throughout, so each is
+** gathered once. Returns the losses' sum. */
+static inline double head_loss_fwd(const GptDesc* d, GptActs* a, const GptParamHooks* h,
+                                   const int* slices, GptForwardMode mode, const real* xf,
+                                   real* dxf, double loss_scale, int* argmax, HeadFresh on_fresh) {
   OpTimer tm = gpt_op_timer_start(a);
-  double sum = kern(a)->crossentropy_forward_backward(logits, out_of(a, loss),
-                                                      gpt_acts_targets(d, a), BT, V, Vp,
-                                                      loss_scale);
-  gpt_op_timer_stop(a, loss, tm);
+  int head = d->head_op, BT = a->B * a->T, C = d->cfg.n_embd;
+  int V = d->cfg.vocab_size, Vp = d->cfg.padded_vocab, R = gpt_head_rows(d, a->B, a->T, a->head_rows);
+  real* logits = gpt_step_head_chunk(d, a);
+  real* losses = out_of(a, head);
+  const int* targets = gpt_acts_targets(d, a);
+  HeadSlices s;
+  head_acquire(d, a, h, slices, mode, on_fresh, &s);
+  double sum = 0;
+  for (int r0 = 0; r0 < BT; r0 += R) {
+    int n = BT - r0 < R ? BT - r0 : R;
+    const real* x = xf + (size_t)r0 * C;
+    for (int i = 0; i < s.k; i++)
+      kern(a)->matmul_forward(logits, x + s.w[i].row0, C, s.w[i].t[STEP_HEAD_W], NULL, n,
+                              (int)s.w[i].nrows, Vp, i > 0);
+    if (argmax) kern(a)->logits_argmax(logits, n, V, Vp, argmax + r0);
+    sum += kern(a)->crossentropy_forward_backward(logits, losses + r0, targets + r0, n, V, Vp,
+                                                  loss_scale);
+    for (int i = 0; mode == GPT_TRAIN && i < s.k; i++)
+      kern(a)->matmul_backward(dxf + (size_t)r0 * C + s.w[i].row0, s.g[i].t[STEP_HEAD_W], NULL,
+                               logits, x + s.w[i].row0, C, s.w[i].t[STEP_HEAD_W], n,
+                               (int)s.w[i].nrows, Vp, !s.fresh[i] || r0 > 0);
+  }
+  head_release(h, mode, &s);
+  gpt_op_timer_stop(a, head, tm);
   return sum;
 }
 

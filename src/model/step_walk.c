@@ -14,6 +14,14 @@ typedef struct WalkSlice {
   int bucket;      /* dp: its bucket (plan_dp_buckets); else -1 */
 } WalkSlice;
 
+/* A use begun and not yet ended: which parts of it are open. */
+typedef struct OpenUse {
+  int use;             /* its index in the schedule */
+  int weight;          /* its weight is acquired and not released */
+  int grad;            /* its gradient is acquired and not released */
+  int grad_to_begin;   /* it has a gradient the step has not acquired yet */
+} OpenUse;
+
 struct StepWalk {
   const Plan* p;       /* the plan walked (the caller's) */
   WalkFn fn;
@@ -29,8 +37,9 @@ struct StepWalk {
   int* members_left;   /* per bucket: of which not final yet this step */
   size_t* bucket_params; /* per bucket: its parameters */
   int next;            /* the next use to begin */
-  int cur;             /* the use begun last, or -1 */
-  int grad_to_begin;   /* cur has a gradient the step has not acquired yet */
+  OpenUse open[GPT_MAX_SLICES + 1]; /* the uses begun and not ended, oldest first (more than
+                       ** one only inside a run of held uses) */
+  int nopen;
   int prefetched;      /* the use whose weight is being prefetched, or -1 */
   int reducing;        /* the use whose reduce-scatter is in flight (overlap_reduce), or -1 */
 };
@@ -128,8 +137,7 @@ void walk_reset(StepWalk* w) {
   for (int key = 0; key < w->nkeys; key++) w->slices[key].grad_done = w->slices[key].landed = 0;
   for (int b = 0; b < w->nbuckets; b++) w->members_left[b] = w->members[b];
   w->next = 0;
-  w->cur = -1;
-  w->grad_to_begin = 0;
+  w->nopen = 0;
   w->prefetched = -1;
   w->reducing = -1;
 }
@@ -202,6 +210,37 @@ static void grad_end(StepWalk* w, int i) {
   if (plan_op_group(w->p, u->owner) <= 1) finish_reducing(w);
 }
 
+/* ---- The open uses ------------------------------------------------------------------------ */
+
+/* Opens use i (its weight or gradient acquired now). Returns its entry, or NULL when more uses
+** are open than a held run can have (a bug in the caller). */
+static OpenUse* open_use(StepWalk* w, int i) {
+  if (w->nopen == GPT_MAX_SLICES + 1) return NULL;
+  OpenUse* o = &w->open[w->nopen++];
+  *o = (OpenUse){.use = i};
+  return o;
+}
+
+/* The open use of slice (owner, slice) whose weight (part 0) or gradient (part 1) is acquired,
+** or NULL. */
+static OpenUse* find_open(StepWalk* w, int owner, int slice, int part) {
+  for (int j = 0; j < w->nopen; j++) {
+    const GptParamUse* u = &w->u[w->open[j].use];
+    if (u->owner == owner && u->slice == slice && (part ? w->open[j].grad : w->open[j].weight))
+      return &w->open[j];
+  }
+  return NULL;
+}
+
+/* Closes open use o once nothing of it is acquired: its gradient is released, or it never will
+** be acquired (a forward-only pass of a use that has one). */
+static void close_if_done(StepWalk* w, OpenUse* o) {
+  if (o->weight || o->grad) return;
+  int j = (int)(o - w->open);
+  for (; j + 1 < w->nopen; j++) w->open[j] = w->open[j + 1];
+  w->nopen--;
+}
+
 /* ---- The engine's side: one call per hook -------------------------------------------------- */
 
 /* Whether the next use of the schedule is (owner, slice) with a weight in this phase (weight
@@ -215,26 +254,46 @@ static int next_is(const StepWalk* w, int owner, int slice, int weight, GptPhase
 
 int walk_weight_begin(StepWalk* w, int owner, int slice, GptPhase phase) {
   if (!next_is(w, owner, slice, 1, phase)) return -1;
-  w->cur = w->next++;
-  w->grad_to_begin = w->u[w->cur].grad;
-  weight_begin(w, w->cur);
+  OpenUse* o = open_use(w, w->next);
+  if (!o) return -1;
+  int i = w->next++;
+  o->weight = 1;
+  o->grad_to_begin = w->u[i].grad;
+  weight_begin(w, i);
   return 0;
 }
 
-void walk_weight_end(StepWalk* w) { weight_end(w, w->cur); }
-
-int walk_grad_begin(StepWalk* w, int owner, int slice) {
-  if (w->grad_to_begin) { /* the use whose weight was just acquired */
-    if (w->u[w->cur].owner != owner || w->u[w->cur].slice != slice) return -1;
-  } else {                /* a use of the gradient alone: the next one */
-    if (!next_is(w, owner, slice, 0, GPT_BACKWARD)) return -1;
-    w->cur = w->next++;
-  }
-  w->grad_to_begin = 0;
-  return grad_begin(w, w->cur);
+int walk_weight_end(StepWalk* w, int owner, int slice) {
+  OpenUse* o = find_open(w, owner, slice, 0);
+  if (!o) return -1;
+  weight_end(w, o->use);
+  o->weight = 0;
+  close_if_done(w, o);
+  return 0;
 }
 
-void walk_grad_end(StepWalk* w) { grad_end(w, w->cur); }
+int walk_grad_begin(StepWalk* w, int owner, int slice) {
+  OpenUse* o = w->nopen ? &w->open[w->nopen - 1] : NULL;
+  if (o && o->grad_to_begin) { /* the use whose weight was just acquired */
+    const GptParamUse* u = &w->u[o->use];
+    if (u->owner != owner || u->slice != slice) return -1;
+  } else {                     /* a use of the gradient alone: the next one */
+    if (!next_is(w, owner, slice, 0, GPT_BACKWARD) || !(o = open_use(w, w->next))) return -1;
+    w->next++;
+  }
+  o->grad_to_begin = 0;
+  o->grad = 1;
+  return grad_begin(w, o->use);
+}
+
+int walk_grad_end(StepWalk* w, int owner, int slice) {
+  OpenUse* o = find_open(w, owner, slice, 1);
+  if (!o) return -1;
+  grad_end(w, o->use);
+  o->grad = 0;
+  close_if_done(w, o);
+  return 0;
+}
 
 void walk_backward_end(StepWalk* w) {
   finish_reducing(w);
@@ -245,17 +304,26 @@ void walk_backward_end(StepWalk* w) {
 
 int walk_use_begin(StepWalk* w) {
   if (w->next >= w->n) return -1;
-  int i = w->cur = w->next++;
-  if (w->u[i].weight) weight_begin(w, i);
-  if (w->u[i].grad) grad_begin(w, i);
-  w->grad_to_begin = 0;
+  OpenUse* o = open_use(w, w->next);
+  if (!o) return -1;
+  int i = w->next++;
+  o->weight = w->u[i].weight;
+  o->grad = w->u[i].grad;
+  if (o->weight) weight_begin(w, i);
+  if (o->grad) grad_begin(w, i);
   return i;
 }
 
 void walk_use_end(StepWalk* w) {
-  if (w->u[w->cur].weight) weight_end(w, w->cur);
-  if (w->u[w->cur].grad) grad_end(w, w->cur);
+  if (!w->nopen) return;
+  OpenUse* o = &w->open[0];
+  if (o->weight) weight_end(w, o->use);
+  if (o->grad) grad_end(w, o->use);
+  o->weight = o->grad = 0;
+  close_if_done(w, o);
 }
+
+const GptParamUse* walk_use(const StepWalk* w, int i) { return &w->u[i]; }
 
 /* ---- What the walk knows ------------------------------------------------------------------- */
 

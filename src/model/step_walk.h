@@ -22,7 +22,8 @@
 ** then walk_use_end.
 **
 ** Within one use the order is: the weight (gathered or taken), the next prefetch, the full
-** gradient; then the use computes; then the weight is freed and the gradient reduced.
+** gradient; then the use computes; then the weight is freed and the gradient reduced. A run of
+** held uses (the fused LM head's slices) begins each in turn, computes, and ends each in turn.
 */
 #ifndef OSDP_STEP_WALK_H
 #define OSDP_STEP_WALK_H
@@ -66,21 +67,27 @@ void walk_destroy(StepWalk* w);
 void walk_reset(StepWalk* w);
 
 /* The engine's side, one call per parameter hook. The step makes use u of the schedule: its
-** weight (forward, recompute, backward) and then, in backward, its gradient. The begin calls
-** return -1 when the use is not the one the schedule has next (a bug), else 0;
-** walk_grad_begin returns 1 when this is the slice's first gradient use of the step. */
+** weight (forward, recompute, backward) and then, in backward (and the fused head), its
+** gradient; the ends name the slice released (after held uses, several are open). Every call
+** returns -1 when the use is not the one the schedule has next or is not open (a bug), else 0;
+** walk_grad_begin returns 1 when this is the slice's first gradient use of the step. A use whose
+** gradient is never acquired (an evaluation's forward) ends with its weight. */
 int walk_weight_begin(StepWalk* w, int owner, int slice, GptPhase phase);
-void walk_weight_end(StepWalk* w);
+int walk_weight_end(StepWalk* w, int owner, int slice);
 int walk_grad_begin(StepWalk* w, int owner, int slice);
-void walk_grad_end(StepWalk* w);
+int walk_grad_end(StepWalk* w, int owner, int slice);
 /* Backward is over: the reduce-scatter in flight lands, then WALK_WAIT_ALL. */
 void walk_backward_end(StepWalk* w);
 
 /* The replays' side. walk_use_begin begins the next use of the schedule (its weight and its
 ** gradient, whichever it has) and returns its index, or -1 when the schedule is done;
-** walk_use_end ends it. */
+** walk_use_end ends the oldest use begun and not ended. A held use (GptParamUse.held) is ended
+** only after the next one has begun: the replays begin a run of held uses and the use after it,
+** then end them all. */
 int walk_use_begin(StepWalk* w);
 void walk_use_end(StepWalk* w);
+/* Use i of the schedule. */
+const GptParamUse* walk_use(const StepWalk* w, int i);
 
 /* The number of uses in the schedule. */
 int walk_use_count(const StepWalk* w);

@@ -10,8 +10,8 @@
 #include "model/step_walk.h"
 
 /* The compute share of op i's measured forward+backward time in a phase: a third forward (and
-** recomputed forward), two thirds backward; an op without a backward pass (the loss, whose
-** backward is fused into its forward) is all forward. */
+** recomputed forward), two thirds backward; an op without a backward pass (the LM head, whose
+** backward is fused into its forward with the loss) is all forward. */
 static double op_share(const GptDesc* d, int i, GptPhase phase) {
   if (!d->ops[i].has_backward) return phase == GPT_BACKWARD ? 0.0 : 1.0;
   return phase == GPT_BACKWARD ? 2.0 / 3.0 : 1.0 / 3.0;
@@ -35,7 +35,7 @@ static OpUses uses_by_rule(const GptDesc* d, int op, const int* recompute) {
     if (x->owner != op) continue;
     u.fwd_weight += 1 + gpt_op_recomputes(d, recompute, i);
     u.bwd_weight += x->has_backward && x->bwd_weight;
-    u.bwd_grad += x->has_backward;
+    u.bwd_grad += 1; /* in its backward, or in the forward of a fused one (the LM head) */
   }
   return u;
 }
@@ -155,7 +155,7 @@ double cost_recompute_s(const GptDesc* d, const DeviceInfo* dev, int B, int T, c
 
 size_t cost_batch_bytes(const GptDesc* d, const DeviceInfo* dev, int B, int T, const int* recompute) {
   size_t acts = gpt_acts_layout(d, B, T, sizeof(float), recompute, NULL, NULL, NULL);
-  return acts + gpt_scratch_bytes(d, B, T, sizeof(float), dev->threads);
+  return acts + gpt_scratch_bytes(d, B, T, sizeof(float), dev->threads, 0);
 }
 
 /* ---- The replay of one step ---------------------------------------------------------------- */
@@ -280,16 +280,21 @@ static void time_action(void* ctx, WalkAction a, const GptParamUse* u, int arg) 
 }
 
 /* Runs op i in the given phase: its parameter uses from the walk, each with its share of the
-** op's compute between the use's begin and end; an op without parameters just computes. */
+** op's compute between the use's begin and end (a run of held uses, the fused head's, all begun
+** before their compute); an op without parameters just computes. */
 static void replay_op(Replay* r, int i, GptPhase phase, int B) {
   const GptDesc* d = r->d;
   int owner = d->ops[i].owner;
   int k = owner >= 0 ? r->p->ops[owner].k : 1;
   double t = op_share(d, i, phase) * device_op_time_s(r->dev, d, i, B, r->p->seq, k);
   if (owner < 0) { replay_compute(r, t); return; }
-  for (int s = 0; s < k && walk_use_begin(r->walk) >= 0; s++) {
-    replay_compute(r, t / k);
-    walk_use_end(r->walk);
+  int u;
+  for (int s = 0; s < k && (u = walk_use_begin(r->walk)) >= 0; s++) {
+    int run = 1;
+    while (walk_use(r->walk, u)->held && s + run < k && (u = walk_use_begin(r->walk)) >= 0) run++;
+    replay_compute(r, t * run / k);
+    for (int j = 0; j < run; j++) walk_use_end(r->walk);
+    s += run - 1;
   }
 }
 

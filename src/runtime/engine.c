@@ -127,7 +127,8 @@ static void* hook_acquire_weight(void* ctx, int owner, int slice, GptPhase phase
 /* The weight of the use is done with (a gathered one is freed). */
 static void hook_release_weight(void* ctx, int owner, int slice, GptPhase phase) {
   Engine* e = ctx;
-  walk_weight_end(e->walk);
+  (void)phase;
+  if (walk_weight_end(e->walk, owner, slice)) schedule_error();
 }
 
 /* Returns the buffer a slice's gradient goes into: the persistent full gradient for dp (fresh
@@ -146,7 +147,7 @@ static void* hook_acquire_grad(void* ctx, int owner, int slice, int* fresh) {
 ** the shard; dp: its bucket's all-reduce once every member is final). */
 static void hook_release_grad(void* ctx, int owner, int slice) {
   Engine* e = ctx;
-  walk_grad_end(e->walk);
+  if (walk_grad_end(e->walk, owner, slice)) schedule_error();
 }
 
 /* ---- Construction -------------------------------------------------------------------- */
@@ -309,12 +310,14 @@ static int engine_build(Engine* e, const GptDesc* d, const Plan* p, const TrainO
   e->walk = walk_create(d, &e->plan, opt->bucket_bytes, engine_action, e);
   if (!e->walk || build_buckets(e)) return -1;
   e->acts = (GptActs){.B = p->micro_batch, .T = p->seq, .elem = sizeof(float), .backend = e->bk,
-                      .op_acts = e->act_ptrs, .recompute = e->plan.recompute};
+                      .op_acts = e->act_ptrs, .recompute = e->plan.recompute,
+                      .head_rows = p->head_rows};
   e->host_targets = calloc((size_t)p->micro_batch * p->seq, sizeof(int));
   if (!e->host_targets) return osdp_fail("out of memory");
   if (alloc_activations(e)) return -1;
   e->acts.scratch = arena_alloc(&e->arena,
-                                gpt_scratch_bytes(d, p->micro_batch, p->seq, sizeof(float), opt->threads),
+                                gpt_scratch_bytes(d, p->micro_batch, p->seq, sizeof(float), opt->threads,
+                                                  p->head_rows),
                                 MEM_SCRATCH, "backward scratch");
   if (!e->acts.scratch) return -1;
   e->hooks = (GptParamHooks){e, hook_acquire_weight, hook_release_weight, hook_acquire_grad,
@@ -450,7 +453,7 @@ void engine_step(Engine* e, long global_targets, StepResult* r) {
   walk_reset(e->walk);
   zero_unused_grads(e);
   double scale = 1.0 / (double)(global_targets > 0 ? global_targets : 1);
-  double loss = gpt_forward_f32(e->d, &e->acts, &e->hooks, e->slice_counts, scale, NULL);
+  double loss = gpt_forward_f32(e->d, &e->acts, &e->hooks, e->slice_counts, GPT_TRAIN, scale, NULL);
   gpt_backward_f32(e->d, &e->acts, &e->hooks, e->slice_counts);
   walk_backward_end(e->walk); /* the last reduce-scatter lands; every collective is waited for */
   double sums[2] = {loss, owned_grad_sumsq(e)};
@@ -483,10 +486,12 @@ void engine_step(Engine* e, long global_targets, StepResult* r) {
 double engine_eval(Engine* e, const int* problem, long* problems_total, long* problems_ok) {
   int BT = e->acts.B * e->acts.T;
   int* argmax = (int*)((char*)e->acts.scratch +
-                       gpt_scratch_bytes(e->d, e->acts.B, e->acts.T, sizeof(float), e->opt.threads) -
+                       gpt_scratch_bytes(e->d, e->acts.B, e->acts.T, sizeof(float), e->opt.threads,
+                                         e->acts.head_rows) -
                        2 * (size_t)BT * sizeof(int));
   walk_reset(e->walk);
-  double loss = gpt_forward_f32(e->d, &e->acts, &e->hooks, e->slice_counts, 1.0, problem ? argmax : NULL);
+  double loss = gpt_forward_f32(e->d, &e->acts, &e->hooks, e->slice_counts, GPT_EVAL, 1.0,
+                                problem ? argmax : NULL);
   walk_reset(e->walk); /* frees the prefetch of the first backward use, which does not come */
   double sums[3] = {loss, 0, 0};
   int* pred = problem ? malloc((size_t)BT * sizeof *pred) : NULL;
