@@ -57,3 +57,10 @@ set_tests_properties(cli_resume PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LA
 add_test(NAME cli_fulldisk COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_fulldisk.sh $<TARGET_FILE:osdp>)
 set_tests_properties(cli_fulldisk PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 120
   SKIP_RETURN_CODE 77)
+
+# Outputs that destroy nothing: device nodes (made with mknod in the work directory) and
+# symlinks written through, never replaced; an output that is an input or another output refused
+# before any work with every file unchanged; a full stdout an error (skipped without mknod).
+add_test(NAME cli_outputs COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_outputs.sh $<TARGET_FILE:osdp>)
+set_tests_properties(cli_outputs PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 180
+  SKIP_RETURN_CODE 77)

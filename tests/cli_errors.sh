@@ -81,6 +81,10 @@ sed 's/"seq_len": 64,/"seq_len": 64, "overlap_reduce": "yes",/' tinyplan.json >o
 expect_error "plan with a shard group not dividing the world" "groupplan.json" "shard_group" "world_size=1" -- "${T[@]}" --plan groupplan.json
 expect_error "plan with an unknown reduce dtype" "dtypeplan.json" "reduce_dtype" "bf16" -- "${T[@]}" --plan dtypeplan.json
 expect_error "plan with a non-boolean overlap_reduce" "ovplan.json" "overlap_reduce" "true or false" -- "${T[@]}" --plan ovplan.json
+sed 's/"ops": \[{"name": "embed", "slices": \["zero3"\]}\]/"ops": [{"name": "embed", "slices": ["zero3"]}, {"name": "embed", "slices": ["dp"]}]/' tinyplan.json >dupplan.json
+expect_error "plan naming an operator twice" "dupplan.json" "embed" "twice" -- "${T[@]}" --plan dupplan.json
+sed 's/]}$/], "layers": [{"layer": 1, "recompute": true}, {"layer": 1, "recompute": false}]}/' tinyplan.json >duplayers.json
+expect_error "plan naming a layer twice" "duplayers.json" "layer 1" "twice" -- "${T[@]}" --plan duplayers.json
 sed 's/"seq_len": 64,/"seq_len": 64, "head_rows": 0,/' tinyplan.json >rowsplan.json
 expect_error "plan with head_rows 0" "rowsplan.json" "head_rows" ">= 1" -- "${T[@]}" --plan rowsplan.json
 expect_error "--head-rows not positive" "--head-rows" "0" -- "${T[@]}" --head-rows 0

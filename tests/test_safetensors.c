@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 static char tmpdir[256];
@@ -676,34 +677,40 @@ static void test_save_failures(void) {
   GptDesc d;
   CHECK(gpt_desc_build(&d, &c) == 0);
   float* p = random_params(&d, 9);
-  char path[512], tmp[520];
+  char path[512], tmp[540];
   tmp_path("no/such/dir.st", path);
-  CHECK(refused(safetensors_save(path, &d, p), path, "cannot create"));
-  /* Over a directory: fails at the rename, the temporary file removed. */
+  CHECK(refused(safetensors_save(path, &d, p), path, "cannot write"));
+  /* Over a directory: refused before anything is written, no temporary file. */
   tmp_path("adir", path);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
   CHECK(mkdir(path, 0700) == 0);
-  CHECK(refused(safetensors_save(path, &d, p), path, "cannot rename"));
+  CHECK(refused(safetensors_save(path, &d, p), path, "is a directory"));
   CHECK(!file_exists(tmp));
   rmdir(path);
   /* An old file stays when the temporary file cannot be created (a directory there, which
-  ** must survive) or fills the device mid-write (a link to /dev/full). */
+  ** must survive) or fills the device mid-write (a link to a full device node made here). The
+  ** temporary file's name is the output layer's: PATH.tmp-PID. */
   tmp_path("old.st", path);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
   CHECK(safetensors_save(path, &d, p) == 0);
   size_t n0 = 0, n1 = 0;
   unsigned char* before = read_file(path, &n0);
   float* p2 = random_params(&d, 10);
   CHECK(mkdir(tmp, 0700) == 0);
-  CHECK(refused(safetensors_save(path, &d, p2), tmp, "cannot create"));
+  CHECK(refused(safetensors_save(path, &d, p2), path, "cannot write"));
   struct stat st;
   CHECK(stat(tmp, &st) == 0 && S_ISDIR(st.st_mode));
   rmdir(tmp);
-  if (symlink("/dev/full", tmp) == 0) {
-    CHECK(refused(safetensors_save(path, &d, p2), tmp, "writing"));
+  char full[540];
+  tmp_path("fulldev", full);
+  if (mknod(full, S_IFCHR | 0600, makedev(1, 7)) == 0 && symlink(full, tmp) == 0) {
+    CHECK(refused(safetensors_save(path, &d, p2), path, "writing"));
     CHECK(!file_exists(tmp));
+    struct stat fs;
+    CHECK(stat(full, &fs) == 0 && S_ISCHR(fs.st_mode));
     remove(tmp);
   }
+  remove(full);
   unsigned char* after = read_file(path, &n1);
   CHECK(before && after && n0 == n1 && memcmp(before, after, n0) == 0);
   remove(path);

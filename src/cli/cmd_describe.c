@@ -9,6 +9,7 @@
 #include "cli/plan_svg.h"
 #include "cli/setup.h"
 #include "comm/comm.h"
+#include "core/output.h"
 #include "core/util.h"
 
 static const char* describe_help =
@@ -102,7 +103,9 @@ int cmd_describe(int argc, char** argv) {
   GptDesc d;
   long B, T, ranks, threads;
   size_t limit = 0;
-  if (args_parse(&a, "describe", argc, argv, opts, sws) || setup_model(&a, "tiny", &d))
+  static const char* const outputs[] = {"svg", NULL};
+  if (args_parse(&a, "describe", argc, argv, opts, sws) || setup_claim_files(&a, outputs) ||
+      setup_model(&a, "tiny", &d))
     return cli_report_error();
   if (args_int(&a, "batch", 1, 1, 1 << 20, &B) ||
       args_int(&a, "seq", d.cfg.max_seq, 1, d.cfg.max_seq, &T) ||

@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "comm/comm.h"
+#include "core/output.h"
 #include "core/util.h"
 #include "model/gpt.h"
 #include "model/safetensors.h"
@@ -126,6 +127,8 @@ static int export_run(const char* in, const char* out, WeightsFormat fmt, const 
                       int quiet) {
   GptDesc d;
   float* params;
+  if (out_claim_input(in, "export IN") || (!out_is_dir(out) && out_claim_output(out, "export OUT")))
+    return -1;
   if (out_is_dir(out) && fmt != WEIGHTS_SAFETENSORS)
     return osdp_fail("export: OUT '%s' is a directory, which only --format safetensors writes "
                      "(model.safetensors and config.json); give a file name for llmc", out);

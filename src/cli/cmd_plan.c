@@ -15,6 +15,7 @@
 #include "cli/plan_table.h"
 #include "cli/setup.h"
 #include "comm/comm.h"
+#include "core/output.h"
 #include "core/util.h"
 #include "planner/cost.h"
 #include "planner/device.h"
@@ -373,7 +374,11 @@ int cmd_plan(int argc, char** argv) {
   PlanCost c;
   PlanReport ro = {0};
   long trial_steps = 0;
-  if (args_parse(&a, "plan", argc, argv, opts, sws) || setup_model(&a, "tiny", &d) ||
+  static const char* const outputs[] = {"out", "svg", NULL};
+  if (args_parse(&a, "plan", argc, argv, opts, sws) || setup_claim_files(&a, outputs) ||
+      (args_get(&a, "out", NULL) && comm_rank() == 0 && check_writable(args_get(&a, "out", NULL), "--out")) ||
+      (args_get(&a, "svg", NULL) && comm_rank() == 0 && check_writable(args_get(&a, "svg", NULL), "--svg")) ||
+      setup_model(&a, "tiny", &d) ||
       device_from_args(&a, &dev) || search_options_from_args(&a, &d, &dev, &so) ||
       args_int(&a, "trial-steps", 6, 1, 1000, &trial_steps))
     return cli_report_error();

@@ -9,6 +9,7 @@
 #include "cli/cli.h"
 #include "cli/setup.h"
 #include "comm/comm.h"
+#include "core/output.h"
 #include "core/util.h"
 #include "planner/device.h"
 #include "planner/profile.h"
@@ -53,6 +54,10 @@ int cmd_profile(int argc, char** argv) {
     return cli_report_error();
   const char* out = args_get(&a, "out", NULL);
   if (!out) { osdp_fail("osdp profile: --out FILE is required (where to write the device information)"); return cli_report_error(); }
+  /* The output fails now, not after the whole profile. */
+  static const char* const outputs[] = {"out", NULL};
+  if (setup_claim_files(&a, outputs) || (comm_rank() == 0 && check_writable(out, "--out")))
+    return cli_report_error();
   po.verbose = !args_has(&a, "quiet");
   if (profile_device(&d, &po, &dev)) return cli_report_error();
   int rc = comm_rank() == 0 ? device_save(&dev, out) : 0;

@@ -172,7 +172,9 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
                                      "eval-batches", "checkpoint", "checkpoint-every", "keep",
                                      "resume", "stop-after", "on-nonfinite", "watchdog", NULL};
   static const char* const sws[] = {"json", "quiet", "prefetch", "overlap-reduce", NULL};
-  if (args_parse(&r->args, "train", argc, argv, opts, sws)) return -1;
+  static const char* const outputs[] = {"log", "save", NULL};
+  if (args_parse(&r->args, "train", argc, argv, opts, sws) || setup_claim_files(&r->args, outputs))
+    return -1;
   long B, T, steps, evb;
   if (args_int(&r->args, "batch", 16, 1, 1 << 20, &B) || args_int(&r->args, "seq", 64, 1, 65536, &T) ||
       args_int(&r->args, "steps", 2000, 0, 1L << 40, &steps) ||
@@ -196,6 +198,9 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
   r->skip_nonfinite = strcmp(nf, "skip") == 0;
   if (args_has(&r->args, "resume") && args_has(&r->args, "load"))
     return osdp_fail("--load and --resume: give one (--resume restores the weights and the optimizer)");
+  if (!r->ckpt_dir && args_has(&r->args, "stop-after"))
+    return osdp_fail("--stop-after %ld needs --checkpoint DIR: a stopped run is continued with "
+                     "--resume DIR, and without one it would write nothing", stop);
   if (!r->ckpt_dir && (args_has(&r->args, "checkpoint-every") || args_has(&r->args, "keep")))
     return osdp_fail("--checkpoint-every / --keep need --checkpoint DIR (where to write them)");
   const char* sched = args_get(&r->args, "lr-schedule", "constant");
@@ -227,7 +232,7 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
                      r->d.cfg.vocab_size, data_vocab_size(r->data));
   const char* logp = args_get(&r->args, "log", NULL);
   if (logp && comm_rank() == 0 && !(r->log = fopen(logp, "w")))
-    return osdp_fail("--log: cannot write '%s'", logp);
+    return osdp_fail("--log: cannot write '%s': %s", logp, strerror(errno));
   if (r->ckpt_dir && train_state_check_dir(r->ckpt_dir)) return -1;
   /* Output paths fail now, not after the run. */
   const char* savep = args_get(&r->args, "save", NULL);
@@ -344,8 +349,13 @@ static double median_step_s(TrainRun* r) {
   return median_of(r->step_times, (int)r->ntimes);
 }
 
-static void train_summary(TrainRun* r, double first_loss, double last_loss, double tps,
-                          double step_s, double val_loss, double acc, long nprob) {
+/* The run's summary: one JSON object (to --log, and stdout with --json) and, for people, the
+** "done" lines. A run that failed (error: its message; done: the last step completed) is marked
+** "failed" with its error, and prints no "done" line (the error follows on stderr); a run
+** stopped or failed before evaluating has val_loss null. */
+static void train_summary(TrainRun* r, long done, const char* error, double first_loss,
+                          double last_loss, double tps, double step_s, int evaluated,
+                          double val_loss, double acc, long nprob) {
   size_t peak = engine_peak_bytes(&r->eng, NULL);
   double med = median_step_s(r);
   double off = comm_allreduce_f64(comm_world(), peak != r->eng.predicted.peak ? 1.0 : 0.0);
@@ -369,10 +379,13 @@ static void train_summary(TrainRun* r, double first_loss, double last_loss, doub
   cJSON_AddNumberToObject(o, "ranks", comm_size());
   cJSON_AddNumberToObject(o, "micro_batch", r->B);
   cJSON_AddNumberToObject(o, "seq", r->T);
-  cJSON_AddNumberToObject(o, "steps", (double)r->steps);
+  cJSON_AddNumberToObject(o, "steps", (double)done);
+  cJSON_AddBoolToObject(o, "failed", error != NULL);
+  if (error) cJSON_AddStringToObject(o, "error", error);
   cJSON_AddNumberToObject(o, "first_loss", first_loss);
   cJSON_AddNumberToObject(o, "final_loss", last_loss);
-  cJSON_AddNumberToObject(o, "val_loss", val_loss);
+  if (evaluated) cJSON_AddNumberToObject(o, "val_loss", val_loss);
+  else cJSON_AddNullToObject(o, "val_loss");
   cJSON_AddNumberToObject(o, "val_accuracy", acc);
   cJSON_AddNumberToObject(o, "val_problems", (double)nprob);
   cJSON_AddNumberToObject(o, "tokens_per_s", tps);
@@ -396,10 +409,10 @@ static void train_summary(TrainRun* r, double first_loss, double last_loss, doub
   if (r->log) fprintf(r->log, "%s\n", js);
   if (r->json) printf("%s\n", js);
   free(js);
-  if (r->json) return;
+  if (r->json || error) return;
   char pk[32], pr[32];
   printf("done: %ld steps, loss %.4f -> %.4f, %.0f tok/s, peak memory %s per rank (predicted %s)\n",
-         r->steps, first_loss, last_loss, tps, format_bytes((double)peak, pk),
+         done, first_loss, last_loss, tps, format_bytes((double)peak, pk),
          format_bytes((double)r->eng.predicted.peak, pr));
   if (r->auto_plan)
     printf("auto plan: predicted %.4f s/step, measured %.4f s/step (%+.1f%%); predicted peak %zu "
@@ -447,7 +460,7 @@ int cmd_train(int argc, char** argv) {
   r.step_times = malloc((size_t)(r.steps < TIMES_KEPT ? r.steps + 1 : TIMES_KEPT) * sizeof *r.step_times);
   double t0 = now_seconds(), first = 0, last = 0, train_s = 0;
   int rc = 0, stopped = 0;
-  long ran = 0;
+  long ran = 0, completed = r.start_step; /* steps run here; the last step whose update is done */
   double typical = 0; /* the median step so far, for the watchdog */
   for (long step = r.start_step + 1; step <= r.steps && !rc; step++) {
     if (r.ntimes && (r.ntimes & 63) == 1) typical = median_step_s(&r); /* now and then: it sorts */
@@ -479,6 +492,7 @@ int cmd_train(int argc, char** argv) {
         fprintf(stderr, "osdp: note: step %ld: loss %g, gradient norm %g: not finite; its update "
                 "skipped (--on-nonfinite skip)\n", step, sr.loss, sr.grad_norm);
     }
+    completed = step;
     /* A log that cannot be written (a full disk) stops every rank, not just rank 0's output. */
     int log_bad = report_step(&r, step, &sr, now_seconds() - t0) != 0;
     if (comm_allreduce_max_f64(comm_world(), log_bad ? 1.0 : 0.0) > 0) {
@@ -497,10 +511,14 @@ int cmd_train(int argc, char** argv) {
   double val_loss = 0, acc = -1;
   long nprob = 0;
   /* A run stopped early (--stop-after) ends as a kill would, less the loss: with its checkpoint. */
-  if (!rc && !stopped) train_evaluate(&r, &val_loss, &acc, &nprob);
+  int evaluated = !rc && !stopped;
+  if (evaluated) train_evaluate(&r, &val_loss, &acc, &nprob);
   if (!rc && !stopped) rc = train_save(&r);
   double step_s = train_s > 0 ? train_s / (double)timed : 0;
-  train_summary(&r, first, last, tps, step_s, val_loss, acc, nprob);
+  char error[1024];
+  snprintf(error, sizeof error, "%s", osdp_last_error());
+  train_summary(&r, completed, rc ? error : NULL, first, last, tps, step_s, evaluated, val_loss,
+                acc, nprob);
   if (r.log && (ferror(r.log) | fclose(r.log)) && !rc)
     rc = osdp_fail("--log: writing %s failed: %s", args_get(&r.args, "log", ""), strerror(errno));
   engine_destroy(&r.eng);

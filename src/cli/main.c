@@ -7,6 +7,7 @@
 
 #include "cli/cli.h"
 #include "comm/comm.h"
+#include "core/output.h"
 #include "core/util.h"
 
 static const char* usage =
@@ -35,6 +36,11 @@ int main(int argc, char** argv) {
   else if (comm_rank() == 0) {
     if (*cmd) fprintf(stderr, "osdp: error: unknown command '%s'; use train, bench, describe, profile, plan or export (see osdp --help)\n", cmd);
     else fputs(usage, stderr);
+  }
+  /* Output to a full disk or a closed pipe is a failure, not a silent success. */
+  if (out_close_stdout()) {
+    fprintf(stderr, "osdp: error: %s\n", osdp_last_error());
+    if (rc == 0) rc = 1;
   }
   comm_finalize();
   return rc;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/output.h"
 #include "core/util.h"
 #include "model/gpt_step.h"
 
@@ -581,23 +582,14 @@ static int emit_svg(SvgOut* o, const GptDesc* d, const Plan* p, int threads, siz
 
 int plan_svg_write(const char* path, const GptDesc* d, const Plan* p, int threads,
                    size_t mem_limit, const char* title) {
-  size_t len = strlen(path);
-  char* tmp = malloc(len + 5);
-  if (!tmp) return osdp_fail("--svg: out of memory");
-  memcpy(tmp, path, len);
-  memcpy(tmp + len, ".tmp", 5);
-  SvgOut o = {fopen(tmp, "w"), 0};
-  if (!o.f) {
-    int e = errno;
-    free(tmp);
-    return osdp_fail("--svg: cannot write '%s': %s", path, strerror(e));
-  }
+  OutFile out;
+  if (out_open(&out, path, "--svg", "w")) return -1;
+  SvgOut o = {out.f, 0};
   int rc = emit_svg(&o, d, p, threads, mem_limit, title);
-  if (fclose(o.f) != 0 && !o.err) o.err = errno ? errno : EIO;
   if (!rc && o.err) rc = osdp_fail("--svg: error writing '%s': %s", path, strerror(o.err));
-  if (!rc && rename(tmp, path) != 0)
-    rc = osdp_fail("--svg: cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-  if (rc) remove(tmp);
-  free(tmp);
-  return rc;
+  if (rc) {
+    out_abort(&out);
+    return rc;
+  }
+  return out_commit(&out);
 }

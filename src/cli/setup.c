@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "core/output.h"
 #include "core/util.h"
 #include "model/weights_file.h"
 
@@ -95,6 +96,25 @@ int setup_search_options(const Args* a, const GptDesc* d, int ranks, SearchOptio
   if (shard_group_option(a, ranks, &G)) return -1;
   if (G) so->shard_group = G;
   return setup_recompute_search(a, d, so);
+}
+
+int setup_claim_files(const Args* a, const char* const* outputs) {
+  static const char* const inputs[] = {"model", "load", "plan", "devices", "resume", NULL};
+  char field[48];
+  for (int i = 0; inputs[i]; i++) {
+    snprintf(field, sizeof field, "--%s", inputs[i]);
+    if (out_claim_input(args_get(a, inputs[i], NULL), field)) return -1;
+  }
+  const char* data = args_get(a, "data", NULL);
+  const char* colon = data ? strchr(data, ':') : NULL;
+  if (colon && (strncmp(data, "text:", 5) == 0 || strncmp(data, "tokens:", 7) == 0) &&
+      out_claim_input(colon + 1, "--data"))
+    return -1;
+  for (int i = 0; outputs && outputs[i]; i++) {
+    snprintf(field, sizeof field, "--%s", outputs[i]);
+    if (out_claim_output(args_get(a, outputs[i], NULL), field)) return -1;
+  }
+  return 0;
 }
 
 int setup_plan_options(const Args* a, const GptDesc* d, Plan* p) {

@@ -25,6 +25,11 @@ typedef struct PlanReport {
 /* The model of --model (a preset or JSON file), or of the --load checkpoint when --model is
 ** absent, or def. With both, the shapes must agree. */
 int setup_model(const Args* a, const char* def, GptDesc* d);
+/* Registers the command's files (core/output.h) before any work: the inputs --model, --load,
+** --plan, --devices, --resume and --data's FILE (text:FILE, tokens:FILE), then the outputs named
+** in `outputs` (option names, NULL-terminated). -1 with an error naming both options when an
+** output is the same file as an input or another output. */
+int setup_claim_files(const Args* a, const char* const* outputs);
 /* The plan of --plan (ddp, zero2, zero3 or a plan file; default ddp) for micro-batch B and
 ** sequence T on the current world. A plan file's micro_batch and seq_len win when --batch /
 ** --seq are not given; given and different is an error. */

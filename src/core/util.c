@@ -1,6 +1,8 @@
 /* util.c: error reporting, size parsing, clocks and random numbers; see util.h. */
 #include "core/util.h"
 
+#include "core/output.h"
+
 #include <cjson/cJSON.h>
 
 #include <ctype.h>
@@ -197,38 +199,15 @@ double rng_normal(Rng* r) {
 
 uint64_t rng_below(Rng* r, uint64_t n) { return n ? rng_next(r) % n : 0; }
 
-/* The temporary name beside path used while writing it. */
-static void temp_name(const char* path, char* out, size_t n) {
-  snprintf(out, n, "%s.tmp-%ld", path, (long)getpid());
-}
-
 int write_file_atomic(const char* path, const char* text, const char* field) {
-  char tmp[4200];
-  temp_name(path, tmp, sizeof tmp);
-  FILE* f = fopen(tmp, "w");
-  if (!f) return osdp_fail("%s: cannot write '%s': %s", field, path, strerror(errno));
+  OutFile o;
+  if (out_open(&o, path, field, "w")) return -1;
   size_t n = strlen(text);
-  int bad = fwrite(text, 1, n, f) != n || fflush(f) || fsync(fileno(f));
-  int err = errno;
-  if (fclose(f)) { bad = 1; err = errno; }
-  if (!bad && rename(tmp, path)) { bad = 1; err = errno; }
-  if (bad) {
-    unlink(tmp);
-    return osdp_fail("%s: writing '%s' failed: %s; the previous file, if any, is unchanged", field,
-                     path, strerror(err));
-  }
-  return 0;
+  if (fwrite(text, 1, n, o.f) != n) { /* out_commit reports the stream's error */ }
+  return out_commit(&o);
 }
 
-int check_writable(const char* path, const char* field) {
-  char tmp[4200];
-  temp_name(path, tmp, sizeof tmp);
-  FILE* f = fopen(tmp, "w");
-  if (!f) return osdp_fail("%s: cannot write '%s': %s", field, path, strerror(errno));
-  fclose(f);
-  unlink(tmp);
-  return 0;
-}
+int check_writable(const char* path, const char* field) { return out_check_writable(path, field); }
 
 size_t host_available_bytes(void) {
   FILE* f = fopen("/proc/meminfo", "r");

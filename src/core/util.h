@@ -39,13 +39,14 @@ char* read_text_bounded(const char* path, size_t max_bytes, const char* name, co
 ** `field`), or "malformed JSON; <shape>" where shape says what the file should hold. */
 struct cJSON* read_json_object(const char* path, const char* field, const char* shape);
 
-/* Writes text to path atomically: into a temporary file beside it, flushed and fsynced, then
-** renamed over path. On any failure (a full disk, an unwritable directory) the temporary file
-** is removed, an existing file at path is left as it was, and the error names `field` (the
-** option, e.g. "--out"), the path and the reason. Returns 0 or -1. */
+/* Writes text to path as an output (core/output.h: atomically into a temporary file beside it,
+** flushed, fsynced and renamed over it; through a symlink; directly into a device or fifo). On
+** any failure (a full disk, an unwritable directory) the temporary file is removed, an existing
+** file at path is left as it was, and the error names `field` (the option, e.g. "--out"), the
+** path and the reason. Returns 0 or -1. */
 int write_file_atomic(const char* path, const char* text, const char* field);
-/* Checks, before long work starts, that a file can be created at path (creating and removing a
-** temporary file beside it); -1 with an error naming `field` otherwise. */
+/* Checks, before long work starts, that path can be written (out_check_writable); -1 with an
+** error naming `field` otherwise. */
 int check_writable(const char* path, const char* field);
 /* Bytes of memory this host has available now (MemAvailable; else physical memory), 0 unknown. */
 size_t host_available_bytes(void);

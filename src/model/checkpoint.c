@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/output.h"
 #include "core/util.h"
 #include "model/family.h"
 
@@ -340,7 +341,7 @@ static int save_to(FILE* f, const char* path, const GptDesc* d, const float* par
   for (int i = 0; i < lay.n && rc == 0; i++) rc = save_piece(&s, &lay.pieces[i], params);
   free(s.buf);
   free(lay.pieces);
-  if (rc == 0 && (fflush(f) != 0 || fsync(fileno(f)) != 0))
+  if (rc == 0 && fflush(f) != 0) /* out_commit fsyncs a regular file */
     rc = osdp_fail("checkpoint: writing '%s' failed: %s; check free disk space", path, strerror(errno));
   return rc;
 }
@@ -351,22 +352,11 @@ int checkpoint_save(const char* path, const GptDesc* d, const float* params) {
     return osdp_fail("checkpoint: llm.c checkpoints hold GPT-2 models only, not %s (a %s model); "
                      "write safetensors instead (a name ending in .safetensors, or --format "
                      "safetensors)", d->cfg.name, d->family->title);
-  size_t n = strlen(path) + 5;
-  char* tmp = malloc(n);
-  if (!tmp) return osdp_fail("checkpoint: out of memory");
-  snprintf(tmp, n, "%s.tmp", path);
-  FILE* f = fopen(tmp, "wb");
-  if (!f) {
-    osdp_fail("checkpoint: cannot create '%s': %s", tmp, strerror(errno));
-    free(tmp);
+  OutFile o;
+  if (out_open(&o, path, "checkpoint", "wb")) return -1;
+  if (save_to(o.f, o.path, d, params)) {
+    out_abort(&o);
     return -1;
   }
-  int rc = save_to(f, tmp, d, params);
-  if (fclose(f) != 0 && rc == 0)
-    rc = osdp_fail("checkpoint: writing '%s' failed: %s; check free disk space", tmp, strerror(errno));
-  if (rc == 0 && rename(tmp, path) != 0)
-    rc = osdp_fail("checkpoint: cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-  if (rc != 0) remove(tmp);
-  free(tmp);
-  return rc;
+  return out_commit(&o);
 }

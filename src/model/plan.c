@@ -134,9 +134,31 @@ static int plan_check_model(const cJSON* m, const GptDesc* d, const char* path) 
   return gpt_config_matches_json(m, &d->cfg, path, "plan");
 }
 
+/* Whether two entries of array a (objects) give the same value for key (a string or a number):
+** 0, or -1 with an error naming the array, the key and the value (a plan lists each operator and
+** each layer once; with two entries one would silently win). */
+static int plan_check_unique(const cJSON* a, const char* key, const char* path, const char* array) {
+  const cJSON *x, *y;
+  cJSON_ArrayForEach(x, a) {
+    const cJSON* vx = cJSON_GetObjectItemCaseSensitive(x, key);
+    for (y = a->child; vx && y != x; y = y->next) {
+      const cJSON* vy = cJSON_GetObjectItemCaseSensitive(y, key);
+      if (!vy) continue;
+      if (cJSON_IsString(vx) && cJSON_IsString(vy) && strcmp(vx->valuestring, vy->valuestring) == 0)
+        return osdp_fail("%s: \"%s\" lists %s \"%s\" twice; give each one entry", path, array, key,
+                         vx->valuestring);
+      if (cJSON_IsNumber(vx) && cJSON_IsNumber(vy) && vx->valuedouble == vy->valuedouble)
+        return osdp_fail("%s: \"%s\" lists %s %g twice; give each one entry", path, array, key,
+                         vx->valuedouble);
+    }
+  }
+  return 0;
+}
+
 /* Reads the "ops" array into p->ops. */
 static int plan_read_ops(Plan* p, const GptDesc* d, const cJSON* ops, const char* path) {
   if (!cJSON_IsArray(ops)) return osdp_fail("%s: missing array \"ops\"", path);
+  if (plan_check_unique(ops, "name", path, "ops")) return -1;
   const cJSON* o;
   cJSON_ArrayForEach(o, ops) {
     const cJSON* name = cJSON_GetObjectItemCaseSensitive(o, "name");
@@ -178,6 +200,7 @@ static int plan_read_layers(Plan* p, const GptDesc* d, const cJSON* layers, cons
   if (!layers) return 0;
   if (!cJSON_IsArray(layers))
     return osdp_fail("%s: \"layers\" must be an array of {\"layer\": L, \"recompute\": true}", path);
+  if (plan_check_unique(layers, "layer", path, "layers")) return -1;
   const cJSON* o;
   cJSON_ArrayForEach(o, layers) {
     int l = -1;

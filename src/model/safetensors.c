@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/output.h"
 #include "core/util.h"
 #include "model/family.h"
 #include "model/hf_config.h"
@@ -708,7 +709,7 @@ static int st_write(FILE* f, const char* path, const GptDesc* d, const float* pa
       rc = write_bytes(f, path, buf, nv * C * sizeof(float));
     }
   }
-  if (rc == 0 && (fflush(f) != 0 || fsync(fileno(f)) != 0))
+  if (rc == 0 && fflush(f) != 0) /* out_commit fsyncs a regular file */
     rc = osdp_fail("safetensors: writing '%s' failed: %s; check free disk space", path,
                    strerror(errno));
   free(buf);
@@ -717,41 +718,15 @@ static int st_write(FILE* f, const char* path, const GptDesc* d, const float* pa
   return rc;
 }
 
-/* Syncs the directory holding path, so that a rename into it survives a crash (best effort:
-** some file systems cannot sync directories, and the file itself is already synced). */
-static void sync_parent_dir(const char* path) {
-  const char* slash = strrchr(path, '/');
-  char dir[4096];
-  if (!slash) snprintf(dir, sizeof dir, ".");
-  else if (slash == path) snprintf(dir, sizeof dir, "/");
-  else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-  int fd = open(dir, O_RDONLY);
-  if (fd < 0) return;
-  (void)fsync(fd);
-  close(fd);
-}
-
 int safetensors_save(const char* path, const GptDesc* d, const float* params) {
   if (!params) return osdp_fail("safetensors: saving '%s' needs a parameter buffer", path);
-  size_t n = strlen(path) + 5;
-  char* tmp = malloc(n);
-  if (!tmp) return osdp_fail("safetensors: out of memory");
-  snprintf(tmp, n, "%s.tmp", path);
-  FILE* f = fopen(tmp, "wb");
-  if (!f) {
-    osdp_fail("safetensors: cannot create '%s': %s", tmp, strerror(errno));
-    free(tmp);
+  OutFile o;
+  if (out_open(&o, path, "safetensors", "wb")) return -1;
+  if (st_write(o.f, o.path, d, params)) {
+    out_abort(&o);
     return -1;
   }
-  int rc = st_write(f, tmp, d, params);
-  if (fclose(f) != 0 && rc == 0)
-    rc = osdp_fail("safetensors: writing '%s' failed: %s; check free disk space", tmp, strerror(errno));
-  if (rc == 0 && rename(tmp, path) != 0)
-    rc = osdp_fail("safetensors: cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-  if (rc != 0) remove(tmp);
-  else sync_parent_dir(path);
-  free(tmp);
-  return rc;
+  return out_commit(&o);
 }
 
 int safetensors_save_dir(const char* dir, const GptDesc* d, const float* params) {
