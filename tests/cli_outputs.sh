@@ -59,6 +59,15 @@ rc=$?
 if [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -q "standard output" err.txt; then ok
 else bad "describe --json to a full stdout: rc $rc, $(cat err.txt)"; fi
 
+mkfifo pipe
+cat pipe >piped.json &
+reader=$!
+"$OSDP" plan --model tiny --ranks 2 --mem-limit 1GiB --flops 1e10 --out pipe >/dev/null 2>err.txt
+rc=$?
+wait $reader
+if [ $rc -eq 0 ] && [ -p pipe ] && grep -q '"world_size"' piped.json; then ok; else bad "plan --out into a fifo: rc $rc, $(cat err.txt)"; fi
+rm -f pipe piped.json
+
 # ---- Symlinks are written through ------------------------------------------------------------
 mkdir -p store
 "$OSDP" "${T[@]}" --save store/w.bin >/dev/null 2>&1

@@ -97,6 +97,12 @@ void out_abort(OutFile* o) {
 }
 
 int out_check_writable(const char* path, const char* field) {
+  char target[OUT_PATH_MAX];
+  struct stat st;
+  if (out_resolve(path, field, target)) return -1;
+  /* A special file is only checked, not opened: opening a fifo waits for its reader. */
+  if (stat(target, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+    return access(target, W_OK) ? osdp_fail("%s: cannot write '%s': %s", field, path, strerror(errno)) : 0;
   OutFile o;
   if (out_open(&o, path, field, "w")) return -1;
   out_abort(&o);
