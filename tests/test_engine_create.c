@@ -239,9 +239,13 @@ static int check_every_allocation(const char* what, const GptDesc* d, const Plan
 int main(int argc, char** argv) {
   /* What MPI_Init allocates is Open MPI's: not counted as leaks (some of it comes from
   ** components unloaded by then, which lsan_mpi.supp cannot name). */
+#if defined(__SANITIZE_ADDRESS__)
   __lsan_disable();
+#endif
   comm_init(&argc, &argv);
+#if defined(__SANITIZE_ADDRESS__)
   __lsan_enable();
+#endif
   GptDesc d;
   CHECK(gpt_desc_build(&d, &test_cfg) == 0);
   Plan p;
