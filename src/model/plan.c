@@ -371,13 +371,11 @@ static size_t replay_transient(const GptDesc* d, const Plan* p, size_t* live, in
   StepWalk* w = walk_create(d, p, PLAN_BUCKET_BYTES, mem_action, &m);
   size_t peak = 0;
   *n = w ? walk_use_count(w) : -1;
-  int first;
-  while (w && (first = walk_use_begin(w)) >= 0) {
-    int last = first;
-    while (walk_use(w, last)->held && walk_use_begin(w) >= 0) last++;
-    for (int i = first; live && i <= last; i++) live[i] = m.cur;
+  int first, run;
+  while (w && (first = walk_run_begin(w, &run)) >= 0) {
+    for (int i = first; live && i < first + run; i++) live[i] = m.cur;
     if (m.cur > peak) peak = m.cur;
-    for (int i = first; i <= last; i++) walk_use_end(w);
+    walk_run_end(w, run);
   }
   walk_destroy(w);
   return peak;

@@ -263,14 +263,19 @@ int walk_weight_begin(StepWalk* w, int owner, int slice, GptPhase phase) {
   return 0;
 }
 
-int walk_weight_end(StepWalk* w, int owner, int slice) {
-  OpenUse* o = find_open(w, owner, slice, 0);
+/* Ends part (0: the weight, 1: the gradient) of the open use of slice (owner, slice); the use
+** closes once nothing of it is acquired. -1 when no such part is open. */
+static int end_part(StepWalk* w, int owner, int slice, int part) {
+  OpenUse* o = find_open(w, owner, slice, part);
   if (!o) return -1;
-  weight_end(w, o->use);
-  o->weight = 0;
+  if (part) grad_end(w, o->use);
+  else weight_end(w, o->use);
+  *(part ? &o->grad : &o->weight) = 0;
   close_if_done(w, o);
   return 0;
 }
+
+int walk_weight_end(StepWalk* w, int owner, int slice) { return end_part(w, owner, slice, 0); }
 
 int walk_grad_begin(StepWalk* w, int owner, int slice) {
   OpenUse* o = w->nopen ? &w->open[w->nopen - 1] : NULL;
@@ -286,14 +291,7 @@ int walk_grad_begin(StepWalk* w, int owner, int slice) {
   return grad_begin(w, o->use);
 }
 
-int walk_grad_end(StepWalk* w, int owner, int slice) {
-  OpenUse* o = find_open(w, owner, slice, 1);
-  if (!o) return -1;
-  grad_end(w, o->use);
-  o->grad = 0;
-  close_if_done(w, o);
-  return 0;
-}
+int walk_grad_end(StepWalk* w, int owner, int slice) { return end_part(w, owner, slice, 1); }
 
 void walk_backward_end(StepWalk* w) {
   finish_reducing(w);
@@ -321,6 +319,17 @@ void walk_use_end(StepWalk* w) {
   if (o->grad) grad_end(w, o->use);
   o->weight = o->grad = 0;
   close_if_done(w, o);
+}
+
+int walk_run_begin(StepWalk* w, int* n) {
+  int first = walk_use_begin(w);
+  *n = first >= 0;
+  while (first >= 0 && w->u[first + *n - 1].held && walk_use_begin(w) >= 0) ++*n;
+  return first;
+}
+
+void walk_run_end(StepWalk* w, int n) {
+  while (n-- > 0) walk_use_end(w);
 }
 
 const GptParamUse* walk_use(const StepWalk* w, int i) { return &w->u[i]; }

@@ -18,8 +18,8 @@
 **                                   step makes each use;
 **   the memory replay (plan.c)      byte counts: plan_transient_timeline;
 **   the time replay (planner/cost.c) its clock and communication channel: plan_cost.
-** The replays drive the walk themselves, use by use: walk_use_begin, then what the use computes,
-** then walk_use_end.
+** The replays drive the walk themselves, run by run: walk_run_begin (one use, or a run of held
+** uses), then what it computes, then walk_run_end.
 **
 ** Within one use the order is: the weight (gathered or taken), the next prefetch, the full
 ** gradient; then the use computes; then the weight is freed and the gradient reduced. A run of
@@ -86,6 +86,11 @@ void walk_backward_end(StepWalk* w);
 ** then end them all. */
 int walk_use_begin(StepWalk* w);
 void walk_use_end(StepWalk* w);
+/* A run of uses: walk_run_begin begins the next use and, while the use just begun is held, the
+** one after it (the fused head's slices); it returns the first one's index and sets *n to the
+** uses begun, or returns -1 when the schedule is done. walk_run_end ends those n uses. */
+int walk_run_begin(StepWalk* w, int* n);
+void walk_run_end(StepWalk* w, int n);
 /* Use i of the schedule. */
 const GptParamUse* walk_use(const StepWalk* w, int i);
 

@@ -288,13 +288,10 @@ static void replay_op(Replay* r, int i, GptPhase phase, int B) {
   int k = owner >= 0 ? r->p->ops[owner].k : 1;
   double t = op_share(d, i, phase) * device_op_time_s(r->dev, d, i, B, r->p->seq, k);
   if (owner < 0) { replay_compute(r, t); return; }
-  int u;
-  for (int s = 0; s < k && (u = walk_use_begin(r->walk)) >= 0; s++) {
-    int run = 1;
-    while (walk_use(r->walk, u)->held && s + run < k && (u = walk_use_begin(r->walk)) >= 0) run++;
+  int run;
+  for (int s = 0; s < k && walk_run_begin(r->walk, &run) >= 0; s += run) {
     replay_compute(r, t * run / k);
-    for (int j = 0; j < run; j++) walk_use_end(r->walk);
-    s += run - 1;
+    walk_run_end(r->walk, run);
   }
 }
 
