@@ -64,3 +64,9 @@ set_tests_properties(cli_fulldisk PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" 
 add_test(NAME cli_outputs COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_outputs.sh $<TARGET_FILE:osdp>)
 set_tests_properties(cli_outputs PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 180
   SKIP_RETURN_CODE 77)
+
+# A run owns what it writes and checks what it continues: checkpoint directories of one run (run
+# ids, a lock, overwrite, pruning that follows no link), resume checks (step, data file), ranks
+# that disagree, the watchdog during checkpoint writes, failures that used to say nothing.
+add_test(NAME cli_runs COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_runs.sh $<TARGET_FILE:osdp> ${OSDP_MPIRUN})
+set_tests_properties(cli_runs PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 240)

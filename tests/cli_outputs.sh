@@ -11,33 +11,6 @@ source "${BASH_SOURCE%/*}/cli_common.sh"
 
 T=(train --model tiny --data addition --steps 2 --batch 2 --seq 16 --quiet)
 
-# Checksums of every file here (links and devices by what they are, not followed).
-# (The test's own err.txt, out.txt and *.sum are left out.)
-snapshot() {
-  find . -maxdepth 2 -type f ! -name err.txt ! -name out.txt ! -name '*.sum' -exec sha256sum {} + | sort
-  find . -maxdepth 2 ! -type f -printf '%y %p %l\n' | sort
-}
-
-# refused NAME PATTERN... -- CMD...: CMD fails in one "osdp: error:" line naming every PATTERN, and
-# nothing in the directory changes.
-refused() {
-  local name=$1; shift
-  local pats=()
-  while [ "$1" != "--" ]; do pats+=("$1"); shift; done
-  shift
-  snapshot >before.sum
-  "$@" >out.txt 2>err.txt
-  local rc=$? why=""
-  snapshot >after.sum
-  if [ "$rc" -eq 0 ] || [ "$rc" -ge 128 ]; then why="exit status $rc"
-  elif [ "$(wc -l <err.txt)" -ne 1 ] || ! grep -q '^osdp: error: ' err.txt; then why="stderr: $(head -c 300 err.txt)"
-  elif ! diff -q before.sum after.sum >/dev/null; then why="files changed: $(diff before.sum after.sum | head -4)"
-  else
-    for p in "${pats[@]}"; do grep -qF -- "$p" err.txt || { why="error does not name '$p': $(cat err.txt)"; break; }; done
-  fi
-  if [ -z "$why" ]; then ok; else bad "$name: $why"; fi
-}
-
 # Device nodes of our own: a null device and a full device.
 if ! mknod nulldev c 1 3 2>/dev/null || ! mknod fulldev c 1 7 2>/dev/null; then
   echo "cannot mknod here (not root?): skipped"; exit 77

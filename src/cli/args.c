@@ -71,6 +71,9 @@ int args_double(const Args* a, const char* key, double def, double* out) {
 }
 
 int cli_report_error(void) {
-  if (comm_rank() == 0) fprintf(stderr, "osdp: error: %s\n", osdp_last_error());
+  const char* why = osdp_last_error();
+  /* Every failure records its message; one that did not is a bug, but still says it failed. */
+  if (!why[0]) why = "the command failed without recording why (a bug in osdp: please report the command line)";
+  if (comm_rank() == 0) fprintf(stderr, "osdp: error: %s\n", why);
   return 1;
 }

@@ -33,6 +33,14 @@ int args_double(const Args* a, const char* key, double def, double* out);
 ** errors), and returns the exit status 1. */
 int cli_report_error(void);
 
+/* Collective: that every rank was started with the same arguments (argv[1..], the program path
+** aside); -1 with an error naming the first differing argument, rank 0's and the first other
+** rank's (agree.c). */
+int cli_ranks_agree_args(int argc, char** argv);
+/* Collective: that every rank has the same value of `what` ("the model", "the data file"); -1
+** with an error naming both values (when short) and the first differing rank. */
+int cli_ranks_agree(const char* what, const char* value);
+
 int cmd_train(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_describe(int argc, char** argv);

@@ -93,6 +93,28 @@ static void describe_json(const GptDesc* d, int T, const Plan* p, const MemPredi
   printf("}\n");
 }
 
+/* A plan file's ranks, micro-batch and sequence against --ranks, --batch and --seq where they
+** were given: describing a plan for another shape than it was made for is an error, not a
+** silent use of the file's. Frees the plan on a mismatch. */
+static int describe_plan_matches(const Args* a, Plan* p, const char* pname) {
+  long ranks = 0, B = 0, T = 0;
+  args_int(a, "ranks", 0, 1, 1 << 20, &ranks);
+  args_int(a, "batch", 0, 1, 1 << 20, &B);
+  args_int(a, "seq", 0, 1, 1 << 20, &T);
+  int rc = 0;
+  if (args_has(a, "ranks") && p->world != ranks)
+    rc = osdp_fail("--ranks %ld differs from the %d rank(s) of plan %s; drop --ranks or re-plan for "
+                   "%ld ranks (mpirun -np %ld osdp plan ...)", ranks, p->world, pname, ranks, ranks);
+  else if (args_has(a, "batch") && p->micro_batch != B)
+    rc = osdp_fail("--batch %ld differs from micro_batch=%d of plan %s; drop --batch or re-plan", B,
+                   p->micro_batch, pname);
+  else if (args_has(a, "seq") && p->seq != T)
+    rc = osdp_fail("--seq %ld differs from seq_len=%d of plan %s; drop --seq or re-plan", T, p->seq,
+                   pname);
+  if (rc) plan_free(p);
+  return rc;
+}
+
 int cmd_describe(int argc, char** argv) {
   if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(describe_help, stdout); return 0; }
   static const char* const opts[] = {"model", "batch", "seq", "plan", "ranks", "threads", "load",
@@ -123,7 +145,11 @@ int cmd_describe(int argc, char** argv) {
   int s = strategy_parse(strcmp(pname, "ddp") == 0 ? "dp" : pname);
   int rc = s >= 0 ? plan_uniform(&p, &d, (Strategy)s, (int)ranks, (int)B, (int)T)
                   : plan_load(&p, &d, pname);
-  if (rc || plan_validate(&p, &d, p.world)) return cli_report_error();
+  if (!rc && s < 0) rc = describe_plan_matches(&a, &p, pname);
+  if (rc || plan_validate(&p, &d, p.world)) {
+    if (!rc) plan_free(&p);
+    return cli_report_error();
+  }
   if (setup_plan_options(&a, &d, &p) || plan_validate(&p, &d, p.world)) {
     plan_free(&p);
     return cli_report_error();

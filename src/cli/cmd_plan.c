@@ -311,8 +311,10 @@ int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions
     printf("uniform plans at their best fitting micro-batch:\n");
   }
   cJSON* root = cJSON_CreateObject();
-  if (!rc) report_uniform(d, dev, so, show && !ro->json, cJSON_AddObjectToObject(root, "uniform"));
-  osdp_clear_error();
+  if (!rc) { /* a uniform plan that does not fit is reported in the table, not an error */
+    report_uniform(d, dev, so, show && !ro->json, cJSON_AddObjectToObject(root, "uniform"));
+    osdp_clear_error();
+  }
   layout_json(root, dev, so);
   if (!rc && show && ro->json) {
     char* ptxt = plan_to_json(&cand[chosen].plan, d);

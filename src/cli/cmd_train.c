@@ -17,6 +17,7 @@
 #include "model/weights_file.h"
 #include "planner/cost.h"
 #include "runtime/engine.h"
+#include "runtime/ckpt_dir.h"
 #include "runtime/train_state.h"
 
 static const char* train_help =
@@ -57,14 +58,19 @@ static const char* train_help =
     "  --load FILE      start from an llm.c checkpoint or a safetensors file (HF names)\n"
     "  --checkpoint DIR every --checkpoint-every N steps and at the end, DIR/step-N/: each rank's\n"
     "                   weights and AdamW moments, a manifest; written whole or not at all\n"
-    "  --keep K         checkpoints kept in DIR, newest first [2]\n"
-    "  --resume DIR     continue from DIR's newest complete checkpoint (--steps counts from the\n"
-    "                   start); any ranks, micro-batch and plan with the same global batch\n"
+    "                   DIR belongs to one run: another run's checkpoints there are refused\n"
+    "  --checkpoint-overwrite  delete the checkpoints of other runs in DIR first\n"
+    "  --keep K         this run's checkpoints kept in DIR, newest first [2]\n"
+    "  --resume PATH    continue from a checkpoint: DIR's newest complete one, or DIR/step-N\n"
+    "                   (--steps counts from the start); any ranks, micro-batch and plan with\n"
+    "                   the same global batch and data\n"
+    "  --resume-data-changed ok  resume although the data file differs from the checkpoint's\n"
     "  --stop-after N   end this run after step N with its checkpoint, as if stopped there\n"
     "  --on-nonfinite P a step whose loss or gradient norm is not finite: stop (naming the step)\n"
     "                   or skip its update [stop]\n"
     "  --watchdog S     end the job when a rank is silent for S s, or a step makes no progress\n"
-    "                   for max(S, 10 x the median step) [300; 0: off]\n"
+    "                   for max(S, 10 x the median step), or a checkpoint write for S plus 4x\n"
+    "                   its expected time [300; 0: off; else at least 1]\n"
     "  --json           print the summary as JSON on stdout\n"
     "  --quiet          no progress lines\n";
 
@@ -85,8 +91,14 @@ typedef struct TrainRun {
   long ntimes;
   int *tokens, *targets; /* this rank's micro-batch on the host, copied into the engine */
   const char* ckpt_dir;  /* --checkpoint DIR (NULL: none) */
+  CkptDir ckpt;          /* the directory, locked while this run writes it */
   long ckpt_every, stop_after, start_step; /* --checkpoint-every, --stop-after, steps resumed */
   int keep;              /* --keep: newest checkpoints kept */
+  char run_id[TRAIN_RUN_ID_MAX]; /* this run's (a resumed run keeps its checkpoint's) */
+  int legacy_own;        /* resumed from a checkpoint without a run id */
+  int data_changed_ok;   /* --resume-data-changed ok */
+  double ckpt_rate;      /* the slowest checkpoint write so far, bytes/s (0: none yet) */
+  double watchdog_s;     /* --watchdog (0: off) */
   int skip_nonfinite;    /* --on-nonfinite skip (default stop) */
   cJSON* run_desc;       /* what a checkpoint records of this run, and --resume compares */
 } TrainRun;
@@ -100,6 +112,7 @@ static cJSON* run_description(const TrainRun* r) {
   gpt_config_to_json(c, m);
   cJSON_AddNumberToObject(m, "padded_vocab", c->padded_vocab);
   cJSON_AddStringToObject(o, "data", args_get(&r->args, "data", "addition"));
+  if (data_identity(r->data)[0]) cJSON_AddStringToObject(o, "data_file", data_identity(r->data));
   cJSON_AddNumberToObject(o, "seed", (double)r->opt.seed);
   cJSON_AddNumberToObject(o, "seq", r->T);
   cJSON_AddNumberToObject(o, "global_batch", (double)comm_size() * r->B);
@@ -121,15 +134,32 @@ static cJSON* run_description(const TrainRun* r) {
   return o;
 }
 
+/* The error for a resumed run whose data file is not the checkpoint's. */
+static int data_changed(const char* path, const char* was, const char* now, const char* data) {
+  return osdp_fail("--resume: the data %s changed since %s was written (then %s, now %s); resume "
+                   "with the data it was trained on, or pass --resume-data-changed ok to go on with "
+                   "this one on purpose", data, path, was, now);
+}
+
 /* Whether a checkpoint's run description `was` can continue as run `now`: every field but the
-** sharding ones must be equal. On a mismatch, an error naming the field and both values. */
-static int check_resumable(const cJSON* was, const cJSON* now, const char* path) {
+** sharding ones must be equal (the data file's identity too, unless data_ok). On a mismatch,
+** an error naming the field and both values. */
+static int check_resumable(const cJSON* was, const cJSON* now, const char* path, int data_ok) {
   static const char* const free_fields[] = {"world", "micro_batch", "plan", NULL};
   for (const cJSON* f = now ? now->child : NULL; f; f = f->next) {
     int skip = 0;
     for (int i = 0; free_fields[i]; i++) skip |= strcmp(f->string, free_fields[i]) == 0;
-    if (skip) continue;
     const cJSON* w = cJSON_GetObjectItemCaseSensitive(was, f->string);
+    if (strcmp(f->string, "data_file") == 0) { /* checkpoints before 2026-12 did not record it */
+      skip = 1;
+      if (w && cJSON_IsString(w) && strcmp(w->valuestring, f->valuestring) && !data_ok)
+        return data_changed(path, w->valuestring, f->valuestring,
+                            cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(now, "data")));
+      if (w && !cJSON_Compare(w, f, 1) && comm_rank() == 0)
+        fprintf(stderr, "osdp: note: --resume-data-changed ok: training on a data file that differs "
+                "from the checkpoint's\n");
+    }
+    if (skip) continue;
     if (w && cJSON_Compare(w, f, 1)) continue;
     char* a = w ? cJSON_PrintUnformatted(w) : NULL;
     char* b = cJSON_PrintUnformatted(f);
@@ -143,21 +173,24 @@ static int check_resumable(const cJSON* was, const cJSON* now, const char* path)
   return 0;
 }
 
-/* --resume DIR: loads the newest complete checkpoint into the engine and sets start_step. */
+/* --resume PATH (a checkpoint directory, or a --checkpoint DIR: its newest complete one): loads
+** it into the engine, sets start_step and takes its run id. */
 static int train_resume(TrainRun* r) {
   const char* dir = args_get(&r->args, "resume", NULL);
   if (!dir) return 0;
   TrainState ts;
-  if (train_state_open_newest(dir, &ts)) return -1;
+  if (train_state_open_path(dir, &ts)) return -1;
   const char* path = ts.path;
   int rc = 0;
   if (ts.step > r->steps)
     rc = osdp_fail("--resume: %s is at step %ld, past --steps %ld (--steps counts from the start of "
                    "training)", path, ts.step, r->steps);
-  if (!rc) rc = check_resumable(ts.run, r->run_desc, path);
+  if (!rc) rc = check_resumable(ts.run, r->run_desc, path, r->data_changed_ok);
   if (!rc) rc = train_state_load(&r->eng, &ts);
   if (!rc) {
     r->start_step = ts.step;
+    snprintf(r->run_id, sizeof r->run_id, "%s", ts.run_id);
+    r->legacy_own = ts.run_id[0] == 0;
     if (comm_rank() == 0 && !r->quiet && !r->json)
       printf("resumed from %s (written by %d rank(s)): continuing at step %ld\n", path, ts.world,
              ts.step + 1);
@@ -166,12 +199,40 @@ static int train_resume(TrainRun* r) {
   return (int)comm_allreduce_max_f64(comm_world(), rc ? 1.0 : 0.0) ? -1 : 0;
 }
 
+/* --checkpoint DIR, after any resume: the run's id (a new one unless resumed from a checkpoint
+** that has one), then DIR made this run's (locked at setup). */
+static int train_claim_checkpoints(TrainRun* r) {
+  if (!r->ckpt_dir) return 0;
+  /* Every rank the same way: rank 0's resumed id, or a new one from rank 0. */
+  double fresh = comm_allreduce_max_f64(comm_world(), r->run_id[0] ? 0.0 : 1.0);
+  if (fresh > 0) ckpt_new_run_id(r->run_id);
+  return ckpt_dir_claim(&r->ckpt, r->run_id, r->start_step, r->legacy_own,
+                        args_has(&r->args, "checkpoint-overwrite"));
+}
+
+/* That every rank trains the same model, plan and data: the arguments agree (main.c), but a
+** file given by the same name may differ between hosts. */
+static int train_ranks_agree(const TrainRun* r) {
+  const char* keys[] = {"model", "plan", "data_file"};
+  const char* what[] = {"the model (--model)", "the plan (--plan)", "the data file (--data)"};
+  int rc = 0;
+  for (int i = 0; i < 3 && !rc; i++) {
+    const cJSON* v = cJSON_GetObjectItemCaseSensitive(r->run_desc, keys[i]);
+    char* text = v ? cJSON_PrintUnformatted(v) : NULL;
+    rc = cli_ranks_agree(what[i], text ? text : "");
+    free(text);
+  }
+  return rc;
+}
+
 /* Reads every option, builds the model, data source, plan and engine. */
 static int train_setup(TrainRun* r, int argc, char** argv) {
   static const char* const opts[] = {SETUP_OPTIONS, "data", "steps", "log", "save", "lr-schedule",
                                      "eval-batches", "checkpoint", "checkpoint-every", "keep",
-                                     "resume", "stop-after", "on-nonfinite", "watchdog", NULL};
-  static const char* const sws[] = {"json", "quiet", "prefetch", "overlap-reduce", NULL};
+                                     "resume", "stop-after", "on-nonfinite", "watchdog",
+                                     "resume-data-changed", NULL};
+  static const char* const sws[] = {"json", "quiet", "prefetch", "overlap-reduce",
+                                    "checkpoint-overwrite", NULL};
   static const char* const outputs[] = {"log", "save", NULL};
   if (args_parse(&r->args, "train", argc, argv, opts, sws) || setup_claim_files(&r->args, outputs))
     return -1;
@@ -184,8 +245,12 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
   long every, keep, stop;
   double watchdog;
   if (args_double(&r->args, "watchdog", 300, &watchdog)) return -1;
-  if (watchdog < 0) return osdp_fail("--watchdog: %g must be >= 0 seconds (0: off)", watchdog);
+  if (watchdog < 0 || (watchdog > 0 && watchdog < 1))
+    return osdp_fail("--watchdog: %g must be 0 (off) or at least 1 second: a rank's heartbeat comes "
+                     "every 0.25 s, and a shorter bound could not tell a silent rank from a busy one",
+                     watchdog);
   if (watchdog > 0 && comm_watchdog_start(watchdog)) return -1;
+  r->watchdog_s = watchdog;
   if (args_int(&r->args, "checkpoint-every", 0, 0, 1L << 40, &every) ||
       args_int(&r->args, "keep", 2, 1, 1 << 20, &keep) ||
       args_int(&r->args, "stop-after", 0, 0, 1L << 40, &stop))
@@ -201,8 +266,17 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
   if (!r->ckpt_dir && args_has(&r->args, "stop-after"))
     return osdp_fail("--stop-after %ld needs --checkpoint DIR: a stopped run is continued with "
                      "--resume DIR, and without one it would write nothing", stop);
-  if (!r->ckpt_dir && (args_has(&r->args, "checkpoint-every") || args_has(&r->args, "keep")))
-    return osdp_fail("--checkpoint-every / --keep need --checkpoint DIR (where to write them)");
+  if (!r->ckpt_dir && (args_has(&r->args, "checkpoint-every") || args_has(&r->args, "keep") ||
+                       args_has(&r->args, "checkpoint-overwrite")))
+    return osdp_fail("--checkpoint-every / --keep / --checkpoint-overwrite need --checkpoint DIR "
+                     "(where to write them)");
+  const char* dch = args_get(&r->args, "resume-data-changed", NULL);
+  if (dch && strcmp(dch, "ok"))
+    return osdp_fail("--resume-data-changed: '%s' is not ok (the only value: resume on purpose with "
+                     "a data file that differs from the checkpoint's)", dch);
+  if (dch && !args_has(&r->args, "resume"))
+    return osdp_fail("--resume-data-changed ok needs --resume (it only affects resuming)");
+  r->data_changed_ok = dch != NULL;
   const char* sched = args_get(&r->args, "lr-schedule", "constant");
   if (strcmp(sched, "cosine") == 0) r->opt.decay_steps = steps;
   else if (strcmp(sched, "constant") != 0)
@@ -233,13 +307,14 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
   const char* logp = args_get(&r->args, "log", NULL);
   if (logp && comm_rank() == 0 && !(r->log = fopen(logp, "w")))
     return osdp_fail("--log: cannot write '%s': %s", logp, strerror(errno));
-  if (r->ckpt_dir && train_state_check_dir(r->ckpt_dir)) return -1;
+  if (r->ckpt_dir && ckpt_dir_open(&r->ckpt, r->ckpt_dir, r->keep)) return -1;
   /* Output paths fail now, not after the run. */
   const char* savep = args_get(&r->args, "save", NULL);
   int bad = savep && comm_rank() == 0 ? check_writable(savep, "--save") : 0;
   if (comm_allreduce_max_f64(comm_world(), bad ? 1.0 : 0.0) > 0)
     return bad ? -1 : osdp_fail("--save: rank 0 cannot write %s", savep);
   if (!(r->run_desc = run_description(r))) return osdp_fail("out of host memory");
+  if (train_ranks_agree(r)) return -1;
   r->tokens = malloc((size_t)r->B * r->T * sizeof(int));
   r->targets = malloc((size_t)r->B * r->T * sizeof(int));
   if (!r->tokens || !r->targets) return osdp_fail("out of host memory");
@@ -440,6 +515,26 @@ static void train_summary(TrainRun* r, long done, const char* error, double firs
   printf("\n");
 }
 
+/* The write rate a first checkpoint is assumed to reach, for the watchdog's bound on it: a slow
+** disk's. Later checkpoints are bounded by the slowest rate measured so far. */
+#define CKPT_ASSUMED_BYTES_PER_S 20e6
+
+/* Writes checkpoint step-<step> into the run's directory and prunes it to --keep, telling the
+** watchdog: a checkpoint is not a training step, its bound is --watchdog plus 4x the time its
+** bytes (weights and both moments, 12 per parameter) take at the slowest rate seen so far. */
+static int train_checkpoint(TrainRun* r, long step) {
+  double bytes = 12.0 * (double)r->d.n_params;
+  double rate = r->ckpt_rate > 0 ? r->ckpt_rate : CKPT_ASSUMED_BYTES_PER_S;
+  comm_watchdog_checkpoint(r->watchdog_s + 4 * bytes / rate);
+  double t0 = now_seconds();
+  int rc = train_state_save(&r->eng, r->ckpt_dir, step, r->run_id, r->run_desc);
+  double took = now_seconds() - t0;
+  if (!rc && took > 0 && (r->ckpt_rate == 0 || bytes / took < r->ckpt_rate)) r->ckpt_rate = bytes / took;
+  if (!rc) ckpt_dir_prune(&r->ckpt);
+  comm_watchdog_checkpoint(0);
+  return rc;
+}
+
 /* Prints what is about to run (rank 0). */
 static void train_banner(const TrainRun* r) {
   if (comm_rank() != 0 || r->quiet || r->json) return;
@@ -455,7 +550,11 @@ int cmd_train(int argc, char** argv) {
   if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(train_help, stdout); return 0; }
   TrainRun r;
   memset(&r, 0, sizeof r);
-  if (train_setup(&r, argc, argv) || train_load(&r) || train_resume(&r)) return cli_report_error();
+  r.ckpt.lock_fd = -1;
+  if (train_setup(&r, argc, argv) || train_load(&r) || train_resume(&r) || train_claim_checkpoints(&r)) {
+    ckpt_dir_close(&r.ckpt);
+    return cli_report_error();
+  }
   train_banner(&r);
   r.step_times = malloc((size_t)(r.steps < TIMES_KEPT ? r.steps + 1 : TIMES_KEPT) * sizeof *r.step_times);
   double t0 = now_seconds(), first = 0, last = 0, train_s = 0;
@@ -501,8 +600,7 @@ int cmd_train(int argc, char** argv) {
     }
     stopped = r.stop_after > 0 && step == r.stop_after && step < r.steps;
     int due = r.ckpt_every > 0 && step % r.ckpt_every == 0;
-    if (r.ckpt_dir && (due || step == r.steps || stopped))
-      rc = train_state_save(&r.eng, r.ckpt_dir, step, r.keep, r.run_desc);
+    if (r.ckpt_dir && (due || step == r.steps || stopped)) rc = train_checkpoint(&r, step);
     if (stopped) break;
   }
   comm_watchdog_step(-1, 0);
@@ -521,6 +619,7 @@ int cmd_train(int argc, char** argv) {
                 acc, nprob);
   if (r.log && (ferror(r.log) | fclose(r.log)) && !rc)
     rc = osdp_fail("--log: writing %s failed: %s", args_get(&r.args, "log", ""), strerror(errno));
+  ckpt_dir_close(&r.ckpt);
   engine_destroy(&r.eng);
   free(r.step_times);
   cJSON_Delete(r.run_desc);

@@ -26,7 +26,8 @@ int main(int argc, char** argv) {
   if (comm_init(&argc, &argv)) { fprintf(stderr, "osdp: error: %s\n", osdp_last_error()); return 1; }
   int rc = 2;
   const char* cmd = argc > 1 ? argv[1] : "";
-  if (strcmp(cmd, "train") == 0) rc = cmd_train(argc - 2, argv + 2);
+  if (cli_ranks_agree_args(argc, argv)) rc = cli_report_error();
+  else if (strcmp(cmd, "train") == 0) rc = cmd_train(argc - 2, argv + 2);
   else if (strcmp(cmd, "bench") == 0) rc = cmd_bench(argc - 2, argv + 2);
   else if (strcmp(cmd, "describe") == 0) rc = cmd_describe(argc - 2, argv + 2);
   else if (strcmp(cmd, "profile") == 0) rc = cmd_profile(argc - 2, argv + 2);

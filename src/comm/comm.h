@@ -91,12 +91,16 @@ void comm_use_backend(const Backend* bk);
 /* The watchdog (comm_watchdog.c): a thread per rank exchanging heartbeats with rank 0 on a
 ** communicator of its own. A rank silent for timeout_s seconds (stopped, dead, its host hung) is
 ** named on stderr and the job aborted; so is a training step (comm_watchdog_step) that makes no
-** progress for max(timeout_s, 10 x the median step) while every rank answers. Collective; a no-op
-** on one rank. -1 with an error when the MPI lacks MPI_THREAD_MULTIPLE. */
+** progress for max(timeout_s, 10 x the median step) while every rank answers, and a checkpoint
+** write (comm_watchdog_checkpoint) past its own bound. Collective; a no-op on one rank. -1 with an error when the MPI lacks MPI_THREAD_MULTIPLE. */
 int comm_watchdog_start(double timeout_s);
 /* Step `step` begins (-1: no step in progress, e.g. evaluation or saving); median_step_s is the
 ** median step so far (0: none yet). */
 void comm_watchdog_step(long step, double median_step_s);
+/* A checkpoint write begins (bound_s > 0: it may take this long; the step bound is off until
+** it ends) or ends (bound_s 0). Other ranks learn it from the heartbeat, so a step waiting for a
+** writing rank is not taken for a hung one. */
+void comm_watchdog_checkpoint(double bound_s);
 /* Stops the watchdog (collective: every rank drains its heartbeats); comm_finalize calls it. */
 void comm_watchdog_stop(void);
 

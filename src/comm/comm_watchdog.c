@@ -5,8 +5,11 @@
 ** rank 0. A rank whose heartbeats stop for the timeout (a stopped process, a hung host) is
 ** named and the job is aborted, whatever the main threads are blocked in. Separately, a training
 ** step that makes no progress for the step timeout aborts the job (a deadlock with every process
-** alive). At the end every rank sends a last message (tag STOP) and drains its watched ranks up
-** to theirs, so no message is left unreceived at MPI_Finalize. Needs MPI_THREAD_MULTIPLE. */
+** alive). A checkpoint write is not a step: while one runs (comm_watchdog_checkpoint) the step
+** bound is off and the write has its own, and the heartbeat says so (its tag is the phase), so a
+** rank's silence is reported with what it was doing. At the end every rank sends a last message
+** (tag STOP) and drains its watched ranks up to theirs, so no message is left unreceived at
+** MPI_Finalize. Needs MPI_THREAD_MULTIPLE. */
 #include <math.h>
 #include <mpi.h>
 #include <pthread.h>
@@ -19,7 +22,8 @@
 #include "core/util.h"
 
 #define HEARTBEAT_S 0.25
-enum { TAG_BEAT = 1, TAG_STOP = 2 };
+/* Heartbeat tags: the sender's phase (training or idle; writing a checkpoint), or its end. */
+enum { TAG_BEAT = 1, TAG_STOP = 2, TAG_BEAT_CHECKPOINT = 3 };
 
 static struct {
   int running, stop;
@@ -29,8 +33,11 @@ static struct {
   int rank, size;
   double timeout_s, step_timeout_s;
   double* last_seen;    /* per rank: when its last heartbeat arrived (watched ranks only) */
+  int* last_tag;        /* per rank: the tag of that heartbeat (its phase) */
   long step;            /* the step in progress (-1: none; the step timeout is off) */
   double step_since;    /* when it began */
+  double ckpt_bound_s;  /* > 0: a checkpoint write is in progress, with this bound */
+  double ckpt_since;    /* when it began */
 } wd = {.lock = PTHREAD_MUTEX_INITIALIZER, .step = -1};
 
 /* Prints why the job ends and aborts every rank. */
@@ -60,6 +67,7 @@ static int wd_receive(int* stopped) {
     if (!flag) break;
     MPI_Recv(&beat, 1, MPI_INT, st.MPI_SOURCE, st.MPI_TAG, wd.comm, MPI_STATUS_IGNORE);
     wd.last_seen[st.MPI_SOURCE] = now_seconds();
+    wd.last_tag[st.MPI_SOURCE] = st.MPI_TAG;
     if (st.MPI_TAG == TAG_STOP) stopped[st.MPI_SOURCE] = 1;
   }
   int n = 0;
@@ -67,22 +75,62 @@ static int wd_receive(int* stopped) {
   return n;
 }
 
-/* The watchdog thread: heartbeats out, heartbeats in, both timeouts. */
+/* What the main thread is doing, as the watchdog thread reads it under the lock. */
+typedef struct WdState {
+  long step;
+  double since, ckpt_bound_s, ckpt_since;
+} WdState;
+
+/* The bounds, checked once a heartbeat period: a watched rank silent for the timeout, a step
+** without progress, a checkpoint write past its bound. Each aborts the job naming the rank. */
+static void wd_check(const WdState* st, const int* stopped, double now) {
+  char why[400];
+  double quiet = 0; /* the longest any watched rank has been silent */
+  int writing = st->ckpt_bound_s > 0; /* this rank or a watched one is writing a checkpoint */
+  for (int r = 0; r < wd.size; r++) {
+    if (r == wd.rank || (wd.rank != 0 && r != 0) || stopped[r]) continue;
+    if (now - wd.last_seen[r] > quiet) quiet = now - wd.last_seen[r];
+    writing |= wd.last_tag[r] == TAG_BEAT_CHECKPOINT;
+    if (now - wd.last_seen[r] > wd.timeout_s) {
+      snprintf(why, sizeof why, "rank %d has not answered for %.0f s%s: it was stopped, died or "
+               "its host hangs; ending the job (--watchdog %.0f)", r, now - wd.last_seen[r],
+               wd.last_tag[r] == TAG_BEAT_CHECKPOINT ? " (while writing a checkpoint)"
+               : st->step >= 0 ? " (during a training step)" : "", wd.timeout_s);
+      wd_abort(why);
+    }
+  }
+  /* A stall is blamed on a hung collective only while every watched rank answers: a rank silent
+  ** for a few heartbeats is more likely stopped, and is named above when its silence reaches the
+  ** timeout. A step waiting for a rank that writes a checkpoint is not stalled. */
+  if (quiet >= 4 * HEARTBEAT_S) return;
+  if (st->ckpt_bound_s > 0 && now - st->ckpt_since > st->ckpt_bound_s) {
+    snprintf(why, sizeof why, "rank %d: writing a checkpoint has made no progress for %.0f s though "
+             "every rank answers (bound %.0f s: --watchdog plus 4x its expected time; a hung disk "
+             "or file system); ending the job", wd.rank, now - st->ckpt_since, st->ckpt_bound_s);
+    wd_abort(why);
+  }
+  if (st->step >= 0 && !writing && now - st->since > wd.step_timeout_s) {
+    snprintf(why, sizeof why, "rank %d: step %ld has made no progress for %.0f s though every rank "
+             "answers (a hung collective or device); ending the job (--watchdog %.0f)", wd.rank,
+             st->step, now - st->since, wd.timeout_s);
+    wd_abort(why);
+  }
+}
+
+/* The watchdog thread: heartbeats out, heartbeats in, the bounds. */
 static void* wd_main(void* arg) {
   (void)arg;
   int* stopped = calloc((size_t)wd.size, sizeof *stopped);
   if (!stopped) return NULL;
   int watched = wd.rank == 0 ? wd.size - 1 : 1;
-  char why[400];
   double last_tick = now_seconds();
   for (;;) {
     pthread_mutex_lock(&wd.lock);
     int stop = wd.stop;
-    long step = wd.step;
-    double since = wd.step_since;
+    WdState st = {wd.step, wd.step_since, wd.ckpt_bound_s, wd.ckpt_since};
     pthread_mutex_unlock(&wd.lock);
     if (stop) break;
-    wd_send(TAG_BEAT);
+    wd_send(st.ckpt_bound_s > 0 ? TAG_BEAT_CHECKPOINT : TAG_BEAT);
     wd_receive(stopped);
     double now = now_seconds();
     if (now - last_tick > wd.timeout_s / 2) {
@@ -91,30 +139,13 @@ static void* wd_main(void* arg) {
       for (int r = 0; r < wd.size; r++) wd.last_seen[r] = now;
       pthread_mutex_lock(&wd.lock);
       if (wd.step >= 0) wd.step_since = now;
-      since = wd.step_since;
+      if (wd.ckpt_bound_s > 0) wd.ckpt_since = now;
+      st.since = wd.step_since;
+      st.ckpt_since = wd.ckpt_since;
       pthread_mutex_unlock(&wd.lock);
     }
     last_tick = now;
-    double quiet = 0; /* the longest any watched rank has been silent */
-    for (int r = 0; r < wd.size; r++) {
-      if (r == wd.rank || (wd.rank != 0 && r != 0) || stopped[r]) continue;
-      if (now - wd.last_seen[r] > quiet) quiet = now - wd.last_seen[r];
-      if (now - wd.last_seen[r] > wd.timeout_s) {
-        snprintf(why, sizeof why, "rank %d has not answered for %.0f s%s: it was stopped, died or "
-                 "its host hangs; ending the job (--watchdog %.0f)", r, now - wd.last_seen[r],
-                 step >= 0 ? " (during a training step)" : "", wd.timeout_s);
-        wd_abort(why);
-      }
-    }
-    /* A stalled step is blamed on a hung collective only while every watched rank answers: a
-    ** rank silent for a few heartbeats is more likely stopped, and is named by the check above
-    ** when its silence reaches the timeout. */
-    if (step >= 0 && now - since > wd.step_timeout_s && quiet < 4 * HEARTBEAT_S) {
-      snprintf(why, sizeof why, "rank %d: step %ld has made no progress for %.0f s though every rank "
-               "answers (a hung collective or device); ending the job (--watchdog %.0f)", wd.rank,
-               step, now - since, wd.timeout_s);
-      wd_abort(why);
-    }
+    wd_check(&st, stopped, now);
     struct timespec ts = {0, (long)(HEARTBEAT_S * 1e9)};
     nanosleep(&ts, NULL);
   }
@@ -140,7 +171,12 @@ int comm_watchdog_start(double timeout_s) {
   wd.timeout_s = timeout_s;
   wd.step_timeout_s = timeout_s;
   wd.last_seen = malloc((size_t)wd.size * sizeof *wd.last_seen);
-  if (!wd.last_seen) return osdp_fail("out of host memory");
+  wd.last_tag = calloc((size_t)wd.size, sizeof *wd.last_tag);
+  if (!wd.last_seen || !wd.last_tag) {
+    free(wd.last_seen);
+    free(wd.last_tag);
+    return osdp_fail("out of host memory");
+  }
   double now = now_seconds();
   for (int r = 0; r < wd.size; r++) wd.last_seen[r] = now;
   MPI_Comm_dup(MPI_COMM_WORLD, &wd.comm);
@@ -148,6 +184,7 @@ int comm_watchdog_start(double timeout_s) {
   if (pthread_create(&wd.thread, NULL, wd_main, NULL)) {
     MPI_Comm_free(&wd.comm);
     free(wd.last_seen);
+    free(wd.last_tag);
     return osdp_fail("--watchdog: cannot start its thread");
   }
   wd.running = 1;
@@ -165,6 +202,15 @@ void comm_watchdog_step(long step, double median_step_s) {
   pthread_mutex_unlock(&wd.lock);
 }
 
+void comm_watchdog_checkpoint(double bound_s) {
+  if (!wd.running) return;
+  pthread_mutex_lock(&wd.lock);
+  wd.ckpt_bound_s = bound_s > 0 ? bound_s : 0;
+  wd.ckpt_since = now_seconds();
+  wd.step_since = wd.ckpt_since; /* the step bound excludes the checkpoint's time */
+  pthread_mutex_unlock(&wd.lock);
+}
+
 void comm_watchdog_stop(void) {
   if (!wd.running) return;
   pthread_mutex_lock(&wd.lock);
@@ -173,6 +219,8 @@ void comm_watchdog_stop(void) {
   pthread_join(wd.thread, NULL);
   MPI_Comm_free(&wd.comm);
   free(wd.last_seen);
+  free(wd.last_tag);
   wd.last_seen = NULL;
+  wd.last_tag = NULL;
   wd.running = 0;
 }

@@ -23,6 +23,7 @@ struct DataSource {
   uint64_t seed;
   int vocab;
   char describe[512];
+  char identity[96];     /* a file's size and checksum ("" for addition), see data_identity */
 
   /* addition */
   int digits;            /* n: digits of each operand */
@@ -211,12 +212,22 @@ static int split_train_val(DataSource* ds, const char* what, const char* path, c
   return 0;
 }
 
+/* Records what the file just read is: its size and the FNV-1a 64 checksum of all its bytes (one
+** more pass over memory the source holds anyway; ~1 s a GB), so that a resumed run can tell
+** whether the file it trains on is the one its checkpoint was trained on. */
+static void record_identity(DataSource* ds, size_t bytes) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (size_t i = 0; i < bytes; i++) { h ^= ds->file[i]; h *= 0x100000001b3ULL; }
+  snprintf(ds->identity, sizeof ds->identity, "%zu bytes, fnv1a64 %016llx", bytes, (unsigned long long)h);
+}
+
 /* Opens a text file: its bytes are the tokens. */
 static int text_open(DataSource* ds, const char* path) {
   if (*path == 0) return osdp_fail("data: 'text:' needs a file name, e.g. text:input.txt");
   ds->kind = SOURCE_TEXT;
   ds->vocab = 256;
   if (read_whole_file(path, "text", &ds->file, &ds->ntok)) return -1;
+  record_identity(ds, ds->ntok);
   if (split_train_val(ds, "text", path, "bytes")) return -1;
   snprintf(ds->describe, sizeof ds->describe, "text file %s (%zu bytes)", path, ds->ntok);
   return 0;
@@ -288,6 +299,7 @@ static int tokens_open(DataSource* ds, const char* path) {
   if (*path == 0) return osdp_fail("data: 'tokens:' needs a file name, e.g. tokens:train.bin");
   ds->kind = SOURCE_TOKENS;
   if (read_whole_file(path, "tokens", &ds->file, &ds->ntok)) return -1;
+  record_identity(ds, ds->ntok); /* before ntok becomes the token count */
   if (tokens_check(ds, path)) return -1;
   if (split_train_val(ds, "tokens", path, "tokens")) return -1;
   snprintf(ds->describe, sizeof ds->describe, "tokens file %s (%zu %s tokens)", path, ds->ntok,
@@ -357,6 +369,8 @@ int data_vocab_size(const DataSource* ds) { return ds->vocab; }
 int data_seq_len(const DataSource* ds) { return ds->seq_len; }
 
 const char* data_describe(const DataSource* ds) { return ds->describe; }
+
+const char* data_identity(const DataSource* ds) { return ds->identity; }
 
 /* Checks the arguments shared by data_batch and data_batch_target_count. */
 static int check_batch_args(DataSplit split, long step, int global_rows) {

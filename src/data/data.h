@@ -102,6 +102,11 @@ int data_seq_len(const DataSource* ds);
 ** or "text file input.txt (1115394 bytes)". Owned by the source. */
 const char* data_describe(const DataSource* ds);
 
+/* What a text or token file is, for telling whether it changed: "<bytes> bytes, fnv1a64 <hex>"
+** (the checksum of every byte). "" for the addition task, which its spec names completely.
+** Owned by the source. */
+const char* data_identity(const DataSource* ds);
+
 /* Fills rows first_row .. first_row+nrows-1 of global batch number `step` (>= 0) of `split`,
 ** a batch of global_rows rows. A sample depends only on (seed, split, step, row index), so
 ** the global batch is the same however it is cut into row ranges. inputs and targets each

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm/comm.h"
@@ -36,20 +37,47 @@ static int sync_dir(const char* dir) {
   return rc ? osdp_fail("--checkpoint: cannot sync directory %s: %s", dir, strerror(errno)) : 0;
 }
 
-/* Removes a checkpoint directory: its plain files, then itself (checkpoints hold nothing else). */
-static void remove_dir(const char* dir) {
-  DIR* d = opendir(dir);
-  if (d) {
-    struct dirent* ent;
-    char p[4096 + 256];
-    while ((ent = readdir(d)) != NULL) {
-      if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, "..")) continue;
-      snprintf(p, sizeof p, "%s/%s", dir, ent->d_name);
-      unlink(p);
-    }
-    closedir(d);
+/* Whether name is a file osdp writes into a checkpoint directory: manifest.json or
+** rank-<5 or more digits>.bin. */
+static int is_state_file(const char* name) {
+  if (strcmp(name, "manifest.json") == 0) return 1;
+  if (strncmp(name, "rank-", 5)) return 0;
+  const char* p = name + 5;
+  int digits = 0;
+  while (*p >= '0' && *p <= '9') { p++; digits++; }
+  return digits >= 5 && strcmp(p, ".bin") == 0;
+}
+
+/* Removes the checkpoint directory path as train_state_remove does, recording nothing: 0 when
+** it is gone (or was never there), 1 when path is not a real directory, 2 when it holds files
+** osdp did not write (*others of them; they and the directory stay), 3 on another error (errno). */
+static int remove_state_dir(const char* path, int* others) {
+  struct stat st;
+  *others = 0;
+  if (lstat(path, &st)) return errno == ENOENT ? 0 : 3;
+  if (!S_ISDIR(st.st_mode)) return 1;
+  DIR* d = opendir(path);
+  if (!d) return 3;
+  struct dirent* ent;
+  char p[4096 + 256];
+  while ((ent = readdir(d)) != NULL) {
+    if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, "..")) continue;
+    snprintf(p, sizeof p, "%s/%s", path, ent->d_name);
+    if (is_state_file(ent->d_name) && lstat(p, &st) == 0 && S_ISREG(st.st_mode)) unlink(p);
+    else (*others)++;
   }
-  rmdir(dir);
+  closedir(d);
+  if (rmdir(path) == 0) return 0;
+  return *others ? 2 : 3;
+}
+
+int train_state_remove(const char* path) {
+  int others = 0, rc = remove_state_dir(path, &others);
+  if (rc == 1)
+    return osdp_fail("not removing %s: it is not a checkpoint directory (osdp never follows a link)", path);
+  if (rc == 2) return osdp_fail("left %s in place: it holds %d file(s) osdp did not write", path, others);
+  if (rc == 3) return osdp_fail("cannot remove %s: %s", path, strerror(errno));
+  return 0;
 }
 
 /* mkdir -p. */
@@ -68,16 +96,16 @@ static int make_dirs(const char* dir) {
   return 0;
 }
 
-/* The step of a checkpoint directory name "step-<digits>", or -1. */
-static long step_of_name(const char* name) {
-  if (strncmp(name, "step-", 5) || !name[5]) return -1;
+long train_state_step_of_name(const char* name) {
+  if (strncmp(name, "step-", 5) || name[5] < '0' || name[5] > '9') return -1;
+  if (name[5] == '0' && name[6]) return -1; /* "step-007" is not what osdp writes */
   char* end = NULL;
+  errno = 0;
   long s = strtol(name + 5, &end, 10);
-  return *end == 0 && s >= 0 ? s : -1;
+  return *end == 0 && s >= 0 && errno == 0 ? s : -1;
 }
 
-/* Steps of dir's checkpoint directories, newest first, into a new array (*n of them). */
-static long* list_steps(const char* dir, int* n) {
+long* train_state_list(const char* dir, int* n) {
   *n = 0;
   DIR* d = opendir(dir);
   if (!d) return NULL;
@@ -85,7 +113,7 @@ static long* list_steps(const char* dir, int* n) {
   int cap = 0;
   struct dirent* ent;
   while ((ent = readdir(d)) != NULL) {
-    long s = step_of_name(ent->d_name);
+    long s = train_state_step_of_name(ent->d_name);
     if (s < 0) continue;
     if (*n == cap) {
       long* grown = realloc(steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *steps);
@@ -106,6 +134,16 @@ static long* list_steps(const char* dir, int* n) {
 static int put(FILE* f, const void* p, size_t n, uint64_t* h) {
   *h = fnv1a(*h, p, n);
   return fwrite(p, 1, n, f) == n ? 0 : -1;
+}
+
+/* A test hook: OSDP_TEST_SLOW_CHECKPOINT=S makes rank 0 take S seconds more for its rank file,
+** as a slow disk would, so that tests can check how the watchdog treats long checkpoint writes. */
+static void test_slow_disk(void) {
+  const char* v = getenv("OSDP_TEST_SLOW_CHECKPOINT");
+  double s = v ? atof(v) : 0;
+  if (comm_rank() != 0 || !(s > 0)) return;
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  nanosleep(&ts, NULL);
 }
 
 /* Writes this rank's file `path`: header, ranges, then each range's w, m, v. Its byte count
@@ -136,6 +174,7 @@ static int write_rank_file(Engine* e, const char* path, uint64_t* bytes, uint64_
     bad = put(f, buf, 3 * r[i].n * sizeof(float), &h);
   }
   if (!bad) bad = fflush(f) || fsync(fileno(f));
+  test_slow_disk();
   long long end = bad ? 0 : (long long)ftell(f);
   int err = errno;
   if (fclose(f)) { bad = 1; err = errno; }
@@ -148,14 +187,15 @@ static int write_rank_file(Engine* e, const char* path, uint64_t* bytes, uint64_
 }
 
 /* Rank 0: writes dir/manifest.json (fsynced) describing the rank files. */
-static int write_manifest(const char* dir, long step, int world, size_t n_params, const cJSON* run,
-                          const double* sizes, const double* hashes) {
+static int write_manifest(const char* dir, long step, int world, size_t n_params, const char* run_id,
+                          const cJSON* run, const double* sizes, const double* hashes) {
   cJSON* m = cJSON_CreateObject();
   cJSON_AddStringToObject(m, "format", "osdp-train-state");
   cJSON_AddNumberToObject(m, "version", STATE_VERSION);
   cJSON_AddNumberToObject(m, "step", (double)step);
   cJSON_AddNumberToObject(m, "world", world);
   cJSON_AddNumberToObject(m, "n_params", (double)n_params);
+  cJSON_AddStringToObject(m, "run_id", run_id);
   cJSON_AddItemToObject(m, "run", run ? cJSON_Duplicate(run, 1) : cJSON_CreateObject());
   cJSON* files = cJSON_AddArrayToObject(m, "files");
   for (int r = 0; r < world; r++) {
@@ -188,7 +228,25 @@ static int agree(int rc) {
   return worst > 0 ? -1 : 0;
 }
 
-int train_state_save(Engine* e, const char* dir, long step, int keep, const cJSON* run) {
+/* Rank 0: moves the complete temporary checkpoint tmp to fin, replacing an older fin of the
+** same step (a run resumed from before it), and syncs dir. */
+static int commit_checkpoint(const char* dir, const char* tmp, const char* fin) {
+  struct stat st;
+  if (lstat(fin, &st) == 0) {
+    if (!S_ISDIR(st.st_mode))
+      return osdp_fail("--checkpoint: not replacing %s: it is not a checkpoint directory", fin);
+    char old[4096 + 8];
+    snprintf(old, sizeof old, "%s.old", tmp);
+    int others;
+    if (remove_state_dir(old, &others) || rename(fin, old) || remove_state_dir(old, &others))
+      return osdp_fail("--checkpoint: cannot replace the older %s: %s", fin,
+                       others ? "it holds files osdp did not write" : strerror(errno));
+  }
+  if (rename(tmp, fin)) return osdp_fail("--checkpoint: cannot rename %s to %s: %s", tmp, fin, strerror(errno));
+  return sync_dir(dir);
+}
+
+int train_state_save(Engine* e, const char* dir, long step, const char* run_id, const cJSON* run) {
   int rank = comm_rank(), world = comm_size();
   char tmp[4096], fin[4096], file[4096 + 32];
   if (snprintf(tmp, sizeof tmp, "%s/.step-%ld.tmp", dir, step) >= (int)sizeof tmp ||
@@ -197,7 +255,10 @@ int train_state_save(Engine* e, const char* dir, long step, int keep, const cJSO
   int rc = 0;
   if (rank == 0) { /* a fresh temporary directory (a killed writer may have left one) */
     rc = make_dirs(dir);
-    remove_dir(tmp);
+    int others;
+    if (!rc && remove_state_dir(tmp, &others))
+      rc = osdp_fail("--checkpoint: cannot clear %s, left by an earlier writer: %s", tmp,
+                     others ? "it holds files osdp did not write; remove it" : strerror(errno));
     if (!rc && mkdir(tmp, 0777))
       rc = osdp_fail("--checkpoint: cannot create %s: %s", tmp, strerror(errno));
   }
@@ -210,7 +271,8 @@ int train_state_save(Engine* e, const char* dir, long step, int keep, const cJSO
   if (!v) rc = osdp_fail("out of host memory");
   if (agree(rc)) {
     free(v);
-    if (rank == 0) remove_dir(tmp); /* no partial checkpoint stays behind */
+    int others;
+    if (rank == 0) remove_state_dir(tmp, &others); /* no partial checkpoint stays behind */
     return -1;
   }
   v[rank] = (double)bytes;
@@ -218,47 +280,14 @@ int train_state_save(Engine* e, const char* dir, long step, int keep, const cJSO
   v[world + 2 * rank + 1] = (double)(hash & 0xffffffffu);
   comm_allreduce_f64_array(comm_world(), v, 3 * world);
   if (rank == 0) {
-    rc = write_manifest(tmp, step, world, e->d->n_params, run, v, v + world);
+    rc = write_manifest(tmp, step, world, e->d->n_params, run_id, run, v, v + world);
     if (!rc) rc = sync_dir(tmp);
-    if (!rc) {
-      /* Re-saving a step (after a resume from it) replaces it: move the old one aside first. */
-      char old[4096 + 8];
-      snprintf(old, sizeof old, "%s.old", tmp);
-      remove_dir(old);
-      if (rename(fin, old) == 0) remove_dir(old);
-      if (rename(tmp, fin)) rc = osdp_fail("--checkpoint: cannot rename %s to %s: %s", tmp, fin, strerror(errno));
-    }
-    if (!rc) rc = sync_dir(dir);
-    if (!rc && keep > 0) { /* prune: keep the newest `keep` */
-      int n;
-      long* steps = list_steps(dir, &n);
-      for (int i = keep; steps && i < n; i++) {
-        char p[4096];
-        snprintf(p, sizeof p, "%s/step-%ld", dir, steps[i]);
-        remove_dir(p);
-      }
-      free(steps);
-    }
+    if (!rc) rc = commit_checkpoint(dir, tmp, fin);
+    int others;
+    if (rc) remove_state_dir(tmp, &others); /* keeps rc's message */
   }
   free(v);
-  if (rank == 0 && rc) remove_dir(tmp);
   return agree(rc);
-}
-
-int train_state_check_dir(const char* dir) {
-  int rc = 0;
-  if (comm_rank() == 0) {
-    char probe[4096 + 32];
-    snprintf(probe, sizeof probe, "%s/.osdp-write-test", dir);
-    rc = make_dirs(dir);
-    FILE* f = rc ? NULL : fopen(probe, "w");
-    if (!rc && (!f || fputs("ok\n", f) < 0 || fclose(f)))
-      rc = osdp_fail("--checkpoint: cannot write in %s: %s", dir, strerror(errno));
-    unlink(probe);
-  }
-  double bad = comm_allreduce_max_f64(comm_world(), rc ? 1.0 : 0.0);
-  if (bad > 0 && !rc) return osdp_fail("--checkpoint: rank 0 cannot write in %s", dir);
-  return bad > 0 ? -1 : 0;
 }
 
 /* ---- Reading ------------------------------------------------------------------------------ */
@@ -362,27 +391,57 @@ static int manifest_count(const cJSON* m, const char* key, double max, const cha
   return 0;
 }
 
+/* A checkpoint directory named step-<n> must hold the manifest of step n: a renamed or
+** copied-over directory would otherwise resume at another step than its name says. */
+static int check_step_name(const char* path, long step, const char* mpath) {
+  char base[4096];
+  snprintf(base, sizeof base, "%s", path);
+  size_t n = strlen(base);
+  while (n > 1 && base[n - 1] == '/') base[--n] = 0;
+  const char* name = strrchr(base, '/') ? strrchr(base, '/') + 1 : base;
+  long named = train_state_step_of_name(name);
+  if (named >= 0 && named != step)
+    return osdp_fail("--resume: %s says step %ld but its directory is %s (renamed or damaged); "
+                     "rename it step-%ld or resume from another checkpoint", mpath, step, name, step);
+  return 0;
+}
+
+/* Reads path/manifest.json (its path into mpath[n]) and checks its "format"; NULL with an error
+** naming field otherwise. */
+static cJSON* read_manifest(const char* path, const char* field, char* mpath, size_t n) {
+  snprintf(mpath, n, "%s/manifest.json", path);
+  cJSON* m = read_json_object(mpath, field, "a checkpoint manifest (written by osdp train --checkpoint)");
+  const cJSON* fmt = cJSON_GetObjectItemCaseSensitive(m, "format");
+  if (m && (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "osdp-train-state"))) {
+    cJSON_Delete(m);
+    osdp_fail("%s: %s: field \"format\" is not \"osdp-train-state\"", field, mpath);
+    return NULL;
+  }
+  return m;
+}
+
 int train_state_open(const char* path, TrainState* ts) {
   memset(ts, 0, sizeof *ts);
   snprintf(ts->path, sizeof ts->path, "%s", path);
   char mpath[4096 + 32];
-  snprintf(mpath, sizeof mpath, "%s/manifest.json", path);
-  cJSON* m = read_json_object(mpath, "--resume", "a checkpoint manifest (written by osdp train --checkpoint)");
+  cJSON* m = read_manifest(path, "--resume", mpath, sizeof mpath);
   if (!m) return -1;
-  const cJSON* fmt = cJSON_GetObjectItemCaseSensitive(m, "format");
   const cJSON* files = cJSON_GetObjectItemCaseSensitive(m, "files");
   double step = 0, world = 0, np = 0, version = 0;
-  int rc = 0;
-  if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "osdp-train-state"))
-    rc = osdp_fail("--resume: %s: field \"format\" is not \"osdp-train-state\"", mpath);
-  if (!rc) rc = manifest_count(m, "version", 1e9, mpath, &version);
+  int rc = manifest_count(m, "version", 1e9, mpath, &version);
   if (!rc && version != STATE_VERSION)
     rc = osdp_fail("--resume: %s: version %.0f, this osdp reads version %d", mpath, version, STATE_VERSION);
   if (!rc) rc = manifest_count(m, "step", 1e15, mpath, &step) || manifest_count(m, "world", 1 << 20, mpath, &world) ||
                 manifest_count(m, "n_params", 1e13, mpath, &np);
   if (!rc && (!cJSON_IsArray(files) || cJSON_GetArraySize(files) != (int)world || world < 1))
     rc = osdp_fail("--resume: %s: field \"files\" must list one file per rank (world %.0f)", mpath, world);
+  if (!rc) rc = check_step_name(path, (long)step, mpath);
+  const cJSON* id = cJSON_GetObjectItemCaseSensitive(m, "run_id");
+  if (!rc && id && (!cJSON_IsString(id) || strlen(id->valuestring) >= sizeof ts->run_id))
+    rc = osdp_fail("--resume: %s: field \"run_id\" must be a string of at most %zu characters", mpath,
+                   sizeof ts->run_id - 1);
   if (rc) { cJSON_Delete(m); return -1; }
+  if (id) snprintf(ts->run_id, sizeof ts->run_id, "%s", id->valuestring);
   ts->step = (long)step;
   ts->world = (int)world;
   ts->n_params = (size_t)np;
@@ -473,7 +532,7 @@ int train_state_load(Engine* e, TrainState* ts) {
 
 int train_state_open_newest(const char* dir, TrainState* ts) {
   int count;
-  long* steps = list_steps(dir, &count);
+  long* steps = train_state_list(dir, &count);
   if (!steps && count == 0) {
     struct stat st;
     if (stat(dir, &st)) return osdp_fail("--resume: %s: %s", dir, strerror(errno));
@@ -501,6 +560,29 @@ int train_state_find(const char* dir, char* path, size_t n, long* step) {
   return 0;
 }
 
+int train_state_open_path(const char* path, TrainState* ts) {
+  char manifest[4096 + 32];
+  struct stat st;
+  snprintf(manifest, sizeof manifest, "%s/manifest.json", path);
+  return stat(manifest, &st) == 0 ? train_state_open(path, ts) : train_state_open_newest(path, ts);
+}
+
+int train_state_peek(const char* path, char run_id[TRAIN_RUN_ID_MAX], long* step) {
+  char mpath[4096 + 32];
+  cJSON* m = read_manifest(path, "--checkpoint", mpath, sizeof mpath);
+  if (!m) return -1;
+  const cJSON* id = cJSON_GetObjectItemCaseSensitive(m, "run_id");
+  const cJSON* st = cJSON_GetObjectItemCaseSensitive(m, "step");
+  int rc = 0;
+  if (!cJSON_IsNumber(st)) rc = osdp_fail("--checkpoint: %s: field \"step\" is missing", mpath);
+  else {
+    snprintf(run_id, TRAIN_RUN_ID_MAX, "%s", cJSON_IsString(id) ? id->valuestring : "");
+    *step = (long)st->valuedouble;
+  }
+  cJSON_Delete(m);
+  return rc;
+}
+
 /* The model of a run description ({"model": {...}}), checked as a model file's would be. */
 static int run_model(const cJSON* run, const char* path, GptConfig* cfg) {
   const cJSON* m = cJSON_GetObjectItemCaseSensitive(run, "model");
@@ -517,12 +599,10 @@ static int run_model(const cJSON* run, const char* path, GptConfig* cfg) {
 }
 
 int train_state_load_params(const char* path, GptConfig* cfg, float** params) {
-  char dir[4096], manifest[4096 + 32];
+  char dir[4096];
   *params = NULL;
-  snprintf(manifest, sizeof manifest, "%s/manifest.json", path);
-  struct stat st;
   TrainState ts;
-  if (stat(manifest, &st) == 0 ? train_state_open(path, &ts) : train_state_open_newest(path, &ts)) return -1;
+  if (train_state_open_path(path, &ts)) return -1;
   snprintf(dir, sizeof dir, "%s", ts.path);
   GptDesc d;
   int rc = run_model(ts.run, dir, cfg);

@@ -8,13 +8,15 @@
 **                  nranges x {u64 offset, u64 n} (op-block order, ascending, disjoint), then for
 **                  each range its weights, AdamW m and v, n fp32 each;
 **   manifest.json  written last: {"format": "osdp-train-state", "version": 1, "step", "world",
-**                  "n_params", "run": {the writer's description of the run}, "files": [{"name",
-**                  "bytes", "fnv1a64"}]}.
+**                  "n_params", "run_id" (the run it belongs to: a resumed run keeps its id; absent
+**                  in checkpoints of osdp before 2026-12), "run": {the writer's description of the
+**                  run}, "files": [{"name", "bytes", "fnv1a64"}]}.
 ** It is written as DIR/.step-<step>.tmp/, every file fsynced, then renamed: a checkpoint
 ** directory is complete or absent, so a kill leaves the previous one intact. Complete means the
 ** manifest parses and every file it lists has its size and checksum; every size field of a rank
 ** file is checked against the file's real size before anything is allocated from it.
-** Reading is by global ranges, so any plan on any number of ranks reads what it needs.
+** Reading is by global ranges, so any plan on any number of ranks reads what it needs. Which
+** checkpoints of a directory a run may replace or prune is runtime/ckpt_dir.h's business.
 */
 #ifndef OSDP_TRAIN_STATE_H
 #define OSDP_TRAIN_STATE_H
@@ -32,9 +34,13 @@ typedef struct StateExtent {
   long long at;
 } StateExtent;
 
+/* Room for a run id ("" or 32 hex digits) and its NUL. */
+#define TRAIN_RUN_ID_MAX 40
+
 /* An opened, verified checkpoint. */
 typedef struct TrainState {
   char path[4096];
+  char run_id[TRAIN_RUN_ID_MAX]; /* "" when the manifest has none */
   long step;
   int world;           /* ranks that wrote it */
   size_t n_params;
@@ -46,10 +52,28 @@ typedef struct TrainState {
 } TrainState;
 
 /* Writes the state of engine e after `step` steps to dir/step-<step>/ (collective): each rank its
-** owned ranges, rank 0 the manifest with `run` (a JSON object describing the run; rank 0's is
-** used), then the rename; removes all but the newest `keep` complete checkpoints in dir. Returns
-** 0, or -1 with an error on every rank (the previous checkpoints are untouched). */
-int train_state_save(Engine* e, const char* dir, long step, int keep, const cJSON* run);
+** owned ranges, rank 0 the manifest with run_id and `run` (a JSON object describing the run;
+** rank 0's is used), then the rename. An older dir/step-<step> (a run resumed from before it)
+** is replaced. Returns 0, or -1 with an error on every rank (the previous checkpoints are
+** untouched). Pruning is ckpt_dir_prune's. */
+int train_state_save(Engine* e, const char* dir, long step, const char* run_id, const cJSON* run);
+
+/* Removes the checkpoint directory path: only the files osdp writes there (manifest.json,
+** rank-NNNNN.bin, plain files), then the directory. Never follows a link: a path that is not a
+** real directory is refused, and a directory holding anything else is left in place. Returns 0
+** (also when path does not exist), or -1 with an error. */
+int train_state_remove(const char* path);
+
+/* The step of a checkpoint directory's name as osdp writes it ("step-<n>", n without leading
+** zeros), or -1. */
+long train_state_step_of_name(const char* name);
+/* The steps of dir's entries named step-<n> (whatever they are), newest first, in a new array
+** of *n (NULL when none or dir is unreadable). */
+long* train_state_list(const char* dir, int* n);
+
+/* Reads only the manifest of checkpoint directory path: its run id ("" when it has none) and
+** step. Returns 0, or -1 with an error when path holds no osdp checkpoint manifest. */
+int train_state_peek(const char* path, char run_id[TRAIN_RUN_ID_MAX], long* step);
 
 /* The newest complete checkpoint in dir: its path into path[n] and its step. Incomplete or
 ** damaged ones are skipped with a note on stderr. Returns 0, or -1 with an error when there is
@@ -62,8 +86,12 @@ int train_state_open_newest(const char* dir, TrainState* ts);
 
 /* Opens and verifies the checkpoint directory `path` (the manifest, every file's size and
 ** checksum, every rank file's header against its size, the ranges covering every parameter
-** once). Returns 0, or -1 with a one-line error naming the file and field. */
+** once; a directory named step-<n> must hold step n). Returns 0, or -1 with a one-line error
+** naming the file and field. */
 int train_state_open(const char* path, TrainState* ts);
+/* train_state_open of path when it is a checkpoint directory (DIR/step-N: it holds a
+** manifest), else train_state_open_newest of it (a --checkpoint DIR). */
+int train_state_open_path(const char* path, TrainState* ts);
 void train_state_close(TrainState* ts);
 
 /* Sets engine e's weights, moments and step count from ts, whatever plan and world wrote it. */
@@ -76,9 +104,5 @@ int train_state_read(TrainState* ts, size_t offset, size_t n, float* w, float* m
 ** --checkpoint DIR (its newest complete one). Fills cfg from the manifest's run description and
 ** *params (a new host array of cfg's n_params floats, caller frees). Returns 0 or -1 with an error. */
 int train_state_load_params(const char* path, GptConfig* cfg, float** params);
-
-/* Checks that dir can hold checkpoints (created if missing, a file can be written in it), so a
-** bad path fails before training starts. Rank 0's check, agreed by all ranks. */
-int train_state_check_dir(const char* dir);
 
 #endif

@@ -143,7 +143,7 @@ static void cuda_set_tf32(int on) {
 
 static Backend cuda_backend;
 static int init_state;             /* 0: not tried, 1: ready, -1: failed */
-static char init_error[512];       /* why it failed, repeated to later calls */
+static char init_error[512];       /* why it failed, repeated to later calls (after "--device cuda: ") */
 
 /* The process's rank among those on its node, from the launcher's environment (Open MPI,
 ** Slurm, then torchrun-style LOCAL_RANK); -1 when none is set or it is not a number. */
@@ -175,7 +175,7 @@ static int init_failed(const char* message) {
     const char* message_ = cuda_error_message(call);                                        \
     if (message_ != NULL) {                                                                 \
       char line_[sizeof init_error];                                                        \
-      snprintf(line_, sizeof line_, "--device cuda: cannot initialise GPU %d: %s: %s",      \
+      snprintf(line_, sizeof line_, "cannot initialise GPU %d: %s: %s",                   \
                device, #call, message_);                                                    \
       return init_failed(line_);                                                            \
     }                                                                                       \
@@ -189,7 +189,7 @@ static int init_device(void) {
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
     char line[sizeof init_error];
-    snprintf(line, sizeof line, "--device cuda: no CUDA GPU is visible (%s); use --device cpu",
+    snprintf(line, sizeof line, "no CUDA GPU is visible (%s); use --device cpu",
              err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA-capable device is detected");
     return init_failed(line);
   }
@@ -243,7 +243,7 @@ static int init_device(void) {
 extern "C" const Backend* backend_cuda(void) {
   if (init_state == 0) init_device();
   if (init_state < 0) {
-    osdp_fail("%s", init_error);
+    osdp_fail("--device cuda: %s", init_error);
     return NULL;
   }
   return &cuda_backend;
