@@ -70,3 +70,9 @@ set_tests_properties(cli_outputs PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" L
 # that disagree, the watchdog during checkpoint writes, failures that used to say nothing.
 add_test(NAME cli_runs COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_runs.sh $<TARGET_FILE:osdp> ${OSDP_MPIRUN})
 set_tests_properties(cli_runs PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 240)
+
+# SIGKILL at random moments of runs checkpointing every step (1 process, and one of 2 zero3
+# ranks), 3 times each; resumed runs end byte-identical to uninterrupted ones (issue 22's
+# acceptance runs it 20 times: bash tests/kill_loop.sh build/osdp 20 mpirun --oversubscribe).
+add_test(NAME kill_loop COMMAND bash ${PROJECT_SOURCE_DIR}/tests/kill_loop.sh $<TARGET_FILE:osdp> 3 ${OSDP_MPIRUN})
+set_tests_properties(kill_loop PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 180)

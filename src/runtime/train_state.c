@@ -48,7 +48,7 @@ static int is_state_file(const char* name) {
   return digits >= 5 && strcmp(p, ".bin") == 0;
 }
 
-/* Removes the checkpoint directory path as train_state_remove does, recording nothing: 0 when
+/* Empties and removes the directory path (osdp's files in it only), recording nothing: 0 when
 ** it is gone (or was never there), 1 when path is not a real directory, 2 when it holds files
 ** osdp did not write (*others of them; they and the directory stay), 3 on another error (errno). */
 static int remove_state_dir(const char* path, int* others) {
@@ -71,12 +71,40 @@ static int remove_state_dir(const char* path, int* others) {
   return *others ? 2 : 3;
 }
 
+/* How many entries of directory path are not files osdp writes there; -1 when unreadable. */
+static int foreign_entries(const char* path) {
+  DIR* d = opendir(path);
+  if (!d) return -1;
+  int n = 0;
+  struct dirent* ent;
+  char p[4096 + 256];
+  struct stat st;
+  while ((ent = readdir(d)) != NULL) {
+    if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, "..")) continue;
+    snprintf(p, sizeof p, "%s/%s", path, ent->d_name);
+    n += !(is_state_file(ent->d_name) && lstat(p, &st) == 0 && S_ISREG(st.st_mode));
+  }
+  closedir(d);
+  return n;
+}
+
 int train_state_remove(const char* path) {
-  int others = 0, rc = remove_state_dir(path, &others);
-  if (rc == 1)
+  struct stat st;
+  if (lstat(path, &st)) return errno == ENOENT ? 0 : osdp_fail("cannot remove %s: %s", path, strerror(errno));
+  if (!S_ISDIR(st.st_mode))
     return osdp_fail("not removing %s: it is not a checkpoint directory (osdp never follows a link)", path);
-  if (rc == 2) return osdp_fail("left %s in place: it holds %d file(s) osdp did not write", path, others);
-  if (rc == 3) return osdp_fail("cannot remove %s: %s", path, strerror(errno));
+  int others = foreign_entries(path);
+  if (others < 0) return osdp_fail("cannot remove %s: %s", path, strerror(errno));
+  if (others > 0) return osdp_fail("left %s in place: it holds %d file(s) osdp did not write", path, others);
+  /* First out of sight under a hidden name (one rename), then emptied: a kill in between leaves
+  ** no step-N without its manifest, only .step-N.del, which the next removal of it clears. */
+  char del[4096 + 16], base[4096];
+  snprintf(base, sizeof base, "%s", path);
+  char* slash = strrchr(base, '/');
+  if (slash) { *slash = 0; snprintf(del, sizeof del, "%s/.%s.del", base, slash + 1); }
+  else snprintf(del, sizeof del, ".%s.del", base);
+  if (remove_state_dir(del, &others) || rename(path, del) || remove_state_dir(del, &others))
+    return osdp_fail("cannot remove %s: %s", path, others ? "a stale .del directory holds other files" : strerror(errno));
   return 0;
 }
 

@@ -58,10 +58,11 @@ typedef struct TrainState {
 ** untouched). Pruning is ckpt_dir_prune's. */
 int train_state_save(Engine* e, const char* dir, long step, const char* run_id, const cJSON* run);
 
-/* Removes the checkpoint directory path: only the files osdp writes there (manifest.json,
-** rank-NNNNN.bin, plain files), then the directory. Never follows a link: a path that is not a
-** real directory is refused, and a directory holding anything else is left in place. Returns 0
-** (also when path does not exist), or -1 with an error. */
+/* Removes the checkpoint directory path, which must hold only the files osdp writes there
+** (manifest.json, rank-NNNNN.bin, plain files): renamed to a hidden .step-N.del first (so a kill
+** never leaves a step-N without its manifest), then emptied and removed. Never follows a link:
+** a path that is not a real directory is refused, and a directory holding anything else is left
+** as it is. Returns 0 (also when path does not exist), or -1 with an error. */
 int train_state_remove(const char* path);
 
 /* The step of a checkpoint directory's name as osdp writes it ("step-<n>", n without leading
