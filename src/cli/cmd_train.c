@@ -69,8 +69,9 @@ static const char* train_help =
     "  --on-nonfinite P a step whose loss or gradient norm is not finite: stop (naming the step)\n"
     "                   or skip its update [stop]\n"
     "  --watchdog S     end the job when a rank is silent for S s, or a step makes no progress\n"
-    "                   for max(S, 10 x the median step), or a checkpoint write for S plus 4x\n"
-    "                   its expected time [300; 0: off; else at least 1]\n"
+    "                   for max(S, 10 x the median step; the first ones 10 x S), or a\n"
+    "                   checkpoint write for S plus 4x its expected time\n"
+    "                   [300; 0: off; else at least 1]\n"
     "  --json           print the summary as JSON on stdout\n"
     "  --quiet          no progress lines\n";
 

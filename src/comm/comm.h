@@ -91,7 +91,8 @@ void comm_use_backend(const Backend* bk);
 /* The watchdog (comm_watchdog.c): a thread per rank exchanging heartbeats with rank 0 on a
 ** communicator of its own. A rank silent for timeout_s seconds (stopped, dead, its host hung) is
 ** named on stderr and the job aborted; so is a training step (comm_watchdog_step) that makes no
-** progress for max(timeout_s, 10 x the median step) while every rank answers, and a checkpoint
+** progress for max(timeout_s, 10 x the median step; 10 x timeout_s before a median exists) while
+** every rank answers, and a checkpoint
 ** write (comm_watchdog_checkpoint) past its own bound. Collective; a no-op on one rank. -1 with an error when the MPI lacks MPI_THREAD_MULTIPLE. */
 int comm_watchdog_start(double timeout_s);
 /* Step `step` begins (-1: no step in progress, e.g. evaluation or saving); median_step_s is the

@@ -196,8 +196,10 @@ void comm_watchdog_step(long step, double median_step_s) {
   pthread_mutex_lock(&wd.lock);
   wd.step = step;
   wd.step_since = now_seconds();
-  /* Generous: ten times the typical step, never under the timeout itself. */
-  double t = 10 * median_step_s;
+  /* Generous: ten times the typical step, never under the timeout itself. Before any step was
+  ** timed, ten times the timeout: a first step warms up (page faults over every buffer, library
+  ** start-up) and takes several times a later one (gpt2-124m zero3 on 2 ranks: 5.3 s, then 1.1). */
+  double t = 10 * (median_step_s > 0 ? median_step_s : wd.timeout_s);
   wd.step_timeout_s = t > wd.timeout_s ? t : wd.timeout_s;
   pthread_mutex_unlock(&wd.lock);
 }
