@@ -76,3 +76,10 @@ set_tests_properties(cli_runs PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABE
 # acceptance runs it 20 times: bash tests/kill_loop.sh build/osdp 20 mpirun --oversubscribe).
 add_test(NAME kill_loop COMMAND bash ${PROJECT_SOURCE_DIR}/tests/kill_loop.sh $<TARGET_FILE:osdp> 3 ${OSDP_MPIRUN})
 set_tests_properties(kill_loop PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 180)
+
+# Two hosts for real: network namespaces made by scripts/hosts.sh (names and subnet of the
+# test's own), 2 ranks each over a tbf-shaped link; a hybrid run's losses against one process,
+# peaks against the prediction, nothing left behind. Skipped where namespaces cannot be made.
+add_test(NAME hosts COMMAND bash ${PROJECT_SOURCE_DIR}/tests/hosts.sh $<TARGET_FILE:osdp> $<TARGET_FILE:plan_tool>)
+set_tests_properties(hosts PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS "hosts" TIMEOUT 120
+  SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)

@@ -453,6 +453,7 @@ static void train_summary(TrainRun* r, long done, const char* error, double firs
       }
   cJSON_AddNumberToObject(o, "recompute_layers", plan_recompute_count(&r->plan));
   cJSON_AddNumberToObject(o, "ranks", comm_size());
+  cJSON_AddNumberToObject(o, "ranks_per_host", comm_ranks_per_host());
   cJSON_AddNumberToObject(o, "micro_batch", r->B);
   cJSON_AddNumberToObject(o, "seq", r->T);
   cJSON_AddNumberToObject(o, "steps", (double)done);
@@ -610,7 +611,7 @@ int cmd_train(int argc, char** argv) {
   double val_loss = 0, acc = -1;
   long nprob = 0;
   /* A run stopped early (--stop-after) ends as a kill would, less the loss: with its checkpoint. */
-  int evaluated = !rc && !stopped;
+  int evaluated = !rc && !stopped && r.eval_batches > 0;
   if (evaluated) train_evaluate(&r, &val_loss, &acc, &nprob);
   if (!rc && !stopped) rc = train_save(&r);
   double step_s = train_s > 0 ? train_s / (double)timed : 0;
