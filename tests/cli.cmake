@@ -75,7 +75,7 @@ set_tests_properties(cli_runs PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABE
 # ranks), 3 times each; resumed runs end byte-identical to uninterrupted ones (issue 22's
 # acceptance runs it 20 times: bash tests/kill_loop.sh build/osdp 20 mpirun --oversubscribe).
 add_test(NAME kill_loop COMMAND bash ${PROJECT_SOURCE_DIR}/tests/kill_loop.sh $<TARGET_FILE:osdp> 3 ${OSDP_MPIRUN})
-set_tests_properties(kill_loop PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 180)
+set_tests_properties(kill_loop PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 400)
 
 # Two hosts for real: network namespaces made by scripts/hosts.sh (names and subnet of the
 # test's own), 2 ranks each over a tbf-shaped link; a hybrid run's losses against one process,

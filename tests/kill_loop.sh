@@ -23,19 +23,21 @@ one() {
   local launch=("$OSDP")
   [ "$world" -gt 1 ] && launch=("${mpirun[@]}" -np "$world" "$OSDP")
   local plan=(); [ "$world" -gt 1 ] && plan=(--plan zero3 --batch 2)
-  "${launch[@]}" "${C[@]}" "${plan[@]}" --checkpoint "$d" --checkpoint-every 1 --keep 2 --watchdog 5 \
-    >/dev/null 2>&1 &
+  timeout 120 "${launch[@]}" "${C[@]}" "${plan[@]}" --checkpoint "$d" --checkpoint-every 1 --keep 2 \
+    --watchdog 5 >"kill-$world-$i.txt" 2>&1 &
   job=$!
-  sleep "$(awk -v s="$RANDOM" 'BEGIN { srand(s); printf "%.2f", 0.3 + 4 * rand() }')"
-  if [ "$world" -gt 1 ]; then
-    victim=$(pgrep -f -n -- "--checkpoint $d" | while read -r p; do
-      [ "$(cat /proc/"$p"/comm 2>/dev/null)" = osdp ] && echo "$p"; done | head -n 1)
-  else victim=$job; fi
+  # A random moment after the first checkpoint (so that the kill lands inside the run).
+  for _ in $(seq 300); do [ -n "$(newest "$d")" ] && break; kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+  sleep "$(awk -v s="$RANDOM" 'BEGIN { srand(s); printf "%.2f", 3 * rand() }')"
+  # The victim: an osdp process of this run (the only one in one process; a rank on 2 ranks).
+  victim=$(pgrep -f -- "--checkpoint $d" | while read -r p; do
+    [ "$(cat /proc/"$p"/comm 2>/dev/null)" = osdp ] && echo "$p"; done | tail -n 1)
   [ -n "$victim" ] && kill -9 "$victim" 2>/dev/null
   wait "$job" 2>/dev/null
+  [ $? -eq 124 ] && echo "  $world rank(s), kill $i: the killed job did not end within 120 s: $(grep -m1 . "kill-$world-$i.txt")"
   local at; at=$(newest "$d"); at=${at:-0}
   local resume=(); [ "$at" -gt 0 ] && resume=(--resume "$d")
-  "${launch[@]}" "${C[@]}" "${plan[@]}" "${resume[@]}" --checkpoint "$d" --checkpoint-every 1 \
+  timeout 120 "${launch[@]}" "${C[@]}" "${plan[@]}" "${resume[@]}" --checkpoint "$d" --checkpoint-every 1 \
     --save "out-$world-$i.bin" >/dev/null 2>"err-$world-$i.txt"
   if cmp -s "out-$world-$i.bin" "ref-$world.bin"; then
     echo "  $world rank(s), kill $i: checkpoints at step $at, resumed: weights identical"; ok

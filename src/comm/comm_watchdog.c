@@ -34,6 +34,7 @@ static struct {
   double timeout_s, step_timeout_s;
   double* last_seen;    /* per rank: when its last heartbeat arrived (watched ranks only) */
   int* last_tag;        /* per rank: the tag of that heartbeat (its phase) */
+  char (*host)[64];     /* per rank: its host's name, for the messages */
   long step;            /* the step in progress (-1: none; the step timeout is off) */
   double step_since;    /* when it began */
   double ckpt_bound_s;  /* > 0: a checkpoint write is in progress, with this bound */
@@ -92,8 +93,9 @@ static void wd_check(const WdState* st, const int* stopped, double now) {
     if (now - wd.last_seen[r] > quiet) quiet = now - wd.last_seen[r];
     writing |= wd.last_tag[r] == TAG_BEAT_CHECKPOINT;
     if (now - wd.last_seen[r] > wd.timeout_s) {
-      snprintf(why, sizeof why, "rank %d has not answered for %.0f s%s: it was stopped, died or "
-               "its host hangs; ending the job (--watchdog %.0f)", r, now - wd.last_seen[r],
+      snprintf(why, sizeof why, "rank %d on host %s has not answered for %.0f s%s: it was stopped, "
+               "died, its host hangs or the network to it is cut; ending the job (--watchdog %.0f)",
+               r, wd.host[r], now - wd.last_seen[r],
                wd.last_tag[r] == TAG_BEAT_CHECKPOINT ? " (while writing a checkpoint)"
                : st->step >= 0 ? " (during a training step)" : "", wd.timeout_s);
       wd_abort(why);
@@ -104,15 +106,16 @@ static void wd_check(const WdState* st, const int* stopped, double now) {
   ** timeout. A step waiting for a rank that writes a checkpoint is not stalled. */
   if (quiet >= 4 * HEARTBEAT_S) return;
   if (st->ckpt_bound_s > 0 && now - st->ckpt_since > st->ckpt_bound_s) {
-    snprintf(why, sizeof why, "rank %d: writing a checkpoint has made no progress for %.0f s though "
-             "every rank answers (bound %.0f s: --watchdog plus 4x its expected time; a hung disk "
-             "or file system); ending the job", wd.rank, now - st->ckpt_since, st->ckpt_bound_s);
+    snprintf(why, sizeof why, "rank %d on host %s: writing a checkpoint has made no progress for %.0f s "
+             "though every rank answers (bound %.0f s: --watchdog plus 4x its expected time; a hung "
+             "disk or file system); ending the job", wd.rank, wd.host[wd.rank], now - st->ckpt_since,
+             st->ckpt_bound_s);
     wd_abort(why);
   }
   if (st->step >= 0 && !writing && now - st->since > wd.step_timeout_s) {
-    snprintf(why, sizeof why, "rank %d: step %ld has made no progress for %.0f s though every rank "
-             "answers (a hung collective or device); ending the job (--watchdog %.0f)", wd.rank,
-             st->step, now - st->since, wd.timeout_s);
+    snprintf(why, sizeof why, "rank %d on host %s: step %ld has made no progress for %.0f s though "
+             "every rank answers (a hung collective or device); ending the job (--watchdog %.0f)",
+             wd.rank, wd.host[wd.rank], st->step, now - st->since, wd.timeout_s);
     wd_abort(why);
   }
 }
@@ -159,6 +162,16 @@ static void* wd_main(void* arg) {
   return NULL;
 }
 
+/* Frees the per-rank tables. */
+static void wd_free(void) {
+  free(wd.last_seen);
+  free(wd.last_tag);
+  free(wd.host);
+  wd.last_seen = NULL;
+  wd.last_tag = NULL;
+  wd.host = NULL;
+}
+
 int comm_watchdog_start(double timeout_s) {
   if (wd.running || comm_size() == 1) return 0;
   int provided = 0;
@@ -172,19 +185,23 @@ int comm_watchdog_start(double timeout_s) {
   wd.step_timeout_s = timeout_s;
   wd.last_seen = malloc((size_t)wd.size * sizeof *wd.last_seen);
   wd.last_tag = calloc((size_t)wd.size, sizeof *wd.last_tag);
-  if (!wd.last_seen || !wd.last_tag) {
-    free(wd.last_seen);
-    free(wd.last_tag);
+  wd.host = calloc((size_t)wd.size, sizeof *wd.host);
+  if (!wd.last_seen || !wd.last_tag || !wd.host) {
+    wd_free();
     return osdp_fail("out of host memory");
   }
   double now = now_seconds();
   for (int r = 0; r < wd.size; r++) wd.last_seen[r] = now;
   MPI_Comm_dup(MPI_COMM_WORLD, &wd.comm);
+  char me[64] = "?";
+  int len = 0;
+  char name[MPI_MAX_PROCESSOR_NAME];
+  if (MPI_Get_processor_name(name, &len) == MPI_SUCCESS) snprintf(me, sizeof me, "%.63s", name);
+  MPI_Allgather(me, sizeof me, MPI_CHAR, wd.host, sizeof me, MPI_CHAR, wd.comm);
   wd.stop = 0;
   if (pthread_create(&wd.thread, NULL, wd_main, NULL)) {
     MPI_Comm_free(&wd.comm);
-    free(wd.last_seen);
-    free(wd.last_tag);
+    wd_free();
     return osdp_fail("--watchdog: cannot start its thread");
   }
   wd.running = 1;
@@ -220,9 +237,6 @@ void comm_watchdog_stop(void) {
   pthread_mutex_unlock(&wd.lock);
   pthread_join(wd.thread, NULL);
   MPI_Comm_free(&wd.comm);
-  free(wd.last_seen);
-  free(wd.last_tag);
-  wd.last_seen = NULL;
-  wd.last_tag = NULL;
+  wd_free();
   wd.running = 0;
 }

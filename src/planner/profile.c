@@ -96,11 +96,22 @@ static double interpolation_residual(const double* x, const double* t, int n) {
   return worst;
 }
 
+/* The bytes per second each host's network link carried when `flows` communicators of n_c
+** ranks, one rank per host each, ran a collective of kind k on `bytes` at once in t seconds:
+** each rank sends (n_c - 1) / n_c of the buffer (twice for an all-reduce: reduce-scatter, then
+** all-gather). Comparable with a link's rate (tbf's, a NIC's). */
+static double link_rate(int k, int n_c, int flows, double bytes, double t) {
+  double sent = (k == COLL_ALLREDUCE ? 2.0 : 1.0) * (double)(n_c - 1) / (double)n_c * bytes;
+  return t > 0 ? flows * sent / t : 0;
+}
+
 /* Measures the three collectives over communicator c (`what` names it in the progress lines)
 ** at every power of two from 1 KiB to 16 MiB into models[]: the table is the model
-** (interpolated between sizes); latency and bandwidth summarise it. */
+** (interpolated between sizes); latency and bandwidth summarise it. flows > 0: c crosses hosts,
+** one rank per host, and `flows` such communicators run at once over each host's link; the
+** progress lines then also say what each link carried. */
 static int profile_level(Comm* c, const char* what, CollectiveModel* models, const Backend* bk,
-                         int verbose) {
+                         int flows, int verbose) {
   enum { NS = 15 }; /* 256 floats (1 KiB) .. 4Mi floats (16 MiB) */
   size_t maxn = (size_t)256 << (NS - 1);
   int n_c = comm_size_of(c);
@@ -127,9 +138,13 @@ static int profile_level(Comm* c, const char* what, CollectiveModel* models, con
     m->residual = interpolation_residual(bytes, t, NS);
     if (verbose && comm_rank() == 0) {
       char b[32];
-      printf("profile: %-14s %s: %5.1f us at 1 KiB, %6.2f GB/s at %s; table of %d sizes, within "
+      char link[64] = "";
+      if (flows > 0)
+        snprintf(link, sizeof link, " (each host's link: %.1f MB/s)",
+                 link_rate(k, n_c, flows, bytes[NS - 1], t[NS - 1]) / 1e6);
+      printf("profile: %-14s %s: %5.1f us at 1 KiB, %6.2f GB/s at %s%s; table of %d sizes, within "
              "%.0f%% between sizes (one latency+bandwidth line: within %.0f%%)\n", names[k], what,
-             1e6 * t[0], bytes[NS - 1] / t[NS - 1] / 1e9, format_bytes(bytes[NS - 1], b), NS,
+             1e6 * t[0], bytes[NS - 1] / t[NS - 1] / 1e9, format_bytes(bytes[NS - 1], b), link, NS,
              100 * m->residual, 100 * line.residual);
     }
   }
@@ -166,11 +181,11 @@ static int profile_collectives(DeviceInfo* dev, const Backend* bk, int verbose) 
   if (H > 1 && H < N) {
     snprintf(what, sizeof what, "within hosts (%d ranks)", H);
     dev->coll_ranks = H;
-    if (profile_level(comm_host(), what, dev->coll, bk, verbose)) return -1;
+    if (profile_level(comm_host(), what, dev->coll, bk, 0, verbose)) return -1;
     snprintf(what, sizeof what, "between hosts (%d ranks)", N / H);
     dev->inter_ranks = N / H;
     for (int k = 0; k < COLL_COUNT; k++) dev->inter_given[k] = 1;
-    return profile_level(comm_across(H), what, dev->inter, bk, verbose);
+    return profile_level(comm_across(H), what, dev->inter, bk, H, verbose);
   }
   if (verbose && comm_rank() == 0) {
     if (H == N)
@@ -183,7 +198,7 @@ static int profile_collectives(DeviceInfo* dev, const Backend* bk, int verbose) 
   }
   snprintf(what, sizeof what, "over the world (%d ranks)", N);
   dev->coll_ranks = N;
-  return profile_level(comm_world(), what, dev->coll, bk, verbose);
+  return profile_level(comm_world(), what, dev->coll, bk, H == 1 ? 1 : 0, verbose);
 }
 
 /* The matrix-product GFLOP/s at the shape of the model's largest linear inside the layers (the
