@@ -9,12 +9,17 @@
 #
 # Each host is a network namespace with loopback up and one address on 10.231.7.0/24, a private
 # subnet that exists only inside this machine: host i is 10.231.7.(i+1), linked by a veth pair to
-# the bridge osdp-hbr in the root namespace (10.231.7.254), where mpirun runs. Each host's link is
+# the bridge osdp-hbr (in the root namespace, without an address there). mpirun runs in one more
+# namespace, osdp-hhead (10.231.7.254, its link unshaped), so that the root namespace has no
+# address on the subnet and TCP there is left as it is. Each host's link is
 # shaped by tbf in both directions (its egress inside the namespace, its ingress as the bridge
 # side's egress) to --rate (default 1gbit). OpenMPI starts its daemons in the namespaces through a
 # launch agent (plm_rsh_agent: `ip netns exec osdp-hI ...`), keeps TCP on the subnet
 # (oob/btl_tcp_if_include) and uses shared memory only between ranks of one host: the hostfile
-# names hosts by address, so OpenMPI sees N nodes. Files: /tmp/osdp-hosts/ (hostfile, agent).
+# names hosts by address, so OpenMPI sees N nodes. Its daemons' TCP keepalive is short (5 s
+# idle, 3 probes 2 s apart; OpenMPI's default is 8 minutes), so that when a link is cut the job
+# ends soon after osdp's watchdog aborts it, instead of mpirun waiting for a daemon it can no
+# longer reach. Files: /tmp/osdp-hosts/ (hostfile, agent).
 #
 # Idempotent: `up` first removes what an earlier `up` left; a failed `up` removes what it made.
 # Where namespaces cannot be made (not root, no `ip`) it says why in one line and exits 77, so
@@ -39,8 +44,21 @@ cannot() {
 }
 
 # The namespaces, veths and bridge that exist now (ours only: by name).
-ours_ns() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${PREFIX}[0-9]+$"; }
-ours_links() { ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E "^(${PREFIX}v[0-9]+|${BRIDGE})$"; }
+ours_ns() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${PREFIX}([0-9]+|head)$"; }
+ours_links() { ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E "^(${PREFIX}v([0-9]+|head)|${BRIDGE})$"; }
+
+# net NS ADDR V: namespace NS with loopback, and eth0 at ADDR linked as V to the bridge. TCP gives
+# up on an unanswered peer after ~13 s (tcp_retries2 5, this namespace only; the default, 15,
+# waits a quarter of an hour), so a cut link ends connections, and with them the job.
+net() {
+  ip netns add "$1"
+  ip link add "$3" type veth peer name eth0 netns "$1"
+  ip link set "$3" master "$BRIDGE" up
+  ip netns exec "$1" ip link set lo up
+  ip netns exec "$1" ip addr add "$2/24" dev eth0
+  ip netns exec "$1" ip link set eth0 up
+  ip netns exec "$1" sysctl -q -w net.ipv4.tcp_retries2=5
+}
 
 down() {
   for ns in $(ours_ns); do ip netns del "$ns" 2>/dev/null; done   # takes its veth end along
@@ -62,18 +80,13 @@ up() {
   trap 'down; exit 1' ERR
   set -E
   ip link add "$BRIDGE" type bridge
-  ip addr add "$SUBNET.254/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
+  net "${PREFIX}head" "$SUBNET.254" "${PREFIX}vhead"
   mkdir -p "$STATE"
   : >"$STATE/hostfile"
   for i in $(seq 0 $((n - 1))); do
     local ns="$PREFIX$i" v="${PREFIX}v$i" addr="$SUBNET.$((i + 1))"
-    ip netns add "$ns"
-    ip link add "$v" type veth peer name eth0 netns "$ns"
-    ip link set "$v" master "$BRIDGE" up
-    ip netns exec "$ns" ip link set lo up
-    ip netns exec "$ns" ip addr add "$addr/24" dev eth0
-    ip netns exec "$ns" ip link set eth0 up
+    net "$ns" "$addr" "$v"
     shape eth0 "$rate" "$burst" "$ns"   # host -> bridge
     shape "$v" "$rate" "$burst"         # bridge -> host
     echo "$addr slots=64" >>"$STATE/hostfile"
@@ -81,11 +94,29 @@ up() {
   # The launch agent: OpenMPI calls it as `agent HOST COMMAND...` (as it would call ssh).
   # Each host also gets its own host name (a UTS namespace): OpenMPI names its session directory
   # and shared-memory segments by host name, and two hosts called alike would share them.
+  # It also plays ssh's keepalive (ServerAliveInterval 2, ServerAliveCountMax 5): while the
+  # daemon runs it looks at the host's link every 2 s, and when the link has been down for 10 s
+  # it ends the daemon and exits 255, as ssh does when its connection is lost; mpirun then
+  # knows the host is gone and ends the job (a daemon behind a cut link would otherwise keep
+  # mpirun waiting for its TCP retransmissions, a quarter of an hour).
   cat >"$STATE/agent" <<EOF
 #!/bin/sh
 host=\$1; shift
-i=\${host##$SUBNET.}; i=\$((i - 1))
-exec ip netns exec $PREFIX\$i unshare --uts sh -c "hostname $PREFIX\$i && \$*"
+i=\${host##$SUBNET.}; i=\$((i - 1)); ns=$PREFIX\$i
+ip netns exec \$ns unshare --uts sh -c "hostname \$ns && \$*" &
+daemon=\$!
+down=0
+while kill -0 \$daemon 2>/dev/null; do
+  sleep 2
+  if ip netns exec \$ns cat /sys/class/net/eth0/operstate 2>/dev/null | grep -q '^up\$'; then down=0
+  else down=\$((down + 1)); fi
+  if [ \$down -ge 5 ]; then
+    echo "hosts.sh agent: the link of host \$ns has been down for 10 s: its daemon is lost" >&2
+    ip netns pids \$ns | xargs -r kill -9 2>/dev/null
+    exit 255
+  fi
+done
+wait \$daemon
 EOF
   chmod +x "$STATE/agent"
   echo "$rate" >"$STATE/rate"
@@ -96,9 +127,10 @@ EOF
 # The mpirun command line across the hosts, one word per line.
 mpirun_words() {
   [ -f "$STATE/hostfile" ] || die "no hosts: run 'scripts/hosts.sh up N' first"
-  printf '%s\n' mpirun --hostfile "$STATE/hostfile" --mca plm_rsh_agent "$STATE/agent" \
+  printf '%s\n' ip netns exec "${PREFIX}head" mpirun --hostfile "$STATE/hostfile" --mca plm_rsh_agent "$STATE/agent" \
     --mca oob_tcp_if_include "$SUBNET.0/24" --mca btl_tcp_if_include "$SUBNET.0/24" \
-    --mca btl self,vader,tcp --oversubscribe -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
+    --mca btl self,vader,tcp --oversubscribe -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
+    --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 3
 }
 
 cmd=${1:-}; shift || true

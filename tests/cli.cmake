@@ -81,5 +81,5 @@ set_tests_properties(kill_loop PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LAB
 # test's own), 2 ranks each over a tbf-shaped link; a hybrid run's losses against one process,
 # peaks against the prediction, nothing left behind. Skipped where namespaces cannot be made.
 add_test(NAME hosts COMMAND bash ${PROJECT_SOURCE_DIR}/tests/hosts.sh $<TARGET_FILE:osdp> $<TARGET_FILE:plan_tool>)
-set_tests_properties(hosts PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS "hosts" TIMEOUT 120
+set_tests_properties(hosts PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS "hosts" TIMEOUT 300
   SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)

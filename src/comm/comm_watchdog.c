@@ -105,14 +105,17 @@ static void wd_check(const WdState* st, const int* stopped, double now) {
   ** for a few heartbeats is more likely stopped, and is named above when its silence reaches the
   ** timeout. A step waiting for a rank that writes a checkpoint is not stalled. */
   if (quiet >= 4 * HEARTBEAT_S) return;
-  if (st->ckpt_bound_s > 0 && now - st->ckpt_since > st->ckpt_bound_s) {
+  /* Rank 0 watches every rank and names the silent one; another rank sees only rank 0 and would
+  ** blame a stall on a hung collective. It waits twice as long, a backup for when rank 0 is gone. */
+  double late = wd.rank == 0 ? 1 : 2;
+  if (st->ckpt_bound_s > 0 && now - st->ckpt_since > late * st->ckpt_bound_s) {
     snprintf(why, sizeof why, "rank %d on host %s: writing a checkpoint has made no progress for %.0f s "
              "though every rank answers (bound %.0f s: --watchdog plus 4x its expected time; a hung "
              "disk or file system); ending the job", wd.rank, wd.host[wd.rank], now - st->ckpt_since,
              st->ckpt_bound_s);
     wd_abort(why);
   }
-  if (st->step >= 0 && !writing && now - st->since > wd.step_timeout_s) {
+  if (st->step >= 0 && !writing && now - st->since > late * wd.step_timeout_s) {
     snprintf(why, sizeof why, "rank %d on host %s: step %ld has made no progress for %.0f s though "
              "every rank answers (a hung collective or device); ending the job (--watchdog %.0f)",
              wd.rank, wd.host[wd.rank], st->step, now - st->since, wd.timeout_s);
