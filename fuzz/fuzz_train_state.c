@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 
 #include "fuzz_util.h"
+#include "core/util.h"
 #include "model/gpt.h"
 #include "runtime/train_state.h"
 
@@ -29,13 +30,6 @@
 #define STATE_MAX_PARAMS ((size_t)1 << 20)
 /* Most rank files an input holds. */
 #define FUZZ_MAX_RANKS 8
-
-/* FNV-1a 64 of bytes, as train_state.c checksums files. */
-static uint64_t fnv1a64(const uint8_t* p, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 0x100000001b3ULL; }
-  return h;
-}
 
 /* The fixed rank file used when the input has none: 10 parameters as ranges [0, 4) and [4, 10),
 ** each followed by its weights, m and v. Returns its size; *out points at a static buffer. */
@@ -167,7 +161,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int k = 0; k < FUZZ_MAX_RANKS; k++) {
     if (k >= nranks) { unlink(ranks[k]); continue; }
     bytes[k] = start[k + 1] - start[k];
-    hash[k] = fnv1a64(rest + start[k], bytes[k]);
+    hash[k] = fnv1a64(FNV1A64_START, rest + start[k], bytes[k]); /* as train_state.c */
     fuzz_write_file(ranks[k], rest + start[k], bytes[k]);
   }
   write_manifest(manifest, mtext, mlen, nranks, bytes, hash);

@@ -10,11 +10,7 @@
 #include "core/util.h"
 
 /* FNV-1a 64 of a string, continued from h, with its NUL (so "ab","c" differs from "a","bc"). */
-static uint64_t hash_text(uint64_t h, const char* s) {
-  do { h ^= (unsigned char)*s; h *= 0x100000001b3ULL; } while (*s++);
-  return h;
-}
-#define HASH_START 0xcbf29ce484222325ULL
+static uint64_t hash_text(uint64_t h, const char* s) { return fnv1a64(h, s, strlen(s) + 1); }
 
 /* Collective: whether some rank's h differs from rank 0's; the lowest such rank into *rank and
 ** how many into *count. */
@@ -50,14 +46,14 @@ static void describe_arg(int argc, char** argv, int i, char* out, size_t n) {
 
 int cli_ranks_agree_args(int argc, char** argv) {
   if (comm_size() == 1) return 0;
-  uint64_t h = HASH_START;
+  uint64_t h = FNV1A64_START;
   for (int i = 1; i < argc; i++) h = hash_text(h, argv[i]); /* argv[0]: paths may differ by host */
   int r, count;
   if (!disagree(h, &r, &count)) return 0;
   /* The first argument that differs, looked for together (each look is collective). */
   int most = (int)comm_allreduce_max_f64(comm_world(), (double)argc), at = 0;
   for (at = 1; at < most; at++)
-    if (disagree(hash_text(HASH_START, at < argc ? argv[at] : "\x01"), &r, &count)) break;
+    if (disagree(hash_text(FNV1A64_START, at < argc ? argv[at] : "\x01"), &r, &count)) break;
   char mine[SHOWN], first[SHOWN], other[SHOWN];
   describe_arg(argc, argv, at, mine, sizeof mine);
   text_of_rank(0, mine, first);
@@ -70,7 +66,7 @@ int cli_ranks_agree_args(int argc, char** argv) {
 int cli_ranks_agree(const char* what, const char* value) {
   if (comm_size() == 1) return 0;
   int r, count;
-  if (!disagree(hash_text(HASH_START, value), &r, &count)) return 0;
+  if (!disagree(hash_text(FNV1A64_START, value), &r, &count)) return 0;
   char first[SHOWN], other[SHOWN];
   text_of_rank(0, value, first);
   text_of_rank(r, value, other);

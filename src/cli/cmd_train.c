@@ -94,7 +94,6 @@ typedef struct TrainRun {
   const char* ckpt_dir;  /* --checkpoint DIR (NULL: none) */
   CkptDir ckpt;          /* the directory, locked while this run writes it */
   long ckpt_every, stop_after, start_step; /* --checkpoint-every, --stop-after, steps resumed */
-  int keep;              /* --keep: newest checkpoints kept */
   char run_id[TRAIN_RUN_ID_MAX]; /* this run's (a resumed run keeps its checkpoint's) */
   int legacy_own;        /* resumed from a checkpoint without a run id */
   int data_changed_ok;   /* --resume-data-changed ok */
@@ -257,7 +256,7 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
       args_int(&r->args, "stop-after", 0, 0, 1L << 40, &stop))
     return -1;
   r->ckpt_dir = args_get(&r->args, "checkpoint", NULL);
-  r->ckpt_every = every; r->keep = (int)keep; r->stop_after = stop;
+  r->ckpt_every = every; r->stop_after = stop;
   const char* nf = args_get(&r->args, "on-nonfinite", "stop");
   if (strcmp(nf, "stop") && strcmp(nf, "skip"))
     return osdp_fail("--on-nonfinite: '%s' is not stop or skip", nf);
@@ -308,7 +307,7 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
   const char* logp = args_get(&r->args, "log", NULL);
   if (logp && comm_rank() == 0 && !(r->log = fopen(logp, "w")))
     return osdp_fail("--log: cannot write '%s': %s", logp, strerror(errno));
-  if (r->ckpt_dir && ckpt_dir_open(&r->ckpt, r->ckpt_dir, r->keep)) return -1;
+  if (r->ckpt_dir && ckpt_dir_open(&r->ckpt, r->ckpt_dir, (int)keep)) return -1;
   /* Output paths fail now, not after the run. */
   const char* savep = args_get(&r->args, "save", NULL);
   int bad = savep && comm_rank() == 0 ? check_writable(savep, "--save") : 0;

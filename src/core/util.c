@@ -153,6 +153,29 @@ static int cmp_double(const void* a, const void* b) {
   return x < y ? -1 : x > y;
 }
 
+uint64_t fnv1a64(uint64_t h, const void* p, size_t n) {
+  const unsigned char* b = p;
+  for (size_t i = 0; i < n; i++) { h ^= b[i]; h *= 0x100000001b3ULL; }
+  return h;
+}
+
+int make_dirs(const char* path, const char* field) {
+  char p[4096];
+  if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return osdp_fail("%s: path too long", field);
+  for (char* s = p + 1;; s++) {
+    if (*s && *s != '/') continue;
+    char c = *s;
+    *s = 0;
+    if (mkdir(p, 0777) && errno != EEXIST)
+      return osdp_fail("%s: cannot create directory %s: %s", field, p, strerror(errno));
+    if (!(*s = c)) break;
+  }
+  struct stat st;
+  if (stat(path, &st) || !S_ISDIR(st.st_mode))
+    return osdp_fail("%s: %s is not a directory; give a directory", field, path);
+  return 0;
+}
+
 double median_of(double* v, int n) {
   if (n <= 0) return 0;
   qsort(v, (size_t)n, sizeof *v, cmp_double);

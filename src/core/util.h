@@ -55,6 +55,14 @@ size_t host_available_bytes(void);
 ** processes only ever adds time, and the median ignores a few such outliers. */
 double median_of(double* v, int n);
 
+/* FNV-1a 64 of n bytes at p, continued from h (start with FNV1A64_START): the checksum of
+** checkpoint files, data files and the ranks' agreement. */
+#define FNV1A64_START 0xcbf29ce484222325ULL
+uint64_t fnv1a64(uint64_t h, const void* p, size_t n);
+
+/* mkdir -p of path, then a check that it is a directory; -1 with an error naming field. */
+int make_dirs(const char* path, const char* field);
+
 /* Monotonic wall-clock time in seconds. */
 double now_seconds(void);
 

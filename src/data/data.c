@@ -216,8 +216,7 @@ static int split_train_val(DataSource* ds, const char* what, const char* path, c
 ** more pass over memory the source holds anyway; ~1 s a GB), so that a resumed run can tell
 ** whether the file it trains on is the one its checkpoint was trained on. */
 static void record_identity(DataSource* ds, size_t bytes) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (size_t i = 0; i < bytes; i++) { h ^= ds->file[i]; h *= 0x100000001b3ULL; }
+  uint64_t h = fnv1a64(FNV1A64_START, ds->file, bytes);
   snprintf(ds->identity, sizeof ds->identity, "%zu bytes, fnv1a64 %016llx", bytes, (unsigned long long)h);
 }
 

@@ -22,24 +22,6 @@ static int agree(int rc, const char* what) {
   return worst > 0 ? -1 : 0;
 }
 
-/* mkdir -p of path. */
-static int make_dirs(const char* path) {
-  char p[4096];
-  if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return osdp_fail("--checkpoint: path too long");
-  for (char* s = p + 1;; s++) {
-    if (*s && *s != '/') continue;
-    char c = *s;
-    *s = 0;
-    if (mkdir(p, 0777) && errno != EEXIST)
-      return osdp_fail("--checkpoint: cannot create directory %s: %s", p, strerror(errno));
-    if (!(*s = c)) break;
-  }
-  struct stat st;
-  if (stat(path, &st) || !S_ISDIR(st.st_mode))
-    return osdp_fail("--checkpoint: %s is not a directory; give a directory to write checkpoints in", path);
-  return 0;
-}
-
 /* Rank 0: opens and locks path/.osdp-lock (never through a link) and writes who holds it. */
 static int take_lock(CkptDir* cd) {
   char lp[4096 + 32];
@@ -82,7 +64,7 @@ int ckpt_dir_open(CkptDir* cd, const char* path, int keep) {
   cd->keep = keep;
   int rc = snprintf(cd->path, sizeof cd->path, "%s", path) >= (int)sizeof cd->path
                ? osdp_fail("--checkpoint: path too long") : 0;
-  if (!rc && comm_rank() == 0) rc = make_dirs(cd->path) || take_lock(cd);
+  if (!rc && comm_rank() == 0) rc = make_dirs(cd->path, "--checkpoint") || take_lock(cd);
   return agree(rc, "lock the checkpoint directory");
 }
 

@@ -20,13 +20,6 @@
 
 /* ---- Small file-system helpers ------------------------------------------------------------ */
 
-/* FNV-1a 64 of bytes, continued from h. */
-static uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
-  const unsigned char* b = p;
-  for (size_t i = 0; i < n; i++) { h ^= b[i]; h *= 0x100000001b3ULL; }
-  return h;
-}
-#define FNV_START 0xcbf29ce484222325ULL
 
 /* fsync of a directory, so a rename or a new file in it is on disk. */
 static int sync_dir(const char* dir) {
@@ -108,22 +101,6 @@ int train_state_remove(const char* path) {
   return 0;
 }
 
-/* mkdir -p. */
-static int make_dirs(const char* dir) {
-  char p[4096];
-  if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) return osdp_fail("--checkpoint: path too long");
-  for (char* s = p + 1; *s; s++) {
-    if (*s != '/') continue;
-    *s = 0;
-    if (mkdir(p, 0777) && errno != EEXIST)
-      return osdp_fail("--checkpoint: cannot create directory %s: %s", p, strerror(errno));
-    *s = '/';
-  }
-  if (mkdir(p, 0777) && errno != EEXIST)
-    return osdp_fail("--checkpoint: cannot create directory %s: %s", p, strerror(errno));
-  return 0;
-}
-
 long train_state_step_of_name(const char* name) {
   if (strncmp(name, "step-", 5) || name[5] < '0' || name[5] > '9') return -1;
   if (name[5] == '0' && name[6]) return -1; /* "step-007" is not what osdp writes */
@@ -160,7 +137,7 @@ long* train_state_list(const char* dir, int* n) {
 
 /* fwrite that folds the bytes into *h; 0 or -1 (errno kept). */
 static int put(FILE* f, const void* p, size_t n, uint64_t* h) {
-  *h = fnv1a(*h, p, n);
+  *h = fnv1a64(*h, p, n);
   return fwrite(p, 1, n, f) == n ? 0 : -1;
 }
 
@@ -189,7 +166,7 @@ static int write_rank_file(Engine* e, const char* path, uint64_t* bytes, uint64_
     free(r); free(buf);
     return osdp_fail("--checkpoint: cannot write %s: %s", path, buf ? strerror(errno) : "out of host memory");
   }
-  uint64_t h = FNV_START;
+  uint64_t h = FNV1A64_START;
   uint32_t hdr32[2] = {STATE_VERSION, (uint32_t)nr};
   uint64_t np = e->d->n_params;
   int bad = put(f, STATE_MAGIC, 8, &h) || put(f, hdr32, sizeof hdr32, &h) || put(f, &np, 8, &h);
@@ -282,9 +259,8 @@ int train_state_save(Engine* e, const char* dir, long step, const char* run_id, 
     return osdp_fail("--checkpoint: path too long");
   int rc = 0;
   if (rank == 0) { /* a fresh temporary directory (a killed writer may have left one) */
-    rc = make_dirs(dir);
-    int others;
-    if (!rc && remove_state_dir(tmp, &others))
+    int others; /* dir exists: ckpt_dir_open made it */
+    if (remove_state_dir(tmp, &others))
       rc = osdp_fail("--checkpoint: cannot clear %s, left by an earlier writer: %s", tmp,
                      others ? "it holds files osdp did not write; remove it" : strerror(errno));
     if (!rc && mkdir(tmp, 0777))
@@ -325,10 +301,10 @@ static int file_hash(const char* path, uint64_t* hash, long long* bytes) {
   FILE* f = fopen(path, "rb");
   if (!f) return -1;
   unsigned char buf[1 << 16];
-  uint64_t h = FNV_START;
+  uint64_t h = FNV1A64_START;
   long long total = 0;
   size_t got;
-  while ((got = fread(buf, 1, sizeof buf, f)) > 0) { h = fnv1a(h, buf, got); total += (long long)got; }
+  while ((got = fread(buf, 1, sizeof buf, f)) > 0) { h = fnv1a64(h, buf, got); total += (long long)got; }
   int err = ferror(f);
   fclose(f);
   *hash = h;
@@ -577,15 +553,6 @@ int train_state_open_newest(const char* dir, TrainState* ts) {
   }
   free(steps);
   return osdp_fail("--resume: no complete checkpoint in %s (train with --checkpoint %s first)", dir, dir);
-}
-
-int train_state_find(const char* dir, char* path, size_t n, long* step) {
-  TrainState ts;
-  if (train_state_open_newest(dir, &ts)) return -1;
-  snprintf(path, n, "%s", ts.path);
-  *step = ts.step;
-  train_state_close(&ts);
-  return 0;
 }
 
 int train_state_open_path(const char* path, TrainState* ts) {

@@ -76,13 +76,8 @@ long* train_state_list(const char* dir, int* n);
 ** step. Returns 0, or -1 with an error when path holds no osdp checkpoint manifest. */
 int train_state_peek(const char* path, char run_id[TRAIN_RUN_ID_MAX], long* step);
 
-/* The newest complete checkpoint in dir: its path into path[n] and its step. Incomplete or
-** damaged ones are skipped with a note on stderr. Returns 0, or -1 with an error when there is
-** none. */
-int train_state_find(const char* dir, char* path, size_t n, long* step);
-
-/* train_state_find, then train_state_open of it: the newest complete checkpoint in dir, opened
-** (each file read once). */
+/* The newest complete checkpoint in dir, opened (each file read once); incomplete or damaged
+** ones are skipped with a note on stderr. -1 with an error when there is none. */
 int train_state_open_newest(const char* dir, TrainState* ts);
 
 /* Opens and verifies the checkpoint directory `path` (the manifest, every file's size and
