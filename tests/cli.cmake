@@ -15,10 +15,14 @@ add_test(NAME cli_describe
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_describe.sh $<TARGET_FILE:osdp>)
 add_test(NAME cli_llama
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_llama.sh $<TARGET_FILE:osdp> ${OSDP_MPIRUN})
+# Help and parser from one table: every listed flag accepted as listed, typos named, defaults
+# checked, --version.
+add_test(NAME cli_help
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_help.sh $<TARGET_FILE:osdp>)
 
-set_tests_properties(cli_errors cli_learn cli_determinism cli_checkpoint cli_describe cli_llama
+set_tests_properties(cli_errors cli_learn cli_determinism cli_checkpoint cli_describe cli_llama cli_help
   PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli)
-set_tests_properties(cli_errors cli_determinism cli_checkpoint cli_describe cli_llama PROPERTIES TIMEOUT 180)
+set_tests_properties(cli_errors cli_determinism cli_checkpoint cli_describe cli_llama cli_help PROPERTIES TIMEOUT 180)
 set_tests_properties(cli_learn PROPERTIES TIMEOUT 300)
 
 # The planning path: profile, plan, train --plan FILE and --plan auto on 2 ranks.

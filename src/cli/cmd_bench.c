@@ -20,15 +20,23 @@
 #include "kernels/cpu_kernels.h"
 #include "runtime/engine.h"
 
-static const char* bench_help =
-    "usage: [mpirun -np N] osdp bench [--model M] [--batch B] [--seq T] [--steps N] [--threads N]\n"
-    "                         [--plan ddp|zero2|zero3|FILE] [--prefetch] [--recompute N|all]\n"
-    "                         [--shard-group G] [--overlap-reduce] [--reduce-dtype fp32|bf16]\n"
-    "                         [--head-rows R]\n"
-    "                         [--mem-limit SIZE] [--device cpu|cuda] [--tf32 on|off] [--json]\n"
+static const OptionSpec bench_options[] = {
+    {"load", "FILE", NULL, "take the model (shape and weights) from an llm.c checkpoint or safetensors"},
+    {"batch", "B", "4", "micro-batch per rank"},
+    {"seq", "T", "the model's max, at most 256", "sequence length"},
+    {"steps", "N", "5", "timed steps (after one warm-up step)"},
+    {"plan", "P", "ddp", "ddp | zero2 | zero3 | plan.json"},
+    {"json", NULL, NULL, "print the figures as one JSON object"},
+    {NULL, NULL, NULL, NULL}};
+
+static const CommandSpec bench_spec = {
+    "bench", "[mpirun -np N] osdp bench [options]",
     "  times N training steps (after one warm-up step) on random tokens. GFLOP/s count the\n"
     "  model's useful work (gpt_step_useful_flops: causal attention's half of the T x T\n"
-    "  products): a recomputed forward is not counted again.\n";
+    "  products): a recomputed forward is not counted again.",
+    {setup_model_options, bench_options, setup_plan_switches, setup_optimizer_options,
+     setup_device_options, NULL},
+    NULL};
 
 /* Gives the engine a micro-batch of random tokens with next-token targets (this rank's, step's). */
 static void random_batch(Engine* e, const GptDesc* d, const Plan* p, long step) {
@@ -92,16 +100,14 @@ static void plan_extras(const Plan* p, char* out, size_t cap) {
 }
 
 int cmd_bench(int argc, char** argv) {
-  if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(bench_help, stdout); return 0; }
-  static const char* const opts[] = {SETUP_OPTIONS, "steps", NULL};
-  static const char* const sws[] = {"json", "prefetch", "overlap-reduce", NULL};
+  if (args_help(&bench_spec, argc, argv)) return 0;
   Args a;
   GptDesc d;
   Plan p;
   TrainOptions opt;
   Engine e;
   long B, T, steps;
-  if (args_parse(&a, "bench", argc, argv, opts, sws) || setup_model(&a, "tiny", &d) ||
+  if (args_parse(&a, &bench_spec, argc, argv) || setup_model(&a, "tiny", &d) ||
       args_int(&a, "batch", 4, 1, 1 << 20, &B) || args_int(&a, "seq", d.cfg.max_seq < 256 ? d.cfg.max_seq : 256, 1, d.cfg.max_seq, &T) ||
       args_int(&a, "steps", 5, 1, 1 << 20, &steps) || setup_train_options(&a, &opt) ||
       setup_plan(&a, &d, (int)B, (int)T, args_has(&a, "batch"), args_has(&a, "seq"), &p) ||

@@ -12,20 +12,29 @@
 #include "core/output.h"
 #include "core/util.h"
 
-static const char* describe_help =
-    "usage: osdp describe [--model M] [--batch B --seq T] [--plan P --ranks N --threads N] [--json]\n"
-    "                     [--prefetch] [--recompute N|all] [--svg FILE [--mem-limit SIZE]]\n"
-    "                     [--shard-group G] [--overlap-reduce] [--reduce-dtype fp32|bf16]\n"
-    "                     [--head-rows R]\n"
-    "                     [--device cpu|cuda]\n"
+static const OptionSpec describe_options[] = {
+    {"load", "FILE", NULL, "take the model's shape from an llm.c checkpoint or safetensors file"},
+    {"batch", "B", "1", "micro-batch per rank the memory is predicted for"},
+    {"seq", "T", "the model's max", "sequence length"},
+    {"plan", "P", "ddp", "ddp | zero2 | zero3 | plan.json"},
+    {"ranks", "N", "the ranks running", "ranks a uniform plan is made for"},
+    {"threads", "N", "1", "kernel threads per rank (their scratch counts in the memory)"},
+    {"mem-limit", "SIZE", NULL, "with --svg: draw the limit as a line"},
+    {"svg", "FILE", NULL, "draw the memory over one step and each operator's strategies (SVG)"},
+    {"device", "D", "cpu", "cpu or cuda: the device named in the memory table (the same on both)"},
+    {"json", NULL, NULL, "print the operators and the memory as one JSON object"},
+    {NULL, NULL, NULL, NULL}};
+
+static const CommandSpec describe_spec = {
+    "describe", "osdp describe [options]",
     "  prints every operator (parameters, forward FLOPs per token, activation bytes per sample,\n"
     "  splittable) with totals, and the per-rank memory the plan needs at that batch and\n"
-    "  sequence (--plan ddp|zero2|zero3|FILE, for --ranks N ranks; --recompute: the first N\n"
-    "  layers, or all, keep only their output and recompute the rest in backward).\n"
-    "  --svg FILE draws that memory over one training step (persistent bands, the transient at\n"
-    "  each parameter use, the peak; with --mem-limit the limit as a line) and each operator's\n"
-    "  strategy per slice, as an SVG picture for a browser. The memory is the same on every\n"
-    "  --device (a GPU's arena holds the same blocks); describe needs no GPU.\n";
+    "  sequence. --svg FILE draws that memory over one training step (persistent bands, the\n"
+    "  transient at each parameter use, the peak) and each operator's strategy per slice, as an\n"
+    "  SVG picture for a browser. The memory is the same on every --device (a GPU's arena holds\n"
+    "  the same blocks); describe needs no GPU.",
+    {setup_model_options, describe_options, setup_plan_switches, NULL},
+    NULL};
 
 /* Prints the operator table and totals for people. */
 static void describe_table(const GptDesc* d, int T) {
@@ -95,12 +104,10 @@ static void describe_json(const GptDesc* d, int T, const Plan* p, const MemPredi
 
 /* A plan file's ranks, micro-batch and sequence against --ranks, --batch and --seq where they
 ** were given: describing a plan for another shape than it was made for is an error, not a
-** silent use of the file's. Frees the plan on a mismatch. */
-static int describe_plan_matches(const Args* a, Plan* p, const char* pname) {
-  long ranks = 0, B = 0, T = 0;
-  args_int(a, "ranks", 0, 1, 1 << 20, &ranks);
-  args_int(a, "batch", 0, 1, 1 << 20, &B);
-  args_int(a, "seq", 0, 1, 1 << 20, &T);
+** silent use of the file's (ranks, B and T are those options' values). Frees the plan on a
+** mismatch. */
+static int describe_plan_matches(const Args* a, Plan* p, const char* pname, long ranks, long B,
+                                 long T) {
   int rc = 0;
   if (args_has(a, "ranks") && p->world != ranks)
     rc = osdp_fail("--ranks %ld differs from the %d rank(s) of plan %s; drop --ranks or re-plan for "
@@ -116,17 +123,13 @@ static int describe_plan_matches(const Args* a, Plan* p, const char* pname) {
 }
 
 int cmd_describe(int argc, char** argv) {
-  if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(describe_help, stdout); return 0; }
-  static const char* const opts[] = {"model", "batch", "seq", "plan", "ranks", "threads", "load",
-                                     "svg", "mem-limit", "recompute", "device",
-                                     "shard-group", "reduce-dtype", "head-rows", NULL};
-  static const char* const sws[] = {"json", "prefetch", "overlap-reduce", NULL};
+  if (args_help(&describe_spec, argc, argv)) return 0;
   Args a;
   GptDesc d;
   long B, T, ranks, threads;
   size_t limit = 0;
   static const char* const outputs[] = {"svg", NULL};
-  if (args_parse(&a, "describe", argc, argv, opts, sws) || setup_claim_files(&a, outputs) ||
+  if (args_parse(&a, &describe_spec, argc, argv) || setup_claim_files(&a, outputs) ||
       setup_model(&a, "tiny", &d))
     return cli_report_error();
   if (args_int(&a, "batch", 1, 1, 1 << 20, &B) ||
@@ -145,7 +148,7 @@ int cmd_describe(int argc, char** argv) {
   int s = strategy_parse(strcmp(pname, "ddp") == 0 ? "dp" : pname);
   int rc = s >= 0 ? plan_uniform(&p, &d, (Strategy)s, (int)ranks, (int)B, (int)T)
                   : plan_load(&p, &d, pname);
-  if (!rc && s < 0) rc = describe_plan_matches(&a, &p, pname);
+  if (!rc && s < 0) rc = describe_plan_matches(&a, &p, pname, ranks, B, T);
   if (rc || plan_validate(&p, &d, p.world)) {
     if (!rc) plan_free(&p);
     return cli_report_error();

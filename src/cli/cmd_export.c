@@ -18,33 +18,35 @@
 #include "model/weights_file.h"
 #include "runtime/train_state.h"
 
-static const char* export_help =
-    "usage: osdp export FILE --format llmc|safetensors OUT [--model M] [--quiet]\n"
+static const OptionSpec export_options[] = {
+    {"format", "F", NULL, "llmc: llm.c's GPT-2 checkpoint (fp32, version 3), which llm.c and osdp's\n"
+                          "--load read; or safetensors: Hugging Face tensor names and shapes (GPT-2:\n"
+                          "wte.weight [V, C], ...; Llama: model.embed_tokens.weight [V, C], ...), fp32,\n"
+                          "which transformers and osdp's --load read; OUT an existing directory (or\n"
+                          "ending in /): OUT/model.safetensors and OUT/config.json, which\n"
+                          "transformers' from_pretrained(OUT) loads (required)"},
+    {"model", "M", NULL, "the model's shape (preset, JSON file or config.json), needed only for a\n"
+                         "GPT-2 safetensors FILE that does not record its number of heads"},
+    {"quiet", NULL, NULL, "print nothing on success"},
+    {NULL, NULL, NULL, NULL}};
+
+static const CommandSpec export_spec = {
+    "export", "osdp export FILE --format llmc|safetensors OUT [options]",
     "  converts the weights in FILE (an llm.c GPT-2 checkpoint, a safetensors file, a sharded\n"
     "  checkpoint's model.safetensors.index.json, a Hugging Face model directory, or a\n"
-    "  checkpoint directory of osdp train; told apart by content) into OUT:\n"
-    "  --format llmc         llm.c's GPT-2 checkpoint (fp32, version 3): llm.c and osdp's\n"
-    "                        --load read it\n"
-    "  --format safetensors  Hugging Face tensor names and shapes (GPT-2: wte.weight [V, C], ...;\n"
-    "                        Llama: model.embed_tokens.weight [V, C], ...), fp32: transformers\n"
-    "                        and osdp's --load read it. OUT an existing directory (or ending in\n"
-    "                        /): OUT/model.safetensors and OUT/config.json, which transformers'\n"
-    "                        from_pretrained(OUT) loads\n"
-    "  --model M             the model's shape (preset, JSON file or config.json), needed only\n"
-    "                        for a GPT-2 safetensors FILE that does not record its number of heads\n"
-    "  --quiet               print nothing on success\n"
-    "  OUT is written to OUT.tmp and renamed, so a failed export leaves an existing OUT as it was.\n";
+    "  checkpoint directory of osdp train; told apart by content) into OUT.",
+    {export_options, NULL},
+    "  OUT is written to OUT.tmp and renamed, so a failed export leaves an existing OUT as it was."};
 
 /* Splits argv into the positional arguments (FILE, OUT) and the options, so that the options
 ** go through the shared parser. pos and opt have room for argc entries. */
 static int split_args(int argc, char** argv, char** pos, int* npos, char** opt, int* nopt) {
-  static const char* const valued[] = {"--format", "--model", NULL};
   *npos = *nopt = 0;
   for (int i = 0; i < argc; i++) {
     if (strncmp(argv[i], "--", 2) != 0) { pos[(*npos)++] = argv[i]; continue; }
     opt[(*nopt)++] = argv[i];
-    for (int k = 0; valued[k]; k++)
-      if (strcmp(argv[i], valued[k]) == 0 && i + 1 < argc) { opt[(*nopt)++] = argv[++i]; break; }
+    const OptionSpec* o = command_option(&export_spec, argv[i] + 2);
+    if (o && o->value && i + 1 < argc) opt[(*nopt)++] = argv[++i];
   }
   if (*npos == 2) return 0;
   return osdp_fail("osdp export: expected FILE and OUT, got %d positional argument%s; usage: "
@@ -159,9 +161,7 @@ static int export_run(const char* in, const char* out, WeightsFormat fmt, const 
 /* `osdp export`: parses FILE, OUT and the options, converts on rank 0 and agrees on the
 ** outcome with every rank (so under mpirun all ranks exit alike). */
 int cmd_export(int argc, char** argv) {
-  if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(export_help, stdout); return 0; }
-  static const char* const opts[] = {"format", "model", NULL};
-  static const char* const sws[] = {"quiet", NULL};
+  if (args_help(&export_spec, argc, argv)) return 0;
   char** pos = malloc(((size_t)argc + 1) * sizeof *pos);
   char** opt = malloc(((size_t)argc + 1) * sizeof *opt);
   Args a;
@@ -169,7 +169,7 @@ int cmd_export(int argc, char** argv) {
   int npos = 0, nopt = 0, rc = -1;
   if (!pos || !opt) osdp_fail("out of host memory");
   else if (split_args(argc, argv, pos, &npos, opt, &nopt) == 0 &&
-           args_parse(&a, "export", nopt, opt, opts, sws) == 0) {
+           args_parse(&a, &export_spec, nopt, opt) == 0) {
     if (!args_has(&a, "format"))
       osdp_fail("osdp export: --format is required: llmc or safetensors");
     else if (weights_format_parse(args_get(&a, "format", ""), "--format", &fmt) == 0)

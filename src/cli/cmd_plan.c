@@ -22,22 +22,48 @@
 #include "planner/search.h"
 #include "planner/trial.h"
 
-static const char* plan_help =
-    "usage: osdp plan [--model M] (--devices device.json | --ranks N --mem-limit SIZE --flops F\n"
-    "                 --bandwidth BYTES_PER_S --latency SECONDS [--threads N]) [--seq T]\n"
-    "                 [--ranks-per-host H --inter-bandwidth BYTES_PER_S --inter-latency SECONDS]\n"
-    "                 [--reduce-dtype fp32|bf16|auto] [--max-batch B] [--recompute N|all]\n"
-    "                 [--out plan.json] [--svg plan.svg] [--json]\n"
-    "  --recompute N fixes how many layers recompute their activations in backward (all: every\n"
-    "  layer); without it the planner chooses, with the strategies, slices and micro-batch.\n"
-    "  device.json comes from `osdp profile` or is written by hand for hardware you do not have.\n"
-    "  --bandwidth/--latency: each collective over the ranks of one host moves a full buffer of b\n"
-    "  bytes in latency + b / bandwidth; --ranks-per-host H (consecutive ranks; default all N: one\n"
-    "  host) with --inter-bandwidth/--inter-latency (default: the same) the same between hosts,\n"
-    "  over N/H ranks, one per host (given with --devices, they replace the file's). The planner\n"
-    "  then chooses per operator the ranks its shards spread over (shard_group: within a host,\n"
-    "  replicated across hosts, or all N). --reduce-dtype: gradient reductions in fp32 (default),\n"
-    "  bf16 (half the bytes), or auto (bf16 where it makes the step at least 1% faster).\n";
+static const OptionSpec plan_device_options[] = {
+    {"devices", "FILE", NULL, "the device file of `osdp profile` (or one written by hand for hardware\n"
+                              "you do not have); or, instead, the six flags below"},
+    {"ranks", "N", NULL, "ranks to plan for (without --devices)"},
+    {"mem-limit", "SIZE", NULL, "memory limit per rank (without --devices; with it: replaces the file's)"},
+    {"flops", "F", NULL, "matrix-product FLOP/s of one rank (without --devices)"},
+    {"bandwidth", "B", "1.25e10", "bytes per second of a collective within a host: a full buffer of b\n"
+                                  "bytes takes latency + b / bandwidth"},
+    {"latency", "S", "2e-5", "seconds per collective within a host"},
+    {"threads", "N", "1", "kernel threads per rank"},
+    {"ranks-per-host", "H", "all N: one host", "consecutive ranks per host (replaces the device file's)"},
+    {"inter-bandwidth", "B", "--bandwidth", "bytes per second of a collective between hosts, over N/H\n"
+                                            "ranks, one per host"},
+    {"inter-latency", "S", "--latency", "seconds per collective between hosts"},
+    {NULL, NULL, NULL, NULL}};
+
+static const OptionSpec plan_search_options[] = {
+    {"load", "FILE", NULL, "take the model's shape from an llm.c checkpoint or safetensors file"},
+    {"seq", "T", "the profiled one, else the model's max", "sequence length"},
+    {"max-batch", "B", "512", "the largest micro-batch to consider"},
+    {"reduce-dtype", "T", "fp32", "gradient reductions in fp32, bf16 (half the bytes), or auto (bf16\n"
+                                  "where it makes the step at least 1% faster)"},
+    {"shard-group", "G", NULL, "every sharded op shards within groups of G ranks (without it the\n"
+                               "planner chooses per op: within a host, or all N)"},
+    {"recompute", "N|all", NULL, "exactly N layers (all: every layer) recompute their activations in\n"
+                                 "backward; without it the planner chooses"},
+    {"trial", NULL, NULL, "train each candidate plan a few steps here and keep the measured fastest"},
+    {"trial-steps", "N", "6", "steps per candidate in the trial"},
+    {"out", "FILE", NULL, "write the chosen plan (for osdp train --plan FILE)"},
+    {"svg", "FILE", NULL, "draw the chosen plan's memory over a step and its strategies (SVG)"},
+    {"json", NULL, NULL, "print the plan, the candidates and the uniform plans as one JSON object"},
+    {NULL, NULL, NULL, NULL}};
+
+static const CommandSpec plan_spec = {
+    "plan", "[mpirun -np N] osdp plan [options]\n"
+    "         (--devices device.json | --ranks N --mem-limit SIZE --flops F)",
+    "  finds the per-operator plan (strategy per slice, slices, shard groups, recomputed layers,\n"
+    "  micro-batch) with the highest predicted samples/s whose peak fits the memory limit, and\n"
+    "  prints it beside the best uniform plans (ddp / zero2 / zero3 over all ranks; on several\n"
+    "  hosts also zero2 / zero3 sharded within each host).",
+    {setup_model_options, plan_device_options, plan_search_options, NULL},
+    NULL};
 
 /* A number flag (default def) that must be finite and > 0, or >= 0 when zero_ok; -1 with an
 ** error naming the flag, its value and what it means (`what`). */
@@ -180,6 +206,7 @@ static cJSON* candidates_json(const GptDesc* d, const Candidate* c, int n, const
     cJSON_AddStringToObject(o, "reduce_dtype", reduce_dtype_name(c[i].plan.reduce_dtype));
     if (c[i].uniform >= 0) cJSON_AddNumberToObject(o, "uniform_shard_group",
                                                    c[i].uniform_group ? c[i].uniform_group : (double)c[i].plan.world);
+    cJSON_AddNumberToObject(o, "recompute_layers", plan_recompute_count(&c[i].plan));
     cost_json(o, "predicted", 1, &c[i].cost);
     if (r && r[i].ok) {
       cJSON* m = cJSON_AddObjectToObject(o, "measured");
@@ -362,12 +389,7 @@ static int search_options_from_args(const Args* a, const GptDesc* d, const Devic
 }
 
 int cmd_plan(int argc, char** argv) {
-  if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(plan_help, stdout); return 0; }
-  static const char* const opts[] = {"model", "devices", "ranks", "mem-limit", "flops", "bandwidth",
-                                     "latency", "threads", "seq", "max-batch", "out", "load",
-                                     "svg", "trial-steps", "recompute", "ranks-per-host",
-                                     "inter-bandwidth", "inter-latency", "reduce-dtype", "shard-group", NULL};
-  static const char* const sws[] = {"json", "trial", NULL};
+  if (args_help(&plan_spec, argc, argv)) return 0;
   Args a;
   GptDesc d;
   DeviceInfo dev;
@@ -377,7 +399,7 @@ int cmd_plan(int argc, char** argv) {
   PlanReport ro = {0};
   long trial_steps = 0;
   static const char* const outputs[] = {"out", "svg", NULL};
-  if (args_parse(&a, "plan", argc, argv, opts, sws) || setup_claim_files(&a, outputs) ||
+  if (args_parse(&a, &plan_spec, argc, argv) || setup_claim_files(&a, outputs) ||
       (args_get(&a, "out", NULL) && comm_rank() == 0 && check_writable(args_get(&a, "out", NULL), "--out")) ||
       (args_get(&a, "svg", NULL) && comm_rank() == 0 && check_writable(args_get(&a, "svg", NULL), "--svg")) ||
       setup_model(&a, "tiny", &d) ||

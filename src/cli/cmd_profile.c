@@ -14,23 +14,35 @@
 #include "planner/device.h"
 #include "planner/profile.h"
 
-static const char* profile_help =
-    "usage: [mpirun -np N] osdp profile [--model M] [--seq T] [--threads N] [--mem-limit SIZE]\n"
-    "                                   [--steps N] [--device cpu|cuda] --out device.json\n"
+static const OptionSpec profile_options[] = {
+    {"seq", "T", "the model's max, at most 256", "sequence length the operators are timed at"},
+    {"out", "FILE", NULL, "where to write the device information (required)"},
+    {"quiet", NULL, NULL, "no progress lines"},
+    {NULL, NULL, NULL, NULL}};
+
+static const OptionSpec profile_common[] = {
+    {"threads", "N", "1", "kernel threads per rank"},
+    {"mem-limit", "SIZE", "unlimited", "memory limit per rank recorded in the device file"},
+    {NULL, NULL, NULL, NULL}};
+
+static const CommandSpec profile_spec = {
+    "profile", "[mpirun -np N] osdp profile [options] --out device.json",
     "  measures, on the N ranks: all-reduce / all-gather / reduce-scatter times from 1 KiB to\n"
     "  16 MiB among the ranks of each host and, when the job spans hosts, between hosts (the\n"
     "  ranks with the same local index on every host); every operator's forward+backward compute\n"
-    "  inside real training steps at\n"
-    "  micro-batch 1, 2, 4, ... (until a step takes 0.25 s), unsplit and in k = 2, 4, 8 slices;\n"
-    "  the optimizer's time per parameter and the rest of a step; how much slower each\n"
-    "  collective is inside a step than alone, and how much of it overlaps compute (dp buckets,\n"
-    "  zero3 prefetch); and writes them to device.json for osdp plan --devices.\n";
+    "  inside real training steps at micro-batch 1, 2, 4, ... (until a step takes 0.25 s),\n"
+    "  unsplit and in k = 2, 4, 8 slices; the optimizer's time per parameter and the rest of a\n"
+    "  step; how much slower each collective is inside a step than alone, and how much of it\n"
+    "  overlaps compute (dp buckets, zero3 prefetch); and writes them to device.json for\n"
+    "  osdp plan --devices.",
+    {setup_model_options, profile_options, profile_common, setup_profile_options, setup_device_options, NULL},
+    NULL};
 
 /* Parses the profile options shared with `train --plan auto`. */
-int profile_options_from_args(const Args* a, const GptDesc* d, ProfileOptions* o) {
+int profile_options_from_args(const Args* a, const GptDesc* d, long def_T, ProfileOptions* o) {
   long T, threads, steps;
   memset(o, 0, sizeof *o);
-  if (args_int(a, "seq", d->cfg.max_seq < 256 ? d->cfg.max_seq : 256, 1, d->cfg.max_seq, &T) ||
+  if (args_int(a, "seq", def_T, 1, d->cfg.max_seq, &T) ||
       args_int(a, "threads", 1, 1, 256, &threads) || args_int(a, "profile-steps", 3, 1, 100, &steps) ||
       args_size(a, "mem-limit", 0, &o->mem_limit))
     return -1;
@@ -41,16 +53,13 @@ int profile_options_from_args(const Args* a, const GptDesc* d, ProfileOptions* o
 }
 
 int cmd_profile(int argc, char** argv) {
-  if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(profile_help, stdout); return 0; }
-  static const char* const opts[] = {"model", "seq", "threads", "mem-limit", "profile-steps", "out", "device",
-                                     "tf32", "precision", NULL};
-  static const char* const sws[] = {"quiet", NULL};
   Args a;
   GptDesc d;
   ProfileOptions po;
   DeviceInfo dev;
-  if (args_parse(&a, "profile", argc, argv, opts, sws) || setup_model(&a, "tiny", &d) ||
-      profile_options_from_args(&a, &d, &po))
+  if (args_help(&profile_spec, argc, argv)) return 0;
+  if (args_parse(&a, &profile_spec, argc, argv) || setup_model(&a, "tiny", &d) ||
+      profile_options_from_args(&a, &d, d.cfg.max_seq < 256 ? d.cfg.max_seq : 256, &po))
     return cli_report_error();
   const char* out = args_get(&a, "out", NULL);
   if (!out) { osdp_fail("osdp profile: --out FILE is required (where to write the device information)"); return cli_report_error(); }

@@ -20,60 +20,50 @@
 #include "runtime/ckpt_dir.h"
 #include "runtime/train_state.h"
 
-static const char* train_help =
-    "usage: [mpirun -np N] osdp train [options]\n"
-    "  --model M        preset or JSON file [tiny]: GPT-2 (tiny, small, gpt2-124m, gpt2-350m,\n"
-    "                   gpt2-774m, gpt2-1.5b) or Llama family (llama-tiny, qwen-tiny, llama-small,\n"
-    "                   smollm2-135m, tinyllama-1.1b, llama3.2-1b, llama3-8b, qwen2.5-0.5b)\n"
-    "  --data D         addition | addition:N | text:FILE | tokens:FILE (llm.c .bin) [addition]\n"
-    "  --steps N        training steps [2000]\n"
-    "  --batch B        micro-batch per rank; the global batch is N*B [16]\n"
-    "  --seq T          sequence length [64]\n"
-    "  --plan P         ddp | zero2 | zero3 | plan.json | auto (profile, plan, train) [ddp]\n"
-    "  --prefetch       gather the next zero3 weight while the current one computes\n"
-    "  --shard-group G  sharded slices shard within groups of G ranks (G divides N; e.g. the\n"
-    "                   ranks per host) and replicate across the groups (hybrid sharding)\n"
-    "  --overlap-reduce zero2/zero3 gradient reduce-scatters run while the next gradient computes\n"
-    "  --reduce-dtype T fp32, or bf16: gradients travel as bf16, summed in fp32 (half the bytes;\n"
-    "                   losses stay within 1e-4 of fp32's, see README); with --plan auto also\n"
-    "                   auto: the planner chooses [fp32]\n"
-    "  --head-rows R    rows of logits the fused LM head and loss compute at once (the logits\n"
-    "                   never exist whole): fewer, less memory [128 MiB of logits, or a plan's]\n"
-    "  --recompute N    the first N layers (or all) keep only their output and recompute the\n"
-    "                   rest in backward: less activation memory, one more forward per layer\n"
-    "                   (with --plan auto: exactly N layers; without it the planner chooses)\n"
-    "  --max-batch B    with --plan auto: largest micro-batch to consider [512, or --batch]\n"
-    "  --lr X --warmup N --weight-decay X --grad-clip X   AdamW settings [1e-2, 100, 0.1, 1.0]\n"
-    "  --lr-schedule S  constant, or cosine (decay to lr/10 at the last step) [constant]\n"
-    "  --seed S         weight-initialisation and data seed [1337]\n"
-    "  --threads N      kernel threads per rank [1]\n"
-    "  --mem-limit SIZE memory limit per rank (per GPU with --device cuda), e.g. 512MiB [unlimited]\n"
-    "  --device D       cpu, or cuda (the rank's GPU: local rank mod GPUs) [cpu]\n"
-    "  --tf32 on|off    with cuda: matrix products on TF32 tensor cores, or in full fp32 [on]\n"
-    "  --precision P    fp32 (bf16 mixed precision is not built yet) [fp32]\n"
-    "  --eval-batches N held-out global batches evaluated at the end [8]\n"
-    "  --log FILE       one JSON object per step, then a summary line\n"
-    "  --save FILE      save the weights: safetensors (Hugging Face names) for FILE.safetensors\n"
-    "                   and Llama models, else an llm.c GPT-2 checkpoint (fp32, version 3)\n"
-    "  --load FILE      start from an llm.c checkpoint or a safetensors file (HF names)\n"
-    "  --checkpoint DIR every --checkpoint-every N steps and at the end, DIR/step-N/: each rank's\n"
-    "                   weights and AdamW moments, a manifest; written whole or not at all\n"
-    "                   DIR belongs to one run: another run's checkpoints there are refused\n"
-    "  --checkpoint-overwrite  delete the checkpoints of other runs in DIR first\n"
-    "  --keep K         this run's checkpoints kept in DIR, newest first [2]\n"
-    "  --resume PATH    continue from a checkpoint: DIR's newest complete one, or DIR/step-N\n"
-    "                   (--steps counts from the start); any ranks, micro-batch and plan with\n"
-    "                   the same global batch and data\n"
-    "  --resume-data-changed ok  resume although the data file differs from the checkpoint's\n"
-    "  --stop-after N   end this run after step N with its checkpoint, as if stopped there\n"
-    "  --on-nonfinite P a step whose loss or gradient norm is not finite: stop (naming the step)\n"
-    "                   or skip its update [stop]\n"
-    "  --watchdog S     end the job when a rank is silent for S s, or a step makes no progress\n"
-    "                   for max(S, 10 x the median step; the first ones 10 x S), or a\n"
-    "                   checkpoint write for S plus 4x its expected time\n"
-    "                   [300; 0: off; else at least 1]\n"
-    "  --json           print the summary as JSON on stdout\n"
-    "  --quiet          no progress lines\n";
+static const OptionSpec train_run_options[] = {
+    {"data", "D", "addition", "addition | addition:N | text:FILE | tokens:FILE (llm.c .bin)"},
+    {"steps", "N", "2000", "training steps"},
+    {"batch", "B", "16", "micro-batch per rank; the global batch is N*B"},
+    {"seq", "T", "64", "sequence length"},
+    {"plan", "P", "ddp", "ddp | zero2 | zero3 | plan.json | auto (profile, plan, train)"},
+    {"lr-schedule", "S", "constant", "constant, or cosine (decay to lr/10 at the last step)"},
+    {"eval-batches", "N", "8", "held-out global batches evaluated at the end"},
+    {NULL, NULL, NULL, NULL}};
+
+static const OptionSpec train_file_options[] = {
+    {"log", "FILE", NULL, "one JSON object per step, then a summary line"},
+    {"save", "FILE", NULL, "save the weights: safetensors (Hugging Face names) for FILE.safetensors\n"
+                           "and Llama models, else an llm.c GPT-2 checkpoint (fp32, version 3)"},
+    {"load", "FILE", NULL, "start from an llm.c checkpoint or a safetensors file (HF names)"},
+    {"checkpoint", "DIR", NULL, "every --checkpoint-every N steps and at the end, DIR/step-N/: each\n"
+                                "rank's weights and AdamW moments, a manifest; written whole or not at\n"
+                                "all. DIR belongs to one run: another run's checkpoints there are refused"},
+    {"checkpoint-every", "N", "0", "steps between checkpoints (0: only at the end)"},
+    {"checkpoint-overwrite", NULL, NULL, "delete the checkpoints of other runs in DIR first"},
+    {"keep", "K", "2", "this run's checkpoints kept in DIR, newest first"},
+    {"resume", "PATH", NULL, "continue from a checkpoint: DIR's newest complete one, or DIR/step-N\n"
+                             "(--steps counts from the start); any ranks, micro-batch and plan with\n"
+                             "the same global batch and data"},
+    {"resume-data-changed", "ok", NULL, "resume although the data file differs from the checkpoint's"},
+    {"stop-after", "N", NULL, "end this run after step N with its checkpoint, as if stopped there"},
+    {NULL, NULL, NULL, NULL}};
+
+static const OptionSpec train_watch_options[] = {
+    {"on-nonfinite", "P", "stop", "a step whose loss or gradient norm is not finite: stop (naming the\n"
+                                  "step) or skip its update"},
+    {"watchdog", "S", "300", "end the job when a rank is silent for S s, or a step makes no progress\n"
+                             "for max(S, 10 x the median step; the first ones 10 x S), or a\n"
+                             "checkpoint write for S plus 4x its expected time (0: off; else >= 1)"},
+    {"json", NULL, NULL, "print the summary as JSON on stdout"},
+    {"quiet", NULL, NULL, "no progress lines"},
+    {NULL, NULL, NULL, NULL}};
+
+static const CommandSpec train_spec = {
+    "train", "[mpirun -np N] osdp train [options]", NULL,
+    {setup_model_options, train_run_options, setup_plan_switches, setup_auto_options,
+     setup_profile_options, setup_optimizer_options, setup_device_options, train_file_options,
+     train_watch_options, NULL},
+    NULL};
 
 typedef struct TrainRun {
   Args args;
@@ -227,14 +217,8 @@ static int train_ranks_agree(const TrainRun* r) {
 
 /* Reads every option, builds the model, data source, plan and engine. */
 static int train_setup(TrainRun* r, int argc, char** argv) {
-  static const char* const opts[] = {SETUP_OPTIONS, "data", "steps", "log", "save", "lr-schedule",
-                                     "eval-batches", "checkpoint", "checkpoint-every", "keep",
-                                     "resume", "stop-after", "on-nonfinite", "watchdog",
-                                     "resume-data-changed", NULL};
-  static const char* const sws[] = {"json", "quiet", "prefetch", "overlap-reduce",
-                                    "checkpoint-overwrite", NULL};
   static const char* const outputs[] = {"log", "save", NULL};
-  if (args_parse(&r->args, "train", argc, argv, opts, sws) || setup_claim_files(&r->args, outputs))
+  if (args_parse(&r->args, &train_spec, argc, argv) || setup_claim_files(&r->args, outputs))
     return -1;
   long B, T, steps, evb;
   if (args_int(&r->args, "batch", 16, 1, 1 << 20, &B) || args_int(&r->args, "seq", 64, 1, 65536, &T) ||
@@ -548,7 +532,7 @@ static void train_banner(const TrainRun* r) {
 }
 
 int cmd_train(int argc, char** argv) {
-  if (argc > 0 && strcmp(argv[0], "--help") == 0) { fputs(train_help, stdout); return 0; }
+  if (args_help(&train_spec, argc, argv)) return 0;
   TrainRun r;
   memset(&r, 0, sizeof r);
   r.ckpt.lock_fd = -1;

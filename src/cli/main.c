@@ -9,6 +9,9 @@
 #include "comm/comm.h"
 #include "core/output.h"
 #include "core/util.h"
+#include "kernels/backend.h"
+#include "kernels/cpu_kernels.h"
+#include "osdp_version.h"
 
 static const char* usage =
     "usage: osdp <command> [options]\n"
@@ -19,25 +22,69 @@ static const char* usage =
     "  profile   measure this machine's ranks (collectives, operator times) into device.json\n"
     "  plan      find the fastest per-operator plan that fits the memory limit\n"
     "  export    convert weights: llm.c checkpoints, safetensors (Hugging Face GPT-2/Llama/Qwen2)\n"
-    "run 'osdp <command> --help' for a command's options; under mpirun -np N every command\n"
-    "runs on N ranks.\n";
+    "  help      this list (osdp help CMD: that command's options)\n"
+    "run 'osdp <command> --help' for a command's options, 'osdp --version' for the build; under\n"
+    "mpirun -np N every command runs on N ranks.\n";
 
-int main(int argc, char** argv) {
-  if (comm_init(&argc, &argv)) { fprintf(stderr, "osdp: error: %s\n", osdp_last_error()); return 1; }
-  int rc = 2;
+/* Prints the version, the git commit the binary was built from and the build's options. */
+static void print_version(void) {
+#ifdef OSDP_BUILD_SANITIZE
+  const char* san = ", ASan+UBSan";
+#else
+  const char* san = "";
+#endif
+  printf("osdp %s (commit %s)\n", OSDP_VERSION, OSDP_GIT_COMMIT);
+  printf("build: %s, %s CPU code%s; CUDA backend %s; MPI %s\n", OSDP_BUILD_TYPE, OSDP_BUILD_ARCH,
+         san, backend_cuda_built() ? "built" : "not built", comm_library_version());
+  printf("BLAS: %s\n", kernels_blas_config());
+}
+
+/* The subcommands, by name. */
+typedef struct Command {
+  const char* name;
+  int (*run)(int argc, char** argv);
+} Command;
+
+static const Command commands[] = {
+    {"train", cmd_train},     {"bench", cmd_bench}, {"describe", cmd_describe},
+    {"profile", cmd_profile}, {"plan", cmd_plan},   {"export", cmd_export},
+};
+
+/* The subcommand called name, or NULL. */
+static const Command* find_command(const char* name) {
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (strcmp(commands[i].name, name) == 0) return &commands[i];
+  return NULL;
+}
+
+/* Runs what argv asks: a subcommand, `help [CMD]`, `--version`; the exit status. */
+static int run(int argc, char** argv) {
   const char* cmd = argc > 1 ? argv[1] : "";
-  if (cli_ranks_agree_args(argc, argv)) rc = cli_report_error();
-  else if (strcmp(cmd, "train") == 0) rc = cmd_train(argc - 2, argv + 2);
-  else if (strcmp(cmd, "bench") == 0) rc = cmd_bench(argc - 2, argv + 2);
-  else if (strcmp(cmd, "describe") == 0) rc = cmd_describe(argc - 2, argv + 2);
-  else if (strcmp(cmd, "profile") == 0) rc = cmd_profile(argc - 2, argv + 2);
-  else if (strcmp(cmd, "plan") == 0) rc = cmd_plan(argc - 2, argv + 2);
-  else if (strcmp(cmd, "export") == 0) rc = cmd_export(argc - 2, argv + 2);
-  else if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) { fputs(usage, stdout); rc = 0; }
-  else if (comm_rank() == 0) {
+  const Command* c = find_command(cmd);
+  if (c) return c->run(argc - 2, argv + 2);
+  if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+    if (comm_rank() == 0) print_version();
+    return 0;
+  }
+  if (strcmp(cmd, "help") == 0 && argc > 2 && find_command(argv[2])) {
+    char* help[] = {(char*)"--help"};
+    return find_command(argv[2])->run(1, help);
+  }
+  if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+    if (comm_rank() == 0) fputs(usage, argc > 2 ? stderr : stdout);
+    if (argc > 2 && comm_rank() == 0) fprintf(stderr, "osdp: error: unknown command '%s'\n", argv[2]);
+    return argc > 2 ? 2 : 0;
+  }
+  if (comm_rank() == 0) {
     if (*cmd) fprintf(stderr, "osdp: error: unknown command '%s'; use train, bench, describe, profile, plan or export (see osdp --help)\n", cmd);
     else fputs(usage, stderr);
   }
+  return 2;
+}
+
+int main(int argc, char** argv) {
+  if (comm_init(&argc, &argv)) { fprintf(stderr, "osdp: error: %s\n", osdp_last_error()); return 1; }
+  int rc = cli_ranks_agree_args(argc, argv) ? cli_report_error() : run(argc, argv);
   /* Output to a full disk or a closed pipe is a failure, not a silent success. */
   if (out_close_stdout()) {
     fprintf(stderr, "osdp: error: %s\n", osdp_last_error());

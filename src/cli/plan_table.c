@@ -194,7 +194,11 @@ void plan_table_print(FILE* f, const GptDesc* d, const DeviceInfo* dev, const Se
     if (i >= first && i <= last) continue;
     if (d->ops[i].n_params) print_op(f, d, dev, so, p, i, d->ops[i].name, &base); /* the ops outside the layers */
   }
+  int faster = 0; /* whether some op's slices measured faster than the whole op */
+  for (int i = 0; i < d->nops; i++)
+    faster |= d->ops[i].n_params && op_row(d, dev, p, i, &base).time_s < 0;
   fprintf(f, "(kept: bytes per rank between steps; time: communication + optimizer + slicing per "
-             "step, search model%s)\n", plan_has_groups(dev, p) ? "; G=g: sharded within groups of g "
+             "step, search model%s%s)\n", faster ? ", below 0 where the k slices measured faster than "
+             "the whole op" : "", plan_has_groups(dev, p) ? "; G=g: sharded within groups of g "
              "ranks, replicated across them" : "");
 }

@@ -202,8 +202,7 @@ int setup_auto_plan(const Args* a, const GptDesc* d, int T, int max_batch, int q
                     PlanCost* cost, PlanReport* report) {
   ProfileOptions po;
   DeviceInfo dev;
-  if (profile_options_from_args(a, d, &po)) return -1;
-  po.seq = T;
+  if (profile_options_from_args(a, d, T, &po)) return -1;
   po.verbose = !quiet;
   if (profile_device(d, &po, &dev)) return -1;
   SearchOptions so;
@@ -219,3 +218,53 @@ int setup_auto_plan(const Args* a, const GptDesc* d, int T, int max_batch, int q
   device_free(&dev);
   return rc;
 }
+
+/* ---- The flags above, for the commands' help --------------------------------------------- */
+
+const OptionSpec setup_model_options[] = {
+    {"model", "M", "tiny", "a preset or a JSON file: GPT-2 (tiny, small, gpt2-124m, gpt2-350m,\n"
+                           "gpt2-774m, gpt2-1.5b) or Llama family (llama-tiny, qwen-tiny, llama-small,\n"
+                           "smollm2-135m, tinyllama-1.1b, llama3.2-1b, llama3-8b, qwen2.5-0.5b)"},
+    {NULL, NULL, NULL, NULL}};
+
+const OptionSpec setup_optimizer_options[] = {
+    {"lr", "X", "1e-2", "AdamW's learning rate (GPT-2-sized models want about 6e-4)"},
+    {"warmup", "N", "100", "steps of linear learning-rate warm-up"},
+    {"weight-decay", "X", "0.1", "AdamW's decoupled weight decay"},
+    {"grad-clip", "X", "1", "the gradient's global norm is clipped to X (0: no clipping)"},
+    {"seed", "S", "1337", "weight-initialisation and data seed"},
+    {"threads", "N", "1", "kernel threads per rank"},
+    {"mem-limit", "SIZE", "unlimited", "memory limit per rank (per GPU with --device cuda), e.g. 512MiB"},
+    {NULL, NULL, NULL, NULL}};
+
+const OptionSpec setup_plan_switches[] = {
+    {"prefetch", NULL, NULL, "gather the next zero3 weight while the current one computes"},
+    {"shard-group", "G", NULL, "sharded slices shard within groups of G ranks (G divides N; e.g. the\n"
+                               "ranks per host) and replicate across the groups (hybrid sharding)"},
+    {"overlap-reduce", NULL, NULL, "zero2/zero3 gradient reduce-scatters run while the next gradient computes"},
+    {"reduce-dtype", "T", "fp32", "fp32, or bf16: gradients travel as bf16, summed in fp32 (half the\n"
+                                  "bytes; losses stay within 1e-4 of fp32's); with --plan auto and\n"
+                                  "osdp plan also auto: the planner chooses"},
+    {"head-rows", "R", "128 MiB of logits, or a plan's",
+     "rows of logits the fused LM head and loss compute at once (the logits\n"
+     "never exist whole): fewer, less memory"},
+    {"recompute", "N|all", NULL, "the first N layers (or all) keep only their output and recompute the\n"
+                                 "rest in backward: less activation memory, one more forward per layer\n"
+                                 "(with --plan auto: exactly N layers; without it the planner chooses)"},
+    {NULL, NULL, NULL, NULL}};
+
+const OptionSpec setup_auto_options[] = {
+    {"max-batch", "B", "512, or --batch", "with --plan auto: the largest micro-batch to consider"},
+    {"trial-steps", "N", "6", "with --plan auto: steps each candidate plan trains in the trial (0: the\n"
+                              "prediction alone chooses)"},
+    {NULL, NULL, NULL, NULL}};
+
+const OptionSpec setup_profile_options[] = {
+    {"profile-steps", "N", "3", "training steps timed per micro-batch while profiling"},
+    {NULL, NULL, NULL, NULL}};
+
+const OptionSpec setup_device_options[] = {
+    {"device", "D", "cpu", "cpu, or cuda (the rank's GPU: local rank mod GPUs)"},
+    {"tf32", "on|off", "on", "with cuda: matrix products on TF32 tensor cores, or in full fp32"},
+    {"precision", "P", "fp32", "fp32 (bf16 mixed precision is not built yet)"},
+    {NULL, NULL, NULL, NULL}};

@@ -55,8 +55,9 @@ const Backend* setup_backend(const Args* a);
 /* Optimizer, threads, memory and device options (--lr --seed --threads --mem-limit --warmup
 ** --device ...). */
 int setup_train_options(const Args* a, TrainOptions* o);
-/* Profiling options (--seq --threads --mem-limit --profile-steps) for profile and train --plan auto. */
-int profile_options_from_args(const Args* a, const GptDesc* d, ProfileOptions* o);
+/* Profiling options (--seq, default def_T; --threads --mem-limit --profile-steps) for profile
+** and train --plan auto. */
+int profile_options_from_args(const Args* a, const GptDesc* d, long def_T, ProfileOptions* o);
 /* `--plan auto`: profiles this run's ranks for model d at sequence T, searches the candidate
 ** plans under --mem-limit (micro-batch at most max_batch), trains each for --trial-steps steps
 ** (default 6, in 3 rounds; 0: the prediction alone decides) and returns the measured fastest with its
@@ -69,9 +70,14 @@ int setup_auto_plan(const Args* a, const GptDesc* d, int T, int max_batch, int q
 ** the chosen plan and its predicted cost; 0, or -1 when nothing fits or no trial ran. */
 int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
                     PlanReport* ro, Plan* p, PlanCost* c);
-/* The option names the three helpers read, for the subcommands' option lists. */
-#define SETUP_OPTIONS "model", "plan", "lr", "seed", "threads", "mem-limit", "warmup", \
-  "weight-decay", "grad-clip", "batch", "seq", "load", "profile-steps", "max-batch", "trial-steps", \
-  "recompute", "device", "tf32", "precision", "shard-group", "reduce-dtype", "head-rows"
+/* The flags the helpers above read, as option groups for the commands' CommandSpecs: --model;
+** the optimizer's, threads' and memory limit's; the plan switches setup_plan_options reads;
+** --plan auto's search; profiling's; the device's. */
+extern const OptionSpec setup_model_options[];
+extern const OptionSpec setup_optimizer_options[];
+extern const OptionSpec setup_plan_switches[];
+extern const OptionSpec setup_auto_options[];
+extern const OptionSpec setup_profile_options[];
+extern const OptionSpec setup_device_options[];
 
 #endif

@@ -53,6 +53,8 @@ typedef struct CommRequest {
 int comm_init(int* argc, char*** argv);
 /* Finalises MPI (and frees every Comm). */
 void comm_finalize(void);
+/* The MPI library's name and version ("Open MPI v4.1.4"), for osdp --version. */
+const char* comm_library_version(void);
 /* This rank and the world's size: shortcuts for comm_rank_in/comm_size_of(comm_world()). */
 int comm_rank(void);
 int comm_size(void);

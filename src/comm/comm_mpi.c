@@ -124,6 +124,15 @@ void comm_finalize(void) {
   MPI_Finalize();
 }
 
+const char* comm_library_version(void) {
+  static char v[MPI_MAX_LIBRARY_VERSION_STRING];
+  int n = 0;
+  if (!v[0] && MPI_Get_library_version(v, &n) == MPI_SUCCESS) {
+    v[strcspn(v, ",\n")] = 0; /* "Open MPI v4.1.4, package: ..." -> "Open MPI v4.1.4" */
+  }
+  return v[0] ? v : "unknown";
+}
+
 int comm_rank(void) { return g_world->rank; }
 int comm_size(void) { return g_world->size ? g_world->size : 1; }
 Comm* comm_world(void) { return g_world; }

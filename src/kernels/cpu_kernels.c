@@ -58,3 +58,5 @@ double kernels_sgemm_gflops(int M, int N, int K) {
 }
 
 const char* kernels_blas_core(void) { return openblas_get_corename(); }
+
+const char* kernels_blas_config(void) { return openblas_get_config(); }

@@ -27,6 +27,8 @@ int kernels_threads(void);
 double kernels_sgemm_gflops(int M, int N, int K);
 /* The name of the CPU kernel OpenBLAS chose ("Haswell", "SkylakeX", "Prescott" = generic). */
 const char* kernels_blas_core(void);
+/* OpenBLAS's build description ("OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Zen MAX_THREADS=64"). */
+const char* kernels_blas_config(void);
 
 /* The CPU kernel tables (cpu_kernels_real.c): fp32, and fp64 for the gradient checks. */
 extern const Kernels_f32 cpu_kernels_f32;

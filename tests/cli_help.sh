@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# cli_help.sh OSDP: the help cannot drift from the parser. Every command's help (osdp CMD --help,
+# osdp help CMD) comes from the flags the parser accepts; this checks it from the outside: each
+# flag the help lists is accepted, as taking a value exactly when the help names one; a mistyped
+# flag names the nearest one; the commands run on their defaults (a numeric default the help
+# shows is checked against the code's by the parser itself); `osdp --version` names the version,
+# the commit and the build.
+set -u
+OSDP=${1:?usage: cli_help.sh OSDP}
+source "${BASH_SOURCE%/*}/cli_common.sh"
+
+commands=$("$OSDP" help | awk '/^commands:/ {on = 1; next} on && /^  [a-z]/ {print $1}' | grep -v '^help$')
+[ "$(echo "$commands" | wc -w)" -ge 6 ] && ok || bad "osdp help lists $(echo "$commands" | wc -w) commands: $commands"
+
+for c in $commands; do
+  "$OSDP" "$c" --help >help.txt 2>err.txt
+  rc=$?
+  if [ "$rc" -ne 0 ] || ! head -1 help.txt | grep -q "^usage: .*osdp $c" || [ -s err.txt ]; then
+    bad "osdp $c --help: exit $rc, first line '$(head -1 help.txt)', stderr '$(head -c 200 err.txt)'"
+    continue
+  fi
+  "$OSDP" help "$c" >help2.txt 2>&1
+  cmp -s help.txt help2.txt && ok || bad "osdp help $c differs from osdp $c --help"
+  long=$(awk 'length > 100' help.txt | head -1)
+  [ -z "$long" ] && ok || bad "osdp $c --help has a line over 100 columns: $long"
+  # Each listed flag: "  --name VALUE  meaning" (or "  --name  meaning" for a switch).
+  grep -E '^  --[a-z0-9-]+' help.txt | sed -E 's/^  --([a-z0-9-]+)( ([^ ]+))?.*/\1 \3/' >flags.txt
+  n=$(wc -l <flags.txt)
+  pos=(); [ "$c" = export ] && pos=(in.bin out.bin) # its FILE and OUT come before any flag check
+  [ "$n" -ge 2 ] && ok || bad "osdp $c --help lists $n flags"
+  while read -r name value; do
+    if [ -n "$value" ] && [[ "$value" != [a-z]* || "$value" == *"|"* || "$value" == ok ]]; then
+      # A flag with a value: given last without one, the parser says it needs one.
+      "$OSDP" "$c" "${pos[@]}" --"$name" >out.txt 2>err.txt
+      grep -q -- "--$name needs a value" err.txt && ok ||
+        bad "osdp $c --$name (listed with value $value): $(head -c 200 err.txt)"
+    else
+      # A switch: accepted, so the parser goes on to complain about the next, unknown flag.
+      "$OSDP" "$c" "${pos[@]}" --"$name" --zz-not-a-flag >out.txt 2>err.txt
+      grep -q -- "unknown option --zz-not-a-flag" err.txt && ok ||
+        bad "osdp $c --$name (listed as a switch): $(head -c 200 err.txt)"
+    fi
+  done <flags.txt
+done
+
+# Help lines wrap at the help column: a flag's meaning never starts at column 0.
+"$OSDP" train --help | grep -E '^[a-z]' | grep -v '^usage:' | head -1 >stray.txt
+[ -s stray.txt ] && bad "osdp train --help has a line at column 0: $(cat stray.txt)" || ok
+
+# A mistyped flag names the nearest one; a far one names none.
+"$OSDP" train --mem-limt 1MiB >out.txt 2>err.txt
+grep -q "unknown option --mem-limt; did you mean --mem-limit?" err.txt && ok || bad "typo: $(cat err.txt)"
+"$OSDP" plan --tral >out.txt 2>err.txt
+grep -q "did you mean --trial?" err.txt && ok || bad "typo: $(cat err.txt)"
+"$OSDP" train --qqqqqqqq >out.txt 2>err.txt
+grep -q "unknown option --qqqqqqqq (see osdp train --help)" err.txt && ok || bad "far: $(cat err.txt)"
+"$OSDP" help nosuch >out.txt 2>err.txt
+[ $? -eq 2 ] && grep -q "unknown command 'nosuch'" err.txt && ok || bad "help nosuch: $(cat err.txt)"
+
+# The commands run on their defaults: the parser refuses a default that differs from its help's.
+"$OSDP" describe >out.txt 2>err.txt && ok || bad "describe on defaults: $(cat err.txt)"
+"$OSDP" train --steps 2 --eval-batches 1 --quiet >out.txt 2>err.txt && ok || bad "train on defaults: $(cat err.txt)"
+"$OSDP" bench --steps 1 >out.txt 2>err.txt && ok || bad "bench on defaults: $(cat err.txt)"
+"$OSDP" plan --ranks 2 --mem-limit 64MiB --flops 1e10 >out.txt 2>err.txt && ok || bad "plan on defaults: $(cat err.txt)"
+
+# The version: "osdp X.Y.Z (commit C)", the build, the BLAS.
+"$OSDP" --version >out.txt 2>err.txt
+if grep -Eq '^osdp [0-9]+\.[0-9]+\.[0-9]+ \(commit ([0-9a-f]{12}(\+changes)?|unknown)\)$' out.txt &&
+   grep -Eq '^build: .*CUDA backend (built|not built); MPI ' out.txt && grep -q '^BLAS: ' out.txt; then ok
+else bad "osdp --version: $(cat out.txt err.txt)"; fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
