@@ -2,17 +2,23 @@
 # How well osdp's planner predicts what training then measures. Profiles the ranks once, then
 # for every memory limit plans (osdp plan --trial --json: the candidates trained a few steps, the
 # measured fastest chosen, as `train --plan auto` does; TRIAL=0: the prediction alone) and trains
-# the chosen plan and each best uniform plan (ddp / zero2 / zero3 at its largest fitting
-# micro-batch) that fits, REPEAT times each (the median of the runs' median step times counts, so
-# a step slowed by another process does not decide), and prints per run the
-# predicted and measured step time and peak memory, per limit whether the auto plan's measured
-# samples/s is within 3% of (or above) the best uniform plan's, and over all runs the mean and
-# largest |measured/predicted - 1| of the step time, the spread (max/min) of measured/predicted,
-# and whether every predicted peak was exact to the byte.
+# the chosen plan and each best uniform plan that fits (the plan's uniform candidates: ddp /
+# zero2 / zero3 over all ranks and, on several hosts, zero2 / zero3 sharded within each host
+# ("zero2 G=2"), each at its best fitting micro-batch with the recomputation, prefetch, overlapped
+# reductions and reduce dtype the planner gave it), REPEAT times each (the median of the runs'
+# median step times counts, so a step slowed by another process does not decide), and prints per
+# run the predicted and measured step time and peak memory, per limit the auto plan's measured
+# samples/s against the best uniform plan over all ranks and the best hybrid one (won: within 3%
+# of, or above, the best of all), and over all runs the mean and largest |measured/predicted - 1|
+# of the step time, the spread (max/min) of measured/predicted, and whether every predicted peak
+# was exact to the byte. bench/hosts.sh runs it across hosts.
 # usage: bench/fidelity.sh [BUILD_DIR]
 #   environment: MODEL (small), SEQ (64), RANKS (2), LIMITS ("64MiB 96MiB 160MiB"), STEPS (25),
 #                REPEAT (3), TRIAL (1), TRIAL_STEPS (6), JSON=1 to end with one JSON object
-#                holding every figure.
+#                holding every figure; MPIRUN (the launch command for RANKS ranks: "mpirun
+#                --oversubscribe --bind-to none -np RANKS"), PLAN_ARGS (more `osdp plan`
+#                arguments, e.g. "--reduce-dtype auto"), DEVICES (a device.json of these ranks
+#                and SEQ to use instead of profiling).
 # Exit status: 0 when every profile / plan / train run ran (a uniform plan that does not fit is a
 # result, not a failure), 1 when any failed (its error is shown in place of its figures), 2 on bad
 # usage. Arithmetic is awk; nothing beyond bash, coreutils, grep, sed, awk and mpirun is needed.
@@ -29,7 +35,10 @@ trial=${TRIAL:-1}
 trial_steps=${TRIAL_STEPS:-6}
 json=${JSON:-0}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpirun=(mpirun --oversubscribe --bind-to none -np "$ranks")
+read -ra mpirun <<<"${MPIRUN:-mpirun --oversubscribe --bind-to none -np $ranks}"
+read -ra plan_args <<<"${PLAN_ARGS:-}"
+devices=${DEVICES:-}
+[ -z "$devices" ] || [ -s "$devices" ] || { echo "fidelity.sh: DEVICES '$devices' is not a readable device.json (unset it to profile)" >&2; exit 2; }
 [ -x "$osdp" ] || { echo "fidelity.sh: $osdp not found or not executable (build first, or pass BUILD_DIR)" >&2; exit 2; }
 case "$ranks$steps$seq$repeat$trial$trial_steps" in *[!0-9]*) echo "fidelity.sh: RANKS, STEPS, SEQ, REPEAT, TRIAL and TRIAL_STEPS must be whole numbers" >&2; exit 2 ;; esac
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
@@ -46,26 +55,28 @@ why() { # stderr-file stdout-text rc
   [ -n "$l" ] || l=$(grep -v -e '^[[:space:]]*$' -e '^---' "$1" | head -1)
   printf '%s' "${l:-exit status $3}" | tr '\t\r' '  ' | cut -c1-300
 }
-# Appends one row: limit plan batch prefetch status pred_step meas_step pred_peak meas_peak pred_sps
-# meas_micro_batch message ranks_off (status: ok | fail | nofit).
+# Appends one row: limit plan batch options status pred_step meas_step pred_peak meas_peak pred_sps
+# meas_micro_batch message ranks_off shard_group pred_comm_s (status: ok | fail | nofit; options:
+# prefetch, overlap_reduce, bf16 joined by commas; shard_group: 0 for auto, RANKS over all ranks).
 row() { local IFS=$'\t'; printf '%s\n' "$*" >> "$rows"; }
-hdr_fmt='%-8s %-8s %5s %10s %10s %9s %12s %12s  %s\n'
+hdr_fmt='%-8s %-10s %5s %-8s %10s %10s %9s %12s %12s  %s\n'
 show_last() { # prints the last row of $rows as a table line
   tail -1 "$rows" | awk -F'\t' -v fmt="$hdr_fmt" '{
-    name = $2 ($4 == "true" ? "+pf" : "")
-    if ($5 == "nofit") { printf "%-8s %-8s %5s  does not fit (osdp plan)\n", $1, name, "-"; exit }
-    if ($5 == "fail")  { printf "%-8s %-8s %5s  FAILED: %s\n", $1, name, ($3 == "" ? "-" : $3), $12; exit }
+    o = $4; gsub(/prefetch/, "pf", o); gsub(/overlap_reduce/, "ov", o); if (o == "") o = "-"
+    if ($5 == "nofit") { printf "%-8s %-10s %5s  does not fit (osdp plan)\n", $1, $2, "-"; exit }
+    if ($5 == "fail")  { printf "%-8s %-10s %5s  FAILED: %s\n", $1, $2, ($3 == "" ? "-" : $3), $12; exit }
     eq = ($8 + 0 == $9 + 0) ? "exact" : sprintf("DIFFERS by %+d", $9 - $8)
     if ($11 != "" && $11 != $3) eq = eq sprintf(" (trained micro-batch %s)", $11)
     if ($13 + 0 > 0) eq = eq sprintf(" (%d rank(s) off their own prediction)", $13)
-    printf fmt, $1, name, $3, sprintf("%.4f", $6), sprintf("%.4f", $7), sprintf("%.3f", $7 / $6), $8, $9, eq }'
+    printf fmt, $1, $2, $3, o, sprintf("%.4f", $6), sprintf("%.4f", $7), sprintf("%.3f", $7 / $6), $8, $9, eq }'
 }
-# Trains one plan and appends its row: limit name plan-arg batch prefetch pred_step pred_peak pred_sps
+# Trains one plan and appends its row: limit name plan-arg batch options pred_step pred_peak
+# pred_sps shard_group pred_comm_s [train arguments...] (a uniform plan's micro-batch, shard group,
+# recomputation and options; auto's come with its plan file).
 train() {
-  local lim=$1 name=$2 plan=$3 b=$4 pf=$5 pst=$6 ppk=$7 psps=$8 out rc sum
-  local extra=()
-  [ "$name" = auto ] || extra=(--batch "$b")
-  [ "$pf" = true ] && extra+=(--prefetch)
+  local lim=$1 name=$2 plan=$3 b=$4 opts=$5 pst=$6 ppk=$7 psps=$8 grp=$9 pcomm=${10}
+  shift 10
+  local extra=("$@")
   local runs=() r sum="" out="" rc=0
   for ((r = 0; r < repeat; r++)); do
     out=$("${mpirun[@]}" "$osdp" train --model "$model" --seq "$seq" --plan "$plan" "${extra[@]}" \
@@ -83,10 +94,10 @@ train() {
     local msg
     if [ "$rc" -ne 0 ] || [ -z "$sum" ]; then msg=$(why "$work/err" "$out" "$rc")
     else msg="no positive step_s / peak_bytes in the summary: $(printf '%s' "$sum" | cut -c1-200)"; fi
-    row "$lim" "$name" "$b" "$pf" fail "$pst" "" "$ppk" "" "$psps" "" "$msg"
+    row "$lim" "$name" "$b" "$opts" fail "$pst" "" "$ppk" "" "$psps" "" "$msg" "" "$grp" "$pcomm"
     failed=1
   else
-    row "$lim" "$name" "$b" "$pf" ok "$pst" "$mst" "$ppk" "$mpk" "$psps" "$mb" "" "$off"
+    row "$lim" "$name" "$b" "$opts" ok "$pst" "$mst" "$ppk" "$mpk" "$psps" "$mb" "" "$off" "$grp" "$pcomm"
   fi
   show_last
 }
@@ -94,46 +105,66 @@ train() {
 echo "# $model, seq $seq, $ranks rank(s), $steps steps per run (the first is not timed), median of $repeat run(s)," \
   "auto = $([ "$trial" = 1 ] && echo "the trial's choice ($trial_steps steps per candidate)" || echo "the prediction's choice"), build $build"
 # shellcheck disable=SC2059
-printf "$hdr_fmt" limit plan batch "pred s" "meas s" meas/pred "pred peak" "meas peak" "peak equal?"
-"${mpirun[@]}" "$osdp" profile --model "$model" --seq "$seq" --out "$work/dev.json" --quiet \
-  >"$work/prof.out" 2>"$work/err"
-prc=$?
+printf "$hdr_fmt" limit plan batch options "pred s" "meas s" meas/pred "pred peak" "meas peak" "peak equal?"
+# The options text of a plan or candidate JSON (prefetch, overlap_reduce, bf16, joined by commas).
+options_of() {
+  local t o=()
+  t=$(tr -d ' \t\n')
+  case "$t" in *'"prefetch":true'*) o+=(prefetch) ;; esac
+  case "$t" in *'"overlap_reduce":true'*) o+=(overlap_reduce) ;; esac
+  case "$t" in *'"reduce_dtype":"bf16"'*) o+=(bf16) ;; esac
+  (IFS=,; printf '%s' "${o[*]}")
+}
+# Trains the uniform candidate of strategy $2 sharded over groups of $3 ranks from the plan's
+# JSON $4 (a nofit row when the plan has none: it does not fit under the limit).
+uniform() {
+  local lim=$1 s=$2 g=$3 pj=$4 name=$2 e b st pk sps cm rec opts args=()
+  [ "$g" -lt "$ranks" ] && name="$s G=$g"
+  e=$(printf '%s' "$pj" | grep -o '{"origin":"'"$s"'\( [^"]*\)\?","prefetch":[a-z]*,"overlap_reduce":[a-z]*,"reduce_dtype":"[a-z0-9]*","uniform_shard_group":'"$g"',"recompute_layers":[0-9]*,"predicted":{[^{}]*}' | head -1)
+  if [ -z "$e" ]; then row "$lim" "$name" "" "" nofit "" "" "" "" "" "" "" "" "$g" ""; show_last; return; fi
+  b=$(printf '%s' "$e" | num micro_batch); st=$(printf '%s' "$e" | num step_s)
+  pk=$(printf '%s' "$e" | num peak_bytes); sps=$(printf '%s' "$e" | num samples_per_s)
+  cm=$(printf '%s' "$e" | num comm_s); rec=$(printf '%s' "$e" | num recompute_layers)
+  opts=$(printf '%s' "$e" | options_of)
+  [ "$g" -lt "$ranks" ] && args+=(--shard-group "$g")
+  [ "${rec:-0}" -gt 0 ] && args+=(--recompute "$rec")
+  case ",$opts," in *,prefetch,*) args+=(--prefetch) ;; esac
+  case ",$opts," in *,overlap_reduce,*) args+=(--overlap-reduce) ;; esac
+  case ",$opts," in *,bf16,*) args+=(--reduce-dtype bf16) ;; esac
+  train "$lim" "$name" "$s" "$b" "$opts" "$st" "$pk" "$sps" "$g" "$cm" --batch "$b" "${args[@]}"
+}
+prc=0
+if [ -n "$devices" ]; then cp "$devices" "$work/dev.json"
+else
+  "${mpirun[@]}" "$osdp" profile --model "$model" --seq "$seq" --out "$work/dev.json" --quiet \
+    >"$work/prof.out" 2>"$work/err"
+  prc=$?
+fi
 if [ "$prc" -ne 0 ] || [ ! -s "$work/dev.json" ]; then
   msg=$(why "$work/err" "$(cat "$work/prof.out")" "$prc")
   echo "profile FAILED: $msg"
-  for lim in $limits; do row "$lim" auto "" false fail "" "" "" "" "" "" "profile failed: $msg"; done
+  for lim in $limits; do row "$lim" auto "" "" fail "" "" "" "" "" "" "profile failed: $msg" "" 0 ""; done
   failed=1
 else
   for lim in $limits; do
     pfile=$work/plan-$lim.json
     targs=(); [ "$trial" = 1 ] && targs=(--trial --trial-steps "$trial_steps")
     pj=$("${mpirun[@]}" "$osdp" plan --model "$model" --devices "$work/dev.json" --mem-limit "$lim" \
-         --seq "$seq" "${targs[@]}" --json --out "$pfile" 2>"$work/err" | grep '^{')
+         --seq "$seq" "${targs[@]}" "${plan_args[@]}" --json --out "$pfile" 2>"$work/err" | grep '^{')
     prc=$?
     pred=$(printf '%s' "$pj" | grep -o '"predicted":{[^{}]*}' | head -1)
     if [ "$prc" -ne 0 ] || [ -z "$pred" ] || [ ! -s "$pfile" ]; then
-      row "$lim" auto "" false fail "" "" "" "" "" "" "plan: $(why "$work/err" "$pj" "$prc")"
+      row "$lim" auto "" "" fail "" "" "" "" "" "" "plan: $(why "$work/err" "$pj" "$prc")" "" 0 ""
       show_last; failed=1; continue
     fi
-    train "$lim" auto "$pfile" "$(printf '%s' "$pred" | num micro_batch)" \
-      "$(grep -q '"prefetch":[[:space:]]*true' "$pfile" && echo true || echo false)" \
+    train "$lim" auto "$pfile" "$(printf '%s' "$pred" | num micro_batch)" "$(options_of <"$pfile")" \
       "$(printf '%s' "$pred" | num step_s)" "$(printf '%s' "$pred" | num peak_bytes)" \
-      "$(printf '%s' "$pred" | num samples_per_s)"
-    uni=${pj#*\"uniform\":}
-    [ "$uni" = "$pj" ] && uni=""
-    for s in ddp zero2 zero3; do
-      e=$(printf '%s' "$uni" | grep -o "\"$s\":\(null\|{[^{}]*}\)" | head -1)
-      e=${e#*:}
-      if [ "$e" = null ]; then row "$lim" "$s" "" false nofit "" "" "" "" "" "" ""; show_last; continue; fi
-      b=$(printf '%s' "$e" | num micro_batch); st=$(printf '%s' "$e" | num step_s)
-      pk=$(printf '%s' "$e" | num peak_bytes); sps=$(printf '%s' "$e" | num samples_per_s)
-      if [ -z "$b" ] || [ -z "$st" ] || [ -z "$pk" ]; then
-        row "$lim" "$s" "" false fail "" "" "" "" "" "" "osdp plan --json has no readable uniform.$s entry"
-        show_last; failed=1; continue
-      fi
-      pf=false; case "$e" in *'"prefetch":true'*) pf=true ;; esac
-      train "$lim" "$s" "$s" "$b" "$pf" "$st" "$pk" "$sps"
-    done
+      "$(printf '%s' "$pred" | num samples_per_s)" 0 "$(printf '%s' "$pred" | num comm_s)"
+    hpr=$(printf '%s' "$pj" | num ranks_per_host)
+    for s in ddp zero2 zero3; do uniform "$lim" "$s" "$ranks" "$pj"; done
+    if [ -n "$hpr" ] && [ "$hpr" -gt 1 ] && [ "$hpr" -lt "$ranks" ]; then
+      for s in zero2 zero3; do uniform "$lim" "$s" "$hpr" "$pj"; done
+    fi
   done
 fi
 
@@ -156,6 +187,9 @@ function abs(x) { return x < 0 ? -x : x }
   sps = ranks * $3 / $7
   if ($2 == "auto") { asps[lim] = sps; apred[lim] = $10 }
   else if (!(lim in usps) || sps > usps[lim]) { usps[lim] = sps; uname[lim] = $2 }
+  if ($2 != "auto" && $14 + 0 == ranks && (!(lim in fsps) || sps > fsps[lim])) { fsps[lim] = sps; fname[lim] = $2 }
+  if ($2 != "auto" && $14 + 0 > 0 && $14 + 0 < ranks && (!(lim in hsps) || sps > hsps[lim])) { hsps[lim] = sps; hname[lim] = $2 }
+  if ($2 == "zero3" && $14 + 0 == ranks && $15 != "" && $6 > 0) z3comm[lim] = $15 / $6
   if ($2 != "auto" && (!(lim in upred) || $10 > upred[lim])) { upred[lim] = $10; upname[lim] = $2 }
 }
 END {
@@ -174,6 +208,12 @@ END {
       pv = sprintf("; planner predicted auto x%.3f of %s", apred[l] / upred[l], upname[l])
     sp = lmin[l] != "" ? sprintf("; meas/pred spread %.3f (%.3f..%.3f)", lmax[l] / lmin[l], lmin[l], lmax[l]) : ""
     printf "%-8s %s%s%s\n", l, verdict[l], pv, sp
+    fh = ""
+    if ((l in asps) && (l in fsps)) fh = sprintf("auto x%.3f of the best plan over all ranks (%s)", asps[l] / fsps[l], fname[l])
+    if ((l in asps) && (l in hsps))
+      fh = fh (fh == "" ? "" : ", ") sprintf("x%.3f of the best hybrid plan (%s)", asps[l] / hsps[l], hname[l])
+    if (l in z3comm) fh = fh (fh == "" ? "" : "; ") sprintf("flat zero3 predicted %.0f%% communication", 100 * z3comm[l])
+    if (fh != "" && (l in hsps)) printf "%-8s %s\n", "", fh
   }
   if (nok) {
     printf "overall: %d run(s) measured, |meas/pred - 1| mean %.3f max %.3f; meas/pred %.3f..%.3f (spread %.3f); peaks %s\n",
@@ -185,7 +225,9 @@ END {
   for (k = 1; k <= nr; k++) {
     split(R[k], f, "\t")
     printf "%s{\"limit\":%s,\"plan\":%s,\"status\":%s,\"micro_batch\":%s,\"prefetch\":%s", (k > 1 ? "," : ""),
-           jstr(f[1]), jstr(f[2]), jstr(f[5]), jnum(f[3]), f[4] == "true" ? "true" : "false"
+           jstr(f[1]), jstr(f[2]), jstr(f[5]), jnum(f[3]), index(f[4], "prefetch") ? "true" : "false"
+    printf ",\"options\":%s,\"shard_group\":%s,\"predicted_comm_s\":%s", jstr(f[4]),
+           (f[14] + 0 > 0 ? f[14] + 0 : "null"), jnum(f[15])
     printf ",\"predicted_step_s\":%s,\"measured_step_s\":%s,\"ratio\":%s", jnum(f[6]), jnum(f[7]),
            f[5] == "ok" ? sprintf("%.6g", f[7] / f[6]) : "null"
     printf ",\"predicted_peak_bytes\":%s,\"measured_peak_bytes\":%s,\"peak_exact\":%s", jnum(f[8]), jnum(f[9]),
@@ -202,6 +244,11 @@ END {
     printf ",\"uniform_plans_fitting\":%d,\"auto_vs_best_uniform\":%s,\"auto_won\":%s", ufit[l], (l in vr) ? sprintf("%.6g", vr[l]) : "null",
            (l in vr) ? (won[l] ? "true" : "false") : "null"
     printf ",\"predicted_auto_vs_best_uniform\":%s", ((l in apred) && (l in upred) && upred[l] > 0) ? sprintf("%.6g", apred[l] / upred[l]) : "null"
+    printf ",\"best_flat\":%s,\"auto_vs_best_flat\":%s", (l in fsps) ? jstr(fname[l]) : "null",
+           ((l in fsps) && (l in asps)) ? sprintf("%.6g", asps[l] / fsps[l]) : "null"
+    printf ",\"best_hybrid\":%s,\"auto_vs_best_hybrid\":%s", (l in hsps) ? jstr(hname[l]) : "null",
+           ((l in hsps) && (l in asps)) ? sprintf("%.6g", asps[l] / hsps[l]) : "null"
+    printf ",\"flat_zero3_predicted_comm_share\":%s", (l in z3comm) ? sprintf("%.6g", z3comm[l]) : "null"
     printf ",\"ratio_min\":%s,\"ratio_max\":%s,\"ratio_spread\":%s,\"failures\":%d}", jnum(lmin[l]), jnum(lmax[l]),
            lmin[l] != "" ? sprintf("%.6g", lmax[l] / lmin[l]) : "null", lfail[l]
   }

@@ -19,7 +19,9 @@
 # names hosts by address, so OpenMPI sees N nodes. Its daemons' TCP keepalive is short (5 s
 # idle, 3 probes 2 s apart; OpenMPI's default is 8 minutes), so that when a link is cut the job
 # ends soon after osdp's watchdog aborts it, instead of mpirun waiting for a daemon it can no
-# longer reach. Files: /tmp/osdp-hosts/ (hostfile, agent).
+# longer reach. The hosts share this machine's cores, so a rank waiting on the network yields its
+# core (mpi_yield_when_idle) instead of spinning on it while another host's rank computes.
+# Files: /tmp/osdp-hosts/ (hostfile, agent).
 #
 # Idempotent: `up` first removes what an earlier `up` left; a failed `up` removes what it made.
 # Where namespaces cannot be made (not root, no `ip`) it says why in one line and exits 77, so
@@ -130,7 +132,8 @@ mpirun_words() {
   printf '%s\n' ip netns exec "${PREFIX}head" mpirun --hostfile "$STATE/hostfile" --mca plm_rsh_agent "$STATE/agent" \
     --mca oob_tcp_if_include "$SUBNET.0/24" --mca btl_tcp_if_include "$SUBNET.0/24" \
     --mca btl self,vader,tcp --oversubscribe -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
-    --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 3
+    --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 3 \
+    --mca mpi_yield_when_idle 1
 }
 
 cmd=${1:-}; shift || true

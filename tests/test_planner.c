@@ -132,7 +132,7 @@ static void check_same_device(const DeviceInfo* a, const DeviceInfo* b) {
   CHECK(a->ranks == b->ranks && a->mem_limit == b->mem_limit && a->threads == b->threads);
   CHECK(device_ranks_per_host(a) == device_ranks_per_host(b));
   for (int k = 0; k < COLL_COUNT; k++) {
-    CHECK(a->inter_given[k] == b->inter_given[k]);
+    CHECK(a->inter_given[k] == b->inter_given[k] && a->world_given[k] == b->world_given[k]);
     for (int l = 0; l < LINK_LEVELS; l++) {
       const CollectiveModel *x = device_link(a, l, k), *y = device_link(b, l, k);
       CHECK(device_link_ranks(a, l, k) == device_link_ranks(b, l, k));
@@ -244,6 +244,41 @@ static const char* hosts_device =
     "   \"allreduce\": {\"latency_s\": 3e-5, \"bandwidth_Bps\": 1e10, \"overlap\": 0.5},"
     "   \"allgather\": {\"latency_s\": 3e-5, \"bandwidth_Bps\": 2e10}}}";
 
+/* The world level (osdp profile on several hosts): the world's collectives use its table as
+** measured, over all ranks, and the kinds it lacks fall back to the inter-host level rescaled;
+** groups smaller than the world and the across-group sets are untouched; a round trip keeps it;
+** a wrong measured_ranks or a bad table names the field. */
+static void test_device_world(void) {
+  const char* w = text_variant(hosts_device, "}}}", "}}, \"world\": {\"measured_ranks\": 16,"
+                               " \"allgather\": {\"latency_s\": 1e-4, \"bandwidth_Bps\": 4e9}}}");
+  char text[4096];
+  snprintf(text, sizeof text, "%s", w);
+  DeviceInfo a, b;
+  CHECK(device_load(&a, write_temp(text)) == 0 && device_load(&b, write_temp(hosts_device)) == 0);
+  CHECK(a.world_given[COLL_ALLGATHER] && !a.world_given[COLL_ALLREDUCE] && !b.world_given[COLL_ALLGATHER]);
+  CommShape ws = device_world_shape(&a);
+  CHECK(ws.ranks == 16 && ws.level == LINK_WORLD && device_world_shape(&b).level == LINK_INTER);
+  CHECK(device_link(&a, LINK_WORLD, COLL_ALLGATHER) == &a.world[COLL_ALLGATHER] &&
+        device_link_ranks(&a, LINK_WORLD, COLL_ALLGATHER) == 16);
+  CHECK(device_link(&a, LINK_WORLD, COLL_ALLREDUCE) == &a.inter[COLL_ALLREDUCE] &&
+        device_link(&a, LINK_WORLD, COLL_REDUCE_SCATTER) == &a.coll[COLL_REDUCE_SCATTER]);
+  double B = 64e6; /* the world's gathers: the measured line, not a rescaled inter-host one */
+  CHECK(fabs(device_collective_s(&a, COLL_ALLGATHER, B) - (1e-4 + B / 4e9)) < 1e-12);
+  CHECK(device_collective_s(&a, COLL_ALLREDUCE, B) == device_collective_s(&b, COLL_ALLREDUCE, B));
+  CHECK(device_collective_s(&b, COLL_ALLGATHER, B) != device_collective_s(&a, COLL_ALLGATHER, B));
+  for (int G = 2; G < 16; G *= 2) {
+    CommShape x = device_group_shape(&a, G), y = device_group_shape(&b, G);
+    CHECK(x.level == y.level && x.level != LINK_WORLD);
+    CHECK(device_across_shape(&a, G).level == LINK_INTER);
+  }
+  check_round_trip(&a);
+  device_free(&a);
+  device_free(&b);
+  expect_device_error(text_variant(text, "\"measured_ranks\": 16", "\"measured_ranks\": 8"), "world.measured_ranks");
+  expect_device_error(text_variant(text, "\"bandwidth_Bps\": 4e9", "\"bandwidth_Bps\": -4"), "world.allgather.bandwidth_Bps");
+  expect_device_error(text_variant(text, "\"world\": {", "\"world\": 3, \"y\": {"), "\"world\"");
+}
+
 /* Device files with two link levels: the ranks per host, each level's measured rank count and
 ** the inter-host collectives load, survive a round trip and fall back to the intra-host level
 ** where absent; a file without them is one host measured over all its ranks; bad values give
@@ -294,6 +329,7 @@ static void test_device_levels(void) {
                       "inter_host.allgather.latency_s");
   expect_device_error(text_variant(h, "{\"latency_s\": 3e-5, \"bandwidth_Bps\": 2e10}", "7"), "inter_host.allgather");
   expect_device_error(text_variant(h, "\"overlap\": 0.5", "\"overlap\": 2"), "inter_host.allreduce.overlap");
+  test_device_world();
 }
 
 /* The collective model over communicator shapes: levels of groups and across-group sets, the

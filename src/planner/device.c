@@ -19,12 +19,19 @@ int device_ranks_per_host(const DeviceInfo* dev) {
   return H >= 1 && H <= dev->ranks ? H : dev->ranks;
 }
 
+/* Whether the world level gives any collective (then every world collective is LINK_WORLD,
+** the kinds it lacks falling back in device_link). */
+static int world_measured(const DeviceInfo* dev) {
+  return dev->world_given[0] || dev->world_given[1] || dev->world_given[2];
+}
+
 CommShape device_world_shape(const DeviceInfo* dev) {
   return device_group_shape(dev, dev->ranks);
 }
 
 CommShape device_group_shape(const DeviceInfo* dev, int G) {
   int H = device_ranks_per_host(dev);
+  if (G == dev->ranks && G > H && world_measured(dev)) return (CommShape){G, LINK_WORLD};
   return (CommShape){G, G <= H && G > 0 && H % G == 0 ? LINK_INTRA : LINK_INTER};
 }
 
@@ -33,13 +40,20 @@ CommShape device_across_shape(const DeviceInfo* dev, int G) {
   return (CommShape){n, dev->ranks > device_ranks_per_host(dev) ? LINK_INTER : LINK_INTRA};
 }
 
+CollectiveModel* device_link_model(DeviceInfo* dev, int level, int kind) {
+  if (level == LINK_WORLD && dev->world_given[kind]) return &dev->world[kind];
+  if (level != LINK_INTRA && dev->inter_given[kind]) return &dev->inter[kind];
+  return &dev->coll[kind];
+}
+
 const CollectiveModel* device_link(const DeviceInfo* dev, int level, int kind) {
-  return level == LINK_INTER && dev->inter_given[kind] ? &dev->inter[kind] : &dev->coll[kind];
+  return device_link_model((DeviceInfo*)dev, level, kind);
 }
 
 int device_link_ranks(const DeviceInfo* dev, int level, int kind) {
   int H = device_ranks_per_host(dev);
-  if (level == LINK_INTER && dev->inter_given[kind])
+  if (level == LINK_WORLD && dev->world_given[kind]) return dev->ranks;
+  if (level != LINK_INTRA && dev->inter_given[kind])
     return dev->inter_ranks > 0 ? dev->inter_ranks : (dev->ranks / H > 2 ? dev->ranks / H : 2);
   return dev->coll_ranks > 0 ? dev->coll_ranks : H;
 }
@@ -239,6 +253,8 @@ int device_validate(const DeviceInfo* dev, const char* where) {
     if (validate_collective(&dev->coll[k], where, name)) return -1;
     snprintf(name, sizeof name, "inter_host.%s", coll_names[k]);
     if (dev->inter_given[k] && validate_collective(&dev->inter[k], where, name)) return -1;
+    snprintf(name, sizeof name, "world.%s", coll_names[k]);
+    if (dev->world_given[k] && validate_collective(&dev->world[k], where, name)) return -1;
   }
   return validate_compute(dev, where);
 }
@@ -340,9 +356,9 @@ static int json_link_ranks(const cJSON* c, const char* level, const char* path, 
 }
 
 /* Reads a link level's object `key` of root: "collectives" (the intra-host level: required,
-** all three collectives) or "inter_host" (optional; any of them, the others staying intra-host
-** ones, marked in given[]), each collective with latency and bandwidth, and the level's
-** optional measured_ranks into *ranks. */
+** all three collectives), or "inter_host" or "world" (optional; any of them, the others falling
+** back as device_link says, marked in given[]), each collective with latency and bandwidth, and
+** the level's optional measured_ranks into *ranks. */
 static int json_level(const cJSON* root, const char* key, const char* path, CollectiveModel* models,
                       int* given, int* ranks) {
   const cJSON* c = cJSON_GetObjectItemCaseSensitive(root, key);
@@ -352,8 +368,8 @@ static int json_level(const cJSON* root, const char* key, const char* path, Coll
     return osdp_fail("%s: missing object \"collectives\" with allreduce, allgather and "
                      "reduce_scatter, each {\"latency_s\": .., \"bandwidth_Bps\": ..}", path);
   if (!cJSON_IsObject(c))
-    return osdp_fail("%s: field \"inter_host\" must be an object like \"collectives\" (the links "
-                     "between hosts: allreduce, allgather, reduce_scatter), or omitted", path);
+    return osdp_fail("%s: field \"%s\" must be an object like \"collectives\" (allreduce, "
+                     "allgather, reduce_scatter), or omitted", path, key);
   if (json_link_ranks(c, key, path, ranks)) return -1;
   char name[64];
   for (int k = 0; k < COLL_COUNT; k++) {
@@ -438,6 +454,7 @@ static int json_compute(const cJSON* root, const char* path, DeviceInfo* dev) {
 
 /* Fills dev from a parsed device file. */
 static int device_from_json(const cJSON* root, const char* path, DeviceInfo* dev) {
+  int world_ranks = 0;
   dev->threads = 1;
   snprintf(dev->backend, sizeof dev->backend, "cpu");
   const cJSON* kind = cJSON_GetObjectItemCaseSensitive(root, "device");
@@ -456,6 +473,10 @@ static int device_from_json(const cJSON* root, const char* path, DeviceInfo* dev
                   &dev->optimizer_s_per_param) ||
       json_level(root, "collectives", path, dev->coll, NULL, &dev->coll_ranks) ||
       json_level(root, "inter_host", path, dev->inter, dev->inter_given, &dev->inter_ranks) ||
+      json_level(root, "world", path, dev->world, dev->world_given, &world_ranks) ||
+      (world_ranks != 0 && world_ranks != dev->ranks &&
+       osdp_fail("%s: field \"world.measured_ranks\" = %d must be ranks = %d (the world level is "
+                 "measured over every rank), or omitted", path, world_ranks, dev->ranks)) ||
       json_compute(root, path, dev))
     return -1;
   return device_validate(dev, path);
@@ -507,6 +528,12 @@ static cJSON* device_to_json(const DeviceInfo* dev) {
   for (int k = 0; k < COLL_COUNT; k++) collective_to_json(cJSON_AddObjectToObject(c, coll_names[k]), &dev->coll[k]);
   int any = 0;
   for (int k = 0; k < COLL_COUNT; k++) any |= dev->inter_given[k];
+  if (world_measured(dev)) {
+    cJSON* w = cJSON_AddObjectToObject(root, "world");
+    cJSON_AddNumberToObject(w, "measured_ranks", dev->ranks);
+    for (int k = 0; k < COLL_COUNT; k++)
+      if (dev->world_given[k]) collective_to_json(cJSON_AddObjectToObject(w, coll_names[k]), &dev->world[k]);
+  }
   if (any) {
     cJSON* x = cJSON_AddObjectToObject(root, "inter_host");
     int m = 0;

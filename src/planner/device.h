@@ -85,13 +85,16 @@ typedef struct CollectiveModel {
 
 enum { COLL_ALLREDUCE = 0, COLL_ALLGATHER = 1, COLL_REDUCE_SCATTER = 2, COLL_COUNT = 3 };
 
-/* The link levels: within one host, and between hosts. */
-enum { LINK_INTRA = 0, LINK_INTER = 1, LINK_LEVELS = 2 };
+/* The link levels: within one host; between hosts (one rank per host, every host's ranks at
+** once, as a hybrid step's across-group all-reduces); and, on several hosts, the world's own
+** collectives over all ranks (measured as they are: their traffic over each host's link depends
+** on the algorithm MPI picks, which no rescaling of the other levels predicts). */
+enum { LINK_INTRA = 0, LINK_INTER = 1, LINK_WORLD = 2, LINK_LEVELS = 3 };
 
 /* A communicator as the collective model sees it: its number of ranks and its link level. */
 typedef struct CommShape {
   int ranks;
-  int level;      /* LINK_INTRA or LINK_INTER */
+  int level;      /* LINK_INTRA, LINK_INTER or LINK_WORLD */
 } CommShape;
 
 /* Slice counts with their own measured op times: k = 1, 2, 4, 8 (index = log2 k). */
@@ -119,6 +122,9 @@ typedef struct DeviceInfo {
   CollectiveModel inter[COLL_COUNT]; /* the inter-host level, of the kinds inter_given marks */
   int inter_given[COLL_COUNT];/* 0: that kind's inter-host level is its intra-host one */
   int inter_ranks;            /* ranks inter was measured over (0: ranks / H, at least 2) */
+  CollectiveModel world[COLL_COUNT]; /* the world level, of the kinds world_given marks */
+  int world_given[COLL_COUNT];/* 0: that kind's world collectives use the inter- (or intra-) host
+                              ** level, rescaled to the world's ranks */
   /* Measured compute (optional): valid for the model named and sequence seq only. Besides the
   ** model's ops it may hold "overhead": the rest of a step (zeroing, norms, bookkeeping). */
   char compute_model[48];
@@ -129,15 +135,18 @@ typedef struct DeviceInfo {
 
 /* H: the ranks per host (ranks_per_host, or ranks when it is 0). */
 int device_ranks_per_host(const DeviceInfo* dev);
-/* The shapes of the communicators the runtime uses: the world; a shard group of G consecutive
-** ranks (intra-host when G <= H and H % G == 0); the N/G ranks holding the same shard index in
-** their groups of G (inter-host whenever N > H). See the header comment. */
+/* The shapes of the communicators the runtime uses: the world (LINK_WORLD where its level was
+** measured, else as a group of N); a shard group of G consecutive ranks (intra-host when G <= H
+** and H % G == 0; G = N is the world); the N/G ranks holding the same shard index in their
+** groups of G (inter-host whenever N > H). See the header comment. */
 CommShape device_world_shape(const DeviceInfo* dev);
 CommShape device_group_shape(const DeviceInfo* dev, int G);
 CommShape device_across_shape(const DeviceInfo* dev, int G);
-/* The table of collective `kind` at link level `level` (the intra-host one where the inter-host
-** level does not give that kind), and the number of ranks it was measured over. */
+/* The table of collective `kind` at link level `level` (a level that does not give that kind
+** falls back: world to inter-host, inter-host to intra-host), and the number of ranks it was
+** measured over; device_link_model is the same table, to calibrate. */
 const CollectiveModel* device_link(const DeviceInfo* dev, int level, int kind);
+CollectiveModel* device_link_model(DeviceInfo* dev, int level, int kind);
 int device_link_ranks(const DeviceInfo* dev, int level, int kind);
 /* Time of one collective of `kind` over a full buffer of `bytes` on communicator shape sh,
 ** measured alone: the level's table at the rank-rescaled size (0 for one rank). */

@@ -3,13 +3,15 @@
 ** What is measured, and how it is kept apart:
 **  - collectives: each kind alone, from 1 KiB to 16 MiB, the slowest rank's best of several
 **    runs; fitted by least squares on RELATIVE error, so small messages (latency) are as right
-**    as large ones (bandwidth); the largest relative residual is kept in the device file. Two
-**    link levels: within a host on comm_host() (every host at once), and, when the job spans
-**    hosts (comm_ranks_per_host() < world), between hosts on comm_across(H), the ranks with one
-**    local index on every host (all H such communicators at once, as a hybrid step runs its
-**    across-group all-reduces). On one host the inter-host level is not measured (it is the
-**    intra-host one unless `osdp plan --inter-bandwidth` describes one); with hosts of unequal
-**    or non-consecutive ranks one level is measured over the world;
+**    as large ones (bandwidth); the largest relative residual is kept in the device file. On
+**    one host, one level (the intra-host one; `osdp plan --inter-bandwidth` can describe hosts
+**    you do not have). When the job spans hosts (comm_ranks_per_host() < world), three: within
+**    a host on comm_host() (every host at once); between hosts on comm_across(H), the ranks
+**    with one local index on every host (all H such communicators at once, as a hybrid step
+**    runs its across-group all-reduces); and the world's own collectives over all ranks (the
+**    flat plans' gathers and reductions cross the links as MPI's algorithms route them, which
+**    rescaling the other levels does not predict). With hosts of unequal or non-consecutive
+**    ranks one level is measured over the world;
 **  - compute: every op's forward+backward time inside real dp steps of the engine, without the
 **    time its hooks spend in communication calls (engine_time_ops), at micro-batch 1, 2, 4, ...
 **    and, for the splittable ops, at k = 2, 4, 8 slices; fitted as fixed + per-sample seconds;
@@ -20,8 +22,9 @@
 **    the same plans with the table's times: a collective slower inside steps than alone gets
 **    an in-step factor; one that waits less than the replay says gets the overlap rate that
 **    explains it. These plans run over the world, so they calibrate the level the world's
-**    collectives run on (inter-host on several hosts); there a zero3 step sharded within each
-**    host calibrates the intra-host gathers and reduce-scatters too.
+**    collectives run on (the world level on several hosts); there a zero3 step sharded within
+**    each host calibrates the intra-host gathers and reduce-scatters and the all-reduces
+**    between hosts too.
 */
 #include "planner/profile.h"
 
@@ -184,8 +187,10 @@ static int profile_collectives(DeviceInfo* dev, const Backend* bk, int verbose) 
     if (profile_level(comm_host(), what, dev->coll, bk, 0, verbose)) return -1;
     snprintf(what, sizeof what, "between hosts (%d ranks)", N / H);
     dev->inter_ranks = N / H;
-    for (int k = 0; k < COLL_COUNT; k++) dev->inter_given[k] = 1;
-    return profile_level(comm_across(H), what, dev->inter, bk, H, verbose);
+    for (int k = 0; k < COLL_COUNT; k++) dev->inter_given[k] = dev->world_given[k] = 1;
+    if (profile_level(comm_across(H), what, dev->inter, bk, H, verbose)) return -1;
+    snprintf(what, sizeof what, "over the world (%d ranks)", N);
+    return profile_level(comm_world(), what, dev->world, bk, 0, verbose);
   }
   if (verbose && comm_rank() == 0) {
     if (H == N)
@@ -353,14 +358,16 @@ static double replay_exposed(const GptDesc* d, const DeviceInfo* dev, const Plan
   return plan_cost(d, dev, p, &c) ? 0 : c.exposed_s[kind];
 }
 
-/* The table plan p's collectives of `kind` run on: the level of its first sharded op's group
-** for a sharded kind (the calibration plans shard every op alike), else the world's. */
+/* The table plan p's collectives of `kind` run on (the calibration plans shard every op alike,
+** so its first sharded op's group G says): gathers and reduce-scatters on the level of G; all-
+** reduces across the groups when G < N (the shards' sums), else over the world. */
 static CollectiveModel* plan_model(DeviceInfo* dev, const Plan* p, int kind) {
   int G = dev->ranks;
-  for (int i = 0; kind != COLL_ALLREDUCE && i < p->nops; i++)
+  for (int i = 0; i < p->nops; i++)
     if (p->ops[i].strat[0] != STRAT_DP) { G = plan_op_group(p, i); break; }
-  int level = device_group_shape(dev, G).level;
-  return level == LINK_INTER && dev->inter_given[kind] ? &dev->inter[kind] : &dev->coll[kind];
+  CommShape sh = kind == COLL_ALLREDUCE && G < dev->ranks ? device_across_shape(dev, G)
+                                                          : device_group_shape(dev, G);
+  return device_link_model(dev, sh.level, kind);
 }
 
 /* Sets the overlap rate of collective `kind` to the one in [0, 1] at which the replay of plan p
@@ -438,27 +445,31 @@ static int profile_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* 
   if (rc) osdp_clear_error(); /* zero3 does not run here: keep the table's times */
   int H = device_ranks_per_host(dev);
   if (H > 1 && H < N && profile_plan(d, STRAT_ZERO3, B, o->seq, 1, &p) == 0) {
-    /* Several hosts: zero3 sharded within each host calibrates the intra-host level. */
+    /* Several hosts: zero3 sharded within each host calibrates the intra-host gathers and
+    ** reduce-scatters and the all-reduces between hosts. */
     plan_set_group(&p, H);
     if (planner_measure_plan(d, &p, o->backend, o->threads, 0, steps, &m, NULL) == 0) {
       calibrate(d, dev, &p, COLL_ALLGATHER, m.wait_s[COMM_ALLGATHER]);
       calibrate(d, dev, &p, COLL_REDUCE_SCATTER, m.wait_s[COMM_REDUCE_SCATTER]);
+      calibrate(d, dev, &p, COLL_ALLREDUCE, m.wait_s[COMM_ALLREDUCE]); /* the shards, across hosts */
     } else {
       osdp_clear_error();
     }
     plan_free(&p);
   }
-  const CollectiveModel *ar = device_link(dev, LINK_INTER, COLL_ALLREDUCE),
-                        *ag = device_link(dev, LINK_INTER, COLL_ALLGATHER),
-                        *rs = device_link(dev, LINK_INTER, COLL_REDUCE_SCATTER);
+  int wl = device_world_shape(dev).level;
+  const CollectiveModel *ar = device_link(dev, wl, COLL_ALLREDUCE), *ag = device_link(dev, wl, COLL_ALLGATHER),
+                        *rs = device_link(dev, wl, COLL_REDUCE_SCATTER);
   if (o->verbose && comm_rank() == 0)
     printf("profile: inside steps vs alone%s: all-reduce x%.2f, all-gather x%.2f, reduce-scatter x%.2f; "
            "beside compute: all-reduce %.0f%%, prefetched all-gather %.0f%% (micro-batch %d)\n",
-           H < N ? " (between hosts)" : "", ar->in_step, ag->in_step, rs->in_step,
+           H < N ? " (over the world)" : "", ar->in_step, ag->in_step, rs->in_step,
            100 * ar->overlap, 100 * ag->overlap, B);
   if (o->verbose && comm_rank() == 0 && H > 1 && H < N)
-    printf("profile: inside steps vs alone (within hosts): all-gather x%.2f, reduce-scatter x%.2f\n",
-           dev->coll[COLL_ALLGATHER].in_step, dev->coll[COLL_REDUCE_SCATTER].in_step);
+    printf("profile: inside steps vs alone (zero3 within hosts): all-gather x%.2f, reduce-scatter "
+           "x%.2f; between hosts: all-reduce x%.2f, beside compute %.0f%%\n",
+           dev->coll[COLL_ALLGATHER].in_step, dev->coll[COLL_REDUCE_SCATTER].in_step,
+           dev->inter[COLL_ALLREDUCE].in_step, 100 * dev->inter[COLL_ALLREDUCE].overlap);
   return 0;
 }
 
