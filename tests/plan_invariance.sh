@@ -91,7 +91,7 @@ for N in 1 2 4; do
 done
 # bf16 gradient reductions (--reduce-dtype bf16): each rank's gradient is rounded to bf16 (8
 # significant bits, relative error <= 2^-9) before it travels; sums are fp32. So the losses are
-# no longer those of one process to 1e-5 but stay within BF16_TOL (measured below: see README),
+# no longer those of one process to 1e-5 but stay within BF16_TOL (measured below: see docs/GUIDE.md),
 # and must differ from the same plan's fp32 run (a bf16 path that silently sent fp32 fails).
 bf16_tol=${OSDP_BF16_TOL:-1e-4}
 for spec in "ddp:--reduce-dtype bf16" "zero3:--shard-group 2 --reduce-dtype bf16 --overlap-reduce" \

@@ -36,7 +36,8 @@ static const CommandSpec export_spec = {
     "  checkpoint's model.safetensors.index.json, a Hugging Face model directory, or a\n"
     "  checkpoint directory of osdp train; told apart by content) into OUT.",
     {export_options, NULL},
-    "  OUT is written to OUT.tmp and renamed, so a failed export leaves an existing OUT as it was."};
+    "  OUT is written to a temporary file beside it (OUT.tmp-PID) and renamed, so a failed export\n"
+    "  leaves an existing OUT as it was."};
 
 /* Splits argv into the positional arguments (FILE, OUT) and the options, so that the options
 ** go through the shared parser. pos and opt have room for argc entries. */

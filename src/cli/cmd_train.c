@@ -4,6 +4,7 @@
 */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -363,9 +364,13 @@ static int report_step(TrainRun* r, long step, const StepResult* sr, double elap
   double tps = tokens / sr->seconds;
   size_t peak = engine_peak_bytes(&r->eng, NULL);
   if (r->log) {
-    int bad = fprintf(r->log, "{\"step\":%ld,\"loss\":%.6f,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,"
-                      "\"peak_bytes\":%zu,\"grad_norm\":%.6f,\"lr\":%.6g}\n",
-                      step, sr->loss, 1e3 * sr->seconds, tps, peak, sr->grad_norm, sr->lr) < 0;
+    /* A skipped non-finite step's loss or norm is null: nan and inf are not JSON. */
+    char loss[32] = "null", norm[32] = "null";
+    if (isfinite(sr->loss)) snprintf(loss, sizeof loss, "%.6f", sr->loss);
+    if (isfinite(sr->grad_norm)) snprintf(norm, sizeof norm, "%.6f", sr->grad_norm);
+    int bad = fprintf(r->log, "{\"step\":%ld,\"loss\":%s,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,"
+                      "\"peak_bytes\":%zu,\"grad_norm\":%s,\"lr\":%.6g}\n",
+                      step, loss, 1e3 * sr->seconds, tps, peak, norm, sr->lr) < 0;
     if (bad || fflush(r->log))
       return osdp_fail("--log: writing %s failed at step %ld: %s", args_get(&r->args, "log", ""), step,
                        strerror(errno));

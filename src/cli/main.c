@@ -1,6 +1,6 @@
 /*
 ** main.c: the osdp command. Every subcommand runs as one process or as N MPI ranks
-** (mpirun -np N osdp ...); see README.md for the commands.
+** (mpirun -np N osdp ...); see README.md for a tour and docs/GUIDE.md for every command.
 */
 #include <stdio.h>
 #include <string.h>

@@ -28,7 +28,7 @@
 ** replays the step to account for that exactly. With "overlap_reduce" a sharded slice's
 ** reduce-scatter runs without blocking while the next gradient computes (its full gradient
 ** stays live until then; also replayed). "reduce_dtype": "bf16" sends gradients as bf16 and
-** sums them in fp32 (half the bytes; the losses move by about bf16's rounding, see README).
+** sums them in fp32 (half the bytes; the losses move by about bf16's rounding, see docs/GUIDE.md).
 ** "head_rows" sets the rows of the LM head's chunks (more: fewer passes over the head's weight
 ** gradient, fewer rows: less memory; absent: gpt_head_rows_default).
 */
