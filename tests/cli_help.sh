@@ -63,6 +63,11 @@ grep -q "unknown option --qqqqqqqq (see osdp train --help)" err.txt && ok || bad
 "$OSDP" bench --steps 1 >out.txt 2>err.txt && ok || bad "bench on defaults: $(cat err.txt)"
 "$OSDP" plan --ranks 2 --mem-limit 64MiB --flops 1e10 >out.txt 2>err.txt && ok || bad "plan on defaults: $(cat err.txt)"
 
+# A listed flag does what it says: train --plan auto keeps to --max-batch (it once parsed it and
+# searched up to 512 anyway).
+"$OSDP" train --plan auto --max-batch 3 --steps 2 --trial-steps 0 --eval-batches 0 --quiet --json >out.txt 2>err.txt
+grep -q '"micro_batch":[123],' out.txt && ok || bad "train --plan auto --max-batch 3: $(grep -o '"micro_batch":[0-9]*' out.txt) $(head -c 200 err.txt)"
+
 # The version: "osdp X.Y.Z (commit C)", the build, the BLAS.
 "$OSDP" --version >out.txt 2>err.txt
 if grep -Eq '^osdp [0-9]+\.[0-9]+\.[0-9]+ \(commit ([0-9a-f]{12}(\+changes)?|unknown)\)$' out.txt &&

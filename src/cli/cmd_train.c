@@ -274,7 +274,9 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
                      r->d.cfg.name, r->d.cfg.max_seq, r->d.cfg.max_seq);
   r->auto_plan = strcmp(args_get(&r->args, "plan", "ddp"), "auto") == 0;
   if (r->auto_plan) {
-    long maxb = args_has(&r->args, "batch") ? B : 512;
+    long maxb;
+    if (args_int(&r->args, "max-batch", args_has(&r->args, "batch") ? B : 512, 1, 1 << 20, &maxb))
+      return -1;
     if (setup_auto_plan(&r->args, &r->d, (int)T, (int)maxb, r->quiet || r->json, &r->plan, &r->predicted,
                         &r->report))
       return -1;
