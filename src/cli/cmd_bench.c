@@ -35,7 +35,7 @@ static const CommandSpec bench_spec = {
     "  model's useful work (gpt_step_useful_flops: causal attention's half of the T x T\n"
     "  products): a recomputed forward is not counted again.",
     {setup_model_options, bench_options, setup_plan_switches, setup_optimizer_options,
-     setup_device_options, NULL},
+     setup_rank_options, setup_device_options, NULL},
     NULL};
 
 /* Gives the engine a micro-batch of random tokens with next-token targets (this rank's, step's). */

@@ -20,11 +20,6 @@ static const OptionSpec profile_options[] = {
     {"quiet", NULL, NULL, "no progress lines"},
     {NULL, NULL, NULL, NULL}};
 
-static const OptionSpec profile_common[] = {
-    {"threads", "N", "1", "kernel threads per rank"},
-    {"mem-limit", "SIZE", "unlimited", "memory limit per rank recorded in the device file"},
-    {NULL, NULL, NULL, NULL}};
-
 static const CommandSpec profile_spec = {
     "profile", "[mpirun -np N] osdp profile [options] --out device.json",
     "  measures, on the N ranks: all-reduce / all-gather / reduce-scatter times from 1 KiB to\n"
@@ -35,7 +30,7 @@ static const CommandSpec profile_spec = {
     "  step; how much slower each collective is inside a step than alone, and how much of it\n"
     "  overlaps compute (dp buckets, zero3 prefetch); and writes them to device.json for\n"
     "  osdp plan --devices.",
-    {setup_model_options, profile_options, profile_common, setup_profile_options, setup_device_options, NULL},
+    {setup_model_options, profile_options, setup_rank_options, setup_profile_options, setup_device_options, NULL},
     NULL};
 
 /* Parses the profile options shared with `train --plan auto`. */

@@ -62,7 +62,7 @@ static const OptionSpec train_watch_options[] = {
 static const CommandSpec train_spec = {
     "train", "[mpirun -np N] osdp train [options]", NULL,
     {setup_model_options, train_run_options, setup_plan_switches, setup_auto_options,
-     setup_profile_options, setup_optimizer_options, setup_device_options, train_file_options,
+     setup_profile_options, setup_optimizer_options, setup_rank_options, setup_device_options, train_file_options,
      train_watch_options, NULL},
     NULL};
 

@@ -233,6 +233,9 @@ const OptionSpec setup_optimizer_options[] = {
     {"weight-decay", "X", "0.1", "AdamW's decoupled weight decay"},
     {"grad-clip", "X", "1", "the gradient's global norm is clipped to X (0: no clipping)"},
     {"seed", "S", "1337", "weight-initialisation and data seed"},
+    {NULL, NULL, NULL, NULL}};
+
+const OptionSpec setup_rank_options[] = {
     {"threads", "N", "1", "kernel threads per rank"},
     {"mem-limit", "SIZE", "unlimited", "memory limit per rank (per GPU with --device cuda), e.g. 512MiB"},
     {NULL, NULL, NULL, NULL}};

@@ -71,10 +71,11 @@ int setup_auto_plan(const Args* a, const GptDesc* d, int T, int max_batch, int q
 int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
                     PlanReport* ro, Plan* p, PlanCost* c);
 /* The flags the helpers above read, as option groups for the commands' CommandSpecs: --model;
-** the optimizer's, threads' and memory limit's; the plan switches setup_plan_options reads;
-** --plan auto's search; profiling's; the device's. */
+** the optimizer's; a rank's threads and memory limit; the plan switches setup_plan_options
+** reads; --plan auto's search; profiling's; the device's. */
 extern const OptionSpec setup_model_options[];
 extern const OptionSpec setup_optimizer_options[];
+extern const OptionSpec setup_rank_options[];
 extern const OptionSpec setup_plan_switches[];
 extern const OptionSpec setup_auto_options[];
 extern const OptionSpec setup_profile_options[];
