@@ -17,18 +17,22 @@ build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# The main job on its built-in default: on 2 ranks with 80 MiB each, osdp profiles the ranks,
-# plans per-operator sharding, measures the best candidates against the uniform ddp / zero2 /
-# zero3 plans (ddp does not fit there), trains the small GPT on 3-digit addition with the
-# measured fastest, and ends by printing that comparison.
+# The main job on its built-in default: on 2 ranks with 11.4 MiB each, osdp profiles the ranks,
+# plans per-operator sharding for micro-batch 64 (ddp fits there only by recomputing both
+# layers), measures the best candidates against the uniform ddp / zero2 / zero3 plans, trains the
+# tiny GPT on 3-digit addition with the measured fastest (one problem a sequence, lr 1e-2 with a
+# cosine decay: >= 96% held-out exact-match for seeds 1-3 from 1200 steps), and ends with that
+# comparison and held-out problems the trained model answers. About 30 s from a built tree.
 DEMO_RANKS ?= 2
-DEMO_MODEL ?= small
-DEMO_MEM ?= 80MiB
-DEMO_STEPS ?= 1000
-DEMO_LR ?= 3e-3
+DEMO_MODEL ?= tiny
+DEMO_MEM ?= 11.4MiB
+DEMO_STEPS ?= 2000
+DEMO_LR ?= 1e-2
+DEMO_SEED ?= 1337
 demo: build
 	mpirun --oversubscribe --bind-to none -np $(DEMO_RANKS) $(BUILD)/osdp train --model $(DEMO_MODEL) \
-	  --plan auto --mem-limit $(DEMO_MEM) --steps $(DEMO_STEPS) --lr $(DEMO_LR)
+	  --plan auto --mem-limit $(DEMO_MEM) --batch 64 --seq 13 --steps $(DEMO_STEPS) --lr $(DEMO_LR) \
+	  --lr-schedule cosine --seed $(DEMO_SEED) --eval-every 500
 
 # The whole suite, then the unit tests again under AddressSanitizer + UBSan.
 test: build

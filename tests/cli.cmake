@@ -87,3 +87,15 @@ set_tests_properties(kill_loop PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LAB
 add_test(NAME hosts COMMAND bash ${PROJECT_SOURCE_DIR}/tests/hosts.sh $<TARGET_FILE:osdp> $<TARGET_FILE:plan_tool>)
 set_tests_properties(hosts PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS "hosts" TIMEOUT 300
   SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+
+# osdp sample on every family: greedy over the KV cache equals the full forward, seeds repeat,
+# errors are one line.
+add_test(NAME cli_sample
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_sample.sh $<TARGET_FILE:osdp>)
+set_tests_properties(cli_sample PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 180)
+
+# osdp plot: real logs drawn as well-formed SVG whose per-run numbers are the logs', a skipped
+# step and held-out lines, --json, escaping, and bad logs or outputs as one error line.
+add_test(NAME cli_plot
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_plot.sh $<TARGET_FILE:osdp>)
+set_tests_properties(cli_plot PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 120)

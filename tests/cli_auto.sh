@@ -9,6 +9,8 @@
 #  - `osdp plan --trial` measures every candidate and chooses the measured fastest;
 #  - `train --plan auto` trials its candidates and leaves no trace: its first loss equals that
 #    of a plain run with the same micro-batch (same initial weights, same data position);
+#  - profiles are cached and reused (same plan as a fresh one), --reprofile, --devices FILE and
+#    --profile-cache off|DIR do what they say;
 #  - a limit too small for any plan gives one error line naming the smallest limit that fits,
 #    and planning at exactly that limit succeeds.
 set -u
@@ -84,6 +86,35 @@ ab=$(num micro_batch <auto.out); af=$(num first_loss <auto.out)
 pf=$(num first_loss <plain.out)
 if [ -n "$af" ] && [ -n "$pf" ] && awk -v a="$af" -v b="$pf" 'BEGIN{d=a-b; if(d<0)d=-d; exit !(d <= 1e-5*b)}'; then ok
 else bad "after the trial the first loss is $af, a plain run's is $pf (micro-batch $ab)"; fi
+
+# Profiles are kept (tests/cli_common.sh points the cache into this directory): the run above
+# stored its profile; a second start with the same setting reuses it and, without a trial,
+# plans exactly what a fresh profile of the first start planned; --reprofile measures anew,
+# --devices FILE plans from the file, --profile-cache off keeps nothing.
+cached=$(ls .cache/osdp/*.json 2>/dev/null | wc -l)
+if [ "$cached" = 1 ] && [ "$(ls .cache/osdp/*.key | wc -l)" = 1 ]; then ok
+else bad "train --plan auto left $cached profiles in the cache: $(ls -a .cache/osdp 2>&1)"; fi
+run_auto() { "${mpirun[@]}" -np 2 "$OSDP" train --plan auto --mem-limit $limit --steps 1 --trial-steps 0 --eval-batches 0 "$@"; }
+run_auto --reprofile >fresh.txt 2>err.txt || bad "train --plan auto --reprofile: $(cat err.txt)"
+run_auto >again.txt 2>err.txt || bad "train --plan auto, second start: $(cat err.txt)"
+if grep -q "^profile: reusing .*/.cache/osdp/" again.txt && ! grep -q "profile: timing" again.txt; then ok
+else bad "the second start did not reuse the cached profile: $(grep '^profile' again.txt | head -3)"; fi
+if grep -q "profile: timing" fresh.txt && ! grep -q "reusing" fresh.txt; then ok
+else bad "--reprofile did not profile anew: $(grep '^profile' fresh.txt | head -3)"; fi
+plan_of() { sed -n '/^plan for /,/^osdp  *micro-batch/p' "$1" | sed 's/(search [0-9.]* s)//'; }
+if [ -n "$(plan_of fresh.txt)" ] && [ "$(plan_of fresh.txt)" = "$(plan_of again.txt)" ]; then ok
+else bad "the plan from the cached profile differs from the fresh profile's: $(diff <(plan_of fresh.txt) <(plan_of again.txt) | head -6)"; fi
+if [ "$(ls .cache/osdp/*.json | wc -l)" = 1 ]; then ok; else bad "--reprofile added a second cache entry"; fi
+run_auto --devices dev.json >devs.txt 2>err.txt || bad "train --plan auto --devices: $(cat err.txt)"
+if grep -q "planning with the device file dev.json" devs.txt && ! grep -q "profile: timing" devs.txt; then ok
+else bad "--devices dev.json still profiled: $(grep '^profile' devs.txt | head -3)"; fi
+run_auto --profile-cache off --seq 32 >off.txt 2>err.txt || bad "--profile-cache off: $(cat err.txt)"
+if [ "$(ls .cache/osdp/*.json | wc -l)" = 1 ] && ! grep -q "kept in" off.txt; then ok
+else bad "--profile-cache off stored a profile"; fi
+run_auto --profile-cache mine --seq 32 >mine.txt 2>err.txt || bad "--profile-cache mine: $(cat err.txt)"
+if [ "$(ls mine/*.json 2>/dev/null | wc -l)" = 1 ] && grep -q "kept in mine/" mine.txt; then ok
+else bad "--profile-cache mine: $(ls -a mine 2>&1) $(grep '^profile' mine.txt | tail -1)"; fi
+refused "devices of other ranks" "--devices" "2 rank(s)" -- "$OSDP" train --plan auto --devices dev.json --steps 1
 
 # Far too little memory: one line naming the smallest limit that fits; that limit then works.
 if "$OSDP" plan --model tiny --devices dev.json --seq 64 --mem-limit 100000 >/dev/null 2>err.txt; then

@@ -1,11 +1,14 @@
 # cli_common.sh: sourced by the tests/cli_*.sh scripts after they set OSDP (the osdp binary).
-# Makes OSDP absolute, moves into a temporary work directory removed on exit, and defines the
+# Makes OSDP absolute, moves into a temporary work directory removed on exit (the profile cache
+# of train --plan auto too), and defines the
 # check counters: ok and bad MESSAGE (each script prints "N passed, M failed" at its end), and
 # the checks that a command changed nothing: snapshot and refused.
 [[ "$OSDP" == */* ]] && OSDP="$(cd "${OSDP%/*}" && pwd)/${OSDP##*/}"
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 cd "$W" || exit 1
+# train --plan auto keeps profiles under $XDG_CACHE_HOME/osdp: here, never in the machine's home.
+export XDG_CACHE_HOME="$W/.cache"
 pass=0
 fail=0
 ok() { pass=$((pass + 1)); }

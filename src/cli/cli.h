@@ -78,6 +78,8 @@ int cmd_bench(int argc, char** argv);
 int cmd_describe(int argc, char** argv);
 int cmd_profile(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
+int cmd_sample(int argc, char** argv);
 int cmd_export(int argc, char** argv);
+int cmd_plot(int argc, char** argv);
 
 #endif

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "cli/setup.h"
 #include "comm/comm.h"
 #include "core/output.h"
 #include "core/util.h"
@@ -54,70 +55,6 @@ static int split_args(int argc, char** argv, char** pos, int* npos, char** opt, 
                    "osdp export FILE --format llmc|safetensors OUT", *npos, *npos == 1 ? "" : "s");
 }
 
-/* The model shape of weights file `path` in *cfg: the file's own, or --model's (which must
-** agree with the file's; it supplies n_head when a safetensors file does not record it). */
-static int export_config(const char* path, const char* model, GptConfig* cfg) {
-  GptConfig fc;
-  if (weights_read_config(path, &fc)) return -1;
-  if (!model) {
-    if (fc.n_head == 0)
-      return osdp_fail("export: %s does not record its number of heads (no n_head in its "
-                       "safetensors __metadata__); give --model with the model's shape (a preset "
-                       "or a JSON file)", path);
-    *cfg = fc;
-    return 0;
-  }
-  if (gpt_config_load(model, cfg)) return -1;
-  char why[128];
-  if (!weights_config_differs(cfg, &fc, why, sizeof why)) {
-    cfg->padded_vocab = fc.padded_vocab; /* keep the file's padding (llm.c files record it) */
-    return 0;
-  }
-  char heads[16] = "?";
-  if (fc.n_head) snprintf(heads, sizeof heads, "%d", fc.n_head);
-  return osdp_fail("export: %s holds a model of L=%d C=%d heads=%s V=%d maxT=%d, but --model %s "
-                   "is L=%d C=%d heads=%d V=%d maxT=%d (%s); drop --model to use the file's", path,
-                   fc.n_layer, fc.n_embd, heads, fc.vocab_size, fc.max_seq, model, cfg->n_layer,
-                   cfg->n_embd, cfg->n_head, cfg->vocab_size, cfg->max_seq, why);
-}
-
-/* The one place an export input becomes (model, parameters): *d built and *params (op-block
-** order, d->n_params floats, the caller frees) filled from the input at `path`. Files of
-** either format are read here; a directory is where a checkpoint directory of `osdp train`
-** will be read. Returns 0, or -1 with a one-line error (d and params left empty). */
-static int export_read_input(const char* path, const char* model, GptDesc* d, float** params) {
-  memset(d, 0, sizeof *d);
-  *params = NULL;
-  struct stat st;
-  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode) && !safetensors_dir_holds(path)) {
-    /* A checkpoint directory of osdp train --checkpoint (or one step of it). */
-    GptConfig cfg;
-    if (train_state_load_params(path, &cfg, params)) return -1;
-    GptConfig want;
-    if (model && (gpt_config_load(model, &want) || want.n_layer != cfg.n_layer ||
-                  want.n_embd != cfg.n_embd || want.vocab_size != cfg.vocab_size ||
-                  want.max_seq != cfg.max_seq)) {
-      free(*params);
-      *params = NULL;
-      return osdp_fail("export: --model %s does not match the checkpoint's model %s", model, cfg.name);
-    }
-    if (gpt_desc_build(d, &cfg)) { free(*params); *params = NULL; return -1; }
-    return 0;
-  }
-  GptConfig cfg;
-  if (export_config(path, model, &cfg) || gpt_desc_build(d, &cfg)) return -1;
-  *params = malloc(d->n_params * sizeof(float));
-  int rc = *params ? weights_load(path, d, *params)
-                   : osdp_fail("export: out of host memory for the %zu parameters of %s",
-                               d->n_params, path);
-  if (rc) {
-    free(*params);
-    *params = NULL;
-    gpt_desc_free(d);
-  }
-  return rc;
-}
-
 /* Whether OUT names a directory to export into: an existing one, or a name ending in '/'. */
 static int out_is_dir(const char* out) {
   struct stat st;
@@ -135,7 +72,7 @@ static int export_run(const char* in, const char* out, WeightsFormat fmt, const 
   if (out_is_dir(out) && fmt != WEIGHTS_SAFETENSORS)
     return osdp_fail("export: OUT '%s' is a directory, which only --format safetensors writes "
                      "(model.safetensors and config.json); give a file name for llmc", out);
-  if (export_read_input(in, model, &d, &params)) return -1;
+  if (setup_read_weights(in, model, "export", &d, &params)) return -1;
   int dir_out = out_is_dir(out);
   int rc = dir_out ? safetensors_save_dir(out, &d, params) : weights_save(out, fmt, &d, params);
   if (rc == 0 && !quiet) {

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/run_plot.h"
+#include "cli/sample.h"
 #include "cli/setup.h"
 #include "comm/comm.h"
 #include "core/util.h"
@@ -24,15 +26,22 @@
 static const OptionSpec train_run_options[] = {
     {"data", "D", "addition", "addition | addition:N | text:FILE | tokens:FILE (llm.c .bin)"},
     {"steps", "N", "2000", "training steps"},
-    {"batch", "B", "16", "micro-batch per rank; the global batch is N*B"},
+    {"batch", "B", "16", "micro-batch per rank; the global batch is N*B (with --plan auto: fixed\n"
+                                  "at B when given; absent, the planner chooses it)"},
     {"seq", "T", "64", "sequence length"},
     {"plan", "P", "ddp", "ddp | zero2 | zero3 | plan.json | auto (profile, plan, train)"},
     {"lr-schedule", "S", "constant", "constant, or cosine (decay to lr/10 at the last step)"},
     {"eval-batches", "N", "8", "held-out global batches evaluated at the end"},
+    {"eval-every", "N", "0", "also evaluate every N steps: held-out loss (and accuracy) shown\n"
+                             "and logged (0: only at the end)"},
+    {"problems", "N", "5", "addition: held-out problems the trained model answers at the end,\n"
+                           "shown with whether each is right (0: none)"},
     {NULL, NULL, NULL, NULL}};
 
 static const OptionSpec train_file_options[] = {
     {"log", "FILE", NULL, "one JSON object per step, then a summary line"},
+    {"plot", "FILE", NULL, "at the end, draw the run as SVG: loss and held-out loss, tokens/s and\n"
+                           "peak memory by step (osdp plot draws logs, several overlaid)"},
     {"save", "FILE", NULL, "save the weights: safetensors (Hugging Face names) for FILE.safetensors\n"
                            "and Llama models, else an llm.c GPT-2 checkpoint (fp32, version 3)"},
     {"load", "FILE", NULL, "start from an llm.c checkpoint or a safetensors file (HF names)"},
@@ -74,8 +83,10 @@ typedef struct TrainRun {
   Engine eng;
   DataSource* data;
   FILE* log;
-  long steps, eval_batches;
+  long steps, eval_batches, eval_every, problems;
   int B, T, quiet, json;
+  int plotting;          /* rank 0 with --plot: the steps are kept in `plot` */
+  PlotRun plot;
   int auto_plan;
   PlanCost predicted;   /* --plan auto: the planner's prediction */
   PlanReport report;    /* --plan auto: what the trial measured */
@@ -218,15 +229,17 @@ static int train_ranks_agree(const TrainRun* r) {
 
 /* Reads every option, builds the model, data source, plan and engine. */
 static int train_setup(TrainRun* r, int argc, char** argv) {
-  static const char* const outputs[] = {"log", "save", NULL};
+  static const char* const outputs[] = {"log", "save", "plot", NULL};
   if (args_parse(&r->args, &train_spec, argc, argv) || setup_claim_files(&r->args, outputs))
     return -1;
-  long B, T, steps, evb;
+  long B, T, steps, evb, problems;
   if (args_int(&r->args, "batch", 16, 1, 1 << 20, &B) || args_int(&r->args, "seq", 64, 1, 65536, &T) ||
       args_int(&r->args, "steps", 2000, 0, 1L << 40, &steps) ||
-      args_int(&r->args, "eval-batches", 8, 0, 1 << 20, &evb) || setup_train_options(&r->args, &r->opt))
+      args_int(&r->args, "eval-batches", 8, 0, 1 << 20, &evb) ||
+      args_int(&r->args, "eval-every", 0, 0, 1L << 40, &r->eval_every) ||
+      args_int(&r->args, "problems", 5, 0, 1000, &problems) || setup_train_options(&r->args, &r->opt))
     return -1;
-  r->steps = steps; r->eval_batches = evb;
+  r->steps = steps; r->eval_batches = evb; r->problems = problems;
   long every, keep, stop;
   double watchdog;
   if (args_double(&r->args, "watchdog", 300, &watchdog)) return -1;
@@ -275,10 +288,13 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
   r->auto_plan = strcmp(args_get(&r->args, "plan", "ddp"), "auto") == 0;
   if (r->auto_plan) {
     long maxb;
-    if (args_int(&r->args, "max-batch", args_has(&r->args, "batch") ? B : 512, 1, 1 << 20, &maxb))
-      return -1;
-    if (setup_auto_plan(&r->args, &r->d, (int)T, (int)maxb, r->quiet || r->json, &r->plan, &r->predicted,
-                        &r->report))
+    int fixed = args_has(&r->args, "batch");
+    if (fixed && args_has(&r->args, "max-batch"))
+      return osdp_fail("--batch and --max-batch: give one (with --plan auto, --batch B fixes the "
+                       "micro-batch at B; --max-batch B lets the planner choose up to B)");
+    if (args_int(&r->args, "max-batch", fixed ? B : 512, 1, 1 << 20, &maxb)) return -1;
+    if (setup_auto_plan(&r->args, &r->d, (int)T, fixed ? (int)B : 1, (int)maxb, r->quiet || r->json,
+                        &r->plan, &r->predicted, &r->report))
       return -1;
   } else if (setup_plan(&r->args, &r->d, (int)B, (int)T, args_has(&r->args, "batch"),
                         args_has(&r->args, "seq"), &r->plan)) {
@@ -296,10 +312,13 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
     return osdp_fail("--log: cannot write '%s': %s", logp, strerror(errno));
   if (r->ckpt_dir && ckpt_dir_open(&r->ckpt, r->ckpt_dir, (int)keep)) return -1;
   /* Output paths fail now, not after the run. */
-  const char* savep = args_get(&r->args, "save", NULL);
+  const char *savep = args_get(&r->args, "save", NULL), *plotp = args_get(&r->args, "plot", NULL);
   int bad = savep && comm_rank() == 0 ? check_writable(savep, "--save") : 0;
+  if (!bad && plotp && comm_rank() == 0) bad = check_writable(plotp, "--plot");
   if (comm_allreduce_max_f64(comm_world(), bad ? 1.0 : 0.0) > 0)
-    return bad ? -1 : osdp_fail("--save: rank 0 cannot write %s", savep);
+    return bad ? -1 : osdp_fail("--save or --plot: rank 0 cannot write its file");
+  r->plotting = plotp && comm_rank() == 0;
+  if (r->plotting) plot_run_init(&r->plot, r->d.cfg.name);
   if (!(r->run_desc = run_description(r))) return osdp_fail("out of host memory");
   if (train_ranks_agree(r)) return -1;
   r->tokens = malloc((size_t)r->B * r->T * sizeof(int));
@@ -365,6 +384,9 @@ static int report_step(TrainRun* r, long step, const StepResult* sr, double elap
   double tokens = (double)comm_size() * r->B * r->T;
   double tps = tokens / sr->seconds;
   size_t peak = engine_peak_bytes(&r->eng, NULL);
+  if (r->plotting && plot_run_add_step(&r->plot, step, isfinite(sr->loss) ? sr->loss : NAN, tps,
+                                       (double)peak))
+    return -1;
   if (r->log) {
     /* A skipped non-finite step's loss or norm is null: nan and inf are not JSON. */
     char loss[32] = "null", norm[32] = "null";
@@ -404,7 +426,29 @@ static void train_evaluate(TrainRun* r, double* val_loss, double* acc, long* npr
   *nprob = tot;
 }
 
-/* Prints the end-of-run summary (text or JSON) and the summary log line (rank 0). */
+/* --eval-every: the held-out loss and accuracy after `step`, as a log line {"step", "val_loss",
+** "val_accuracy"} and, for people, a progress line. Collective; -1 when the log cannot be
+** written (rank 0). */
+static int train_eval_point(TrainRun* r, long step) {
+  double vl, acc;
+  long np;
+  train_evaluate(r, &vl, &acc, &np);
+  if (comm_rank() != 0) return 0;
+  if (r->plotting && plot_run_add_eval(&r->plot, step, vl)) return -1;
+  char a[32] = "null";
+  if (acc >= 0) snprintf(a, sizeof a, "%.6f", acc);
+  if (r->log && (fprintf(r->log, "{\"step\":%ld,\"val_loss\":%.6f,\"val_accuracy\":%s}\n", step, vl,
+                         a) < 0 || fflush(r->log)))
+    return osdp_fail("--log: writing %s failed at step %ld: %s", args_get(&r->args, "log", ""), step,
+                     strerror(errno));
+  if (!r->quiet && !r->json) {
+    printf("step %5ld/%ld | held-out loss %.4f", step, r->steps, vl);
+    if (acc >= 0) printf(", exact-match accuracy %.1f%% of %ld problems", 100 * acc, np);
+    printf("\n");
+  }
+  return 0;
+}
+
 /* Timed steps whose seconds are kept for the median step time. */
 #define TIMES_KEPT 100000
 
@@ -507,6 +551,44 @@ static void train_summary(TrainRun* r, long done, const char* error, double firs
   printf("\n");
 }
 
+/* --plot FILE: rank 0 draws the run from the steps it kept (a run that failed draws nothing). The
+** other ranks learn whether it worked. */
+static int train_plot(TrainRun* r) {
+  if (!args_has(&r->args, "plot")) return 0;
+  int rc = 0;
+  if (r->plotting && r->plot.n > 0) {
+    char title[160];
+    snprintf(title, sizeof title, "%s on %d rank(s), plan %s", r->d.cfg.name, comm_size(),
+             args_get(&r->args, "plan", "ddp"));
+    rc = plot_svg_write_runs(args_get(&r->args, "plot", ""), "--plot", &r->plot, 1, title);
+    if (!rc && !r->quiet && !r->json) printf("plot: %s\n", args_get(&r->args, "plot", ""));
+  }
+  if (comm_allreduce_max_f64(comm_world(), rc ? 1.0 : 0.0) > 0)
+    return rc ? -1 : osdp_fail("--plot: rank 0 could not write %s", args_get(&r->args, "plot", ""));
+  return 0;
+}
+
+/* Addition, for people: the trained model answers --problems held-out problems (greedy, over the
+** KV cache) and rank 0 shows them with whether each is right. Collective (the weights are
+** gathered from every rank). */
+static void train_show_problems(TrainRun* r) {
+  if (r->quiet || r->json || r->problems == 0 || data_batch_problem_count(r->data, 1) == 0) return;
+  float* params = malloc(r->d.n_params * sizeof(float));
+  int ok = comm_allreduce_max_f64(comm_world(), params ? 0.0 : 1.0) == 0;
+  if (ok) engine_get_params(&r->eng, params);
+  if (ok && comm_rank() == 0) {
+    SampleOptions so = {.tokens = 32, .temperature = 0, .seed = (uint64_t)r->opt.seed, .stop_token = -1};
+    int right = 0;
+    printf("the trained model answers %ld held-out problems (greedy; digits least significant "
+           "first):\n", r->problems);
+    if (sample_problems(&r->d, params, r->data, (int)r->problems, &so, stdout, NULL, &right) == 0)
+      printf("%d of %ld right\n", right, r->problems);
+    else
+      printf("sampling failed: %s\n", osdp_last_error());
+  }
+  free(params);
+}
+
 /* The write rate a first checkpoint is assumed to reach, for the watchdog's bound on it: a slow
 ** disk's. Later checkpoints are bounded by the slowest rate measured so far. */
 #define CKPT_ASSUMED_BYTES_PER_S 20e6
@@ -586,6 +668,8 @@ int cmd_train(int argc, char** argv) {
     completed = step;
     /* A log that cannot be written (a full disk) stops every rank, not just rank 0's output. */
     int log_bad = report_step(&r, step, &sr, now_seconds() - t0) != 0;
+    if (r.eval_every > 0 && r.eval_batches > 0 && step % r.eval_every == 0 && step < r.steps)
+      log_bad |= train_eval_point(&r, step) != 0; /* the last step's is the run's own evaluation */
     if (comm_allreduce_max_f64(comm_world(), log_bad ? 1.0 : 0.0) > 0) {
       rc = log_bad ? -1 : osdp_fail("--log: rank 0 could not write the log");
       break;
@@ -604,16 +688,20 @@ int cmd_train(int argc, char** argv) {
   int evaluated = !rc && !stopped && r.eval_batches > 0;
   if (evaluated) train_evaluate(&r, &val_loss, &acc, &nprob);
   if (!rc && !stopped) rc = train_save(&r);
+  if (!rc && evaluated && r.plotting) rc = plot_run_add_eval(&r.plot, completed, val_loss);
+  if (!rc) rc = train_plot(&r);
   double step_s = train_s > 0 ? train_s / (double)timed : 0;
   char error[1024];
   snprintf(error, sizeof error, "%s", osdp_last_error());
   train_summary(&r, completed, rc ? error : NULL, first, last, tps, step_s, evaluated, val_loss,
                 acc, nprob);
+  if (evaluated && !rc) train_show_problems(&r);
   if (r.log && (ferror(r.log) | fclose(r.log)) && !rc)
     rc = osdp_fail("--log: writing %s failed: %s", args_get(&r.args, "log", ""), strerror(errno));
   ckpt_dir_close(&r.ckpt);
   engine_destroy(&r.eng);
   free(r.step_times);
+  if (r.plotting) plot_run_free(&r.plot);
   cJSON_Delete(r.run_desc);
   free(r.tokens);
   free(r.targets);

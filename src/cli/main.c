@@ -22,6 +22,8 @@ static const char* usage =
     "  profile   measure this machine's ranks (collectives, operator times) into device.json\n"
     "  plan      find the fastest per-operator plan that fits the memory limit\n"
     "  export    convert weights: llm.c checkpoints, safetensors (Hugging Face GPT-2/Llama/Qwen2)\n"
+    "  sample    generate from trained weights (a prompt continued; addition problems answered)\n"
+    "  plot      draw training logs (loss, held-out loss, tokens/s, memory by step) as SVG\n"
     "  help      this list (osdp help CMD: that command's options)\n"
     "run 'osdp <command> --help' for a command's options, 'osdp --version' for the build; under\n"
     "mpirun -np N every command runs on N ranks.\n";
@@ -48,6 +50,7 @@ typedef struct Command {
 static const Command commands[] = {
     {"train", cmd_train},     {"bench", cmd_bench}, {"describe", cmd_describe},
     {"profile", cmd_profile}, {"plan", cmd_plan},   {"export", cmd_export},
+    {"sample", cmd_sample},   {"plot", cmd_plot},
 };
 
 /* The subcommand called name, or NULL. */
@@ -76,8 +79,14 @@ static int run(int argc, char** argv) {
     return argc > 2 ? 2 : 0;
   }
   if (comm_rank() == 0) {
-    if (*cmd) fprintf(stderr, "osdp: error: unknown command '%s'; use train, bench, describe, profile, plan or export (see osdp --help)\n", cmd);
-    else fputs(usage, stderr);
+    if (*cmd) {
+      fprintf(stderr, "osdp: error: unknown command '%s'; use", cmd);
+      for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(stderr, "%s %s", i ? "," : "", commands[i].name);
+      fprintf(stderr, " (see osdp --help)\n");
+    } else {
+      fputs(usage, stderr);
+    }
   }
   return 2;
 }

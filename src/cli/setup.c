@@ -4,11 +4,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "cli/profile_cache.h"
 #include "comm/comm.h"
 #include "core/output.h"
 #include "core/util.h"
+#include "model/safetensors.h"
 #include "model/weights_file.h"
+#include "runtime/train_state.h"
 
 int setup_model(const Args* a, const char* def, GptDesc* d) {
   const char* name = args_get(a, "model", NULL);
@@ -198,16 +202,60 @@ int setup_train_options(const Args* a, TrainOptions* o) {
   return 0;
 }
 
-int setup_auto_plan(const Args* a, const GptDesc* d, int T, int max_batch, int quiet, Plan* p,
-                    PlanCost* cost, PlanReport* report) {
+/* --devices FILE for --plan auto: the device file on every rank, for this run's ranks, with
+** --mem-limit (when given) in place of the file's. */
+static int auto_devices_file(const Args* a, const char* path, const ProfileOptions* po,
+                             DeviceInfo* dev) {
+  int rc = device_load(dev, path);
+  if (!rc && (dev->ranks != comm_size() || device_ranks_per_host(dev) != comm_ranks_per_host())) {
+    rc = osdp_fail("--devices: %s describes %d rank(s), %d per host, but this run has %d, %d per "
+                   "host; profile these ranks (drop --devices) or run on the ranks it describes",
+                   path, dev->ranks, device_ranks_per_host(dev), comm_size(), comm_ranks_per_host());
+    device_free(dev);
+  }
+  if (!rc && po->mem_limit) dev->mem_limit = po->mem_limit;
+  if (!rc && comm_rank() == 0 && po->verbose)
+    printf("profile: none; planning with the device file %s\n", path);
+  return rc;
+}
+
+/* The device information --plan auto plans with: --devices FILE; else this setting's profile
+** from the cache (profile_cache.h) unless --reprofile; else a new profile, then cached. */
+static int auto_device(const Args* a, const GptDesc* d, const ProfileOptions* po, DeviceInfo* dev) {
+  const char* given = args_get(a, "devices", NULL);
+  if (given) return auto_devices_file(a, given, po, dev);
+  char dir[4096], key[PROFILE_KEY_MAX], path[4200];
+  if (profile_cache_dir(a, dir, sizeof dir)) return -1;
+  profile_cache_key(d, po, key);
+  int verbose = comm_rank() == 0 && po->verbose;
+  if (!args_has(a, "reprofile") && dir[0] && profile_cache_find(dir, key, dev, path, sizeof path)) {
+    if (verbose)
+      printf("profile: reusing %s (measured before for this model, seq, ranks, threads, limit, "
+             "machine and build; --reprofile measures anew)\n", path);
+    return 0;
+  }
+  double t0 = now_seconds();
+  if (profile_device(d, po, dev)) return -1;
+  if (comm_rank() != 0 || !dir[0]) return 0;
+  if (profile_cache_store(dir, key, dev, path, sizeof path))
+    fprintf(stderr, "osdp: note: the profile was not cached (%s); the next start profiles again\n",
+            osdp_last_error());
+  else if (verbose)
+    printf("profile: %.1f s; kept in %s for the next start\n", now_seconds() - t0, path);
+  return 0;
+}
+
+int setup_auto_plan(const Args* a, const GptDesc* d, int T, int min_batch, int max_batch, int quiet,
+                    Plan* p, PlanCost* cost, PlanReport* report) {
   ProfileOptions po;
   DeviceInfo dev;
   if (profile_options_from_args(a, d, T, &po)) return -1;
   po.verbose = !quiet;
-  if (profile_device(d, &po, &dev)) return -1;
+  if (auto_device(a, d, &po, &dev)) return -1;
   SearchOptions so;
   planner_default_options(&so, T);
   so.max_batch = max_batch;
+  so.min_batch = min_batch;
   long trial_steps;
   if (setup_search_options(a, d, dev.ranks, &so)) { device_free(&dev); return -1; }
   if (args_int(a, "trial-steps", 6, 0, 1000, &trial_steps)) { device_free(&dev); return -1; }
@@ -257,9 +305,17 @@ const OptionSpec setup_plan_switches[] = {
     {NULL, NULL, NULL, NULL}};
 
 const OptionSpec setup_auto_options[] = {
-    {"max-batch", "B", "512, or --batch", "with --plan auto: the largest micro-batch to consider"},
+    {"max-batch", "B", "512, or --batch", "with --plan auto: the largest micro-batch to consider\n"
+                                          "(train --batch B instead fixes it at B)"},
     {"trial-steps", "N", "6", "with --plan auto: steps each candidate plan trains in the trial (0: the\n"
                               "prediction alone chooses)"},
+    {"devices", "FILE", NULL, "with --plan auto: plan with this device file (osdp profile --out)\n"
+                              "instead of profiling"},
+    {"profile-cache", "DIR|off", "~/.cache/osdp",
+     "with --plan auto: where profiles are kept and reused (keyed by model,\n"
+     "seq, ranks, threads, limit, machine and build; with --checkpoint D:\n"
+     "D/.osdp-profiles); off: never"},
+    {"reprofile", NULL, NULL, "with --plan auto: profile anew even when the cache has this setting's"},
     {NULL, NULL, NULL, NULL}};
 
 const OptionSpec setup_profile_options[] = {
@@ -271,3 +327,65 @@ const OptionSpec setup_device_options[] = {
     {"tf32", "on|off", "on", "with cuda: matrix products on TF32 tensor cores, or in full fp32"},
     {"precision", "P", "fp32", "fp32 (bf16 mixed precision is not built yet)"},
     {NULL, NULL, NULL, NULL}};
+
+/* The model shape of weights file `path` in *cfg: the file's own, or --model's (which must
+** agree with the file's; it supplies n_head when a safetensors file does not record it). */
+static int weights_config(const char* path, const char* model, const char* who, GptConfig* cfg) {
+  GptConfig fc;
+  if (weights_read_config(path, &fc)) return -1;
+  if (!model) {
+    if (fc.n_head == 0)
+      return osdp_fail("%s: %s does not record its number of heads (no n_head in its "
+                       "safetensors __metadata__); give --model with the model's shape (a preset "
+                       "or a JSON file)", who, path);
+    *cfg = fc;
+    return 0;
+  }
+  if (gpt_config_load(model, cfg)) return -1;
+  char why[128];
+  if (!weights_config_differs(cfg, &fc, why, sizeof why)) {
+    cfg->padded_vocab = fc.padded_vocab; /* keep the file's padding (llm.c files record it) */
+    return 0;
+  }
+  char heads[16] = "?";
+  if (fc.n_head) snprintf(heads, sizeof heads, "%d", fc.n_head);
+  return osdp_fail("%s: %s holds a model of L=%d C=%d heads=%s V=%d maxT=%d, but --model %s "
+                   "is L=%d C=%d heads=%d V=%d maxT=%d (%s); drop --model to use the file's", who, path,
+                   fc.n_layer, fc.n_embd, heads, fc.vocab_size, fc.max_seq, model, cfg->n_layer,
+                   cfg->n_embd, cfg->n_head, cfg->vocab_size, cfg->max_seq, why);
+}
+
+int setup_read_weights(const char* path, const char* model, const char* who, GptDesc* d,
+                       float** params) {
+  memset(d, 0, sizeof *d);
+  *params = NULL;
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode) && !safetensors_dir_holds(path)) {
+    /* A checkpoint directory of osdp train --checkpoint (or one step of it). */
+    GptConfig cfg;
+    if (train_state_load_params(path, &cfg, params)) return -1;
+    GptConfig want;
+    if (model && (gpt_config_load(model, &want) || want.n_layer != cfg.n_layer ||
+                  want.n_embd != cfg.n_embd || want.vocab_size != cfg.vocab_size ||
+                  want.max_seq != cfg.max_seq)) {
+      free(*params);
+      *params = NULL;
+      return osdp_fail("%s: --model %s does not match the checkpoint's model %s", who, model,
+                       cfg.name);
+    }
+    if (gpt_desc_build(d, &cfg)) { free(*params); *params = NULL; return -1; }
+    return 0;
+  }
+  GptConfig cfg;
+  if (weights_config(path, model, who, &cfg) || gpt_desc_build(d, &cfg)) return -1;
+  *params = malloc(d->n_params * sizeof(float));
+  int rc = *params ? weights_load(path, d, *params)
+                   : osdp_fail("%s: out of host memory for the %zu parameters of %s",
+                               who, d->n_params, path);
+  if (rc) {
+    free(*params);
+    *params = NULL;
+    gpt_desc_free(d);
+  }
+  return rc;
+}

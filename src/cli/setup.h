@@ -25,6 +25,15 @@ typedef struct PlanReport {
 /* The model of --model (a preset or JSON file), or of the --load checkpoint when --model is
 ** absent, or def. With both, the shapes must agree. */
 int setup_model(const Args* a, const char* def, GptDesc* d);
+/* The model and weights of a weights file or checkpoint at path (the one place an input of
+** export and sample becomes a model): an llm.c or safetensors file (told apart by content), a
+** Hugging Face model directory or index, or a checkpoint directory of osdp train (DIR/step-N or
+** a --checkpoint DIR: its newest). model (NULL: none) is --model, which must agree with the
+** file and supplies n_head where a safetensors file lacks it. *d is built and *params (op-block
+** order, the caller frees) filled; who names the command in errors. Returns 0, or -1 with a
+** one-line error (nothing left allocated). */
+int setup_read_weights(const char* path, const char* model, const char* who, GptDesc* d,
+                       float** params);
 /* Registers the command's files (core/output.h) before any work: the inputs --model, --load,
 ** --plan, --devices, --resume and --data's FILE (text:FILE, tokens:FILE), then the outputs named
 ** in `outputs` (option names, NULL-terminated). -1 with an error naming both options when an
@@ -59,12 +68,12 @@ int setup_train_options(const Args* a, TrainOptions* o);
 ** and train --plan auto. */
 int profile_options_from_args(const Args* a, const GptDesc* d, long def_T, ProfileOptions* o);
 /* `--plan auto`: profiles this run's ranks for model d at sequence T, searches the candidate
-** plans under --mem-limit (micro-batch at most max_batch), trains each for --trial-steps steps
+** plans under --mem-limit (micro-batch from min_batch to max_batch), trains each for --trial-steps steps
 ** (default 6, in 3 rounds; 0: the prediction alone decides) and returns the measured fastest with its
 ** predicted cost. Trial engines are discarded, so the run starts from the same weights and data
 ** as without a trial. Prints the plan table on rank 0 unless quiet. */
-int setup_auto_plan(const Args* a, const GptDesc* d, int T, int max_batch, int quiet, Plan* p,
-                    PlanCost* cost, PlanReport* report);
+int setup_auto_plan(const Args* a, const GptDesc* d, int T, int min_batch, int max_batch, int quiet,
+                    Plan* p, PlanCost* cost, PlanReport* report);
 /* Finds the candidate plans (planner_candidates), trials them if asked, and prints the chosen
 ** plan, the candidates and the uniform plans on rank 0 (tables, or one JSON object). Returns
 ** the chosen plan and its predicted cost; 0, or -1 when nothing fits or no trial ran. */

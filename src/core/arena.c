@@ -116,6 +116,8 @@ void* arena_alloc_uninit(Arena* a, size_t bytes, MemCategory cat, const char* wh
     b->bytes = bytes;
     b->cat = cat;
     account(a, cat, bytes, +1);
+    a->last_fresh = b->offset >= a->untouched;
+    if (b->offset + b->size > a->untouched) a->untouched = b->offset + b->size;
     return a->base + b->offset;
   }
   osdp_fail("arena: address space exhausted allocating %zu bytes for %s", bytes, what);
@@ -124,7 +126,9 @@ void* arena_alloc_uninit(Arena* a, size_t bytes, MemCategory cat, const char* wh
 
 void* arena_alloc(Arena* a, size_t bytes, MemCategory cat, const char* what) {
   void* p = arena_alloc_uninit(a, bytes, cat, what);
-  if (p) a->mem.zero(p, bytes);
+  /* Memory never handed out is still the reservation's zeros where the backend says so: the
+  ** fill would only touch every page now instead of at first use. */
+  if (p && !(a->mem.reserved_zero && a->last_fresh)) a->mem.zero(p, bytes);
   return p;
 }
 

@@ -33,6 +33,9 @@ typedef struct ArenaMemory {
   void (*release)(void* base, size_t bytes);
   void (*zero)(void* p, size_t bytes);
   size_t (*available)(void);                /* bytes reserve can still give; 0 = not bounded */
+  int reserved_zero;                        /* 1: freshly reserved memory reads as zeros (the
+                                            ** CPU's anonymous mappings), so a block never
+                                            ** handed out before needs no zero fill */
 } ArenaMemory;
 
 typedef struct ArenaBlock { size_t offset, size, bytes; int used; MemCategory cat; } ArenaBlock;
@@ -47,6 +50,8 @@ typedef struct Arena {
   size_t cur[MEM_CATEGORY_COUNT], peak[MEM_CATEGORY_COUNT];
   size_t cur_total, peak_total;
   size_t peak_at[MEM_CATEGORY_COUNT]; /* per-category bytes at the moment of the total peak */
+  size_t untouched;        /* bytes from here to the end were never handed out */
+  int last_fresh;          /* the last block allocated lay wholly in the untouched range */
 } Arena;
 
 /* Reserves the arena from mem. capacity = limit on live bytes (0: unlimited). Where mem is

@@ -439,3 +439,27 @@ const char* data_token_text(const DataSource* ds, int token, char buf[DATA_TOKEN
                                               "8", "9", "+", "=", ";", "_"};
   return strcpy(buf, names[token]);
 }
+
+/* The addition token of character ch, or -1. */
+static int addition_token_of(char ch) {
+  if (ch >= '0' && ch <= '9') return ch - '0';
+  const char* sym = "+=;_";
+  const char* p = ch ? strchr(sym, ch) : NULL;
+  return p ? DATA_ADD_PLUS + (int)(p - sym) : -1;
+}
+
+int data_encode(const DataSource* ds, const char* text, int* ids, int max) {
+  if (ds->kind == SOURCE_TOKENS)
+    return osdp_fail("--prompt: a tokens file has no text encoding here; give the token ids "
+                     "with --prompt-tokens 15496,11,995");
+  int n = 0;
+  for (const char* c = text; *c; c++) {
+    if (n >= max) return osdp_fail("--prompt: more than %d tokens", max);
+    int t = ds->kind == SOURCE_TEXT ? (unsigned char)*c : addition_token_of(*c);
+    if (t < 0)
+      return osdp_fail("--prompt: '%c' is not a token of the addition task (digits, '+', '=', "
+                       "';' and '_'), as in --prompt \"347+285=\"", *c);
+    ids[n++] = t;
+  }
+  return n;
+}

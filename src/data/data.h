@@ -132,4 +132,10 @@ long data_batch_problem_count(const DataSource* ds, int global_rows);
 ** token files (no decoder here); "?" for an id outside the vocabulary. Returns buf. */
 const char* data_token_text(const DataSource* ds, int token, char buf[DATA_TOKEN_TEXT]);
 
+/* Token ids of text for prompts (osdp sample): for addition each character is its token ('0'..'9',
+** '+', '=', ';', '_'), for text each byte. Writes at most max ids; returns their count, or -1
+** with an error naming --prompt (a character outside the addition task, too long, or a tokens
+** file, which has no text encoding here). */
+int data_encode(const DataSource* ds, const char* text, int* ids, int max);
+
 #endif

@@ -38,6 +38,7 @@ typedef struct Backend {
   ** on first touch; CUDA: one cudaMalloc) or NULL with an error set (osdp_fail). */
   void* (*reserve)(size_t bytes);
   void (*release)(void* base, size_t bytes);
+  int reserve_zeroed;       /* 1: what reserve returns reads as zeros (CPU: anonymous mmap) */
   /* Bytes the backend could still reserve (CUDA: free device memory; CPU: 0 = not bounded by
   ** the backend). */
   size_t (*available)(void);

@@ -36,6 +36,7 @@ static const Backend cpu_backend = {
     .device_memory = 0,
     .reserve = cpu_reserve,
     .release = cpu_release,
+    .reserve_zeroed = 1,
     .available = cpu_available,
     .zero = cpu_zero,
     .copy = cpu_copy,

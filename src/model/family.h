@@ -6,12 +6,24 @@
 ** from the op list; the step is the only family code that runs during training.
 **
 ** Adding a family: a file like gpt2.c (presets, config keys, the op list), its step like
-** gpt2_step.c, any new kernels (kernels/kernel_list.h), and a line in gpt.c's `families`.
+** gpt2_step.c, its one-position decoder like gpt2_decode.c, any new kernels
+** (kernels/kernel_list.h), and a line in gpt.c's `families`.
 */
 #ifndef OSDP_FAMILY_H
 #define OSDP_FAMILY_H
 
 #include "model/gpt_step.h"
+
+struct Decoder;
+
+/* A family's decoding (decode.h): `shape` gives the floats of keys per layer and position its KV
+** cache holds and of the working buffers of one position; `token` is one position's forward:
+** token at position pos (dec->len), its keys and values into the cache, the next token's logits
+** into dec->logits. */
+typedef struct DecodeFns {
+  void (*shape)(const GptDesc* d, int* kv_dim, size_t* work_floats);
+  void (*token)(struct Decoder* dec, int token, int pos);
+} DecodeFns;
 
 /* One precision's step of a family (see gpt_forward_f32 / gpt_backward_f32 in gpt_step.h). */
 typedef struct StepPasses {
@@ -33,6 +45,7 @@ typedef struct ModelFamily {
   size_t (*scratch_bytes)(const GptDesc* d, int B, int T, size_t elem, int threads);
   const StepPasses* f32;
   const StepPasses* f64;
+  const DecodeFns* decode;
   /* safetensors files: a prefix names may carry ("transformer."), the name of a tied LM head
   ** that must equal the embedding (NULL: untied), the prefix of layer tensors before their
   ** layer number ("h."), and per-layer tensor suffixes files carry that osdp ignores. */

@@ -162,6 +162,7 @@ static const ModelFamily gpt2_family = {
     .scratch_bytes = gpt2_scratch_bytes,
     .f32 = &gpt2_step_f32,
     .f64 = &gpt2_step_f64,
+    .decode = &gpt2_decode,
     .hf_prefix = "transformer.",
     .hf_tied_head = "lm_head.weight",
     .hf_tied_to = "wte.weight",

@@ -220,6 +220,7 @@ static const ModelFamily llama_family = {
     .scratch_bytes = llama_scratch_bytes,
     .f32 = &llama_step_f32,
     .f64 = &llama_step_f64,
+    .decode = &llama_decode,
     .hf_prefix = "",
     .hf_tied_head = "lm_head.weight",
     .hf_tied_to = "model.embed_tokens.weight",

@@ -61,6 +61,8 @@ SearchOptions normalized_options(const GptDesc* d, const SearchOptions* in) {
   if (o.min_recompute < 0) o.min_recompute = 0;
   if (o.min_recompute > o.max_recompute) o.min_recompute = o.max_recompute;
   if (o.max_batch <= 0) o.max_batch = 512;
+  if (o.min_batch <= 0) o.min_batch = 1;
+  if (o.min_batch > o.max_batch) o.min_batch = o.max_batch;
   if (o.max_slices <= 0) o.max_slices = GPT_MAX_SLICES;
   if (o.shard_group < 0) o.shard_group = 0;
   if (o.reduce_dtype != REDUCE_BF16 && o.reduce_dtype != SEARCH_REDUCE_AUTO) o.reduce_dtype = REDUCE_FP32;

@@ -14,7 +14,11 @@
 **    ranks one level is measured over the world;
 **  - compute: every op's forward+backward time inside real dp steps of the engine, without the
 **    time its hooks spend in communication calls (engine_time_ops), at micro-batch 1, 2, 4, ...
-**    and, for the splittable ops, at k = 2, 4, 8 slices; fitted as fixed + per-sample seconds;
+**    and, for the splittable ops, at k = 1, 2, 4, 8 slices; fitted as fixed + per-sample seconds.
+**    The layers are identical, so they share the work: in one step each layer's splittable ops
+**    run at one of the four slice counts in turn, and an op's time at a count is the mean over
+**    the layers that ran it (one step instead of four per micro-batch); the embedding and head
+**    are split in three more steps at the middle micro-batch;
 **  - the rest of a step ("overhead") and the optimizer: the dp step minus its op compute,
 **    optimizer and time in communication calls;
 **  - the collectives inside steps: real dp steps (all-reduce buckets) and zero3 steps (blocking
@@ -291,66 +295,172 @@ static int largest_fitting_batch(const GptDesc* d, const DeviceInfo* dev, int T,
   return B;
 }
 
+/* ---- Compute: every op at every slice count, identical layers sharing the work ---------- */
+
+/* Every layer has the same ops, so one step can time an op at all four slice levels (k = 1, 2,
+** 4, 8) at once: layer l's splittable ops run at level (r * L + l) mod 4 in rotation r, and
+** ceil(4 / L) rotations (one from 4 layers on) give every level some layers. Ops outside the
+** layers (the embedding and the head that uses its weights) run unsplit in the rotations and at
+** each level once more, at the middle micro-batch. */
+static int rotations(const GptDesc* d) {
+  int L = d->cfg.n_layer;
+  return L >= DEVICE_SLICE_LEVELS ? 1 : (DEVICE_SLICE_LEVELS + L - 1) / L;
+}
+
+/* The slice level of op i in rotation r with the ops outside the layers at level outer. */
+static int op_level(const GptDesc* d, int i, int r, int outer) {
+  int l = d->ops[i].layer;
+  return l >= 0 ? (r * d->cfg.n_layer + l) % DEVICE_SLICE_LEVELS : outer;
+}
+
+/* The plan of one compute measurement: dp, every splittable op in 2^op_level slices (as far as
+** its rows allow). */
+static int rotated_plan(const GptDesc* d, int B, int T, int r, int outer, Plan* p) {
+  if (plan_uniform(p, d, STRAT_DP, comm_size(), B, T)) return -1;
+  for (int i = 0; i < d->nops; i++) {
+    const GptOp* op = &d->ops[i];
+    if (!op->n_params || !op->splittable) continue;
+    int k = 1 << op_level(d, i, r, outer);
+    p->ops[i].k = (size_t)k > op->rows ? (int)op->rows : k;
+    for (int j = 0; j < p->ops[i].k; j++) p->ops[i].strat[j] = STRAT_DP;
+  }
+  return 0;
+}
+
+/* Op seconds summed per (op, level, micro-batch point) over the measurements, and how many. */
+typedef struct OpSamples {
+  int nops;
+  double* sum;  /* [level][point][op] */
+  int* count;
+} OpSamples;
+
+#define SAMPLE(x, l, j, i) ((size_t)((l) * PROFILE_MAX_POINTS + (j)) * (size_t)(x)->nops + (size_t)(i))
+
+/* Which level op i ran at in a measurement: its own for a splittable op or one using another
+** op's (split) weights; level 0 for the rest, which have no slices. */
+static int measured_level(const GptDesc* d, int i, int r, int outer) {
+  const GptOp* op = &d->ops[i];
+  int tied = op->owner >= 0 && op->owner != i;
+  if (!op->splittable && !tied) return 0;
+  return op_level(d, tied ? op->owner : i, r, outer);
+}
+
+/* Measures plan (r, outer) at micro-batch point j (micro-batch B) and adds each op's seconds to
+** x; the step's figures go to *m and its op compute sum to *ops_s. */
+static int measure_rotated(const GptDesc* d, const ProfileOptions* o, int B, int j, int r, int outer,
+                           OpSamples* x, double* op_s, PlanMeasure* m, double* ops_s) {
+  Plan p;
+  if (rotated_plan(d, B, o->seq, r, outer, &p)) return -1;
+  int rc = planner_measure_plan(d, &p, o->backend, o->threads, 0, o->steps, m, op_s);
+  plan_free(&p);
+  if (rc) return -1;
+  *ops_s = 0;
+  for (int i = 0; i < d->nops; i++) {
+    int l = measured_level(d, i, r, outer);
+    x->sum[SAMPLE(x, l, j, i)] += op_s[i];
+    x->count[SAMPLE(x, l, j, i)]++;
+    *ops_s += op_s[i];
+  }
+  return 0;
+}
+
+/* Mean seconds of op i at level l, point j: over the layers for a layer op (identical layers
+** share their samples), its own otherwise; -1 when never measured. */
+static double sample_mean(const GptDesc* d, const OpSamples* x, int i, int l, int j) {
+  double sum = 0;
+  int n = 0;
+  if (d->ops[i].layer < 0) {
+    sum = x->sum[SAMPLE(x, l, j, i)];
+    n = x->count[SAMPLE(x, l, j, i)];
+  } else {
+    int within = (i - d->first_layer_op) % d->ops_per_layer;
+    for (int ll = 0; ll < d->cfg.n_layer; ll++) {
+      int ii = gpt_layer_op(d, ll, within);
+      sum += x->sum[SAMPLE(x, l, j, ii)];
+      n += x->count[SAMPLE(x, l, j, ii)];
+    }
+  }
+  return n ? sum / n : -1;
+}
+
+/* Fits op i's times into ot: each level from the points measured at it; a level measured at one
+** point only (outside the layers) as level 0's fit scaled by their ratio there. */
+static void fit_op(const GptDesc* d, const OpSamples* x, const DpPoints* pts, int i, OpTime* ot) {
+  const GptOp* op = &d->ops[i];
+  int sliced = op->splittable || (op->owner >= 0 && op->owner != i);
+  snprintf(ot->name, sizeof ot->name, "%s", op->name);
+  for (int l = 0; l < (sliced ? DEVICE_SLICE_LEVELS : 1); l++) {
+    int Bl[PROFILE_MAX_POINTS], m = 0, last = -1;
+    double col[PROFILE_MAX_POINTS];
+    for (int j = 0; j < pts->n; j++) {
+      double t = sample_mean(d, x, i, l, j);
+      if (t < 0) continue;
+      Bl[m] = pts->B[j];
+      col[m++] = t;
+      last = j;
+    }
+    if (m == 0) continue;
+    if (m >= 2 || l == 0) {
+      fit_op_time(Bl, col, m, &ot->fixed_s[l], &ot->per_sample_s[l]);
+    } else {
+      double base = sample_mean(d, x, i, 0, last), r = base > 0 ? col[0] / base : 1;
+      ot->fixed_s[l] = r * ot->fixed_s[0];
+      ot->per_sample_s[l] = r * ot->per_sample_s[0];
+    }
+    ot->measured[l] = 1;
+  }
+}
+
+/* Whether the model has splittable ops outside its layers (the embedding). */
+static int has_outer_slices(const GptDesc* d) {
+  for (int i = 0; i < d->nops; i++)
+    if (d->ops[i].layer < 0 && d->ops[i].splittable && d->ops[i].n_params) return 1;
+  return 0;
+}
+
 /* Times every op inside real dp steps at micro-batches 1, 2, 4, ... (until a step takes a
-** quarter second and no larger batch fits the limit, or a step takes 4 s, or 64) unsplit, then with the splittable ops at k = 2, 4, 8 at the first,
-** middle and last of those batches, and fits each op per slice count into dev->op_times. The
-** unsplit steps' measurements are kept in *pts for the rest of the profile. */
+** quarter second and no larger batch fits the limit, or a step takes 4 s, or 64), every level
+** of the layers' splittable ops in the same steps (rotations), the ops outside the layers at
+** k = 2, 4, 8 at the middle micro-batch, and fits each op per slice count into dev->op_times.
+** The first rotation's step figures are kept in *pts for the rest of the profile. */
 static int profile_compute(const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev, DpPoints* pts) {
-  int n = d->nops, rc = 0;
-  double* t = calloc((size_t)n * PROFILE_MAX_POINTS * DEVICE_SLICE_LEVELS, sizeof(double));
-  double* col = malloc(PROFILE_MAX_POINTS * sizeof(double));
-  if (!t || !col) { free(t); free(col); return osdp_fail("out of host memory"); }
-#define AT(l, j, i) t[((size_t)(l) * PROFILE_MAX_POINTS + (size_t)(j)) * (size_t)n + (size_t)(i)]
+  int n = d->nops, rc = 0, R = rotations(d);
+  OpSamples x = {n, calloc((size_t)n * PROFILE_MAX_POINTS * DEVICE_SLICE_LEVELS, sizeof(double)),
+                 calloc((size_t)n * PROFILE_MAX_POINTS * DEVICE_SLICE_LEVELS, sizeof(int))};
+  double* op_s = malloc((size_t)n * sizeof(double));
+  if (!x.sum || !x.count || !op_s) rc = osdp_fail("out of host memory");
   memset(pts, 0, sizeof *pts);
   int bfit = largest_fitting_batch(d, dev, o->seq, 64); /* plans may use it */
-  for (int B = 1; pts->n < PROFILE_MAX_POINTS && B <= 64; B *= 2) {
-    Plan p;
-    progress(o, "timing a dp step and every operator", B);
-    if (profile_plan(d, STRAT_DP, B, o->seq, 1, &p)) { rc = -1; break; }
+  for (int B = 1; !rc && pts->n < PROFILE_MAX_POINTS && B <= 64; B *= 2) {
     int j = pts->n;
-    rc = planner_measure_plan(d, &p, o->backend, o->threads, 0, o->steps, &pts->m[j], &AT(0, j, 0));
-    plan_free(&p);
+    progress(o, R > 1 ? "timing dp steps (every operator, every slice count)"
+                      : "timing a dp step (every operator, every slice count)", B);
+    PlanMeasure extra;
+    double ignored;
+    rc = measure_rotated(d, o, B, j, 0, 0, &x, op_s, &pts->m[j], &pts->ops_s[j]);
+    for (int r = 1; !rc && r < R; r++) rc = measure_rotated(d, o, B, j, r, 0, &x, op_s, &extra, &ignored);
     if (rc) { if (j >= 2) { rc = 0; osdp_clear_error(); } break; } /* out of memory: fit what we have */
     pts->B[pts->n++] = B;
-    for (int i = 0; i < n; i++) pts->ops_s[j] += AT(0, j, i);
     /* Enough: two points and a quarter-second step, unless plans may use larger batches, which
     ** are then measured rather than extrapolated (while a step takes at most 4 s). */
     double st = pts->m[j].step_s;
     if (pts->n >= 2 && st > 0.25 && (2 * B > bfit || st > 4.0)) break;
   }
-  int np = pts->n, sample[3] = {0, np / 2, np - 1};
-  for (int si = 0; !rc && si < 3; si++) {
-    int j = sample[si];
-    if (si > 0 && j == sample[si - 1]) continue;
-    progress(o, "timing split operators (k = 2, 4, 8)", pts->B[j]);
-    for (int l = 1; !rc && l < DEVICE_SLICE_LEVELS; l++) {
-      Plan p;
-      PlanMeasure m;
-      rc = profile_plan(d, STRAT_DP, pts->B[j], o->seq, 1 << l, &p);
-      if (!rc) rc = planner_measure_plan(d, &p, o->backend, o->threads, 0, o->steps, &m, &AT(l, j, 0));
-      plan_free(&p);
-    }
+  int jm = pts->n / 2;
+  if (!rc && has_outer_slices(d)) progress(o, "timing the embedding and head split (k = 2, 4, 8)", pts->B[jm]);
+  for (int l = 1; !rc && has_outer_slices(d) && l < DEVICE_SLICE_LEVELS; l++) {
+    PlanMeasure m;
+    double ignored;
+    rc = measure_rotated(d, o, pts->B[jm], jm, 0, l, &x, op_s, &m, &ignored);
   }
-  for (int i = 0; !rc && i < n; i++) {
-    OpTime* ot = &dev->op_times[i];
-    snprintf(ot->name, sizeof ot->name, "%s", d->ops[i].name);
-    for (int l = 0; l < DEVICE_SLICE_LEVELS; l++) {
-      if (l > 0 && !(d->ops[i].splittable || (d->ops[i].owner >= 0 && d->ops[i].owner != i))) continue;
-      int Bl[PROFILE_MAX_POINTS], m = 0;
-      for (int j = 0; j < np; j++) {
-        if (l > 0 && j != sample[0] && j != sample[1] && j != sample[2]) continue;
-        Bl[m] = pts->B[j];
-        col[m++] = AT(l, j, i);
-      }
-      fit_op_time(Bl, col, m, &ot->fixed_s[l], &ot->per_sample_s[l]);
-      ot->measured[l] = 1;
-    }
-  }
-#undef AT
-  free(t);
-  free(col);
+  for (int i = 0; !rc && i < n; i++) fit_op(d, &x, pts, i, &dev->op_times[i]);
+  free(x.sum);
+  free(x.count);
+  free(op_s);
   return rc;
 }
+
+#undef SAMPLE
 
 /* The replay's exposed seconds of collective `kind` for plan p (its other settings as in dev). */
 static double replay_exposed(const GptDesc* d, const DeviceInfo* dev, const Plan* p, int kind) {
@@ -415,14 +525,14 @@ static int profile_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* 
   if (N == 1) return 0;
   Plan p;
   for (int j = 0; j < np; j++) { /* all-reduce: median over the micro-batches of measured/replay */
-    if (profile_plan(d, STRAT_DP, pts->B[j], o->seq, 1, &p)) return -1;
+    if (rotated_plan(d, pts->B[j], o->seq, 0, 0, &p)) return -1; /* the plan measured */
     plan_model(dev, &p, COLL_ALLREDUCE)->in_step = 1;
     double alone = replay_exposed(d, dev, &p, COLL_ALLREDUCE);
     ratio[j] = alone > 0 ? pts->m[j].wait_s[COMM_ALLREDUCE] / alone : 1;
     plan_free(&p);
   }
   int jm = np / 2, B = pts->B[jm];
-  if (profile_plan(d, STRAT_DP, B, o->seq, 1, &p)) return -1;
+  if (rotated_plan(d, B, o->seq, 0, 0, &p)) return -1;
   calibrate(d, dev, &p, COLL_ALLREDUCE, median_of(ratio, np) * replay_exposed(d, dev, &p, COLL_ALLREDUCE));
   plan_free(&p);
   /* zero3, unsplit: every weight gathered, every gradient reduce-scattered, blocking. */

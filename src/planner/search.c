@@ -417,6 +417,15 @@ static int no_fit_error(const Driver* x, size_t min_bytes, int R) {
                    x->o.seq, format_bytes((double)min_bytes, need), min_bytes, rec);
 }
 
+/* The error for a smallest micro-batch (min_batch) larger than the largest that fits (nb). */
+static int batch_fit_error(const Driver* x, int nb) {
+  char lim[32];
+  return osdp_fail("no plan fits micro-batch %d of %s in %s per rank on %d rank(s) at seq %d (the "
+                   "largest that fits is %d); lower --batch, raise the limit or add ranks",
+                   x->o.min_batch, x->d->cfg.name, format_bytes((double)x->dev->mem_limit, lim),
+                   x->dev->ranks, x->o.seq, nb);
+}
+
 /* The smallest limit any plan fits (micro-batch 1, the allowed recompute count with the fewest
 ** batch bytes, which goes to *R). */
 static size_t smallest_limit(const Driver* x, int* R) {
@@ -458,7 +467,7 @@ static int search_batches_of(const GptDesc* d, const DeviceInfo* dev, const Sear
   while (!rc && nb < x.o.max_batch && recompute_counts(&x, nb + 1, rs) > 0) nb++;
   BatchBest* v = rc ? NULL : calloc((size_t)(nb > 0 ? nb : 1), sizeof *v);
   if (!rc && !v) rc = osdp_fail("out of memory");
-  for (int B = nb; B >= 1 && !rc; B--) {
+  for (int B = nb; B >= x.o.min_batch && !rc; B--) {
     int nr = recompute_counts(&x, B, rs);
     double bar = n >= keep ? v[keep - 1].sps : 0;
     if (nr == 0 || batch_bound(&x, B, rs[0]) < bar * (1 - 1e-13)) continue;
@@ -470,6 +479,7 @@ static int search_batches_of(const GptDesc* d, const DeviceInfo* dev, const Sear
     if (!rc && b.sps > 0) insert_batch(v, &n, &b);
     else plan_free(&b.plan);
   }
+  if (!rc && n == 0 && nb < x.o.min_batch) rc = batch_fit_error(&x, nb);
   if (!rc && n == 0) rc = no_fit_error(&x, *min_bytes, Rmin);
   *out = v;
   *nout = n;

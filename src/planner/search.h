@@ -23,6 +23,8 @@ typedef struct SearchOptions {
   int seq;                   /* sequence length T (<= the model's max_seq) */
   int max_batch;             /* largest micro-batch tried (<= 0: 512); the search also stops
                              ** where activations alone exceed the limit */
+  int min_batch;             /* smallest micro-batch tried (<= 0: 1); min = max fixes it, so a
+                             ** run keeps the global batch its recipe was tuned for */
   int max_slices;            /* largest slice count k, from {1, 2, 4, 8} (<= 0: 8) */
   int allow[STRAT_COUNT];    /* strategies a slice may use (all zero: all allowed) */
   int max_recompute;         /* most layers that may recompute their activations in backward:

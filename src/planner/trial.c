@@ -64,19 +64,49 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
 /* Rounds a trial is split into: every candidate runs once per round, in turn, so a slow spell
 ** of the machine (another process) falls on several candidates, not on one. */
 #define TRIAL_ROUNDS 3
+/* After a round, a candidate whose fastest round so far is this much slower (in samples/s) than
+** the fastest candidate's runs no more rounds: noise only ever slows a step down, so more rounds
+** could not make it the fastest, and its rounds cost as much as the contenders'. */
+#define TRIAL_DROP_RATIO 1.25
+
+/* Samples per second of candidate c at step time step_s. */
+static double trial_sps(const Candidate* c, double step_s) {
+  return (double)comm_size() * c->plan.micro_batch / step_s;
+}
+
+/* After a round: marks (dropped[i] = 1) the candidates clearly slower than the leader. */
+static void trial_drop_slow(const Candidate* c, int n, const TrialResult* r, int* dropped,
+                            int verbose) {
+  int lead = -1;
+  for (int i = 0; i < n; i++)
+    if (r[i].ok && (lead < 0 || trial_sps(&c[i], r[i].step_s) > trial_sps(&c[lead], r[lead].step_s)))
+      lead = i;
+  for (int i = 0; lead >= 0 && i < n; i++) {
+    double ratio = trial_sps(&c[lead], r[lead].step_s) / trial_sps(&c[i], r[i].step_s);
+    if (!r[i].ok || dropped[i] || ratio < TRIAL_DROP_RATIO) continue;
+    dropped[i] = 1;
+    if (verbose && comm_rank() == 0)
+      printf("trial: %s is %.2fx slower than %s: no more rounds for it\n", c[i].origin, ratio,
+             c[lead].origin);
+  }
+}
 
 int planner_trial(const GptDesc* d, const Candidate* c, int n, const Backend* bk, int threads, size_t mem_limit,
                   int steps, int verbose, TrialResult* r) {
   int best = -1, per_round = (steps + TRIAL_ROUNDS - 1) / TRIAL_ROUNDS;
   if (per_round < 2) per_round = 2;
+  int* dropped = calloc((size_t)(n > 0 ? n : 1), sizeof *dropped);
+  if (!dropped) return osdp_fail("out of host memory");
   for (int i = 0; i < n; i++) memset(&r[i], 0, sizeof r[i]);
   for (int round = 0; round < TRIAL_ROUNDS; round++) {
+    int left = 0;
+    for (int i = 0; i < n; i++) left += round == 0 || (r[i].ok && !dropped[i]);
     if (verbose && comm_rank() == 0) {
-      printf("trial round %d/%d: %d candidates, %d steps each\n", round + 1, TRIAL_ROUNDS, n, per_round);
+      printf("trial round %d/%d: %d candidates, %d steps each\n", round + 1, TRIAL_ROUNDS, left, per_round);
       fflush(stdout);
     }
     for (int i = 0; i < n; i++) {
-      if (round > 0 && !r[i].ok) continue; /* did not run: it will not now */
+      if (round > 0 && (!r[i].ok || dropped[i])) continue; /* did not run, or clearly slower */
       PlanMeasure m;
       if (planner_measure_plan(d, &c[i].plan, bk, threads, mem_limit, per_round, &m, NULL)) {
         if (verbose && comm_rank() == 0)
@@ -88,10 +118,12 @@ int planner_trial(const GptDesc* d, const Candidate* c, int n, const Backend* bk
       r[i].ok = 1;
       r[i].peak = m.peak;
     }
+    if (round + 1 < TRIAL_ROUNDS) trial_drop_slow(c, n, r, dropped, verbose);
   }
+  free(dropped);
   for (int i = 0; i < n; i++) {
     if (!r[i].ok) continue;
-    r[i].samples_per_s = (double)comm_size() * c[i].plan.micro_batch / r[i].step_s;
+    r[i].samples_per_s = trial_sps(&c[i], r[i].step_s);
     if (best < 0 || r[i].samples_per_s > r[best].samples_per_s) best = i;
   }
   if (best < 0) return osdp_fail("trial: none of the %d candidate plans ran", n);

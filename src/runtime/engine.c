@@ -291,7 +291,8 @@ static int engine_build(Engine* e, const GptDesc* d, const Plan* p, const TrainO
   plan_predict_memory(d, p, opt->threads, &e->predicted);
   if (opt->mem_limit && e->predicted.peak > opt->mem_limit) return memory_limit_error(e);
   if (!opt->mem_limit && !e->bk->available() && host_memory_error(e)) return -1;
-  ArenaMemory mem = {e->bk->reserve, e->bk->release, e->bk->zero, e->bk->available};
+  ArenaMemory mem = {e->bk->reserve, e->bk->release, e->bk->zero, e->bk->available,
+                     e->bk->reserve_zeroed};
   if (arena_init(&e->arena, opt->mem_limit, &mem)) return -1;
   e->slices = calloc((size_t)d->nops, sizeof *e->slices);
   e->slice_counts = calloc((size_t)d->nops, sizeof *e->slice_counts);

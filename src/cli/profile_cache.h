@@ -1,0 +1,46 @@
+/*
+** profile_cache.h: `train --plan auto` measures this run's ranks once per machine and setting,
+** not on every start.
+**
+** A profile (planner/profile.h) depends on the model, the sequence length, the ranks and how
+** they sit on hosts, the kernel threads, the memory limit (which micro-batches it times), the
+** timed steps, the device, the machine and the build. Those facts, written out as text, are the
+** profile's KEY; the cache directory holds for each key two files named by the key's FNV-1a
+** hash: <hash>.json, the device file itself (what `osdp profile --out` writes; `osdp plan
+** --devices` reads it too), and <hash>.key, the key's text, compared whole on lookup so a hash
+** collision can never hand over another setting's profile. Both are written atomically, the
+** key last: an entry is complete or absent.
+**
+** The directory: --profile-cache DIR; else DIR/.osdp-profiles under --checkpoint DIR; else
+** $XDG_CACHE_HOME/osdp, or ~/.cache/osdp. `--profile-cache off` neither reads nor writes one.
+*/
+#ifndef OSDP_CLI_PROFILE_CACHE_H
+#define OSDP_CLI_PROFILE_CACHE_H
+
+#include <stddef.h>
+
+#include "cli/cli.h"
+#include "model/gpt.h"
+#include "planner/device.h"
+#include "planner/profile.h"
+
+#define PROFILE_KEY_MAX 2048
+
+/* Where this run's cache lives: into dir (cap bytes); "" when there is none (off, or no home).
+** Returns 0, or -1 with an error naming --profile-cache. */
+int profile_cache_dir(const Args* a, char* dir, size_t cap);
+
+/* The key of a profile of model d with options o on this run's ranks, into key (rank 0's view
+** of the machine: its host name and CPU; every rank computes the same text otherwise). */
+void profile_cache_key(const GptDesc* d, const ProfileOptions* o, char key[PROFILE_KEY_MAX]);
+
+/* Collective: the cached profile of key in dir, loaded on every rank into dev. 1 when found
+** and every rank could read it (path receives its file), 0 when not (dev untouched). */
+int profile_cache_find(const char* dir, const char* key, DeviceInfo* dev, char* path, size_t cap);
+
+/* Rank 0: stores dev under key in dir (creating dir). Returns 0, or -1 with an error (the
+** caller reports it as a note: a cache that cannot be written costs time, not the run). */
+int profile_cache_store(const char* dir, const char* key, const DeviceInfo* dev, char* path,
+                        size_t cap);
+
+#endif
