@@ -56,7 +56,7 @@ static int tool_random(char** argv) {
   p.prefetch = (int)rng_below(&r, 2);
   p.overlap_reduce = (int)rng_below(&r, 2);
   for (int l = 0; l < p.nlayers; l++) p.recompute[l] = (int)rng_below(&r, 2);
-  int rc = plan_save(&p, &d, argv[5]);
+  int rc = plan_save(&p, &d, argv[5], "plan_tool");
   plan_free(&p);
   gpt_desc_free(&d);
   return rc ? 1 : 0;
@@ -216,7 +216,7 @@ static int tool_roundtrip(char** argv) {
     seen_ov[p.overlap_reduce]++;
     seen_rd[p.reduce_dtype]++;
     for (int l = 0; l < p.nlayers; l++) seen_rc[p.recompute[l] = (int)rng_below(&r, 2)]++;
-    if (plan_save(&p, &d, path) || plan_load(&q, &d, path)) {
+    if (plan_save(&p, &d, path, "plan_tool") || plan_load(&q, &d, path)) {
       printf("roundtrip: plan %d: %s\n", n, osdp_last_error());
       bad = 1;
     } else {

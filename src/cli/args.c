@@ -120,6 +120,19 @@ int args_parse(Args* a, const CommandSpec* c, int argc, char** argv) {
   return 0;
 }
 
+/* Separates positional arguments from flags (and their values), so that commands taking files
+** still parse their flags with args_parse. */
+void args_split(const CommandSpec* c, int argc, char** argv, char** pos, int* npos, char** opt,
+                int* nopt) {
+  *npos = *nopt = 0;
+  for (int i = 0; i < argc; i++) {
+    if (strncmp(argv[i], "--", 2) != 0) { pos[(*npos)++] = argv[i]; continue; }
+    opt[(*nopt)++] = argv[i];
+    const OptionSpec* o = command_option(c, argv[i] + 2);
+    if (o && o->value && i + 1 < argc) opt[(*nopt)++] = argv[++i];
+  }
+}
+
 const char* args_get(const Args* a, const char* key, const char* def) {
   const char* v = def;
   for (int i = 0; i < a->n; i++) if (strcmp(a->key[i], key) == 0) v = a->val[i];

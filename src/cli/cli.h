@@ -46,6 +46,12 @@ int args_help(const CommandSpec* c, int argc, char** argv);
 /* Parses "--key value" and "--switch" arguments against the command's declared flags. 0, or
 ** -1 with an error (an unknown flag names the nearest declared one). */
 int args_parse(Args* a, const CommandSpec* c, int argc, char** argv);
+/* Splits argv of a command that takes positional arguments (files) among its flags: an
+** argument starting with "--" goes to opt, followed by its value when c declares the flag with
+** one; everything else goes to pos, in order. pos and opt have room for argc entries; opt is
+** then what args_parse reads. */
+void args_split(const CommandSpec* c, int argc, char** argv, char** pos, int* npos, char** opt,
+                int* nopt);
 /* Prints c's help: the synopsis, the paragraph, every flag with its default, the notes. */
 void args_print_help(const CommandSpec* c, FILE* f);
 /* The declared flag of c named name, or NULL. */

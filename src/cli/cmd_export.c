@@ -40,16 +40,10 @@ static const CommandSpec export_spec = {
     "  OUT is written to a temporary file beside it (OUT.tmp-PID) and renamed, so a failed export\n"
     "  leaves an existing OUT as it was."};
 
-/* Splits argv into the positional arguments (FILE, OUT) and the options, so that the options
-** go through the shared parser. pos and opt have room for argc entries. */
-static int split_args(int argc, char** argv, char** pos, int* npos, char** opt, int* nopt) {
-  *npos = *nopt = 0;
-  for (int i = 0; i < argc; i++) {
-    if (strncmp(argv[i], "--", 2) != 0) { pos[(*npos)++] = argv[i]; continue; }
-    opt[(*nopt)++] = argv[i];
-    const OptionSpec* o = command_option(&export_spec, argv[i] + 2);
-    if (o && o->value && i + 1 < argc) opt[(*nopt)++] = argv[++i];
-  }
+/* Splits argv into the positional arguments and the options (args_split) and checks that the
+** positional ones are exactly FILE and OUT. pos and opt have room for argc entries. */
+static int export_args(int argc, char** argv, char** pos, int* npos, char** opt, int* nopt) {
+  args_split(&export_spec, argc, argv, pos, npos, opt, nopt);
   if (*npos == 2) return 0;
   return osdp_fail("osdp export: expected FILE and OUT, got %d positional argument%s; usage: "
                    "osdp export FILE --format llmc|safetensors OUT", *npos, *npos == 1 ? "" : "s");
@@ -106,7 +100,7 @@ int cmd_export(int argc, char** argv) {
   WeightsFormat fmt = WEIGHTS_LLMC;
   int npos = 0, nopt = 0, rc = -1;
   if (!pos || !opt) osdp_fail("out of host memory");
-  else if (split_args(argc, argv, pos, &npos, opt, &nopt) == 0 &&
+  else if (export_args(argc, argv, pos, &npos, opt, &nopt) == 0 &&
            args_parse(&a, &export_spec, nopt, opt) == 0) {
     if (!args_has(&a, "format"))
       osdp_fail("osdp export: --format is required: llmc or safetensors");

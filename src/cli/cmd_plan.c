@@ -410,7 +410,7 @@ int cmd_plan(int argc, char** argv) {
   ro.trial_steps = args_has(&a, "trial") ? (int)trial_steps : 0;
   if (plan_and_report(&d, &dev, &so, &ro, &p, &c)) return cli_report_error();
   const char* out = args_get(&a, "out", NULL);
-  int rc = out && comm_rank() == 0 ? plan_save(&p, &d, out) : 0;
+  int rc = out && comm_rank() == 0 ? plan_save(&p, &d, out, "--out") : 0;
   /* --svg: the chosen plan's memory over a step against the limit, and its strategies. */
   const char* svg = args_get(&a, "svg", NULL);
   if (!rc && svg && comm_rank() == 0) {

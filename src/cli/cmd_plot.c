@@ -36,18 +36,6 @@ static const CommandSpec plot_spec = {
     "  FILE is written to a temporary file beside it and renamed, so a failed plot leaves an\n"
     "  existing FILE as it was; a FILE that is one of the LOGs is refused."};
 
-/* Splits argv into the positional arguments (the logs) and the options, so that the options
-** go through the shared parser. pos and opt have room for argc entries. */
-static void split_args(int argc, char** argv, char** pos, int* npos, char** opt, int* nopt) {
-  *npos = *nopt = 0;
-  for (int i = 0; i < argc; i++) {
-    if (strncmp(argv[i], "--", 2) != 0) { pos[(*npos)++] = argv[i]; continue; }
-    opt[(*nopt)++] = argv[i];
-    const OptionSpec* o = command_option(&plot_spec, argv[i] + 2);
-    if (o && o->value && i + 1 < argc) opt[(*nopt)++] = argv[++i];
-  }
-}
-
 /* Fills labels[0..n) from --label (comma-separated, exactly n non-empty names that fit) or
 ** from the logs' file names. -1 with an error naming --label otherwise. */
 static int plot_labels(const char* spec, char** logs, int n, char (*labels)[PLOT_LABEL_MAX]) {
@@ -163,7 +151,7 @@ int cmd_plot(int argc, char** argv) {
   if (!pos || !opt) {
     osdp_fail("osdp plot: out of host memory");
   } else {
-    split_args(argc, argv, pos, &npos, opt, &nopt);
+    args_split(&plot_spec, argc, argv, pos, &npos, opt, &nopt);
     if (args_parse(&a, &plot_spec, nopt, opt) == 0) {
       rc = comm_rank() == 0 ? plot_run(&a, pos, npos) : 0;
       double failed = comm_allreduce_f64(comm_world(), rc ? 1.0 : 0.0); /* every rank got here */

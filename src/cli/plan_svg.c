@@ -6,12 +6,11 @@
 */
 #include "cli/plan_svg.h"
 
-#include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/svg_out.h"
 #include "core/output.h"
 #include "core/util.h"
 #include "model/gpt_step.h"
@@ -40,12 +39,6 @@ static const char* strat_text_colors[STRAT_COUNT] = {"#1f3b57", "#3d1f00", "#fff
 #define LIMIT_COLOR "#d62728"
 #define TRANSIENT_STROKE "#a07c00"
 
-/* The output file and whether any write to it has failed (checked once at the end). */
-typedef struct SvgOut {
-  FILE* f;
-  int err;     /* errno of the first failed write, or 0 */
-} SvgOut;
-
 /* One training step as the picture needs it: its parameter uses, the op making each use,
 ** the transient bytes live during each, and where the backward pass and the peak are. */
 typedef struct SvgStep {
@@ -57,40 +50,6 @@ typedef struct SvgStep {
   int peak_use;        /* first use with the largest transient */
   size_t max_live;     /* live[peak_use] */
 } SvgStep;
-
-/* Writes printf-style text to the file, remembering the first failure. */
-static void emit(SvgOut* o, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static void emit(SvgOut* o, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (vfprintf(o->f, fmt, ap) < 0 && !o->err) o->err = errno ? errno : EIO;
-  va_end(ap);
-}
-
-/* Writes s with XML's special characters escaped (for text and attribute values). */
-static void emit_escaped(SvgOut* o, const char* s) {
-  for (; *s; s++) {
-    switch (*s) {
-      case '&': emit(o, "&amp;"); break;
-      case '<': emit(o, "&lt;"); break;
-      case '>': emit(o, "&gt;"); break;
-      case '"': emit(o, "&quot;"); break;
-      case '\'': emit(o, "&apos;"); break;
-      default:
-        /* XML 1.0 forbids most control characters even escaped; show them as '?'. */
-        if ((unsigned char)*s < 0x20 && *s != '\t' && *s != '\n') emit(o, "?");
-        else emit(o, "%c", *s);
-    }
-  }
-}
-
-/* Writes one <text> element; attrs are extra attributes (font size, fill, ...). */
-static void emit_label(SvgOut* o, double x, double y, const char* anchor, const char* attrs,
-                       const char* s) {
-  emit(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" %s>", x, y, anchor, attrs);
-  emit_escaped(o, s);
-  emit(o, "</text>\n");
-}
 
 /* Characters (not bytes) of a UTF-8 string, to estimate a label's width. */
 static size_t utf8_len(const char* s) {
@@ -127,30 +86,10 @@ static int labels_overlap(const SvgLabel* a, const SvgLabel* b) {
 
 /* Writes a placed label on a white box, so it stays readable over bands, curves and lines. */
 static void emit_boxed_label(SvgOut* o, const SvgLabel* l, const char* attrs, const char* s) {
-  emit(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" rx=\"2\" fill=\"#fff\" "
-       "fill-opacity=\"0.88\"/>\n", l->left - 3, l->y - l->size, l->right - l->left + 6,
-       l->size + 5);
-  emit_label(o, l->x, l->y, l->anchor, attrs, s);
-}
-
-/* A byte count for an axis: format_bytes without a ".00" that adds nothing. */
-static char* axis_bytes(double b, char buf[32]) {
-  format_bytes(b, buf);
-  char* z = strstr(buf, ".00 ");
-  if (z) memmove(z, z + 3, strlen(z + 3) + 1);
-  return buf;
-}
-
-/* A round tick step (1, 2 or 5 times a power of ten of a binary unit) that cuts span into
-** about `target` intervals. */
-static double nice_step(double span, int target) {
-  static const double c[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1024};
-  double raw = span / target, unit = 1;
-  if (raw <= 1) return 1;
-  while (raw / unit >= 1024) unit *= 1024;
-  for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
-    if (c[i] * unit >= raw) return c[i] * unit;
-  return 1024 * unit;
+  svg_emit(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" rx=\"2\" fill=\"#fff\" "
+           "fill-opacity=\"0.88\"/>\n", l->left - 3, l->y - l->size, l->right - l->left + 6,
+           l->size + 5);
+  svg_text(o, l->x, l->y, l->anchor, attrs, s);
 }
 
 /* Frees what svg_step_load allocated. */
@@ -223,16 +162,16 @@ static double bytes_y(double b, double top_bytes, double top, double bot) {
 static void emit_timeline(SvgOut* o, const SvgStep* s, size_t base, double top_bytes,
                           double top, double bot) {
   double yb = bytes_y((double)base, top_bytes, top, bot);
-  emit(o, "<path fill=\"%s\" stroke=\"%s\" stroke-width=\"0.8\" stroke-linejoin=\"round\" d=\"M%.2f %.2f",
-       cat_colors[CAT_TRANSIENT], TRANSIENT_STROKE, PX0, yb);
+  svg_emit(o, "<path fill=\"%s\" stroke=\"%s\" stroke-width=\"0.8\" stroke-linejoin=\"round\" d=\"M%.2f %.2f",
+           cat_colors[CAT_TRANSIENT], TRANSIENT_STROKE, PX0, yb);
   for (int i = 0; i < s->n; i++) {
     if (i > 0 && s->live[i] == s->live[i - 1]) continue;
     double y = bytes_y((double)(base + s->live[i]), top_bytes, top, bot);
     int j = i;
     while (j + 1 < s->n && s->live[j + 1] == s->live[i]) j++;
-    emit(o, " L%.2f %.2f L%.2f %.2f", use_x(s, i), y, use_x(s, j + 1), y);
+    svg_emit(o, " L%.2f %.2f L%.2f %.2f", use_x(s, i), y, use_x(s, j + 1), y);
   }
-  emit(o, " L%.2f %.2f Z\"/>\n", PX1, yb);
+  svg_emit(o, " L%.2f %.2f Z\"/>\n", PX1, yb);
 }
 
 /* Draws horizontal grid lines and byte labels every `step` bytes up to top_bytes. */
@@ -240,20 +179,20 @@ static void emit_y_axis(SvgOut* o, double top_bytes, double step, double top, do
   char b[32];
   for (double t = 0; t <= top_bytes * 1.0000001; t += step) {
     double y = bytes_y(t, top_bytes, top, bot);
-    emit(o, "<line x1=\"%.1f\" y1=\"%.2f\" x2=\"%.1f\" y2=\"%.2f\" stroke=\"#000\" "
-         "stroke-opacity=\"0.12\"/>\n", PX0, y, PX1, y);
-    emit_label(o, PX0 - 6, y + 4, "end", "font-size=\"11\" fill=\"#333\"", axis_bytes(t, b));
+    svg_emit(o, "<line x1=\"%.1f\" y1=\"%.2f\" x2=\"%.1f\" y2=\"%.2f\" stroke=\"#000\" "
+             "stroke-opacity=\"0.12\"/>\n", PX0, y, PX1, y);
+    svg_text(o, PX0 - 6, y + 4, "end", "font-size=\"11\" fill=\"#333\"", svg_axis_bytes(t, b));
   }
 }
 
 /* Draws the forward/backward boundary across the two step panels and names the halves. */
 static void emit_phases(SvgOut* o, const SvgStep* s) {
   double xb = use_x(s, s->bwd);
-  emit(o, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#333\" "
-       "stroke-width=\"1\" stroke-dasharray=\"5 3\"/>\n", xb, MEM_TOP - 14, xb, TR_BOT);
+  svg_emit(o, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#333\" "
+           "stroke-width=\"1\" stroke-dasharray=\"5 3\"/>\n", xb, MEM_TOP - 14, xb, TR_BOT);
   const char* a = "font-size=\"12\" font-weight=\"bold\" fill=\"#333\"";
-  if (s->bwd > 0) emit_label(o, (PX0 + xb) / 2, MEM_TOP - 5, "middle", a, "forward \u2192");
-  if (s->bwd < s->n) emit_label(o, (xb + PX1) / 2, MEM_TOP - 5, "middle", a, "backward \u2192");
+  if (s->bwd > 0) svg_text(o, (PX0 + xb) / 2, MEM_TOP - 5, "middle", a, "forward \u2192");
+  if (s->bwd < s->n) svg_text(o, (xb + PX1) / 2, MEM_TOP - 5, "middle", a, "backward \u2192");
 }
 
 /* Draws op names under the memory panel at evenly spaced uses. */
@@ -265,9 +204,9 @@ static void emit_use_labels(SvgOut* o, const GptDesc* d, const Plan* p, const Sv
     double x = use_x(s, i + 0.5);
     char name[64];
     use_name(d, p, s, i, name, sizeof name);
-    emit(o, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#333\"/>\n", x,
-         MEM_BOT, x, MEM_BOT + 4);
-    emit_label(o, x, MEM_BOT + 16, "middle", "font-size=\"10\" fill=\"#333\"", name);
+    svg_emit(o, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#333\"/>\n", x,
+             MEM_BOT, x, MEM_BOT + 4);
+    svg_text(o, x, MEM_BOT + 16, "middle", "font-size=\"10\" fill=\"#333\"", name);
   }
 }
 
@@ -302,8 +241,8 @@ static void emit_limit_and_peak(SvgOut* o, const GptDesc* d, const Plan* p, cons
     emit_boxed_label(o, &ll, "font-size=\"12\" font-weight=\"bold\" fill=\"" LIMIT_COLOR "\"", ltxt);
   } else if (limit) {
     double yl = bytes_y((double)limit, top_bytes, MEM_TOP, MEM_BOT);
-    emit(o, "<line x1=\"%.1f\" y1=\"%.2f\" x2=\"%.1f\" y2=\"%.2f\" stroke=\"%s\" "
-         "stroke-width=\"2\" stroke-dasharray=\"8 4\"/>\n", PX0, yl, PX1, yl, LIMIT_COLOR);
+    svg_emit(o, "<line x1=\"%.1f\" y1=\"%.2f\" x2=\"%.1f\" y2=\"%.2f\" stroke=\"%s\" "
+             "stroke-width=\"2\" stroke-dasharray=\"8 4\"/>\n", PX0, yl, PX1, yl, LIMIT_COLOR);
     snprintf(ltxt, sizeof ltxt, "limit %s", format_bytes((double)limit, b));
     /* Below the line when the peak (and its label) is above it, else above the line. */
     SvgLabel ll = label_place(peak_right ? PX0 + 6 : PX1 - 6, over ? yl + 15 : yl - 5,
@@ -311,8 +250,8 @@ static void emit_limit_and_peak(SvgOut* o, const GptDesc* d, const Plan* p, cons
     if (labels_overlap(&ll, &pl)) ll.y = pl.y - pl.size - 6;
     emit_boxed_label(o, &ll, "font-size=\"12\" font-weight=\"bold\" fill=\"" LIMIT_COLOR "\"", ltxt);
   }
-  emit(o, "<path d=\"M%.2f %.2f l-5 -8 h10 z\" fill=\"%s\" stroke=\"#fff\" stroke-width=\"0.8\"/>\n",
-       xp, yp, over ? LIMIT_COLOR : "#222");
+  svg_emit(o, "<path d=\"M%.2f %.2f l-5 -8 h10 z\" fill=\"%s\" stroke=\"#fff\" stroke-width=\"0.8\"/>\n",
+           xp, yp, over ? LIMIT_COLOR : "#222");
   emit_boxed_label(o, &pl,
                    over ? "font-size=\"12\" font-weight=\"bold\" fill=\"" LIMIT_COLOR "\""
                         : "font-size=\"12\" font-weight=\"bold\" fill=\"#222\"", ptxt);
@@ -323,34 +262,34 @@ static void emit_memory_legend(SvgOut* o, const MemPrediction* m, size_t limit) 
   size_t v[CAT_N] = {m->params, m->grads, m->optim, m->acts, m->scratch, m->transient};
   char b[32], txt[80];
   double y = MEM_TOP + 4;
-  emit_label(o, LEG_X, y, "start", "font-size=\"12\" font-weight=\"bold\" fill=\"#222\"",
-             "per rank, at the peak");
+  svg_text(o, LEG_X, y, "start", "font-size=\"12\" font-weight=\"bold\" fill=\"#222\"",
+           "per rank, at the peak");
   for (int c = CAT_N - 1; c >= 0; c--) {
     y += 20;
-    emit(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"12\" fill=\"%s\"%s/>\n", LEG_X,
-         y - 10, cat_colors[c], c == CAT_TRANSIENT ? " stroke=\"" TRANSIENT_STROKE "\"" : "");
+    svg_emit(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"12\" fill=\"%s\"%s/>\n", LEG_X,
+             y - 10, cat_colors[c], c == CAT_TRANSIENT ? " stroke=\"" TRANSIENT_STROKE "\"" : "");
     snprintf(txt, sizeof txt, "%s%s", cat_names[c], c == CAT_TRANSIENT ? " (max)" : "");
-    emit_label(o, LEG_X + 20, y, "start", "font-size=\"11\" fill=\"#222\"", txt);
-    emit_label(o, SVG_W - 8, y, "end", "font-size=\"11\" fill=\"#222\"",
-               format_bytes((double)v[c], b));
+    svg_text(o, LEG_X + 20, y, "start", "font-size=\"11\" fill=\"#222\"", txt);
+    svg_text(o, SVG_W - 8, y, "end", "font-size=\"11\" fill=\"#222\"",
+             format_bytes((double)v[c], b));
   }
   y += 24;
-  emit_label(o, LEG_X + 20, y, "start", "font-size=\"11\" font-weight=\"bold\" fill=\"#222\"", "peak");
-  emit_label(o, SVG_W - 8, y, "end", "font-size=\"11\" font-weight=\"bold\" fill=\"#222\"",
-             format_bytes((double)m->peak, b));
+  svg_text(o, LEG_X + 20, y, "start", "font-size=\"11\" font-weight=\"bold\" fill=\"#222\"", "peak");
+  svg_text(o, SVG_W - 8, y, "end", "font-size=\"11\" font-weight=\"bold\" fill=\"#222\"",
+           format_bytes((double)m->peak, b));
   if (limit) {
     y += 20;
-    emit(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\" "
-         "stroke-dasharray=\"5 3\"/>\n", LEG_X, y - 4, LEG_X + 14, y - 4, LIMIT_COLOR);
-    emit_label(o, LEG_X + 20, y, "start", "font-size=\"11\" fill=\"" LIMIT_COLOR "\"", "limit");
-    emit_label(o, SVG_W - 8, y, "end", "font-size=\"11\" fill=\"" LIMIT_COLOR "\"",
-               format_bytes((double)limit, b));
+    svg_emit(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\" "
+             "stroke-dasharray=\"5 3\"/>\n", LEG_X, y - 4, LEG_X + 14, y - 4, LIMIT_COLOR);
+    svg_text(o, LEG_X + 20, y, "start", "font-size=\"11\" fill=\"" LIMIT_COLOR "\"", "limit");
+    svg_text(o, SVG_W - 8, y, "end", "font-size=\"11\" fill=\"" LIMIT_COLOR "\"",
+             format_bytes((double)limit, b));
   }
   y += 26;
-  emit_label(o, LEG_X, y, "start", "font-size=\"10\" fill=\"#555\"", "bands below the curve are");
-  emit_label(o, LEG_X, y + 13, "start", "font-size=\"10\" fill=\"#555\"", "allocated at start-up;");
-  emit_label(o, LEG_X, y + 26, "start", "font-size=\"10\" fill=\"#555\"", "the curve is what each");
-  emit_label(o, LEG_X, y + 39, "start", "font-size=\"10\" fill=\"#555\"", "parameter use adds");
+  svg_text(o, LEG_X, y, "start", "font-size=\"10\" fill=\"#555\"", "bands below the curve are");
+  svg_text(o, LEG_X, y + 13, "start", "font-size=\"10\" fill=\"#555\"", "allocated at start-up;");
+  svg_text(o, LEG_X, y + 26, "start", "font-size=\"10\" fill=\"#555\"", "the curve is what each");
+  svg_text(o, LEG_X, y + 39, "start", "font-size=\"10\" fill=\"#555\"", "parameter use adds");
 }
 
 /* Panel 1: the persistent bands, the transient on top, axes, limit and peak. */
@@ -359,31 +298,31 @@ static void emit_memory_panel(SvgOut* o, const GptDesc* d, const Plan* p, const 
   /* A limit far above the peak would squash the bands: it is then named, not drawn. */
   int limit_drawn = limit && limit <= 3 * m->peak;
   double hi = (double)(limit_drawn && limit > m->peak ? limit : m->peak) * 1.1;
-  double step = nice_step(hi, 5);
+  double step = svg_nice_bytes(hi, 5);
   double top_bytes = step * (double)(size_t)(hi / step + 0.999999);
   size_t v[CAT_TRANSIENT] = {m->params, m->grads, m->optim, m->acts, m->scratch};
   size_t cum = 0;
   emit_y_axis(o, top_bytes, step, MEM_TOP, MEM_BOT);
-  emit(o, "<g shape-rendering=\"crispEdges\">\n");
+  svg_emit(o, "<g shape-rendering=\"crispEdges\">\n");
   for (int c = 0; c < CAT_TRANSIENT; c++) {
     if (!v[c]) continue;
     double y0 = bytes_y((double)cum, top_bytes, MEM_TOP, MEM_BOT);
     double y1 = bytes_y((double)(cum + v[c]), top_bytes, MEM_TOP, MEM_BOT);
-    emit(o, "<rect x=\"%.1f\" y=\"%.2f\" width=\"%.1f\" height=\"%.2f\" fill=\"%s\"/>\n", PX0, y1,
-         PX1 - PX0, y0 - y1, cat_colors[c]);
+    svg_emit(o, "<rect x=\"%.1f\" y=\"%.2f\" width=\"%.1f\" height=\"%.2f\" fill=\"%s\"/>\n", PX0, y1,
+             PX1 - PX0, y0 - y1, cat_colors[c]);
     cum += v[c];
   }
-  emit(o, "</g>\n");
+  svg_emit(o, "</g>\n");
   if (s->max_live) emit_timeline(o, s, cum, top_bytes, MEM_TOP, MEM_BOT);
-  emit(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#666\"/>\n",
-       PX0, MEM_TOP, PX1 - PX0, MEM_BOT - MEM_TOP);
+  svg_emit(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#666\"/>\n",
+           PX0, MEM_TOP, PX1 - PX0, MEM_BOT - MEM_TOP);
   emit_use_labels(o, d, p, s);
   char t[160];
   snprintf(t, sizeof t, "parameter uses of one training step, in order (%d uses: %d forward, %d backward)",
            s->n, s->bwd, s->n - s->bwd);
-  emit_label(o, (PX0 + PX1) / 2, MEM_BOT + 34, "middle", "font-size=\"11\" fill=\"#333\"", t);
-  emit_label(o, 18, (MEM_TOP + MEM_BOT) / 2, "middle",
-             "font-size=\"11\" fill=\"#333\" transform=\"rotate(-90 18 265)\"", "bytes per rank");
+  svg_text(o, (PX0 + PX1) / 2, MEM_BOT + 34, "middle", "font-size=\"11\" fill=\"#333\"", t);
+  svg_text(o, 18, (MEM_TOP + MEM_BOT) / 2, "middle",
+           "font-size=\"11\" fill=\"#333\" transform=\"rotate(-90 18 265)\"", "bytes per rank");
   emit_limit_and_peak(o, d, p, s, m, limit, limit_drawn, top_bytes);
   emit_memory_legend(o, m, limit);
 }
@@ -391,22 +330,22 @@ static void emit_memory_panel(SvgOut* o, const GptDesc* d, const Plan* p, const 
 /* Panel 2: the transient alone, on its own scale. */
 static void emit_transient_panel(SvgOut* o, const GptDesc* d, const Plan* p, const SvgStep* s) {
   char b[32], name[64], t[200];
-  emit_label(o, PX0, TR_TOP - 8, "start", "font-size=\"12\" font-weight=\"bold\" fill=\"#222\"",
-             "transient bytes at each use, own scale (gathered zero3 weights, prefetched weights, "
-             "full gradients of sharded slices)");
+  svg_text(o, PX0, TR_TOP - 8, "start", "font-size=\"12\" font-weight=\"bold\" fill=\"#222\"",
+           "transient bytes at each use, own scale (gathered zero3 weights, prefetched weights, "
+           "full gradients of sharded slices)");
   if (s->max_live == 0) {
-    emit(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#666\"/>\n",
-         PX0, TR_TOP, PX1 - PX0, TR_BOT - TR_TOP);
-    emit_label(o, PX0 + 12, (TR_TOP + TR_BOT) / 2 + 4, "start",
-               "font-size=\"12\" fill=\"#555\"", "none: every slice is dp, nothing is gathered");
+    svg_emit(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#666\"/>\n",
+             PX0, TR_TOP, PX1 - PX0, TR_BOT - TR_TOP);
+    svg_text(o, PX0 + 12, (TR_TOP + TR_BOT) / 2 + 4, "start",
+             "font-size=\"12\" fill=\"#555\"", "none: every slice is dp, nothing is gathered");
     return;
   }
-  double step = nice_step((double)s->max_live * 1.15, 2);
+  double step = svg_nice_bytes((double)s->max_live * 1.15, 2);
   double top_bytes = step * (double)(size_t)((double)s->max_live * 1.15 / step + 0.999999);
   emit_y_axis(o, top_bytes, step, TR_TOP, TR_BOT);
   emit_timeline(o, s, 0, top_bytes, TR_TOP, TR_BOT);
-  emit(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#666\"/>\n",
-       PX0, TR_TOP, PX1 - PX0, TR_BOT - TR_TOP);
+  svg_emit(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#666\"/>\n",
+           PX0, TR_TOP, PX1 - PX0, TR_BOT - TR_TOP);
   use_name(d, p, s, s->peak_use, name, sizeof name);
   snprintf(t, sizeof t, "max %s at %s", format_bytes((double)s->max_live, b), name);
   double xp = use_x(s, s->peak_use + 0.5);
@@ -423,8 +362,8 @@ static void emit_grid_labels(SvgOut* o, const GptDesc* d, const int* pops, int n
   double next_free = 0, y = GRID_BOT + 15;
   int wide = cw >= 58, slant = !wide && cw >= 11;
   if (!wide && !slant && np > 0) {
-    emit_label(o, PX0 - 4, y, "end", a, d->ops[pops[0]].name);
-    emit_label(o, PX0 + np * cw + 4, y, "start", a, d->ops[pops[np - 1]].name);
+    svg_text(o, PX0 - 4, y, "end", a, d->ops[pops[0]].name);
+    svg_text(o, PX0 + np * cw + 4, y, "start", a, d->ops[pops[np - 1]].name);
   }
   for (int j = 0; j < np; j++) {
     const GptOp* op = &d->ops[pops[j]];
@@ -442,14 +381,14 @@ static void emit_grid_labels(SvgOut* o, const GptDesc* d, const int* pops, int n
       if (x < next_free) continue;
       next_free = x + w + 8;
     }
-    emit(o, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#333\"/>\n", x,
-         GRID_BOT, x, GRID_BOT + 4);
+    svg_emit(o, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#333\"/>\n", x,
+             GRID_BOT, x, GRID_BOT + 4);
     if (slant) {
       char at[96];
       snprintf(at, sizeof at, "%s transform=\"rotate(-40 %.2f %.1f)\"", a, x + 3, y - 4);
-      emit_label(o, x + 3, y - 4, "end", at, name);
+      svg_text(o, x + 3, y - 4, "end", at, name);
     } else {
-      emit_label(o, x, y, wide ? "middle" : "start", a, name);
+      svg_text(o, x, y, wide ? "middle" : "start", a, name);
     }
   }
 }
@@ -463,10 +402,10 @@ static int emit_strategy_panel(SvgOut* o, const GptDesc* d, const Plan* p) {
   for (int i = 0; i < d->nops; i++) if (d->ops[i].n_params) pops[np++] = i;
   double cw = (PX1 - PX0) / (np > 0 ? np : 1);
   if (cw > 90) cw = 90;
-  emit_label(o, PX0, GRID_TOP - 8, "start", "font-size=\"12\" font-weight=\"bold\" fill=\"#222\"",
-             "strategy of each slice (operators with parameters in model order; an operator run as "
-             "k slices has k cells, slice 0 on top)");
-  emit(o, "<g shape-rendering=\"crispEdges\">\n");
+  svg_text(o, PX0, GRID_TOP - 8, "start", "font-size=\"12\" font-weight=\"bold\" fill=\"#222\"",
+           "strategy of each slice (operators with parameters in model order; an operator run as "
+           "k slices has k cells, slice 0 on top)");
+  svg_emit(o, "<g shape-rendering=\"crispEdges\">\n");
   double gap = cw >= 5 ? 1 : 0; /* white gaps between columns and slices where they fit */
   for (int j = 0; j < np; j++) {
     const OpPlan* op = &p->ops[pops[j]];
@@ -474,38 +413,38 @@ static int emit_strategy_panel(SvgOut* o, const GptDesc* d, const Plan* p) {
     for (int s = 0; s < op->k; s++) {
       Strategy st = op->strat[s];
       count[st]++;
-      emit(o, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"><title>",
-           PX0 + j * cw, GRID_TOP + s * ch, cw - gap, ch - (op->k > 1 ? 1 : 0), strat_colors[st]);
-      emit_escaped(o, d->ops[pops[j]].name);
-      emit(o, " slice %d/%d: %s", s, op->k, strategy_name(st));
+      svg_emit(o, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"><title>",
+               PX0 + j * cw, GRID_TOP + s * ch, cw - gap, ch - (op->k > 1 ? 1 : 0), strat_colors[st]);
+      svg_escaped(o, d->ops[pops[j]].name, 0);
+      svg_emit(o, " slice %d/%d: %s", s, op->k, strategy_name(st));
       if (st != STRAT_DP && op->group > 0 && op->group < p->world)
-        emit(o, " within groups of %d ranks", op->group);
-      emit(o, "</title></rect>\n");
+        svg_emit(o, " within groups of %d ranks", op->group);
+      svg_emit(o, "</title></rect>\n");
       if (cw >= 26 && ch >= 11) {
         char a[40];
         snprintf(a, sizeof a, "font-size=\"%d\" fill=\"%s\"", ch >= 14 ? 10 : 8, strat_text_colors[st]);
-        emit_label(o, PX0 + (j + 0.5) * cw, GRID_TOP + (s + 0.5) * ch + 3.5, "middle", a,
-                   cw >= 38 ? strategy_name(st) : (st == STRAT_DP ? "dp" : st == STRAT_ZERO2 ? "z2" : "z3"));
+        svg_text(o, PX0 + (j + 0.5) * cw, GRID_TOP + (s + 0.5) * ch + 3.5, "middle", a,
+                 cw >= 38 ? strategy_name(st) : (st == STRAT_DP ? "dp" : st == STRAT_ZERO2 ? "z2" : "z3"));
       }
     }
   }
-  emit(o, "</g>\n");
-  emit(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"none\" stroke=\"#666\"/>\n",
-       PX0, GRID_TOP, cw * np, GRID_BOT - GRID_TOP);
+  svg_emit(o, "</g>\n");
+  svg_emit(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"none\" stroke=\"#666\"/>\n",
+           PX0, GRID_TOP, cw * np, GRID_BOT - GRID_TOP);
   emit_grid_labels(o, d, pops, np, cw);
   char t[80];
   snprintf(t, sizeof t, "%d operators with parameters, in model order", np);
   int slant = cw < 58 && cw >= 11; /* as emit_grid_labels draws them */
-  emit_label(o, (PX0 + PX1) / 2, GRID_BOT + (slant ? 72 : 34), "middle", "font-size=\"11\" fill=\"#333\"", t);
+  svg_text(o, (PX0 + PX1) / 2, GRID_BOT + (slant ? 72 : 34), "middle", "font-size=\"11\" fill=\"#333\"", t);
   double y = GRID_TOP + 4;
-  emit_label(o, LEG_X, y, "start", "font-size=\"12\" font-weight=\"bold\" fill=\"#222\"", "strategy");
+  svg_text(o, LEG_X, y, "start", "font-size=\"12\" font-weight=\"bold\" fill=\"#222\"", "strategy");
   for (int s = 0; s < STRAT_COUNT; s++) {
     y += 20;
-    emit(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"12\" fill=\"%s\" stroke=\"#999\" "
-         "stroke-width=\"0.5\"/>\n", LEG_X, y - 10, strat_colors[s]);
-    emit_label(o, LEG_X + 20, y, "start", "font-size=\"11\" fill=\"#222\"", strategy_name((Strategy)s));
+    svg_emit(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"12\" fill=\"%s\" stroke=\"#999\" "
+             "stroke-width=\"0.5\"/>\n", LEG_X, y - 10, strat_colors[s]);
+    svg_text(o, LEG_X + 20, y, "start", "font-size=\"11\" fill=\"#222\"", strategy_name((Strategy)s));
     snprintf(t, sizeof t, "%d slice%s", count[s], count[s] == 1 ? "" : "s");
-    emit_label(o, SVG_W - 8, y, "end", "font-size=\"11\" fill=\"#222\"", t);
+    svg_text(o, SVG_W - 8, y, "end", "font-size=\"11\" fill=\"#222\"", t);
   }
   free(pops);
   return 0;
@@ -514,33 +453,33 @@ static int emit_strategy_panel(SvgOut* o, const GptDesc* d, const Plan* p) {
 /* The root element with the machine-checkable numbers, the title and the plan's figures. */
 static void emit_header(SvgOut* o, const GptDesc* d, const Plan* p, const SvgStep* s,
                         const MemPrediction* m, int threads, size_t limit, const char* title) {
-  emit(o, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-  emit(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-       "viewBox=\"0 0 %.0f %.0f\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\"\n",
-       SVG_W, SVG_H, SVG_W, SVG_H);
-  emit(o, "     data-peak-bytes=\"%zu\" data-params-bytes=\"%zu\" data-grads-bytes=\"%zu\" "
-       "data-optim-bytes=\"%zu\"\n     data-acts-bytes=\"%zu\" data-scratch-bytes=\"%zu\" "
-       "data-transient-bytes=\"%zu\"", m->peak, m->params, m->grads, m->optim, m->acts,
-       m->scratch, m->transient);
-  if (limit) emit(o, " data-limit-bytes=\"%zu\" data-fits=\"%s\"", limit, m->peak <= limit ? "true" : "false");
-  emit(o, "\n     data-uses=\"%d\" data-backward-from=\"%d\" data-peak-use=\"%d\" data-ranks=\"%d\" "
-       "data-micro-batch=\"%d\" data-seq=\"%d\" data-threads=\"%d\" data-prefetch=\"%s\"\n     "
-       "data-overlap-reduce=\"%s\" data-reduce-dtype=\"%s\" data-model=\"",
-       s->n, s->bwd, s->peak_use, p->world, p->micro_batch, p->seq, threads,
-       p->prefetch ? "true" : "false", p->overlap_reduce ? "true" : "false",
-       reduce_dtype_name(p->reduce_dtype));
-  emit_escaped(o, d->cfg.name);
-  emit(o, "\">\n<title>");
-  emit_escaped(o, title);
-  emit(o, "</title>\n<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n");
-  emit_label(o, 16, 30, "start", "font-size=\"19\" font-weight=\"bold\" fill=\"#111\"", title);
+  svg_emit(o, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+  svg_emit(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+           "viewBox=\"0 0 %.0f %.0f\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\"\n",
+           SVG_W, SVG_H, SVG_W, SVG_H);
+  svg_emit(o, "     data-peak-bytes=\"%zu\" data-params-bytes=\"%zu\" data-grads-bytes=\"%zu\" "
+           "data-optim-bytes=\"%zu\"\n     data-acts-bytes=\"%zu\" data-scratch-bytes=\"%zu\" "
+           "data-transient-bytes=\"%zu\"", m->peak, m->params, m->grads, m->optim, m->acts,
+           m->scratch, m->transient);
+  if (limit) svg_emit(o, " data-limit-bytes=\"%zu\" data-fits=\"%s\"", limit, m->peak <= limit ? "true" : "false");
+  svg_emit(o, "\n     data-uses=\"%d\" data-backward-from=\"%d\" data-peak-use=\"%d\" data-ranks=\"%d\" "
+           "data-micro-batch=\"%d\" data-seq=\"%d\" data-threads=\"%d\" data-prefetch=\"%s\"\n     "
+           "data-overlap-reduce=\"%s\" data-reduce-dtype=\"%s\" data-model=\"",
+           s->n, s->bwd, s->peak_use, p->world, p->micro_batch, p->seq, threads,
+           p->prefetch ? "true" : "false", p->overlap_reduce ? "true" : "false",
+           reduce_dtype_name(p->reduce_dtype));
+  svg_escaped(o, d->cfg.name, 0);
+  svg_emit(o, "\">\n<title>");
+  svg_escaped(o, title, 0);
+  svg_emit(o, "</title>\n<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n");
+  svg_text(o, 16, 30, "start", "font-size=\"19\" font-weight=\"bold\" fill=\"#111\"", title);
   char t[300], b[32], b2[32];
   snprintf(t, sizeof t, "model %s (%zu parameters)  \u00b7  %d rank%s  \u00b7  micro-batch %d  \u00b7  "
            "seq %d  \u00b7  %d thread%s  \u00b7  prefetch %s%s%s", d->cfg.name, d->n_params, p->world,
            p->world == 1 ? "" : "s", p->micro_batch, p->seq, threads, threads == 1 ? "" : "s",
            p->prefetch ? "on" : "off", p->overlap_reduce ? "  \u00b7  overlap_reduce on" : "",
            p->reduce_dtype == REDUCE_BF16 ? "  \u00b7  bf16 reductions" : "");
-  emit_label(o, 16, 52, "start", "font-size=\"13\" fill=\"#333\"", t);
+  svg_text(o, 16, 52, "start", "font-size=\"13\" fill=\"#333\"", t);
   if (!limit)
     snprintf(t, sizeof t, "predicted peak %s (%zu bytes) per rank; no memory limit given",
              format_bytes((double)m->peak, b), m->peak);
@@ -552,9 +491,9 @@ static void emit_header(SvgOut* o, const GptDesc* d, const Plan* p, const SvgSte
     snprintf(t, sizeof t, "predicted peak %s (%zu bytes) per rank: does NOT fit the %s limit "
              "(%s over)", format_bytes((double)m->peak, b), m->peak,
              format_bytes((double)limit, b2), format_bytes((double)(m->peak - limit), (char[32]){0}));
-  emit_label(o, 16, 72, "start",
-             limit && m->peak > limit ? "font-size=\"13\" font-weight=\"bold\" fill=\"" LIMIT_COLOR "\""
-                                      : "font-size=\"13\" fill=\"#333\"", t);
+  svg_text(o, 16, 72, "start",
+           limit && m->peak > limit ? "font-size=\"13\" font-weight=\"bold\" fill=\"" LIMIT_COLOR "\""
+                                    : "font-size=\"13\" fill=\"#333\"", t);
 }
 
 /* Writes the whole picture to o. Returns 0, or -1 with an error. */
@@ -575,7 +514,7 @@ static int emit_svg(SvgOut* o, const GptDesc* d, const Plan* p, int threads, siz
   emit_phases(o, &s);
   emit_transient_panel(o, d, p, &s);
   int rc = emit_strategy_panel(o, d, p);
-  emit(o, "</svg>\n");
+  svg_emit(o, "</svg>\n");
   svg_step_free(&s);
   return rc;
 }
@@ -584,12 +523,7 @@ int plan_svg_write(const char* path, const GptDesc* d, const Plan* p, int thread
                    size_t mem_limit, const char* title) {
   OutFile out;
   if (out_open(&out, path, "--svg", "w")) return -1;
-  SvgOut o = {out.f, 0};
+  SvgOut o = {out.f, 0, SVG_KEEP_TAB_NL_DEL};
   int rc = emit_svg(&o, d, p, threads, mem_limit, title);
-  if (!rc && o.err) rc = osdp_fail("--svg: error writing '%s': %s", path, strerror(o.err));
-  if (rc) {
-    out_abort(&out);
-    return rc;
-  }
-  return out_commit(&out);
+  return svg_finish(&o, &out, "--svg", path, rc);
 }

@@ -7,28 +7,16 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cli/svg_out.h"
 #include "core/output.h"
 #include "core/util.h"
 
 /* ---- runs ---------------------------------------------------------------------------- */
-
-/* Length of the valid UTF-8 sequence starting at s (1-4 bytes), or 0 when s does not start
-** one (a stray continuation byte, an overlong or truncated sequence, a surrogate). */
-static int utf8_seq(const unsigned char* s) {
-  if (s[0] < 0x80) return 1;
-  int n = s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 && s[0] < 0xE0 ? 2 : 0;
-  for (int i = 1; i < n; i++)
-    if ((s[i] & 0xC0) != 0x80) return 0;
-  if (n == 3 && ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xED && s[1] >= 0xA0))) return 0;
-  if (n == 4 && ((s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] >= 0x90))) return 0;
-  return n;
-}
 
 /* Copies src into dst (room for cap bytes), whole characters only, bytes that are not UTF-8
 ** and control characters as '?': a name that is safe in XML and JSON. */
@@ -36,7 +24,7 @@ static void label_copy(char* dst, const char* src, size_t cap) {
   size_t o = 0;
   const unsigned char* s = (const unsigned char*)src;
   while (*s) {
-    int n = utf8_seq(s);
+    int n = svg_utf8_seq(s);
     int bad = n == 0 || *s < 0x20 || *s == 0x7F;
     size_t w = bad ? 1 : (size_t)n;
     if (o + w >= cap) break;
@@ -310,49 +298,6 @@ static const char* run_colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "
                                    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 #define NCOLORS ((int)(sizeof run_colors / sizeof run_colors[0]))
 
-/* The output file and whether any write to it has failed (checked once at the end). */
-typedef struct SvgOut {
-  FILE* f;
-  int err; /* errno of the first failed write, or 0 */
-} SvgOut;
-
-/* Writes printf-style text to the file, remembering the first failure. */
-static void emit(SvgOut* o, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static void emit(SvgOut* o, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (vfprintf(o->f, fmt, ap) < 0 && !o->err) o->err = errno ? errno : EIO;
-  va_end(ap);
-}
-
-/* Writes at most max characters of s (0: all; "..." marks a cut) with XML's special
-** characters escaped, bytes that are not UTF-8 and control characters as '?'. */
-static void emit_escaped(SvgOut* o, const char* s, int max) {
-  const unsigned char* p = (const unsigned char*)s;
-  for (int chars = 0; *p; chars++) {
-    int n = utf8_seq(p);
-    if (max && chars == max) { emit(o, "..."); return; }
-    if (n == 0 || *p < 0x20 || *p == 0x7F) { emit(o, "?"); p++; continue; }
-    switch (*p) {
-      case '&': emit(o, "&amp;"); break;
-      case '<': emit(o, "&lt;"); break;
-      case '>': emit(o, "&gt;"); break;
-      case '"': emit(o, "&quot;"); break;
-      case '\'': emit(o, "&apos;"); break;
-      default: emit(o, "%.*s", n, (const char*)p);
-    }
-    p += n;
-  }
-}
-
-/* Writes one <text> element; attrs are extra attributes (font size, fill, ...). */
-static void emit_text(SvgOut* o, double x, double y, const char* anchor, const char* attrs,
-                      const char* s) {
-  emit(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" %s>", x, y, anchor, attrs);
-  emit_escaped(o, s, 0);
-  emit(o, "</text>\n");
-}
-
 /* A round tick spacing (1, 2 or 5 times a power of ten) that cuts span into about target
 ** intervals. */
 static double nice_decimal(double span, int target) {
@@ -363,25 +308,11 @@ static double nice_decimal(double span, int target) {
   return 10 * p;
 }
 
-/* A round tick spacing in bytes (1, 2 or 5 times a power of ten of a binary unit: 512 KiB,
-** 2 MiB, ...) that cuts span into about target intervals. */
-static double nice_bytes(double span, int target) {
-  static const double c[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1024};
-  double raw = span / target, unit = 1;
-  if (raw <= 1) return 1;
-  while (raw / unit >= 1024) unit *= 1024;
-  for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
-    if (c[i] * unit >= raw) return c[i] * unit;
-  return 1024 * unit;
-}
-
 /* The label of tick value v on an axis of kind k whose ticks are `tick` apart. */
 static char* tick_label(AxisKind k, double v, double tick, char buf[32]) {
   if (fabs(v) < tick * 1e-6) v = 0;
   if (k == AXIS_BYTES) {
-    format_bytes(v, buf);
-    char* z = strstr(buf, ".00 "); /* "14.00 MiB" -> "14 MiB" */
-    if (z) memmove(z, z + 3, strlen(z + 3) + 1);
+    svg_axis_bytes(v, buf);
   } else if (k == AXIS_RATE && fabs(v) >= 1e6) {
     snprintf(buf, 32, "%gM", v / 1e6);
   } else if (k == AXIS_RATE && fabs(v) >= 1e3) {
@@ -404,7 +335,7 @@ static void panel_fit(Panel* p, double lo, double hi, int from_zero) {
     lo = from_zero ? 0 : lo - pad;
     hi += pad;
   }
-  p->tick = p->kind == AXIS_BYTES ? nice_bytes(hi - lo, 4) : nice_decimal(hi - lo, 5);
+  p->tick = p->kind == AXIS_BYTES ? svg_nice_bytes(hi - lo, 4) : nice_decimal(hi - lo, 5);
   p->lo = floor(lo / p->tick + 1e-9) * p->tick;
   p->hi = ceil(hi / p->tick - 1e-9) * p->tick;
   if (p->hi <= p->lo) p->hi = p->lo + p->tick;
@@ -469,27 +400,27 @@ static double value_py(const Panel* p, double v) {
 ** ticks, and its axis label (turned, left of the ticks). */
 static void emit_panel_frame(SvgOut* o, const Panel* p, const StepAxis* x) {
   char b[32];
-  emit(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#fafafa\" "
-       "stroke=\"#999\" stroke-width=\"0.8\"/>\n", PX0, p->top, PX1 - PX0, p->bot - p->top);
+  svg_emit(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#fafafa\" "
+           "stroke=\"#999\" stroke-width=\"0.8\"/>\n", PX0, p->top, PX1 - PX0, p->bot - p->top);
   int nt = (int)floor((p->hi - p->lo) / p->tick + 0.5);
   for (int i = 0; i <= nt; i++) {
     double v = p->lo + i * p->tick, y = value_py(p, v);
-    emit(o, "<line x1=\"%.1f\" y1=\"%.2f\" x2=\"%.1f\" y2=\"%.2f\" stroke=\"#000\" "
-         "stroke-opacity=\"0.10\"/>\n", PX0, y, PX1, y);
-    emit_text(o, PX0 - 6, y + 4, "end", "font-size=\"11\" fill=\"#333\"", tick_label(p->kind, v, p->tick, b));
+    svg_emit(o, "<line x1=\"%.1f\" y1=\"%.2f\" x2=\"%.1f\" y2=\"%.2f\" stroke=\"#000\" "
+             "stroke-opacity=\"0.10\"/>\n", PX0, y, PX1, y);
+    svg_text(o, PX0 - 6, y + 4, "end", "font-size=\"11\" fill=\"#333\"", tick_label(p->kind, v, p->tick, b));
   }
   int ns = (int)floor((x->hi - x->lo) / x->tick + 0.5);
   for (int i = 1; i < ns; i++) {
     double px = step_px(x, x->lo + i * x->tick);
-    emit(o, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#000\" "
-         "stroke-opacity=\"0.10\"/>\n", px, p->top, px, p->bot);
+    svg_emit(o, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#000\" "
+             "stroke-opacity=\"0.10\"/>\n", px, p->top, px, p->bot);
   }
   double cy = (p->top + p->bot) / 2;
-  emit(o, "<text x=\"22\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"13\" font-weight=\"bold\" "
-       "fill=\"#222\" transform=\"rotate(-90 22 %.1f)\">%s</text>\n", cy, cy, p->title);
+  svg_emit(o, "<text x=\"22\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"13\" font-weight=\"bold\" "
+           "fill=\"#222\" transform=\"rotate(-90 22 %.1f)\">%s</text>\n", cy, cy, p->title);
   if (p->empty)
-    emit_text(o, (PX0 + PX1) / 2, cy, "middle", "font-size=\"12\" fill=\"#777\"",
-              "not in the logs");
+    svg_text(o, (PX0 + PX1) / 2, cy, "middle", "font-size=\"12\" fill=\"#777\"",
+             "not in the logs");
 }
 
 /* Draws the step ticks and the axis label under the bottom panel. */
@@ -499,12 +430,12 @@ static void emit_step_axis(SvgOut* o, const StepAxis* x, const Panel* bottom) {
     double s = x->lo + i * x->tick, px = step_px(x, s);
     char b[32];
     snprintf(b, sizeof b, "%.0f", s);
-    emit(o, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#333\"/>\n", px,
-         bottom->bot, px, bottom->bot + 4);
-    emit_text(o, px, bottom->bot + 17, "middle", "font-size=\"11\" fill=\"#333\"", b);
+    svg_emit(o, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#333\"/>\n", px,
+             bottom->bot, px, bottom->bot + 4);
+    svg_text(o, px, bottom->bot + 17, "middle", "font-size=\"11\" fill=\"#333\"", b);
   }
-  emit_text(o, (PX0 + PX1) / 2, bottom->bot + 40, "middle",
-            "font-size=\"13\" font-weight=\"bold\" fill=\"#222\"", "step");
+  svg_text(o, (PX0 + PX1) / 2, bottom->bot + 40, "middle",
+           "font-size=\"13\" font-weight=\"bold\" fill=\"#222\"", "step");
 }
 
 /* The index of the j-th of m points sampled from n every k-th (the last point always kept). */
@@ -520,20 +451,20 @@ static void emit_series(SvgOut* o, const StepAxis* x, const Panel* p, const long
   for (int j = 0; j < m; j++) {
     int i = sample_index(j, k, n);
     if (!isfinite(v[i])) { pen = 0; continue; }
-    if (!drawn) emit(o, "<path fill=\"none\" stroke-width=\"1.6\" stroke-linejoin=\"round\" "
-                     "stroke-linecap=\"round\" %s d=\"", attrs);
-    emit(o, "%s%.2f %.2f", pen ? " L" : (drawn ? " M" : "M"), step_px(x, (double)step[i]),
-         value_py(p, v[i]));
+    if (!drawn) svg_emit(o, "<path fill=\"none\" stroke-width=\"1.6\" stroke-linejoin=\"round\" "
+                         "stroke-linecap=\"round\" %s d=\"", attrs);
+    svg_emit(o, "%s%.2f %.2f", pen ? " L" : (drawn ? " M" : "M"), step_px(x, (double)step[i]),
+             value_py(p, v[i]));
     pen = drawn = 1;
   }
-  if (drawn) emit(o, "\"/>\n");
+  if (drawn) svg_emit(o, "\"/>\n");
   for (int j = 0; j < m; j++) {
     int i = sample_index(j, k, n);
     int before = j > 0 && isfinite(v[sample_index(j - 1, k, n)]);
     int after = j + 1 < m && isfinite(v[sample_index(j + 1, k, n)]);
     if (isfinite(v[i]) && !before && !after)
-      emit(o, "<circle class=\"lone\" cx=\"%.2f\" cy=\"%.2f\" r=\"2.2\" fill=\"%s\"/>\n",
-           step_px(x, (double)step[i]), value_py(p, v[i]), color);
+      svg_emit(o, "<circle class=\"lone\" cx=\"%.2f\" cy=\"%.2f\" r=\"2.2\" fill=\"%s\"/>\n",
+               step_px(x, (double)step[i]), value_py(p, v[i]), color);
   }
 }
 
@@ -545,15 +476,15 @@ static void emit_heldout(SvgOut* o, const StepAxis* x, const Panel* p, const Plo
   if (r->nval > 1) emit_series(o, x, p, r->val_step, r->val_loss, r->nval, attrs, color);
   int k = r->nval > MAX_MARKERS ? (r->nval + MAX_MARKERS - 1) / MAX_MARKERS : 1;
   for (int i = 0; i < r->nval; i += k)
-    emit(o, "<circle class=\"heldout\" cx=\"%.2f\" cy=\"%.2f\" r=\"3.5\" fill=\"#fff\" "
-         "stroke=\"%s\" stroke-width=\"1.6\"/>\n", step_px(x, (double)r->val_step[i]),
-         value_py(p, r->val_loss[i]), color);
+    svg_emit(o, "<circle class=\"heldout\" cx=\"%.2f\" cy=\"%.2f\" r=\"3.5\" fill=\"#fff\" "
+             "stroke=\"%s\" stroke-width=\"1.6\"/>\n", step_px(x, (double)r->val_step[i]),
+             value_py(p, r->val_loss[i]), color);
 }
 
 /* Writes v for a data-* attribute: %.9g, or "null" when it is not finite. */
 static void emit_attr_number(SvgOut* o, const char* name, double v) {
-  if (isfinite(v)) emit(o, " %s=\"%.9g\"", name, v);
-  else emit(o, " %s=\"null\"", name);
+  if (isfinite(v)) svg_emit(o, " %s=\"%.9g\"", name, v);
+  else svg_emit(o, " %s=\"null\"", name);
 }
 
 /* Draws run r (index i: its colour) in all three panels as one <g class="run"> group whose
@@ -562,34 +493,34 @@ static void emit_run(SvgOut* o, const StepAxis* x, const Panel p[3], const PlotR
   const char* color = run_colors[i % NCOLORS];
   PlotStats s;
   plot_run_stats(r, &s);
-  emit(o, "<g class=\"run\" data-label=\"");
-  emit_escaped(o, r->label, 0);
-  emit(o, "\" data-color=\"%s\" data-steps=\"%d\" data-first-step=\"%ld\" data-last-step=\"%ld\"",
-       color, r->n, s.first_step, s.last_step);
+  svg_emit(o, "<g class=\"run\" data-label=\"");
+  svg_escaped(o, r->label, 0);
+  svg_emit(o, "\" data-color=\"%s\" data-steps=\"%d\" data-first-step=\"%ld\" data-last-step=\"%ld\"",
+           color, r->n, s.first_step, s.last_step);
   emit_attr_number(o, "data-last-loss", s.last_loss);
-  emit(o, " data-heldout-points=\"%d\"", r->nval);
+  svg_emit(o, " data-heldout-points=\"%d\"", r->nval);
   emit_attr_number(o, "data-last-val-loss", s.last_val_loss);
-  emit(o, ">\n");
+  svg_emit(o, ">\n");
   char attrs[64];
   snprintf(attrs, sizeof attrs, "stroke=\"%s\"", color);
   emit_series(o, x, &p[0], r->step, r->loss, r->n, attrs, color);
   emit_heldout(o, x, &p[0], r, color);
   emit_series(o, x, &p[1], r->step, r->tps, r->n, attrs, color);
   emit_series(o, x, &p[2], r->step, r->peak, r->n, attrs, color);
-  emit(o, "</g>\n");
+  svg_emit(o, "</g>\n");
 }
 
 /* The legend's key of line styles: training (solid) and held-out (dashed, markers). */
 static void emit_style_key(SvgOut* o, double y) {
-  emit(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\" "
-       "stroke-width=\"1.6\"/>\n", LEG_X, y - 4, LEG_X + 26, y - 4);
-  emit_text(o, LEG_X + 34, y, "start", "font-size=\"11\" fill=\"#222\"", "training loss");
+  svg_emit(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\" "
+           "stroke-width=\"1.6\"/>\n", LEG_X, y - 4, LEG_X + 26, y - 4);
+  svg_text(o, LEG_X + 34, y, "start", "font-size=\"11\" fill=\"#222\"", "training loss");
   y += 18;
-  emit(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\" "
-       "stroke-width=\"1.6\" stroke-dasharray=\"6 4\"/>\n<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" "
-       "fill=\"#fff\" stroke=\"#444\" stroke-width=\"1.6\"/>\n", LEG_X, y - 4, LEG_X + 26, y - 4,
-       LEG_X + 13, y - 4);
-  emit_text(o, LEG_X + 34, y, "start", "font-size=\"11\" fill=\"#222\"", "held-out loss");
+  svg_emit(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\" "
+           "stroke-width=\"1.6\" stroke-dasharray=\"6 4\"/>\n<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" "
+           "fill=\"#fff\" stroke=\"#444\" stroke-width=\"1.6\"/>\n", LEG_X, y - 4, LEG_X + 26, y - 4,
+           LEG_X + 13, y - 4);
+  svg_text(o, LEG_X + 34, y, "start", "font-size=\"11\" fill=\"#222\"", "held-out loss");
 }
 
 /* One legend entry: run r's colour and label, and under it its steps and last losses. */
@@ -597,19 +528,19 @@ static void emit_legend_entry(SvgOut* o, const PlotRun* r, int i, double y) {
   const char* color = run_colors[i % NCOLORS];
   PlotStats s;
   plot_run_stats(r, &s);
-  emit(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-       "stroke-width=\"3\"/>\n", LEG_X, y - 4, LEG_X + 26, y - 4, color);
-  emit(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"start\" font-size=\"12\" font-weight=\"bold\" "
-       "fill=\"#222\">", LEG_X + 34, y);
-  emit_escaped(o, r->label, LEG_LABEL_CHARS);
-  emit(o, "</text>\n");
+  svg_emit(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+           "stroke-width=\"3\"/>\n", LEG_X, y - 4, LEG_X + 26, y - 4, color);
+  svg_emit(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"start\" font-size=\"12\" font-weight=\"bold\" "
+           "fill=\"#222\">", LEG_X + 34, y);
+  svg_escaped(o, r->label, LEG_LABEL_CHARS);
+  svg_emit(o, "</text>\n");
   char t[160], v[48] = "";
   if (isfinite(s.last_val_loss)) snprintf(v, sizeof v, ", held-out %.4g", s.last_val_loss);
   if (isfinite(s.last_loss))
     snprintf(t, sizeof t, "%d steps, last loss %.4g%s", s.steps, s.last_loss, v);
   else
     snprintf(t, sizeof t, "%d steps, no finite loss%s", s.steps, v);
-  emit_text(o, LEG_X + 34, y + 15, "start", "font-size=\"10.5\" fill=\"#555\"", t);
+  svg_text(o, LEG_X + 34, y + 15, "start", "font-size=\"10.5\" fill=\"#555\"", t);
 }
 
 /* Draws the legend right of the panels: the line styles, then one entry per run (as many as
@@ -622,7 +553,7 @@ static void emit_legend(SvgOut* o, const PlotRun* runs, int n) {
     if (y > SVG_H - 50 && i < n - 1) {
       char t[64];
       snprintf(t, sizeof t, "... and %d more run%s", n - i, n - i == 1 ? "" : "s");
-      emit_text(o, LEG_X, y, "start", "font-size=\"11\" fill=\"#555\"", t);
+      svg_text(o, LEG_X, y, "start", "font-size=\"11\" fill=\"#555\"", t);
       return;
     }
     emit_legend_entry(o, &runs[i], i, y);
@@ -650,22 +581,22 @@ static void emit_header(SvgOut* o, const StepAxis* x, int n, const PlotRun* runs
       if (runs[r].step[i] < first) first = runs[r].step[i];
       if (runs[r].step[i] > last) last = runs[r].step[i];
     }
-  emit(o, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-  emit(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-       "viewBox=\"0 0 %.0f %.0f\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\"\n"
-       "     data-runs=\"%d\" data-first-step=\"%ld\" data-last-step=\"%ld\" data-step-axis=\"%.0f %.0f\">\n",
-       SVG_W, SVG_H, SVG_W, SVG_H, n, first, last, x->lo, x->hi);
-  emit(o, "<title>");
-  emit_escaped(o, title, 0);
-  emit(o, "</title>\n<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n");
-  emit(o, "<text x=\"16\" y=\"30\" text-anchor=\"start\" font-size=\"18\" font-weight=\"bold\" "
-       "fill=\"#111\">");
-  emit_escaped(o, title, 110);
-  emit(o, "</text>\n");
+  svg_emit(o, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+  svg_emit(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+           "viewBox=\"0 0 %.0f %.0f\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\"\n"
+           "     data-runs=\"%d\" data-first-step=\"%ld\" data-last-step=\"%ld\" data-step-axis=\"%.0f %.0f\">\n",
+           SVG_W, SVG_H, SVG_W, SVG_H, n, first, last, x->lo, x->hi);
+  svg_emit(o, "<title>");
+  svg_escaped(o, title, 0);
+  svg_emit(o, "</title>\n<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n");
+  svg_emit(o, "<text x=\"16\" y=\"30\" text-anchor=\"start\" font-size=\"18\" font-weight=\"bold\" "
+           "fill=\"#111\">");
+  svg_escaped(o, title, 110);
+  svg_emit(o, "</text>\n");
   char t[160];
   snprintf(t, sizeof t, "%d run%s, steps %ld to %ld: loss, tokens/s and rank 0's peak memory", n,
            n == 1 ? "" : "s", first, last);
-  emit_text(o, 16, 52, "start", "font-size=\"12\" fill=\"#444\"", t);
+  svg_text(o, 16, 52, "start", "font-size=\"12\" fill=\"#444\"", t);
 }
 
 /* Writes the whole picture of runs[0..n) to o. */
@@ -681,7 +612,7 @@ static void emit_plot(SvgOut* o, const PlotRun* runs, int n, const char* title) 
   emit_step_axis(o, &x, &p[2]);
   for (int r = 0; r < n; r++) emit_run(o, &x, p, &runs[r], r);
   emit_legend(o, runs, n);
-  emit(o, "</svg>\n");
+  svg_emit(o, "</svg>\n");
 }
 
 int plot_svg_write_runs(const char* path, const char* field, const PlotRun* runs, int n,
@@ -693,12 +624,7 @@ int plot_svg_write_runs(const char* path, const char* field, const PlotRun* runs
                        runs[i].label);
   OutFile out;
   if (out_open(&out, path, field, "w")) return -1;
-  SvgOut o = {out.f, 0};
+  SvgOut o = {out.f, 0, 0};
   emit_plot(&o, runs, n, title);
-  if (o.err) {
-    osdp_fail("%s: error writing '%s': %s", field, path, strerror(o.err));
-    out_abort(&out);
-    return -1;
-  }
-  return out_commit(&out);
+  return svg_finish(&o, &out, field, path, 0);
 }

@@ -62,7 +62,8 @@ const char* sample_text(const DataSource* ds, const int* tokens, int n, char* bu
   buf[0] = 0;
   for (int i = 0; i < n; i++) {
     char t[DATA_TOKEN_TEXT];
-    data_token_text(ds, tokens[i], t);
+    if (ds) data_token_text(ds, tokens[i], t);
+    else snprintf(t, sizeof t, "<%d>", tokens[i]);
     size_t k = strlen(t);
     if (len + k + 1 > cap) break;
     memcpy(buf + len, t, k + 1);

@@ -40,7 +40,8 @@ int sample_generate(const GptDesc* d, const float* params, const int* prompt, in
 int sample_problems(const GptDesc* d, const float* params, const DataSource* ds, int count,
                     const SampleOptions* o, FILE* people, struct cJSON* json, int* right);
 
-/* The text of tokens[0..n-1] in ds's form (data_token_text), into buf of size cap. */
+/* The text of tokens[0..n-1] in ds's form (data_token_text; ds NULL: "<id>" each), into buf of
+** size cap. */
 const char* sample_text(const DataSource* ds, const int* tokens, int n, char* buf, size_t cap);
 
 #endif

@@ -358,6 +358,24 @@ static double hashed_normal(unsigned long long seed, int op, size_t idx) {
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
+void gpt_init_range_fast(const GptDesc* d, int opi, size_t first, size_t n, unsigned long long seed,
+                         float* out) {
+  const GptOp* op = &d->ops[opi];
+  for (size_t j = 0; j < n; j++) out[j] = 0.0f;
+  for (int t = 0; t < op->ntensors; t++) {
+    const ParamTensor* pt = &op->tensor[t];
+    size_t lo = pt->off > first ? pt->off : first, hi = pt->off + pt->n < first + n ? pt->off + pt->n : first + n;
+    double half = 1.7320508075688772 * pt->std; /* a uniform on [-half, half] has std pt->std */
+    uint64_t z = seed * 0x9E3779B97F4A7C15ULL + ((uint64_t)opi << 40);
+    for (size_t i = lo; i < hi; i++) {
+      if (pt->init == INIT_ONES) { out[i - first] = 1.0f; continue; }
+      if (pt->init != INIT_NORMAL) continue;
+      z = z * 6364136223846793005ULL + 1442695040888963407ULL + i; /* an LCG step, mixed with i */
+      out[i - first] = (float)(half * ((double)(z >> 11) * 0x1.0p-52 - 1.0));
+    }
+  }
+}
+
 float gpt_init_value(const GptDesc* d, int opi, size_t idx, unsigned long long seed) {
   const GptOp* op = &d->ops[opi];
   const ParamTensor* t = NULL;

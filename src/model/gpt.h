@@ -218,6 +218,11 @@ const char* gpt_op_kind_name(OpKind k);
 ** alone by the rule of the tensor holding it, so every rank can initialise exactly its own
 ** shard and the result is the same for every plan. */
 float gpt_init_value(const GptDesc* d, int op, size_t idx, unsigned long long seed);
+/* Values of the same rules and scale, much cheaper (no libm; a normal tensor gets a uniform of
+** its std), for parameters [first, first + n) of op's block into out: for engines that only time
+** steps (profiles, trials), whose weights' values do not matter, only their magnitude. */
+void gpt_init_range_fast(const GptDesc* d, int op, size_t first, size_t n, unsigned long long seed,
+                         float* out);
 /* Total forward+backward FLOPs of one training step for B x T tokens (attention's T x T
 ** products counted whole, as the cost model prices them). */
 double gpt_step_flops(const GptDesc* d, int B, int T);

@@ -292,13 +292,13 @@ char* plan_to_json(const Plan* p, const GptDesc* d) {
   return s;
 }
 
-int plan_save(const Plan* p, const GptDesc* d, const char* path) {
+int plan_save(const Plan* p, const GptDesc* d, const char* path, const char* field) {
   char* s = plan_to_json(p, d);
   size_t n = s ? strlen(s) : 0;
   char* text = s ? realloc(s, n + 2) : NULL;
-  if (!text) { free(s); return osdp_fail("out of memory writing '%s'", path); }
+  if (!text) { free(s); return osdp_fail("%s: out of memory writing '%s'", field, path); }
   memcpy(text + n, "\n", 2);
-  int rc = write_file_atomic(path, text, "--out");
+  int rc = write_file_atomic(path, text, field);
   free(text);
   return rc;
 }

@@ -91,8 +91,9 @@ int plan_validate(const Plan* p, const GptDesc* d, int world);
 int plan_load(Plan* p, const GptDesc* d, const char* path);
 /* Writes a plan as JSON to a heap string (caller frees). */
 char* plan_to_json(const Plan* p, const GptDesc* d);
-/* Writes a plan file. */
-int plan_save(const Plan* p, const GptDesc* d, const char* path);
+/* Writes a plan file atomically (plan_to_json and a newline); errors name `field` (the option,
+** "--out", or the API function the path came from). */
+int plan_save(const Plan* p, const GptDesc* d, const char* path, const char* field);
 /* The slice counts of a plan as an int array indexed by op (for gpt_forward/backward). */
 void plan_slice_counts(const Plan* p, int* slices);
 /* Marks the first n layers (n >= nlayers: all) as recomputed and the others not. */

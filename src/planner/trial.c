@@ -17,6 +17,7 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
   opt.threads = threads;
   opt.mem_limit = mem_limit;
   opt.backend = bk;
+  opt.timing_only = 1; /* the weights' values do not change a step's time */
   memset(m, 0, sizeof *m);
   if (steps < 1) steps = 1;
   enum { F_STEP, F_OPTIM, F_COMM, F_WAIT0, NF = F_WAIT0 + COMM_KINDS };

@@ -242,9 +242,13 @@ static int alloc_slice(Engine* e, int opi, int i, SliceState* s) {
   /* Initialised on the host, then copied in (in place on the CPU). */
   float* host = e->bk->device_memory ? malloc((count ? count : 1) * sizeof(float)) : s->w;
   if (!host) return osdp_fail("out of host memory initialising %s", e->d->ops[opi].name);
+  if (e->opt.timing_only) {
+    gpt_init_range_fast(e->d, opi, base + first, count, e->opt.seed, host);
+  } else {
 #pragma omp parallel for schedule(static)
-  for (long j = 0; j < (long)count; j++)
-    host[j] = gpt_init_value(e->d, opi, base + first + (size_t)j, e->opt.seed);
+    for (long j = 0; j < (long)count; j++)
+      host[j] = gpt_init_value(e->d, opi, base + first + (size_t)j, e->opt.seed);
+  }
   if (host != s->w) {
     e->bk->to_device(s->w, host, count * sizeof(float));
     free(host);

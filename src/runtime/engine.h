@@ -25,6 +25,8 @@ typedef struct TrainOptions {
   long decay_steps;           /* cosine decay to lr_min_ratio*lr at this step (0: constant) */
   double lr_min_ratio;
   unsigned long long seed;    /* weight initialisation seed */
+  int timing_only;            /* 1: an engine that only times steps (profile, trial): weights from
+                              ** gpt_init_range_fast, the same scale at a fraction of the cost */
   int threads;                /* kernel threads per rank */
   size_t mem_limit;           /* arena capacity in bytes (0: unlimited) */
   size_t bucket_bytes;        /* dp gradient bucket size */
