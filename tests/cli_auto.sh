@@ -9,7 +9,7 @@
 #  - `osdp plan --trial` measures every candidate and chooses the measured fastest;
 #  - `train --plan auto` trials its candidates and leaves no trace: its first loss equals that
 #    of a plain run with the same micro-batch (same initial weights, same data position);
-#  - profiles are cached and reused (same plan as a fresh one), --reprofile, --devices FILE and
+#  - profiles and trials are cached and reused (same plan as a fresh one), --reprofile, --devices FILE and
 #    --profile-cache off|DIR do what they say;
 #  - a limit too small for any plan gives one error line naming the smallest limit that fits,
 #    and planning at exactly that limit succeeds.
@@ -88,11 +88,11 @@ if [ -n "$af" ] && [ -n "$pf" ] && awk -v a="$af" -v b="$pf" 'BEGIN{d=a-b; if(d<
 else bad "after the trial the first loss is $af, a plain run's is $pf (micro-batch $ab)"; fi
 
 # Profiles are kept (tests/cli_common.sh points the cache into this directory): the run above
-# stored its profile; a second start with the same setting reuses it and, without a trial,
+# stored its profile (and its trial beside it); a second start with the same setting reuses it and, without a trial,
 # plans exactly what a fresh profile of the first start planned; --reprofile measures anew,
 # --devices FILE plans from the file, --profile-cache off keeps nothing.
-cached=$(ls .cache/osdp/*.json 2>/dev/null | wc -l)
-if [ "$cached" = 1 ] && [ "$(ls .cache/osdp/*.key | wc -l)" = 1 ]; then ok
+cached=$(ls .cache/osdp/*.key 2>/dev/null | wc -l)
+if [ "$cached" = 1 ] && [ "$(ls .cache/osdp/*.json | wc -l)" = 2 ] && [ "$(ls .cache/osdp/*.trial.json | wc -l)" = 1 ]; then ok
 else bad "train --plan auto left $cached profiles in the cache: $(ls -a .cache/osdp 2>&1)"; fi
 run_auto() { "${mpirun[@]}" -np 2 "$OSDP" train --plan auto --mem-limit $limit --steps 1 --trial-steps 0 --eval-batches 0 "$@"; }
 run_auto --reprofile >fresh.txt 2>err.txt || bad "train --plan auto --reprofile: $(cat err.txt)"
@@ -104,15 +104,23 @@ else bad "--reprofile did not profile anew: $(grep '^profile' fresh.txt | head -
 plan_of() { sed -n '/^plan for /,/^osdp  *micro-batch/p' "$1" | sed 's/(search [0-9.]* s)//'; }
 if [ -n "$(plan_of fresh.txt)" ] && [ "$(plan_of fresh.txt)" = "$(plan_of again.txt)" ]; then ok
 else bad "the plan from the cached profile differs from the fresh profile's: $(diff <(plan_of fresh.txt) <(plan_of again.txt) | head -6)"; fi
-if [ "$(ls .cache/osdp/*.json | wc -l)" = 1 ]; then ok; else bad "--reprofile added a second cache entry"; fi
+if [ "$(ls .cache/osdp/*.key | wc -l)" = 1 ]; then ok; else bad "--reprofile added a second cache entry"; fi
+# A trial is kept beside its profile: a second start with the same candidates reuses it.
+for t in 1 2; do
+  "${mpirun[@]}" -np 2 "$OSDP" train --plan auto --mem-limit $limit --steps 1 --trial-steps 2 --eval-batches 0 \
+    >trial$t.txt 2>err.txt || bad "train --plan auto with a trial ($t): $(cat err.txt)"
+done
+if grep -q "^trial: reusing .*\.trial\.json" trial2.txt && ! grep -q "^trial round" trial2.txt &&
+   [ -n "$(grep '^\* chosen:' trial1.txt)" ] && [ "$(grep '^\* chosen:' trial1.txt)" = "$(grep '^\* chosen:' trial2.txt)" ]; then ok
+else bad "the second start did not reuse the kept trial: $(grep -E '^(trial|\* chosen)' trial2.txt | head -4)"; fi
 run_auto --devices dev.json >devs.txt 2>err.txt || bad "train --plan auto --devices: $(cat err.txt)"
 if grep -q "planning with the device file dev.json" devs.txt && ! grep -q "profile: timing" devs.txt; then ok
 else bad "--devices dev.json still profiled: $(grep '^profile' devs.txt | head -3)"; fi
 run_auto --profile-cache off --seq 32 >off.txt 2>err.txt || bad "--profile-cache off: $(cat err.txt)"
-if [ "$(ls .cache/osdp/*.json | wc -l)" = 1 ] && ! grep -q "kept in" off.txt; then ok
+if [ "$(ls .cache/osdp/*.key | wc -l)" = 1 ] && ! grep -q "kept in" off.txt; then ok
 else bad "--profile-cache off stored a profile"; fi
 run_auto --profile-cache mine --seq 32 >mine.txt 2>err.txt || bad "--profile-cache mine: $(cat err.txt)"
-if [ "$(ls mine/*.json 2>/dev/null | wc -l)" = 1 ] && grep -q "kept in mine/" mine.txt; then ok
+if [ "$(ls mine/*.key 2>/dev/null | wc -l)" = 1 ] && grep -q "kept in mine/" mine.txt; then ok
 else bad "--profile-cache mine: $(ls -a mine 2>&1) $(grep '^profile' mine.txt | tail -1)"; fi
 refused "devices of other ranks" "--devices" "2 rank(s)" -- "$OSDP" train --plan auto --devices dev.json --steps 1
 

@@ -13,6 +13,7 @@
 #include "cli/cli.h"
 #include "cli/plan_svg.h"
 #include "cli/plan_table.h"
+#include "cli/profile_cache.h"
 #include "cli/setup.h"
 #include "comm/comm.h"
 #include "core/output.h"
@@ -270,6 +271,29 @@ static void report_uniform(const GptDesc* d, const DeviceInfo* dev, const Search
   }
 }
 
+/* The trial of candidates c: the one kept in ro->trial_cache when it measured exactly these
+** (and ro->reuse_trial), else a new one (planner_trial), then kept there. The index of the
+** measured fastest, or -1 with an error. */
+static int trial_or_kept(const GptDesc* d, const DeviceInfo* dev, const Candidate* c, int n,
+                         const PlanReport* ro, int verbose, TrialResult* tr) {
+  int chosen = ro->trial_cache[0] && ro->reuse_trial ? trial_cache_find(ro->trial_cache, d, c, n, tr) : -1;
+  if (chosen >= 0) {
+    if (verbose)
+      printf("trial: reusing %s (these candidates measured before on this profile; --reprofile "
+             "measures anew)\n", ro->trial_cache);
+    return chosen;
+  }
+  if (verbose) printf("trial: training each of %d candidate plans for %d steps\n", n, ro->trial_steps);
+  const Backend* bk = backend_by_name(dev->backend[0] ? dev->backend : "cpu", "device");
+  chosen = bk ? planner_trial(d, c, n, bk, dev->threads, dev->mem_limit, ro->trial_steps, verbose, tr)
+              : -1;
+  if (chosen >= 0 && ro->trial_cache[0] && comm_rank() == 0 &&
+      trial_cache_store(ro->trial_cache, d, c, n, tr))
+    fprintf(stderr, "osdp: note: the trial was not kept (%s); the next start trials again\n",
+            osdp_last_error());
+  return chosen;
+}
+
 int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
                     PlanReport* ro, Plan* p, PlanCost* c) {
   size_t min_bytes = 0;
@@ -296,11 +320,7 @@ int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions
       rc = osdp_fail("--trial: the device file describes %d rank(s) but this run has %d; run "
                      "under mpirun -np %d", dev->ranks, comm_size(), dev->ranks);
     if (!rc) {
-      if (show && !ro->json) printf("trial: training each of %d candidate plans for %d steps\n", n,
-                                    ro->trial_steps);
-      const Backend* bk = backend_by_name(dev->backend[0] ? dev->backend : "cpu", "device");
-      chosen = bk ? planner_trial(d, cand, n, bk, dev->threads, dev->mem_limit, ro->trial_steps,
-                                  show && !ro->json, tr) : -1;
+      chosen = trial_or_kept(d, dev, cand, n, ro, show && !ro->json, tr);
       if (chosen < 0) rc = -1;
     }
   }

@@ -12,6 +12,7 @@
 
 #include "comm/comm.h"
 #include "core/util.h"
+#include "model/plan.h"
 #include "kernels/cpu_kernels.h"
 #include "osdp_version.h"
 
@@ -86,6 +87,31 @@ static int key_matches(const char* path, const char* key) {
   return n == strlen(key) && memcmp(buf, key, n) == 0;
 }
 
+/* Collective: the text of the file at path as rank 0 reads it, on every rank (a new string the
+** caller frees), so that ranks on other hosts, whose files may differ or be missing, act on
+** rank 0's; NULL on every rank when rank 0 cannot read it (its error recorded there). */
+static char* shared_text(const char* path, const char* what) {
+  char* text = comm_rank() == 0 ? read_text_bounded(path, 64u << 20, path, what) : NULL;
+  double len = comm_allreduce_f64(comm_world(), comm_rank() == 0 ? (text ? (double)strlen(text) : -1) : 0);
+  if (len < 0) return NULL;
+  if (comm_rank() != 0 && !(text = malloc((size_t)len + 1))) {
+    comm_allreduce_max_f64(comm_world(), 1);
+    return NULL;
+  }
+  int bad = comm_allreduce_max_f64(comm_world(), 0) > 0; /* a rank out of memory */
+  if (bad) { free(text); return NULL; }
+  comm_bcast(comm_world(), text, (size_t)len + 1);
+  return text;
+}
+
+int devices_load_shared(const char* path, DeviceInfo* dev) {
+  char* text = shared_text(path, "a device file of osdp profile --out");
+  int bad = !text || device_parse(dev, text, path) != 0;
+  free(text);
+  return comm_allreduce_max_f64(comm_world(), bad) > 0 ? (bad ? -1 : osdp_fail("%s: rank 0 "
+                                "could not read it", path)) : 0;
+}
+
 int profile_cache_find(const char* dir, const char* key, DeviceInfo* dev, char* path, size_t cap) {
   char kpath[4200];
   int found = 0;
@@ -96,13 +122,9 @@ int profile_cache_find(const char* dir, const char* key, DeviceInfo* dev, char* 
   if (comm_allreduce_max_f64(comm_world(), found) == 0) return 0;
   entry_path(dir, key, "json", path, cap);
   DeviceInfo got;
-  int bad = device_load(&got, path) != 0;
-  if (!bad && (got.ranks != comm_size() || device_ranks_per_host(&got) != comm_ranks_per_host())) {
+  if (devices_load_shared(path, &got)) { osdp_clear_error(); return 0; }
+  if (got.ranks != comm_size() || device_ranks_per_host(&got) != comm_ranks_per_host()) {
     device_free(&got);
-    bad = 1;
-  }
-  if (comm_allreduce_max_f64(comm_world(), bad) > 0) {
-    if (!bad) device_free(&got);
     return 0;
   }
   *dev = got;
@@ -117,4 +139,84 @@ int profile_cache_store(const char* dir, const char* key, const DeviceInfo* dev,
   entry_path(dir, key, "key", kpath, sizeof kpath);
   if (device_save(dev, path)) return -1;
   return write_file_atomic(kpath, key, "--profile-cache");
+}
+
+/* ---- Trials -------------------------------------------------------------------------------- */
+
+void trial_cache_path(const char* dir, const char* profile_key, size_t mem_limit, int steps,
+                      char* path, size_t cap) {
+  char key[PROFILE_KEY_MAX + 64];
+  snprintf(key, sizeof key, "%strial mem_limit %zu steps %d\n", profile_key, mem_limit, steps);
+  entry_path(dir, key, "trial.json", path, cap);
+}
+
+/* The FNV-1a hash of candidate c's plan file text, as 16 hex digits in out. */
+static void plan_hash(const GptDesc* d, const Candidate* c, char out[17]) {
+  char* s = plan_to_json(&c->plan, d);
+  uint64_t h = s ? fnv1a64(1469598103934665603ULL, s, strlen(s)) : 0;
+  free(s);
+  snprintf(out, 17, "%016llx", (unsigned long long)h);
+}
+
+/* Fills r from a parsed trial file when it holds exactly candidates c (in order, by their plans'
+** hashes); the index of the measured fastest, or -1. */
+static int trial_from_json(const cJSON* root, const GptDesc* d, const Candidate* c, int n,
+                           TrialResult* r) {
+  const cJSON* arr = cJSON_GetObjectItemCaseSensitive(root, "candidates");
+  if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != n) return -1;
+  int best = -1;
+  for (int i = 0; i < n; i++) {
+    const cJSON* e = cJSON_GetArrayItem(arr, i);
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(e, "plan_fnv1a64"),
+                *st = cJSON_GetObjectItemCaseSensitive(e, "step_s"),
+                *sps = cJSON_GetObjectItemCaseSensitive(e, "samples_per_s"),
+                *pk = cJSON_GetObjectItemCaseSensitive(e, "peak_bytes");
+    char want[17];
+    plan_hash(d, &c[i], want);
+    if (!cJSON_IsString(h) || strcmp(h->valuestring, want) != 0) return -1;
+    memset(&r[i], 0, sizeof r[i]);
+    if (!cJSON_IsNumber(st) || !cJSON_IsNumber(sps) || !cJSON_IsNumber(pk)) continue; /* did not run */
+    r[i] = (TrialResult){1, st->valuedouble, sps->valuedouble, (size_t)pk->valuedouble};
+    if (r[i].step_s <= 0 || r[i].samples_per_s <= 0) return -1;
+    if (best < 0 || r[i].samples_per_s > r[best].samples_per_s) best = i;
+  }
+  return best;
+}
+
+int trial_cache_find(const char* path, const GptDesc* d, const Candidate* c, int n, TrialResult* r) {
+  int exists = comm_rank() == 0 && access(path, F_OK) == 0;
+  if (comm_allreduce_max_f64(comm_world(), exists) == 0) return -1;
+  char* text = shared_text(path, "a trial file of osdp train --plan auto");
+  cJSON* root = text ? cJSON_Parse(text) : NULL;
+  free(text);
+  int best = root ? trial_from_json(root, d, c, n, r) : -1;
+  cJSON_Delete(root);
+  osdp_clear_error();
+  return best;
+}
+
+int trial_cache_store(const char* path, const GptDesc* d, const Candidate* c, int n,
+                      const TrialResult* r) {
+  cJSON* root = cJSON_CreateObject();
+  cJSON_AddStringToObject(root, "format", "osdp-trial");
+  cJSON_AddNumberToObject(root, "version", 1);
+  cJSON* arr = cJSON_AddArrayToObject(root, "candidates");
+  for (int i = 0; i < n; i++) {
+    cJSON* e = cJSON_CreateObject();
+    char h[17];
+    plan_hash(d, &c[i], h);
+    cJSON_AddStringToObject(e, "origin", c[i].origin);
+    cJSON_AddStringToObject(e, "plan_fnv1a64", h);
+    if (r[i].ok) {
+      cJSON_AddNumberToObject(e, "step_s", r[i].step_s);
+      cJSON_AddNumberToObject(e, "samples_per_s", r[i].samples_per_s);
+      cJSON_AddNumberToObject(e, "peak_bytes", (double)r[i].peak);
+    }
+    cJSON_AddItemToArray(arr, e);
+  }
+  char* text = cJSON_Print(root);
+  cJSON_Delete(root);
+  int rc = text ? write_file_atomic(path, text, "--profile-cache") : osdp_fail("out of memory");
+  free(text);
+  return rc;
 }

@@ -23,6 +23,8 @@
 #include "model/gpt.h"
 #include "planner/device.h"
 #include "planner/profile.h"
+#include "planner/search.h"
+#include "planner/trial.h"
 
 #define PROFILE_KEY_MAX 2048
 
@@ -38,9 +40,26 @@ void profile_cache_key(const GptDesc* d, const ProfileOptions* o, char key[PROFI
 ** and every rank could read it (path receives its file), 0 when not (dev untouched). */
 int profile_cache_find(const char* dir, const char* key, DeviceInfo* dev, char* path, size_t cap);
 
+/* Collective: the device file at path as rank 0 reads it, parsed on every rank (ranks on other
+** hosts plan with rank 0's file, never with a copy of their own). 0, or -1 with an error. */
+int devices_load_shared(const char* path, DeviceInfo* dev);
+
 /* Rank 0: stores dev under key in dir (creating dir). Returns 0, or -1 with an error (the
 ** caller reports it as a note: a cache that cannot be written costs time, not the run). */
 int profile_cache_store(const char* dir, const char* key, const DeviceInfo* dev, char* path,
                         size_t cap);
+
+/* Trials are kept beside the profile they ran on: a second start that reuses a profile, finds
+** the same candidates (the same plans, compared by the hash of each plan file's text) and trials
+** them with the same limit and steps reuses what the first start measured.
+** The trial file of profile_key's profile for a trial of `steps` steps under mem_limit. */
+void trial_cache_path(const char* dir, const char* profile_key, size_t mem_limit, int steps,
+                      char* path, size_t cap);
+/* Collective: the trial at path when it measured exactly candidates c[0..n) (r filled, the
+** index of the measured fastest returned; rank 0's file for every rank), else -1. */
+int trial_cache_find(const char* path, const GptDesc* d, const Candidate* c, int n, TrialResult* r);
+/* Rank 0: stores the trial of candidates c as measured in r. 0, or -1 with an error. */
+int trial_cache_store(const char* path, const GptDesc* d, const Candidate* c, int n,
+                      const TrialResult* r);
 
 #endif

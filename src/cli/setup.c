@@ -206,7 +206,7 @@ int setup_train_options(const Args* a, TrainOptions* o) {
 ** --mem-limit (when given) in place of the file's. */
 static int auto_devices_file(const Args* a, const char* path, const ProfileOptions* po,
                              DeviceInfo* dev) {
-  int rc = device_load(dev, path);
+  int rc = devices_load_shared(path, dev);
   if (!rc && (dev->ranks != comm_size() || device_ranks_per_host(dev) != comm_ranks_per_host())) {
     rc = osdp_fail("--devices: %s describes %d rank(s), %d per host, but this run has %d, %d per "
                    "host; profile these ranks (drop --devices) or run on the ranks it describes",
@@ -220,13 +220,19 @@ static int auto_devices_file(const Args* a, const char* path, const ProfileOptio
 }
 
 /* The device information --plan auto plans with: --devices FILE; else this setting's profile
-** from the cache (profile_cache.h) unless --reprofile; else a new profile, then cached. */
-static int auto_device(const Args* a, const GptDesc* d, const ProfileOptions* po, DeviceInfo* dev) {
+** from the cache (profile_cache.h) unless --reprofile; else a new profile, then cached. With a
+** cache, trial (room for 4200 bytes) receives the path of the trial kept beside the profile, and
+** *reuse_trial whether it may be reused (not under --reprofile). */
+static int auto_device(const Args* a, const GptDesc* d, const ProfileOptions* po, long trial_steps,
+                       DeviceInfo* dev, char* trial, int* reuse_trial) {
   const char* given = args_get(a, "devices", NULL);
+  trial[0] = 0;
+  *reuse_trial = !args_has(a, "reprofile");
   if (given) return auto_devices_file(a, given, po, dev);
   char dir[4096], key[PROFILE_KEY_MAX], path[4200];
   if (profile_cache_dir(a, dir, sizeof dir)) return -1;
   profile_cache_key(d, po, key);
+  if (dir[0]) trial_cache_path(dir, key, po->mem_limit, (int)trial_steps, trial, 4200);
   int verbose = comm_rank() == 0 && po->verbose;
   if (!args_has(a, "reprofile") && dir[0] && profile_cache_find(dir, key, dev, path, sizeof path)) {
     if (verbose)
@@ -251,15 +257,19 @@ int setup_auto_plan(const Args* a, const GptDesc* d, int T, int min_batch, int m
   DeviceInfo dev;
   if (profile_options_from_args(a, d, T, &po)) return -1;
   po.verbose = !quiet;
-  if (auto_device(a, d, &po, &dev)) return -1;
+  long trial_steps;
+  if (args_int(a, "trial-steps", 6, 0, 1000, &trial_steps)) return -1;
+  char trial[4200];
+  int reuse;
+  if (auto_device(a, d, &po, trial_steps, &dev, trial, &reuse)) return -1;
   SearchOptions so;
   planner_default_options(&so, T);
   so.max_batch = max_batch;
   so.min_batch = min_batch;
-  long trial_steps;
   if (setup_search_options(a, d, dev.ranks, &so)) { device_free(&dev); return -1; }
-  if (args_int(a, "trial-steps", 6, 0, 1000, &trial_steps)) { device_free(&dev); return -1; }
   memset(report, 0, sizeof *report);
+  snprintf(report->trial_cache, sizeof report->trial_cache, "%s", trial);
+  report->reuse_trial = reuse;
   report->quiet = quiet;
   report->trial_steps = (int)trial_steps;
   int rc = plan_and_report(d, &dev, &so, report, p, cost);

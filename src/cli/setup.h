@@ -15,6 +15,8 @@ typedef struct PlanReport {
   int json;          /* one JSON object instead of tables */
   int quiet;         /* print nothing */
   int trial_steps;   /* > 0: train every candidate this many steps and keep the measured best */
+  char trial_cache[4200]; /* "" or the file a trial is kept in (cli/profile_cache.h) */
+  int reuse_trial;   /* 1: a kept trial of the same candidates is reused instead of run */
   /* Filled by plan_and_report after a trial: the chosen plan and the best uniform baseline. */
   char chosen[32], best_uniform[32]; /* candidate origins (Candidate.origin) */
   int chosen_uniform;                   /* the chosen plan's Strategy if uniform, else -1 */

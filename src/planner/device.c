@@ -493,6 +493,20 @@ int device_load(DeviceInfo* dev, const char* path) {
   return rc;
 }
 
+int device_parse(DeviceInfo* dev, const char* text, const char* where) {
+  memset(dev, 0, sizeof *dev);
+  cJSON* root = cJSON_Parse(text);
+  if (!cJSON_IsObject(root)) {
+    cJSON_Delete(root);
+    return osdp_fail("%s: malformed JSON; a device file is an object with ranks, mem_limit, flops "
+                     "and collectives (see osdp profile --out)", where);
+  }
+  int rc = device_from_json(root, where, dev);
+  cJSON_Delete(root);
+  if (rc) device_free(dev);
+  return rc;
+}
+
 /* ---- Saving ------------------------------------------------------------------------------ */
 
 /* Adds collective c's fields to object o. */

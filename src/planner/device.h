@@ -169,6 +169,9 @@ const OpTime* device_measured_op(const DeviceInfo* dev, const GptDesc* d, int T,
 
 /* Reads and validates a device file; -1 with a one-line error naming the file and field. */
 int device_load(DeviceInfo* dev, const char* path);
+/* The same from a device file's text (where names it in errors), for a file one rank read and
+** every rank parses. */
+int device_parse(DeviceInfo* dev, const char* text, const char* where);
 /* Writes a device file (atomically: a temporary file renamed into place). */
 int device_save(const DeviceInfo* dev, const char* path);
 /* Checks the values (ranks >= 1, H dividing ranks, limit > 0, speeds > 0, latencies >= 0,
