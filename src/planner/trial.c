@@ -67,24 +67,34 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
 #define TRIAL_ROUNDS 3
 /* After a round, a candidate whose fastest round so far is this much slower (in samples/s) than
 ** the fastest candidate's runs no more rounds: noise only ever slows a step down, so more rounds
-** could not make it the fastest, and its rounds cost as much as the contenders'. */
+** could not make it the fastest, and its rounds cost as much as the contenders'. After two
+** rounds the bar is lower: twice the largest difference between any candidate's two rounds (the
+** noise this trial has seen), at least TRIAL_DROP_MIN. */
 #define TRIAL_DROP_RATIO 1.25
+#define TRIAL_DROP_MIN 0.03
 
 /* Samples per second of candidate c at step time step_s. */
 static double trial_sps(const Candidate* c, double step_s) {
   return (double)comm_size() * c->plan.micro_batch / step_s;
 }
 
-/* After a round: marks (dropped[i] = 1) the candidates clearly slower than the leader. */
-static void trial_drop_slow(const Candidate* c, int n, const TrialResult* r, int* dropped,
-                            int verbose) {
+/* After a round: marks (dropped[i] = 1) the candidates clearly slower than the leader: by
+** TRIAL_DROP_RATIO after one round, by 1 + max(2 x the noise, TRIAL_DROP_MIN) once some have run
+** twice (worst[i]: candidate i's slowest round, rounds[i]: how many it ran). */
+static void trial_drop_slow(const Candidate* c, int n, const TrialResult* r, const double* worst,
+                            const int* rounds, int* dropped, int verbose) {
+  double noise = -1;
+  for (int i = 0; i < n; i++)
+    if (r[i].ok && rounds[i] >= 2 && worst[i] / r[i].step_s - 1 > noise) noise = worst[i] / r[i].step_s - 1;
+  double bar = noise < 0 ? TRIAL_DROP_RATIO : 1 + (2 * noise > TRIAL_DROP_MIN ? 2 * noise : TRIAL_DROP_MIN);
+  if (bar > TRIAL_DROP_RATIO) bar = TRIAL_DROP_RATIO;
   int lead = -1;
   for (int i = 0; i < n; i++)
     if (r[i].ok && (lead < 0 || trial_sps(&c[i], r[i].step_s) > trial_sps(&c[lead], r[lead].step_s)))
       lead = i;
   for (int i = 0; lead >= 0 && i < n; i++) {
     double ratio = trial_sps(&c[lead], r[lead].step_s) / trial_sps(&c[i], r[i].step_s);
-    if (!r[i].ok || dropped[i] || ratio < TRIAL_DROP_RATIO) continue;
+    if (!r[i].ok || dropped[i] || ratio < bar) continue;
     dropped[i] = 1;
     if (verbose && comm_rank() == 0)
       printf("trial: %s is %.2fx slower than %s: no more rounds for it\n", c[i].origin, ratio,
@@ -97,11 +107,17 @@ int planner_trial(const GptDesc* d, const Candidate* c, int n, const Backend* bk
   int best = -1, per_round = (steps + TRIAL_ROUNDS - 1) / TRIAL_ROUNDS;
   if (per_round < 2) per_round = 2;
   int* dropped = calloc((size_t)(n > 0 ? n : 1), sizeof *dropped);
-  if (!dropped) return osdp_fail("out of host memory");
+  int* rounds = calloc((size_t)(n > 0 ? n : 1), sizeof *rounds);
+  double* worst = calloc((size_t)(n > 0 ? n : 1), sizeof *worst);
+  if (!dropped || !rounds || !worst) {
+    free(dropped); free(rounds); free(worst);
+    return osdp_fail("out of host memory");
+  }
   for (int i = 0; i < n; i++) memset(&r[i], 0, sizeof r[i]);
   for (int round = 0; round < TRIAL_ROUNDS; round++) {
     int left = 0;
     for (int i = 0; i < n; i++) left += round == 0 || (r[i].ok && !dropped[i]);
+    if (round > 0 && left <= 1) break; /* the fastest alone is left: nothing to compare */
     if (verbose && comm_rank() == 0) {
       printf("trial round %d/%d: %d candidates, %d steps each\n", round + 1, TRIAL_ROUNDS, left, per_round);
       fflush(stdout);
@@ -116,12 +132,16 @@ int planner_trial(const GptDesc* d, const Candidate* c, int n, const Backend* bk
       }
       /* Noise only ever slows a step down: keep the fastest round's median. */
       if (!r[i].ok || m.step_s < r[i].step_s) r[i].step_s = m.step_s;
+      if (m.step_s > worst[i]) worst[i] = m.step_s;
+      rounds[i]++;
       r[i].ok = 1;
       r[i].peak = m.peak;
     }
-    if (round + 1 < TRIAL_ROUNDS) trial_drop_slow(c, n, r, dropped, verbose);
+    if (round + 1 < TRIAL_ROUNDS) trial_drop_slow(c, n, r, worst, rounds, dropped, verbose);
   }
   free(dropped);
+  free(rounds);
+  free(worst);
   for (int i = 0; i < n; i++) {
     if (!r[i].ok) continue;
     r[i].samples_per_s = trial_sps(&c[i], r[i].step_s);

@@ -40,8 +40,9 @@ typedef struct TrialResult {
 /* Trains each of the n candidates for about `steps` timed steps, in 3 rounds that visit every
 ** candidate in turn (each round: a fresh engine, a warm-up step, at least 2 timed steps), with
 ** backend bk (NULL: the CPU), `threads` kernel threads and the arena limited to mem_limit, and fills r[0..n) with the
-** fastest round's median step; after a round, a candidate 1.25x slower than the fastest so far
-** runs no more rounds (its figures are its rounds'). Collective: every rank must pass the same
+** fastest round's median step; after a round, a candidate clearly slower than the fastest so
+** far runs no more rounds (1.25x after one round; after two, more than twice the largest
+** difference between any candidate's two rounds, at least 3%; its figures are its rounds'). Collective: every rank must pass the same
 ** candidates. Returns
 ** the index of the measured fastest, or -1 (with an error) when none ran. Prints a progress
 ** line per round on rank 0 if verbose. */
