@@ -58,6 +58,7 @@ typedef struct SampleRun {
   float* params;
   DataSource* data;
   SampleOptions opt;
+  int problems;         /* --problems */
   int json;
 } SampleRun;
 
@@ -90,6 +91,7 @@ static int sample_setup(SampleRun* r, int argc, char** argv) {
   r->opt = (SampleOptions){(int)tokens, temp, (int)top_k, (uint64_t)seed,
                            args_has(a, "no-cache"), -1};
   r->json = args_has(a, "json");
+  r->problems = (int)problems;
   const char *load = args_get(a, "load", NULL), *resume = args_get(a, "resume", NULL);
   if (!load == !resume)
     return osdp_fail("osdp sample: give the weights with one of --load FILE or --resume PATH");
@@ -189,15 +191,13 @@ static int sample_score(SampleRun* r, cJSON* out) {
   if (!r->data || data_batch_problem_count(r->data, 1) == 0)
     return osdp_fail("osdp sample: give --prompt TEXT or --prompt-tokens IDS (only the addition "
                      "task has problems to answer without one)");
-  long problems;
-  args_int(&r->args, "problems", 5, 1, 100000, &problems);
   int right;
-  if (!out) printf("%ld held-out problems (answers are written least significant digit first):\n",
-                   problems);
-  if (sample_problems(&r->d, r->params, r->data, (int)problems, &r->opt, out ? NULL : stdout, out,
+  if (!out) printf("%d held-out problems (answers are written least significant digit first):\n",
+                   r->problems);
+  if (sample_problems(&r->d, r->params, r->data, r->problems, &r->opt, out ? NULL : stdout, out,
                       &right))
     return -1;
-  if (!out) printf("%d of %ld right\n", right, problems);
+  if (!out) printf("%d of %d right\n", right, r->problems);
   return 0;
 }
 

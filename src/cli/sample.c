@@ -10,11 +10,6 @@
 #include "core/util.h"
 #include "model/decode.h"
 
-/* Next-token logits of seq[0..n-1] without a cache (the full forward), into logits[V]. */
-static int full_next(const GptDesc* d, const float* params, const int* seq, int n, float* logits) {
-  return decode_full_logits(d, params, seq, n, logits, NULL);
-}
-
 int sample_generate(const GptDesc* d, const float* params, const int* prompt, int n,
                     const SampleOptions* o, int* out, int* nout, double* seconds) {
   *nout = 0;
@@ -42,7 +37,7 @@ int sample_generate(const GptDesc* d, const float* params, const int* prompt, in
   }
   for (int len = n; !rc && len < total; len++) {
     const float* next = logits;
-    if (o->no_cache) rc = full_next(d, params, seq, len, logits);
+    if (o->no_cache) rc = decode_full_logits(d, params, seq, len, logits, NULL);
     else next = decoder_logits(&dec);
     if (rc) break;
     int t = decode_pick(next, V, o->temperature, o->top_k, &rng);
