@@ -17,7 +17,8 @@
 # usage: bench/hosts.sh [BUILD_DIR]
 #   environment: HOSTS (2), PER_HOST (2), RATE (300mbit), MODEL (small), SEQ (128), LIMITS
 #                (192MiB), STEPS (8), REPEAT (1), TRIAL (1), TRIAL_STEPS (4), PLAN_ARGS
-#                ("--reduce-dtype auto"), JSON=1 (end with fidelity.sh's JSON object).
+#                ("--reduce-dtype auto"), JSON=1 (end with fidelity.sh's JSON object), KEEP
+#                (a directory to copy the profile, dev.json, and its log, prof.out, into).
 # Exit status: fidelity.sh's (0: every run ran, 1: one failed), 2 on bad usage, 77 when network
 # namespaces cannot be made here (the reason is printed). Needs root, iproute2 and OpenMPI.
 set -u
@@ -55,6 +56,9 @@ grep -E 'between hosts|within hosts|over the world' "$work/prof.out" | grep -v '
 if [ "$prc" -ne 0 ] || [ ! -s "$work/dev.json" ]; then
   echo "hosts.sh: profile FAILED (exit $prc): $(tail -3 "$work/prof.out" | tr '\n' ' ')" >&2
   exit 1
+fi
+if [ -n "${KEEP:-}" ]; then
+  mkdir -p "$KEEP" && cp "$work/dev.json" "$work/prof.out" "$KEEP/" || { echo "hosts.sh: cannot copy the profile into KEEP=$KEEP" >&2; exit 2; }
 fi
 echo
 MPIRUN=$launch RANKS=$ranks MODEL=$model SEQ=$seq DEVICES=$work/dev.json LIMITS=${LIMITS:-192MiB} \

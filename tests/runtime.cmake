@@ -19,7 +19,10 @@ osdp_add_test_exe(test_staging ${PROJECT_SOURCE_DIR}/tests/test_staging.c)
 add_test(NAME runtime_staging_2 COMMAND ${OSDP_MPIRUN} -np 2 $<TARGET_FILE:test_staging>)
 add_test(NAME runtime_staging_3 COMMAND ${OSDP_MPIRUN} -np 3 $<TARGET_FILE:test_staging>)
 add_test(NAME runtime_staging_4 COMMAND ${OSDP_MPIRUN} -np 4 $<TARGET_FILE:test_staging>)
-set_tests_properties(runtime_staging_2 runtime_staging_3 runtime_staging_4 PROPERTIES TIMEOUT 180
+# The same with the gathers as chunked all-to-alls (as across hosts), forced on one host.
+add_test(NAME runtime_staging_3_exchange
+  COMMAND ${OSDP_MPIRUN} -np 3 -x OSDP_COMM_GATHER=exchange $<TARGET_FILE:test_staging>)
+set_tests_properties(runtime_staging_2 runtime_staging_3 runtime_staging_4 runtime_staging_3_exchange PROPERTIES TIMEOUT 180
   ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 # Communicators (world, host, shard groups, across groups) and the collectives on them, fp32
 # and bf16 against their contract, directly and through host staging.
@@ -27,11 +30,13 @@ osdp_add_test_exe(test_comm ${PROJECT_SOURCE_DIR}/tests/test_comm.c)
 add_test(NAME comm_2 COMMAND ${OSDP_MPIRUN} -np 2 $<TARGET_FILE:test_comm>)
 add_test(NAME comm_4 COMMAND ${OSDP_MPIRUN} -np 4 $<TARGET_FILE:test_comm>)
 add_test(NAME comm_6 COMMAND ${OSDP_MPIRUN} -np 6 $<TARGET_FILE:test_comm>)
-set_tests_properties(comm_2 comm_4 comm_6 PROPERTIES TIMEOUT 120
+# The gathers as on communicators that span hosts (chunked all-to-alls), forced on one host.
+add_test(NAME comm_4_exchange COMMAND ${OSDP_MPIRUN} -np 4 -x OSDP_COMM_GATHER=exchange $<TARGET_FILE:test_comm>)
+set_tests_properties(comm_2 comm_4 comm_6 comm_4_exchange PROPERTIES TIMEOUT 120
   ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 # The collectives and the staged runtime under ASan + UBSan too (make asan): chunked reductions,
 # bf16 packing, lanes and hybrid plans.
-set_tests_properties(comm_4 runtime_staging_4 PROPERTIES LABELS "sanitize")
+set_tests_properties(comm_4 comm_4_exchange runtime_staging_4 PROPERTIES LABELS "sanitize")
 
 # Bit-identical to a recorded build: every plan kind on 1-4 ranks ends 20 steps with the same
 # weights, losses, gradient norms and peaks, and describe/plan predict the same bytes and plans

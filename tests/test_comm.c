@@ -9,7 +9,12 @@
 **  - bf16 reductions equal, bit for bit, what their contract says: every contribution rounded
 **    to bf16 (here by an independent rounding through nearbyint), the parts summed in fp32 in
 **    rank order, and for an all-reduce the sums rounded to bf16 again;
+**  - the all-gathers (in place, into, non-blocking) deliver every rank's shard, for a shard of
+**    one element, an odd one and one of several chunks; the reductions at a size of several
+**    chunks too;
 **  - the same on backend_cpu_staged (buffers declared device memory: host staging);
+**  - all of it again with OSDP_COMM_GATHER=exchange (the suite's comm_4_exchange): the gathers
+**    as chunked all-to-alls, as on communicators that span hosts;
 **  - each communicator counts its own calls and bytes.
 */
 #include <math.h>
@@ -48,23 +53,23 @@ static void check_members(Comm* c, int size, int rank, const int* members) {
 
 /* The reductions over communicator c, whose members are world ranks members[0..N): fp32 exact
 ** sums, then bf16 against the contract, blocking and non-blocking. */
-static void check_reductions(Comm* c, const int* members, const char* what) {
+static void check_reductions(Comm* c, const int* members, size_t SH, const char* what) {
   int N = comm_size_of(c), me = comm_rank_in(c);
   /* A communicator of one sends nothing, so nothing is rounded either. */
   int rounds = N > 1;
-  enum { SH = 37 };
   size_t n = (size_t)N * SH;
   float* full = malloc(n * sizeof(float));
   float* ref = malloc(n * sizeof(float));
-  float acc[SH], want[SH];
-  if (!full || !ref) { CHECK(0); free(full); free(ref); return; }
+  float* acc = malloc(SH * sizeof(float));
+  float* want = malloc(SH * sizeof(float));
+  if (!full || !ref || !acc || !want) { CHECK(0); free(full); free(ref); free(acc); free(want); return; }
   for (int dt = 0; dt < 2; dt++) {
     for (int blocking = 0; blocking < 2; blocking++) {
       /* Reduce-scatter: blocking adds this rank's part into acc = 1; non-blocking overwrites
       ** acc (NaN before: nothing of it may survive). */
       int accumulate = blocking;
       for (size_t i = 0; i < n; i++) full[i] = contribution(comm_rank(), i);
-      for (int i = 0; i < SH; i++) {
+      for (size_t i = 0; i < SH; i++) {
         float s = 0;
         for (int r = 0; r < N; r++) {
           float x = contribution(members[r], (size_t)me * SH + (size_t)i);
@@ -83,7 +88,7 @@ static void check_reductions(Comm* c, const int* members, const char* what) {
       }
       int bad = 0;
       /* fp32: MPI may sum in any order, so within rounding; bf16: exactly the contract. */
-      for (int i = 0; i < SH; i++)
+      for (size_t i = 0; i < SH; i++)
         bad += dt ? !(acc[i] == want[i]) : !(fabsf(acc[i] - want[i]) <= 1e-5f * (1 + fabsf(want[i])));
       CHECK_MSG(!bad, "%s: %s %s reduce-scatter: %d elements off (first %.9g vs %.9g)", what,
                 dt ? "bf16" : "fp32", blocking ? "blocking" : "non-blocking", bad, acc[0], want[0]);
@@ -114,6 +119,47 @@ static void check_reductions(Comm* c, const int* members, const char* what) {
   }
   free(full);
   free(ref);
+  free(acc);
+  free(want);
+}
+
+/* The all-gathers over c (members as above) of a shard of SH elements: in place, into another
+** buffer, and non-blocking (tested until done); each must deliver every rank's shard exactly. */
+static void check_gathers(Comm* c, const int* members, size_t SH, const char* what) {
+  int N = comm_size_of(c), me = comm_rank_in(c);
+  size_t n = (size_t)N * SH;
+  float* full = malloc(n * sizeof(float));
+  float* shard = malloc(SH * sizeof(float));
+  if (!full || !shard) { CHECK(0); free(full); free(shard); return; }
+  static const char* names[3] = {"in place", "into", "non-blocking"};
+  for (int way = 0; way < 3; way++) {
+    for (size_t i = 0; i < n; i++) full[i] = NAN;
+    for (size_t i = 0; i < SH; i++) shard[i] = contribution(comm_rank(), (size_t)me * SH + i);
+    if (way == 0) {
+      memcpy(full + (size_t)me * SH, shard, SH * sizeof(float));
+      comm_allgather_f32(c, full, SH);
+    } else if (way == 1) {
+      comm_allgather_into_f32(c, shard, full, SH);
+    } else {
+      CommRequest rq;
+      comm_iallgather_into_f32(c, shard, full, SH, &rq);
+      while (!comm_test(&rq)) {}
+    }
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += full[i] != contribution(members[i / SH], i);
+    CHECK_MSG(!bad, "%s: %s all-gather of %zu per rank: %zu elements off", what, names[way], SH, bad);
+  }
+  free(full);
+  free(shard);
+}
+
+/* Every collective over c at a few sizes: one element, an odd size, several chunks. */
+static void check_comm(Comm* c, const int* members, const char* what) {
+  size_t sizes[3] = {1, 37, ((size_t)1 << 20) / (size_t)comm_size_of(c) + 5};
+  for (int s = 0; s < 3; s++) {
+    check_gathers(c, members, sizes[s], what);
+    if (s) check_reductions(c, members, sizes[s], what);
+  }
 }
 
 int main(int argc, char** argv) {
@@ -143,11 +189,11 @@ int main(int argc, char** argv) {
     const char* where = staged ? "staged" : "direct";
     char what[64];
     snprintf(what, sizeof what, "world, %s", where);
-    check_reductions(comm_world(), members, what);
+    check_comm(comm_world(), members, what);
     snprintf(what, sizeof what, "group of 2, %s", where);
-    check_reductions(g, gm, what);
+    check_comm(g, gm, what);
     snprintf(what, sizeof what, "across groups of 2, %s", where);
-    check_reductions(a, am, what);
+    check_comm(a, am, what);
   }
   comm_use_backend(NULL);
 

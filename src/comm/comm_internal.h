@@ -27,6 +27,7 @@ struct Comm {
   int rank, size;
   int group;          /* comm_group / comm_across: the G it was made for (0: world, host) */
   int across;         /* 1: comm_across(group) */
+  int exchange_gathers; /* 1: all-gathers as chunked all-to-alls (comm_reduce.c): c spans hosts */
   char name[40];
   CommStats stats;
 };
@@ -49,5 +50,8 @@ void comm_count_call(Comm* c, CommKind k, double bytes);
 /* comm_reduce.c: advances a reduction request (block: to its end); 1 when finished (its result
 ** is then in place, its staging freed and its call counted). */
 int comm_reduction_advance(CommRequest* r, int block);
+/* comm_reduce.c: starts gathering every rank's shard[0..shard_n) (backend memory; it may be
+** full's own part) into full[0..N*shard_n) as chunked all-to-alls, advanced like a reduction. */
+void comm_exchange_gather(Comm* c, const float* shard, float* full, size_t shard_n, CommRequest* r);
 
 #endif

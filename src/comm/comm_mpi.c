@@ -20,6 +20,8 @@ static int g_ncomms;
 static Comm* const g_world = &g_comms[0];
 static Comm* const g_hostc = &g_comms[1];
 static int g_ranks_per_host;
+static int g_host_id = -1;     /* the lowest world rank on this rank's host (-1 before comm_init) */
+static int g_gather_mode;      /* OSDP_COMM_GATHER: 0 auto (exchange across hosts), 1 always, 2 never */
 
 static double g_clock; /* all seconds inside communication calls (comm_clock) */
 static const Backend* g_bk;  /* the buffers' backend (comm_use_backend) */
@@ -76,6 +78,28 @@ int comm_to_count(size_t n) {
   return (int)n;
 }
 
+/* 1 when c's ranks are on more than one host (collective over c; the host must be known). */
+static int spans_hosts(const Comm* c) {
+  int v[2] = {g_host_id, -g_host_id};
+  if (c->size > 1) MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT, MPI_MIN, c->mpi);
+  return v[0] != -v[1];
+}
+
+/* Whether c's all-gathers go as all-to-alls (comm_reduce.c): across hosts, where MPI's own
+** all-gathers run at half the link's rate, unless OSDP_COMM_GATHER says otherwise. */
+static void choose_gathers(Comm* c) {
+  c->exchange_gathers = g_gather_mode == 1 || (g_gather_mode == 0 && spans_hosts(c));
+}
+
+/* OSDP_COMM_GATHER: "auto" (or unset), "exchange" or "mpi"; anything else ends the job. */
+static int gather_mode_from_env(void) {
+  const char* v = getenv("OSDP_COMM_GATHER");
+  if (!v || !*v || strcmp(v, "auto") == 0) return 0;
+  if (strcmp(v, "exchange") == 0) return 1;
+  if (strcmp(v, "mpi") == 0) return 2;
+  return osdp_fail("OSDP_COMM_GATHER is '%s'; use auto, exchange or mpi", v);
+}
+
 /* Fills a Comm from an MPI communicator. */
 static void comm_setup(Comm* c, MPI_Comm mpi, int group, int across, const char* name) {
   memset(c, 0, sizeof *c);
@@ -86,6 +110,7 @@ static void comm_setup(Comm* c, MPI_Comm mpi, int group, int across, const char*
   c->across = across;
   snprintf(c->name, sizeof c->name, "%s", name);
   for (int i = 0; c->size > 1 && i < COMM_LANES; i++) MPI_Comm_dup(mpi, &c->lanes[i]);
+  if (g_host_id >= 0) choose_gathers(c);
 }
 
 /* The ranks per host if every host has the same number and holds consecutive world ranks. */
@@ -101,10 +126,14 @@ int comm_init(int* argc, char*** argv) {
   /* MULTIPLE: the watchdog's thread sends and receives its heartbeats beside the main thread. */
   if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
     return osdp_fail("MPI_Init failed");
+  g_gather_mode = gather_mode_from_env();
+  if (g_gather_mode < 0) { MPI_Finalize(); return -1; }
   comm_setup(g_world, MPI_COMM_WORLD, 0, 0, "world");
   MPI_Comm host;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_world->rank, MPI_INFO_NULL, &host);
+  MPI_Allreduce(&g_world->rank, &g_host_id, 1, MPI_INT, MPI_MIN, host);
   comm_setup(g_hostc, host, 0, 0, "host");
+  choose_gathers(g_world); /* made before the host was known */
   g_ncomms = 2;
   g_ranks_per_host = uniform_hosts();
   return 0;
@@ -263,6 +292,14 @@ void comm_wait(CommRequest* r) {
 
 /* ---- All-gather ---------------------------------------------------------------------- */
 
+/* A blocking all-gather as chunked all-to-alls (across hosts; comm_reduce.c), begun at t0. */
+static void exchange_gather(Comm* c, const float* shard, float* full, size_t shard_n, double t0) {
+  CommRequest r;
+  comm_exchange_gather(c, shard, full, shard_n, &r);
+  comm_reduction_advance(&r, 1); /* counts the call */
+  comm_count_time(c, COMM_ALLGATHER, t0);
+}
+
 void comm_allgather_f32(Comm* c, float* full, size_t shard_n) {
   if (c->size == 1) return;
   double t0 = now_seconds();
@@ -272,6 +309,7 @@ void comm_allgather_f32(Comm* c, float* full, size_t shard_n) {
     count(c, COMM_ALLGATHER, t0, 4.0 * (double)shard_n * (double)N);
     return;
   }
+  if (c->exchange_gathers) { exchange_gather(c, full + shard_n * (size_t)c->rank, full, shard_n, t0); return; }
   size_t shard_bytes = shard_n * sizeof(float), bytes = shard_bytes * N;
   float* host = staged(c) ? stage_buffer(bytes) : full;
   if (staged(c))
@@ -293,6 +331,7 @@ void comm_allgather_into_f32(Comm* c, const float* shard, float* full, size_t sh
     count(c, COMM_ALLGATHER, t0, 4.0 * (double)shard_n * (double)N);
     return;
   }
+  if (c->exchange_gathers) { exchange_gather(c, shard, full, shard_n, t0); return; }
   size_t shard_bytes = shard_n * sizeof(float), bytes = shard_bytes * N;
   float* host = staged(c) ? stage_buffer(bytes + shard_bytes) : full;
   const float* send = shard;
@@ -315,6 +354,11 @@ void comm_iallgather_into_f32(Comm* c, const float* shard, float* full, size_t s
                      .bytes = 4.0 * (double)shard_n * (double)N};
   if (comm_on_nccl(c)) {
     comm_nccl_iallgather(shard, full, shard_n, r);
+    comm_count_time(c, COMM_ALLGATHER, t0);
+    return;
+  }
+  if (c->exchange_gathers) {
+    comm_exchange_gather(c, shard, full, shard_n, r);
     comm_count_time(c, COMM_ALLGATHER, t0);
     return;
   }

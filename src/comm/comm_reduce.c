@@ -1,5 +1,6 @@
 /*
-** comm_reduce.c: the gradient reductions of comm.h (all-reduce, reduce-scatter) on MPI.
+** comm_reduce.c: the collectives of comm.h built from chunked all-to-alls on MPI: the gradient
+** reductions (all-reduce, reduce-scatter), and the all-gathers of communicators that span hosts.
 **
 ** MPI's own reduce-scatter and non-blocking all-reduce are slow on this kind of machine (OpenMPI
 ** 4.1, shared memory, 2 ranks, 160 MB: MPI_Reduce_scatter_block 135 ms, MPI_Iallreduce 176 ms,
@@ -8,14 +9,22 @@
 ** an all-to-all: in chunk k each rank sends piece k of every part of its buffer to the part's
 ** owner (fp32 as it is, or rounded to bf16), and the owner sums the N pieces it received in rank
 ** order, in fp32, into its destination. An all-reduce then gathers the summed parts back into
-** every rank's buffer (fp32: one all-gather in place; bf16: in chunks, the sums rounded to bf16),
-** so every rank ends with the same bits. The staging is one chunk (about CHUNK_BYTES), never a
-** copy of the buffer (except for device memory, which MPI reaches through a host copy). The same
-** code runs blocking (waiting for each chunk) and non-blocking (each comm_test advances it), so
-** both give the same result.
+** every rank's buffer (bf16: the sums rounded to bf16), so every rank ends with the same bits.
+**
+** The gathering: within a host fp32 goes all at once, in place (MPI_Iallgatherv, the fastest
+** there); across hosts, and for bf16, chunk k goes as an all-to-all too: this rank's piece k to
+** every rank, every rank's piece k into the staging. Across a link MPI's all-gathers run at half
+** its rate (2 hosts over a 300 Mbit/s link, 16 MB: MPI_Allgather, MPI_Iallgather and
+** MPI_Iallgatherv 418 ms, the all-to-all 223 ms, the link's own time 213 ms), so the all-gathers
+** of comm.h on such a communicator are this gathering alone (comm_exchange_gather).
+**
+** The staging is one chunk (about CHUNK_BYTES), never a copy of the buffer (except for device
+** memory, which MPI reaches through a host copy). The same code runs blocking (waiting for each
+** chunk) and non-blocking (each comm_test advances it), so both give the same result.
 **
 ** A buffer of n elements over N ranks has N parts of m = ceil(n / N) elements (the last ones
-** shorter, or empty); rank r owns part r. A reduce-scatter's buffer is N * shard_n exactly.
+** shorter, or empty); rank r owns part r. A reduce-scatter's buffer is N * shard_n exactly, and
+** so is an all-gather's.
 */
 #include <stdint.h>
 #include <stdio.h>
@@ -41,7 +50,8 @@ typedef struct Reduction {
   size_t L, K, k;      /* piece length per chunk, chunk count, the chunk in flight */
   float* dst;          /* host: where this rank's summed part goes (NULL: its part of src) */
   int accumulate;      /* add into dst (else overwrite it) */
-  int gather;          /* all-reduce: gather every part's sums back into src afterwards */
+  int gather;          /* all-reduce and all-gather: gather every part back into src */
+  int exchange;        /* gather chunk by chunk as all-to-alls (across hosts, or bf16) */
   int phase;           /* 1 reducing, 2 gathering, 3 done */
   void* send;          /* bf16: this chunk's packed pieces (N*L) */
   void* recv;          /* this chunk's received pieces (N*L elements of the dtype) */
@@ -51,6 +61,7 @@ typedef struct Reduction {
   /* Device memory: src is a host copy of dev_buf; the result goes back at the end. */
   float* dev_buf;      /* the caller's buffer (NULL on the CPU) */
   float* dev_acc;      /* reduce-scatter on a device: the caller's shard */
+  float* dev_full;     /* all-gather on a device: the caller's full buffer */
 } Reduction;
 
 /* ---- bf16 ---------------------------------------------------------------------------- */
@@ -141,40 +152,51 @@ static void sum_reduce_chunk(Reduction* R) {
   else memcpy(out, s, len * sizeof(float));
 }
 
-/* Posts the gathering of the summed parts: fp32 all at once in place; bf16 chunk k, rounded. */
+/* Posts the gathering of the summed parts: without exchange (fp32 within a host) all at once, in
+** place; with it chunk k, each rank's piece to every rank, bf16 rounded (including its own, so
+** that every rank holds the same values) or fp32 from src as it is (to the others only). */
 static void post_gather(Reduction* R) {
   int N = R->c->size, r = R->c->rank;
-  int *c = R->cnt, *d = c + N;
-  if (R->dtype == COMM_FP32) {
+  int *sc = R->cnt, *sd = sc + N, *rc = sd + N, *rd = rc + N;
+  if (!R->exchange) {
     for (int p = 0; p < N; p++) {
-      c[p] = comm_to_count(part_len(R, p));
-      d[p] = comm_to_count((size_t)p * R->m);
+      rc[p] = comm_to_count(part_len(R, p));
+      rd[p] = comm_to_count((size_t)p * R->m);
     }
-    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, R->src, c, d, MPI_FLOAT, R->mpi, &R->req);
+    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, R->src, rc, rd, MPI_FLOAT, R->mpi, &R->req);
     return;
   }
-  size_t mine = piece_len(R, r, R->k);
-  const float* sums = R->src + (size_t)r * R->m + R->k * R->L;
-  uint16_t* send = R->send;
-  for (size_t i = 0; i < mine; i++) send[i] = to_bf16(sums[i]);
+  size_t mine = piece_len(R, r, R->k), at = (size_t)r * R->m + R->k * R->L;
   for (int p = 0; p < N; p++) {
-    c[p] = comm_to_count(piece_len(R, p, R->k));
-    d[p] = comm_to_count((size_t)p * R->L);
+    rc[p] = comm_to_count(piece_len(R, p, R->k));
+    rd[p] = comm_to_count((size_t)p * R->L);
+    sc[p] = comm_to_count(mine);
   }
-  MPI_Iallgatherv(send, comm_to_count(mine), MPI_UINT16_T, R->recv, c, d, MPI_UINT16_T, R->mpi,
-                  &R->req);
+  if (R->dtype == COMM_BF16) {
+    uint16_t* send = R->send;
+    for (size_t i = 0; i < mine; i++) send[i] = to_bf16(R->src[at + i]);
+    for (int p = 0; p < N; p++) sd[p] = 0;
+    MPI_Ialltoallv(send, sc, sd, MPI_UINT16_T, R->recv, rc, rd, MPI_UINT16_T, R->mpi, &R->req);
+    return;
+  }
+  for (int p = 0; p < N; p++) sd[p] = comm_to_count(at);
+  sc[r] = rc[r] = 0; /* its own piece is in place already */
+  MPI_Ialltoallv(R->src, sc, sd, MPI_FLOAT, R->recv, rc, rd, MPI_FLOAT, R->mpi, &R->req);
 }
 
-/* bf16: writes the gathered, rounded sums of chunk k into every part of src (this rank's own
-** too, so all ranks hold the same values). */
+/* Exchange: writes the gathered pieces of chunk k into every part of src (bf16: its own too,
+** rounded; fp32: the others'). */
 static void unpack_gather_chunk(Reduction* R) {
-  int N = R->c->size;
-  const uint16_t* in = R->recv;
+  int N = R->c->size, r = R->c->rank;
   for (int p = 0; p < N; p++) {
     size_t len = piece_len(R, p, R->k);
     float* out = R->src + (size_t)p * R->m + R->k * R->L;
-    const uint16_t* q = in + (size_t)p * R->L;
-    for (size_t i = 0; i < len; i++) out[i] = from_bf16(q[i]);
+    if (R->dtype == COMM_BF16) {
+      const uint16_t* q = (const uint16_t*)R->recv + (size_t)p * R->L;
+      for (size_t i = 0; i < len; i++) out[i] = from_bf16(q[i]);
+    } else if (p != r) {
+      memcpy(out, (const float*)R->recv + (size_t)p * R->L, len * sizeof(float));
+    }
   }
 }
 
@@ -194,7 +216,7 @@ static void next_step(Reduction* R) {
     post_gather(R);
     return;
   }
-  if (R->dtype == COMM_BF16) {
+  if (R->exchange) {
     unpack_gather_chunk(R);
     if (++R->k < R->K) { post_gather(R); return; }
   }
@@ -212,15 +234,13 @@ static void drive(Reduction* R) {
 
 /* ---- Requests ------------------------------------------------------------------------ */
 
-/* Makes a reduction of buf (n elements, backend memory) over c into r and posts its first
-** chunk. Reduce-scatter: acc receives this rank's part; all-reduce (acc NULL): buf gets all. */
-static void reduction_start(Comm* c, CommKind kind, float* buf, size_t n, float* acc,
-                            int accumulate, CommDtype dtype, CommRequest* r) {
-  size_t N = (size_t)c->size;
+/* A new job over c for a buffer of n elements sent as dtype: its lane (a job still there,
+** COMM_LANES started since, is driven to its end first), geometry and chunk staging. */
+static Reduction* reduction_new(Comm* c, CommKind kind, size_t n, CommDtype dtype) {
+  size_t N = (size_t)c->size, elem = dtype == COMM_BF16 ? 2 : 4;
   Reduction* R = comm_host_alloc(sizeof *R);
   memset(R, 0, sizeof *R);
   R->c = c;
-  /* Its lane; a reduction still there (COMM_LANES started since) is driven to its end first. */
   R->lane = (int)(c->reductions++ % COMM_LANES);
   R->mpi = c->lanes[R->lane];
   if (c->lane_job[R->lane]) drive(c->lane_job[R->lane]);
@@ -228,18 +248,27 @@ static void reduction_start(Comm* c, CommKind kind, float* buf, size_t n, float*
   R->dtype = dtype;
   R->n = n;
   R->m = (n + N - 1) / N;
-  R->L = CHUNK_BYTES / (dtype == COMM_BF16 ? 2 : 4) / N;
+  R->L = CHUNK_BYTES / elem / N;
   if (R->L < 1) R->L = 1;
   R->K = R->m ? (R->m + R->L - 1) / R->L : 0;
-  R->gather = kind == COMM_ALLREDUCE;
-  R->accumulate = accumulate;
-  R->phase = 1;
+  R->gather = kind != COMM_REDUCE_SCATTER;
+  R->exchange = c->exchange_gathers || dtype == COMM_BF16;
   R->req = MPI_REQUEST_NULL;
-  size_t elem = dtype == COMM_BF16 ? 2 : 4;
   R->recv = comm_host_alloc(N * R->L * elem);
   R->send = dtype == COMM_BF16 ? comm_host_alloc(N * R->L * elem) : NULL;
   R->sum = dtype == COMM_BF16 ? comm_host_alloc(R->L * sizeof(float)) : NULL;
   R->cnt = comm_host_alloc(4 * N * sizeof(int));
+  comm_to_count(n);
+  return R;
+}
+
+/* Makes a reduction of buf (n elements, backend memory) over c into r and posts its first
+** chunk. Reduce-scatter: acc receives this rank's part; all-reduce (acc NULL): buf gets all. */
+static void reduction_start(Comm* c, CommKind kind, float* buf, size_t n, float* acc,
+                            int accumulate, CommDtype dtype, CommRequest* r) {
+  Reduction* R = reduction_new(c, kind, n, dtype);
+  R->accumulate = accumulate;
+  R->phase = 1;
   if (comm_on_device()) {
     /* MPI works on a host copy; the result goes back in comm_reduction_advance's finish. */
     R->dev_buf = buf;
@@ -251,10 +280,27 @@ static void reduction_start(Comm* c, CommKind kind, float* buf, size_t n, float*
     R->src = buf;
     R->dst = acc;
   }
-  comm_to_count(n);
   *r = (CommRequest){.active = 1, .kind = kind, .comm = c, .job = R,
-                     .bytes = (double)elem * (double)n};
+                     .bytes = (dtype == COMM_BF16 ? 2.0 : 4.0) * (double)n};
   if (R->K) post_reduce_chunk(R);
+  else { R->phase = 3; release_lane(R); }
+}
+
+void comm_exchange_gather(Comm* c, const float* shard, float* full, size_t shard_n, CommRequest* r) {
+  size_t N = (size_t)c->size, n = shard_n * N, at = shard_n * (size_t)c->rank;
+  Reduction* R = reduction_new(c, COMM_ALLGATHER, n, COMM_FP32);
+  R->phase = 2;
+  if (comm_on_device()) {
+    /* A host copy of the whole buffer, this rank's shard in its place; all of it goes back. */
+    R->dev_full = full;
+    R->src = comm_host_alloc(n * sizeof(float));
+    comm_backend()->to_host(R->src + at, shard, shard_n * sizeof(float));
+  } else {
+    R->src = full;
+    if (shard != full + at) memcpy(full + at, shard, shard_n * sizeof(float));
+  }
+  *r = (CommRequest){.active = 1, .kind = COMM_ALLGATHER, .comm = c, .job = R, .bytes = 4.0 * (double)n};
+  if (R->K) post_gather(R);
   else { R->phase = 3; release_lane(R); }
 }
 
@@ -262,7 +308,10 @@ static void reduction_start(Comm* c, CommKind kind, float* buf, size_t n, float*
 static void reduction_finish(CommRequest* r) {
   Reduction* R = r->job;
   const Backend* bk = comm_backend();
-  if (R->dev_buf) {
+  if (R->dev_full) {
+    bk->to_device(R->dev_full, R->src, R->n * sizeof(float));
+    free(R->src);
+  } else if (R->dev_buf) {
     if (r->kind == COMM_ALLREDUCE) {
       bk->to_device(R->dev_buf, R->src, R->n * sizeof(float));
     } else {
