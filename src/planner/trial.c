@@ -9,6 +9,23 @@
 #include "core/util.h"
 #include "runtime/engine.h"
 
+/* Turns this rank's op seconds summed over `steps` steps into every rank's per-step figures: the
+** slowest rank's total, shared among the ops in proportion to their mean over the ranks. Taking
+** each op's own slowest rank instead would add up every rank's worst moments, which no step
+** ever has (small on 4 ranks sharing 2 cores: the sum of per-op maxima was 5% over the
+** slowest rank's own total). Collective. */
+static void slowest_rank_ops(double* op_s, int nops, int steps) {
+  double mine = 0, mean = 0;
+  for (int i = 0; i < nops; i++) {
+    op_s[i] /= steps;
+    mine += op_s[i];
+  }
+  double slowest = comm_allreduce_max_f64(comm_world(), mine);
+  comm_allreduce_f64_array(comm_world(), op_s, nops);
+  for (int i = 0; i < nops; i++) mean += op_s[i];
+  for (int i = 0; i < nops; i++) op_s[i] = mean > 0 ? op_s[i] / mean * slowest : 0;
+}
+
 int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int threads, size_t mem_limit, int steps,
                          PlanMeasure* m, double* op_s) {
   TrainOptions opt;
@@ -56,7 +73,7 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
   m->comm_s = median_of(v + (size_t)F_COMM * steps, steps);
   for (int k = 0; k < COMM_KINDS; k++) m->wait_s[k] = median_of(v + (size_t)(F_WAIT0 + k) * steps, steps);
   m->peak = (size_t)comm_allreduce_max_f64(comm_world(), (double)engine_peak_bytes(&e, NULL));
-  for (int i = 0; op_s && i < d->nops; i++) op_s[i] = comm_allreduce_max_f64(comm_world(), op_s[i] / steps);
+  if (op_s) slowest_rank_ops(op_s, d->nops, steps);
   engine_destroy(&e);
   free(v);
   return 0;
