@@ -8,7 +8,11 @@
 #include "core/util.h"
 #include "kernels/cpu_kernels.h"
 
-/* Reserves address space; pages are committed when first touched (MAP_NORESERVE). */
+/* Reserves address space; pages are committed when first touched (MAP_NORESERVE), in 2 MiB
+** transparent huge pages where the kernel has them (a hint; without it 4 KiB pages): a first
+** step touches the whole arena, and on this machine (a VM) first touches cost 4 s per GB in
+** 4 KiB pages against 1.5 s in huge pages (gpt2-124m's first zero3 step on 2 ranks: 11.6 s
+** against 6.2 s). */
 static void* cpu_reserve(size_t bytes) {
   void* p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                  -1, 0);
@@ -16,6 +20,9 @@ static void* cpu_reserve(size_t bytes) {
     osdp_fail("arena: cannot reserve %zu bytes of address space", bytes);
     return NULL;
   }
+#ifdef MADV_HUGEPAGE
+  madvise(p, bytes, MADV_HUGEPAGE); /* a hint: its failure changes nothing */
+#endif
   return p;
 }
 
