@@ -9,15 +9,18 @@
 #include "core/util.h"
 #include "runtime/engine.h"
 
-/* Turns this rank's op seconds summed over `steps` steps into every rank's per-step figures: the
-** slowest rank's total, shared among the ops in proportion to their mean over the ranks. Taking
-** each op's own slowest rank instead would add up every rank's worst moments, which no step
-** ever has (small on 4 ranks sharing 2 cores: the sum of per-op maxima was 5% over the
-** slowest rank's own total). Collective. */
-static void slowest_rank_ops(double* op_s, int nops, int steps) {
-  double mine = 0, mean = 0;
+/* Turns this rank's op seconds of each step (per_step[s * nops + i], then room for `steps`
+** more) into every rank's per-step figures in op_s: each op's median over the steps (noise from other processes only
+** ever adds time; a slow step moves no median of three), then the slowest rank's total shared
+** among the ops in proportion to their mean over the ranks. Taking each op's own slowest rank
+** instead would add up every rank's worst moments, which no step ever has (small on 4 ranks
+** sharing 2 cores: the sum of per-op maxima was 1.05-1.26x the slowest rank's own total).
+** Collective. */
+static void slowest_rank_ops(double* per_step, double* op_s, int nops, int steps) {
+  double mine = 0, mean = 0, *col = per_step + (size_t)steps * (size_t)nops;
   for (int i = 0; i < nops; i++) {
-    op_s[i] /= steps;
+    for (int s = 0; s < steps; s++) col[s] = per_step[(size_t)s * nops + i];
+    op_s[i] = median_of(col, steps);
     mine += op_s[i];
   }
   double slowest = comm_allreduce_max_f64(comm_world(), mine);
@@ -39,24 +42,22 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
   if (steps < 1) steps = 1;
   enum { F_STEP, F_OPTIM, F_COMM, F_WAIT0, NF = F_WAIT0 + COMM_KINDS };
   double* v = malloc((size_t)steps * NF * sizeof *v);
-  if (!v) return osdp_fail("out of host memory");
-  if (engine_create(&e, d, p, &opt)) { free(v); return -1; } /* nothing left to destroy */
+  double* per_step = op_s ? calloc((size_t)steps * (size_t)(d->nops + 1), sizeof *per_step) : NULL;
+  if (!v || (op_s && !per_step)) { free(v); free(per_step); return osdp_fail("out of host memory"); }
+  if (engine_create(&e, d, p, &opt)) { free(v); free(per_step); return -1; } /* nothing left to destroy */
   Rng g;
   rng_seed(&g, 4242 + (uint64_t)comm_rank());
   int BT = p->micro_batch * p->seq;
   int* tok = malloc((size_t)BT * 2 * sizeof *tok);
-  if (!tok) { engine_destroy(&e); free(v); return osdp_fail("out of host memory"); }
+  if (!tok) { engine_destroy(&e); free(v); free(per_step); return osdp_fail("out of host memory"); }
   for (int i = 0; i < 2 * BT; i++) tok[i] = (int)rng_below(&g, (uint64_t)d->cfg.vocab_size);
   engine_set_batch(&e, tok, tok + BT);
   free(tok);
   StepResult sr;
   long targets = (long)BT * comm_size();
   engine_step(&e, targets, &sr); /* warm-up: first touch of the arena's pages */
-  if (op_s) {
-    memset(op_s, 0, (size_t)d->nops * sizeof *op_s);
-    engine_time_ops(&e, op_s);
-  }
   for (int s = 0; s < steps; s++) {
+    if (op_s) engine_time_ops(&e, per_step + (size_t)s * d->nops); /* this step's ops */
     comm_reset_stats();
     comm_barrier(comm_world());
     engine_step(&e, targets, &sr);
@@ -73,9 +74,10 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
   m->comm_s = median_of(v + (size_t)F_COMM * steps, steps);
   for (int k = 0; k < COMM_KINDS; k++) m->wait_s[k] = median_of(v + (size_t)(F_WAIT0 + k) * steps, steps);
   m->peak = (size_t)comm_allreduce_max_f64(comm_world(), (double)engine_peak_bytes(&e, NULL));
-  if (op_s) slowest_rank_ops(op_s, d->nops, steps);
+  if (op_s) slowest_rank_ops(per_step, op_s, d->nops, steps);
   engine_destroy(&e);
   free(v);
+  free(per_step);
   return 0;
 }
 

@@ -25,8 +25,8 @@ typedef struct PlanMeasure {
 /* Runs plan p on a fresh engine on backend bk (NULL: the CPU; threads, arena limit mem_limit; 0: none) for one warm-up step
 ** and `steps` timed ones on synthetic tokens (a step's time does not depend on their values),
 ** then destroys it. With op_s (nops entries) not NULL, also each op's compute seconds per step
-** without its hooks' communication (engine_time_ops), mean over the steps: the slowest rank's
-** total shared among the ops by their mean over the ranks.
+** without its hooks' communication (engine_time_ops): each op's median over the steps, then
+** the slowest rank's total shared among the ops by their mean over the ranks.
 ** Collective. Returns 0, or -1 with the engine's error (e.g. the plan does not fit). */
 int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int threads, size_t mem_limit, int steps,
                          PlanMeasure* m, double* op_s);
