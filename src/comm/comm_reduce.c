@@ -59,9 +59,8 @@ typedef struct Reduction {
   int* cnt;            /* 4N ints: send counts and displacements, receive counts and displacements */
   MPI_Request req;
   /* Device memory: src is a host copy of dev_buf; the result goes back at the end. */
-  float* dev_buf;      /* the caller's buffer (NULL on the CPU) */
+  float* dev_buf;      /* the caller's (full) buffer (NULL on the CPU) */
   float* dev_acc;      /* reduce-scatter on a device: the caller's shard */
-  float* dev_full;     /* all-gather on a device: the caller's full buffer */
 } Reduction;
 
 /* ---- bf16 ---------------------------------------------------------------------------- */
@@ -80,6 +79,9 @@ static inline float from_bf16(uint16_t h) {
   memcpy(&f, &u, 4);
   return f;
 }
+
+/* Bytes of one element as sent. */
+static size_t dtype_bytes(CommDtype dtype) { return dtype == COMM_BF16 ? 2 : 4; }
 
 /* ---- Geometry ------------------------------------------------------------------------ */
 
@@ -237,7 +239,7 @@ static void drive(Reduction* R) {
 /* A new job over c for a buffer of n elements sent as dtype: its lane (a job still there,
 ** COMM_LANES started since, is driven to its end first), geometry and chunk staging. */
 static Reduction* reduction_new(Comm* c, CommKind kind, size_t n, CommDtype dtype) {
-  size_t N = (size_t)c->size, elem = dtype == COMM_BF16 ? 2 : 4;
+  size_t N = (size_t)c->size, elem = dtype_bytes(dtype);
   Reduction* R = comm_host_alloc(sizeof *R);
   memset(R, 0, sizeof *R);
   R->c = c;
@@ -281,7 +283,7 @@ static void reduction_start(Comm* c, CommKind kind, float* buf, size_t n, float*
     R->dst = acc;
   }
   *r = (CommRequest){.active = 1, .kind = kind, .comm = c, .job = R,
-                     .bytes = (dtype == COMM_BF16 ? 2.0 : 4.0) * (double)n};
+                     .bytes = (double)dtype_bytes(dtype) * (double)n};
   if (R->K) post_reduce_chunk(R);
   else { R->phase = 3; release_lane(R); }
 }
@@ -292,7 +294,7 @@ void comm_exchange_gather(Comm* c, const float* shard, float* full, size_t shard
   R->phase = 2;
   if (comm_on_device()) {
     /* A host copy of the whole buffer, this rank's shard in its place; all of it goes back. */
-    R->dev_full = full;
+    R->dev_buf = full;
     R->src = comm_host_alloc(n * sizeof(float));
     comm_backend()->to_host(R->src + at, shard, shard_n * sizeof(float));
   } else {
@@ -308,11 +310,8 @@ void comm_exchange_gather(Comm* c, const float* shard, float* full, size_t shard
 static void reduction_finish(CommRequest* r) {
   Reduction* R = r->job;
   const Backend* bk = comm_backend();
-  if (R->dev_full) {
-    bk->to_device(R->dev_full, R->src, R->n * sizeof(float));
-    free(R->src);
-  } else if (R->dev_buf) {
-    if (r->kind == COMM_ALLREDUCE) {
+  if (R->dev_buf) {
+    if (r->kind != COMM_REDUCE_SCATTER) { /* all-reduce, all-gather: every part */
       bk->to_device(R->dev_buf, R->src, R->n * sizeof(float));
     } else {
       /* This rank's sums sit at its part of the host copy; through the (clobbered) device buffer

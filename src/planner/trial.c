@@ -10,9 +10,9 @@
 #include "runtime/engine.h"
 
 /* Turns this rank's op seconds of each step (per_step[s * nops + i], then room for `steps`
-** more) into every rank's per-step figures in op_s: each op's median over the steps (noise from other processes only
-** ever adds time; a slow step moves no median of three), then the slowest rank's total shared
-** among the ops in proportion to their mean over the ranks. Taking each op's own slowest rank
+** more) into every rank's per-step figures in op_s: each op's median over the steps (noise
+** from other processes only ever adds time; a slow step moves no median of three), then the
+** slowest rank's total shared among the ops in proportion to their mean over the ranks. Taking each op's own slowest rank
 ** instead would add up every rank's worst moments, which no step ever has (small on 4 ranks
 ** sharing 2 cores: the sum of per-op maxima was 1.05-1.26x the slowest rank's own total).
 ** Collective. */
