@@ -727,6 +727,6 @@ int main(void) {
   test_adamw();
   test_argmax();
   gpu->synchronize();
-  gpu->release(device_base, DEVICE_BYTES);
+  gpu->release(device_base, DEVICE_BYTES, DEVICE_BYTES);
   return check_summary();
 }

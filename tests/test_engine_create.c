@@ -108,9 +108,9 @@ static void* counted_reserve(size_t bytes) {
 }
 
 /* Releases through the wrapped backend. */
-static void counted_release(void* base, size_t bytes) {
+static void counted_release(void* base, size_t bytes, size_t written) {
   g_reserved--;
-  g_base->release(base, bytes);
+  g_base->release(base, bytes, written);
 }
 
 /* Makes g_backend the backend `base` with counted reservations. */

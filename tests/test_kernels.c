@@ -1346,6 +1346,40 @@ static void test_overwrite(void) {
   free(d); free(dout); free(x); free(w);
 }
 
+/* Whether bytes [0, n) of p are all zero. */
+static int all_zero(const unsigned char* p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i]) return 0;
+  return 1;
+}
+
+/* The CPU backend keeps one released range for the next reserve (its pages stay committed): a
+** reserve after a release, smaller or larger than the range kept (shrunk, or grown by mremap),
+** reads as zeros wherever the last user wrote, as a fresh mapping does (reserve_zeroed); a
+** range released while one is kept, less written, is unmapped, not lost track of. */
+static void test_spare_range(void) {
+  const Backend* bk = backend_cpu();
+  const size_t MiB = (size_t)1 << 20;
+  CHECK(bk->reserve_zeroed);
+  unsigned char* a = bk->reserve(8 * MiB + 100);
+  CHECK(a != NULL);
+  if (!a) return;
+  memset(a, 0xAB, 3 * MiB);
+  bk->release(a, 8 * MiB + 100, 3 * MiB);
+  unsigned char* b = bk->reserve(16 * MiB); /* grows the kept range */
+  CHECK(b != NULL && all_zero(b, 16 * MiB));
+  if (!b) return;
+  memset(b, 0xCD, 16 * MiB);
+  unsigned char* c = bk->reserve(2 * MiB); /* nothing kept now: a fresh range */
+  CHECK(c != NULL && all_zero(c, 2 * MiB));
+  if (c) memset(c, 0x11, MiB);
+  bk->release(b, 16 * MiB, 16 * MiB);
+  if (c) bk->release(c, 2 * MiB, MiB); /* written less than the one kept: unmapped */
+  unsigned char* d = bk->reserve(MiB + 7); /* shrinks the kept range */
+  CHECK(d != NULL && all_zero(d, MiB + 7));
+  if (d) bk->release(d, MiB + 7, MiB + 7);
+}
+
 int main(void) {
   rng_seed(&rng, 1234);
   kernels_set_threads(1);
@@ -1370,5 +1404,6 @@ int main(void) {
   test_attention_determinism();
   test_llama_ops_determinism();
   test_overwrite();
+  test_spare_range();
   return check_summary();
 }

@@ -42,7 +42,7 @@ int arena_init(Arena* a, size_t capacity, const ArenaMemory* mem) {
   /* The arena holds the range only once it can track it: a failed init holds nothing, so
   ** arena_destroy after it releases nothing twice. */
   a->blocks = calloc(ARENA_MAX_BLOCKS, sizeof *a->blocks);
-  if (!a->blocks) { mem->release(p, want); return osdp_fail("arena: out of host memory"); }
+  if (!a->blocks) { mem->release(p, want, 0); return osdp_fail("arena: out of host memory"); }
   a->base = p;
   a->reserved = want;
   a->maxblocks = ARENA_MAX_BLOCKS;
@@ -52,7 +52,7 @@ int arena_init(Arena* a, size_t capacity, const ArenaMemory* mem) {
 }
 
 void arena_destroy(Arena* a) {
-  if (a->base) a->mem.release(a->base, a->reserved);
+  if (a->base) a->mem.release(a->base, a->reserved, a->untouched);
   free(a->blocks);
   memset(a, 0, sizeof *a);
 }

@@ -30,7 +30,7 @@ const char* mem_category_name(MemCategory c);
 /* Where the arena's block comes from (a backend's memory functions; see kernels/backend.h). */
 typedef struct ArenaMemory {
   void* (*reserve)(size_t bytes);           /* NULL with an error when it cannot */
-  void (*release)(void* base, size_t bytes);
+  void (*release)(void* base, size_t bytes, size_t written); /* written: the prefix used */
   void (*zero)(void* p, size_t bytes);
   size_t (*available)(void);                /* bytes reserve can still give; 0 = not bounded */
   int reserved_zero;                        /* 1: freshly reserved memory reads as zeros (the

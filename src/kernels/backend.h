@@ -35,9 +35,12 @@ typedef struct Backend {
   const char* name;         /* "cpu" or "cuda" */
   int device_memory;        /* 1: reserved memory is not host-addressable */
   /* The arena's block: reserve returns `bytes` of backend memory (CPU: address space committed
-  ** on first touch; CUDA: one cudaMalloc) or NULL with an error set (osdp_fail). */
+  ** on first touch; CUDA: one cudaMalloc) or NULL with an error set (osdp_fail). release gives
+  ** it back; `written` says how much of its start may hold non-zero bytes (the arena's high-water
+  ** mark): the CPU keeps one released range, its pages committed, for the next reserve and
+  ** zeroes that much of it then. */
   void* (*reserve)(size_t bytes);
-  void (*release)(void* base, size_t bytes);
+  void (*release)(void* base, size_t bytes, size_t written);
   int reserve_zeroed;       /* 1: what reserve returns reads as zeros (CPU: anonymous mmap) */
   /* Bytes the backend could still reserve (CUDA: free device memory; CPU: 0 = not bounded by
   ** the backend). */

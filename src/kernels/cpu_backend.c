@@ -1,19 +1,28 @@
 /* cpu_backend.c: the CPU backend: host memory, the OpenBLAS/OpenMP kernel tables of
 ** cpu_kernels_real.c (fp32 and fp64) and the wall clock. See backend.h. */
+#define _GNU_SOURCE /* mremap */
 #include "kernels/backend.h"
 
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/util.h"
 #include "kernels/cpu_kernels.h"
 
-/* Reserves address space; pages are committed when first touched (MAP_NORESERVE), in 2 MiB
-** transparent huge pages where the kernel has them (a hint; without it 4 KiB pages): a first
-** step touches the whole arena, and on this machine (a VM) first touches cost 4 s per GB in
-** 4 KiB pages against 1.5 s in huge pages (gpt2-124m's first zero3 step on 2 ranks: 11.6 s
+/* One released range kept for the next reservation (SPARE_MAX_WRITTEN bytes written at most):
+** its pages stay committed, so an engine built after another (the profile's and trial's plans,
+** then the training engine) does not pay the first touches again; `written` is how much of it
+** may hold non-zero bytes. */
+static struct { char* base; size_t bytes, written; } spare;
+#define SPARE_MAX_WRITTEN ((size_t)64 << 30)
+
+/* A fresh range of address space; pages are committed when first touched (MAP_NORESERVE), in
+** 2 MiB transparent huge pages where the kernel has them (a hint; without it 4 KiB pages): a
+** first step touches the whole arena, and on this machine (a VM) first touches cost 4 s per GB
+** in 4 KiB pages against 1.5 s in huge pages (gpt2-124m's first zero3 step on 2 ranks: 11.6 s
 ** against 6.2 s). */
-static void* cpu_reserve(size_t bytes) {
+static void* fresh_range(size_t bytes) {
   void* p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                  -1, 0);
   if (p == MAP_FAILED) {
@@ -26,11 +35,54 @@ static void* cpu_reserve(size_t bytes) {
   return p;
 }
 
-/* The rest of the backend's services on host memory (see backend.h): the reservation goes back
-** with munmap, the CPU bounds nothing (available = 0), zero and copies are memset / memmove,
+/* The spare range resized to `bytes` (its tail unmapped, or grown in place or moved with its
+** pages by mremap) with its written prefix zeroed, so it reads as a fresh one; NULL (the spare
+** unmapped) when it cannot grow. */
+static void* reuse_spare(size_t bytes) {
+  char* p = spare.base;
+  size_t have = spare.bytes, page = (size_t)sysconf(_SC_PAGESIZE);
+  size_t want = (bytes + page - 1) / page * page, written = spare.written;
+  spare.base = NULL;
+  if (have > want) {
+    munmap(p + want, have - want);
+  } else if (have < want) {
+    void* q = mremap(p, have, want, MREMAP_MAYMOVE);
+    if (q == MAP_FAILED) { munmap(p, have); return NULL; }
+    p = q;
+#ifdef MADV_HUGEPAGE
+    madvise(p, want, MADV_HUGEPAGE);
+#endif
+  }
+  memset(p, 0, written < want ? written : want);
+  return p;
+}
+
+/* Reserves `bytes` of address space reading as zeros: the spare range when there is one, else
+** a fresh one. */
+static void* cpu_reserve(size_t bytes) {
+  void* p = spare.base ? reuse_spare(bytes) : NULL;
+  return p ? p : fresh_range(bytes);
+}
+
+/* Gives a range back: kept as the spare when it was written less than SPARE_MAX_WRITTEN and
+** more than a spare already kept (that one is unmapped), else unmapped. */
+static void cpu_release(void* base, size_t bytes, size_t written) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  bytes = (bytes + page - 1) / page * page;
+  if (written > bytes) written = bytes;
+  if (written > SPARE_MAX_WRITTEN || (spare.base && spare.written >= written)) {
+    munmap(base, bytes);
+    return;
+  }
+  if (spare.base) munmap(spare.base, spare.bytes);
+  spare.base = base;
+  spare.bytes = bytes;
+  spare.written = written;
+}
+
+/* The rest of the backend's services on host memory (see backend.h): the CPU bounds nothing (available = 0), zero and copies are memset / memmove,
 ** work is finished when a kernel returns (nothing to synchronise), TF32 does not exist and
 ** there is no stream. */
-static void cpu_release(void* base, size_t bytes) { munmap(base, bytes); }
 static size_t cpu_available(void) { return 0; }
 static void cpu_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_copy(void* dst, const void* src, size_t bytes) { memmove(dst, src, bytes); }

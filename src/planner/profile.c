@@ -169,7 +169,7 @@ static int profile_level(Comm* c, const char* what, CollectiveModel* models, con
       printf("profile: %-14s %s in bf16: %.2f of fp32's time at %s (0.5: only the bytes count)\n",
              names[k], what, models[k].bf16_factor, "16 MiB");
   }
-  bk->release(buf, 2 * maxn * sizeof(float));
+  bk->release(buf, 2 * maxn * sizeof(float), 2 * maxn * sizeof(float));
   return 0;
 }
 
@@ -537,7 +537,7 @@ static int profile_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* 
   plan_free(&p);
   /* zero3, unsplit: every weight gathered, every gradient reduce-scattered, blocking. */
   PlanMeasure m;
-  int steps = 2 * o->steps < 6 ? 6 : 2 * o->steps; /* one plan calibrates two kinds: more steps */
+  int steps = o->steps + 1; /* one plan calibrates two kinds: one step more */
   progress(o, "timing zero3 steps (all-gather, reduce-scatter, prefetch)", B);
   if (profile_plan(d, STRAT_ZERO3, B, o->seq, 1, &p)) return -1;
   int rc = planner_measure_plan(d, &p, o->backend, o->threads, 0, steps, &m, NULL);

@@ -29,6 +29,24 @@ static void slowest_rank_ops(double* per_step, double* op_s, int nops, int steps
   for (int i = 0; i < nops; i++) op_s[i] = mean > 0 ? op_s[i] / mean * slowest : 0;
 }
 
+/* Whether the first timed step was a warm-up: more than WARM_UP_RATIO slower than the second
+** (first touches of arena pages not committed before, lazily built buffers). Such a step is
+** dropped (the second moves to its place, *s goes back one, so one more step runs); after an
+** engine reused the pages of one before it (the CPU backend keeps a released range), the first
+** step is a step like the others and counts. With one step asked for, a second runs to tell. */
+#define WARM_UP_RATIO 1.10
+static int discard_warm_up(double* v, double* per_step, int nf, int steps, int nops, int* s) {
+  if (steps == 1) { /* nothing to compare with yet: run the step again once */
+    *s = -1;
+    return 1;
+  }
+  if (v[0] <= WARM_UP_RATIO * v[1]) return 1; /* F_STEP's column: step 0 against step 1 */
+  for (int f = 0; f < nf; f++) v[(size_t)f * steps] = v[(size_t)f * steps + 1];
+  if (per_step) memcpy(per_step, per_step + nops, (size_t)nops * sizeof *per_step);
+  *s = 0;
+  return 1;
+}
+
 int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int threads, size_t mem_limit, int steps,
                          PlanMeasure* m, double* op_s) {
   TrainOptions opt;
@@ -55,7 +73,7 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
   free(tok);
   StepResult sr;
   long targets = (long)BT * comm_size();
-  engine_step(&e, targets, &sr); /* warm-up: first touch of the arena's pages */
+  int warmed = 0;
   for (int s = 0; s < steps; s++) {
     if (op_s) engine_time_ops(&e, per_step + (size_t)s * d->nops); /* this step's ops */
     comm_reset_stats();
@@ -68,6 +86,7 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
       x[F_COMM] += cs.seconds[k];
     }
     for (int f = 0; f < NF; f++) v[(size_t)f * steps + s] = comm_allreduce_max_f64(comm_world(), x[f]);
+    if (!warmed && (s == 1 || steps == 1)) warmed = discard_warm_up(v, per_step, NF, steps, d->nops, &s);
   }
   m->step_s = median_of(v + (size_t)F_STEP * steps, steps);
   m->optim_s = median_of(v + (size_t)F_OPTIM * steps, steps);
@@ -81,8 +100,9 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
   return 0;
 }
 
-/* Rounds a trial is split into: every candidate runs once per round, in turn, so a slow spell
-** of the machine (another process) falls on several candidates, not on one. */
+/* Rounds a trial is split into at most (one per 2 steps asked for): every candidate runs once
+** per round, in turn, so a slow spell of the machine (another process) falls on several
+** candidates, not on one. */
 #define TRIAL_ROUNDS 3
 /* After a round, a candidate whose fastest round so far is this much slower (in samples/s) than
 ** the fastest candidate's runs no more rounds: noise only ever slows a step down, so more rounds
@@ -123,7 +143,8 @@ static void trial_drop_slow(const Candidate* c, int n, const TrialResult* r, con
 
 int planner_trial(const GptDesc* d, const Candidate* c, int n, const Backend* bk, int threads, size_t mem_limit,
                   int steps, int verbose, TrialResult* r) {
-  int best = -1, per_round = (steps + TRIAL_ROUNDS - 1) / TRIAL_ROUNDS;
+  int best = -1, nrounds = steps / 2 < 1 ? 1 : steps / 2 > TRIAL_ROUNDS ? TRIAL_ROUNDS : steps / 2;
+  int per_round = (steps + nrounds - 1) / nrounds;
   if (per_round < 2) per_round = 2;
   int* dropped = calloc((size_t)(n > 0 ? n : 1), sizeof *dropped);
   int* rounds = calloc((size_t)(n > 0 ? n : 1), sizeof *rounds);
@@ -133,12 +154,12 @@ int planner_trial(const GptDesc* d, const Candidate* c, int n, const Backend* bk
     return osdp_fail("out of host memory");
   }
   for (int i = 0; i < n; i++) memset(&r[i], 0, sizeof r[i]);
-  for (int round = 0; round < TRIAL_ROUNDS; round++) {
+  for (int round = 0; round < nrounds; round++) {
     int left = 0;
     for (int i = 0; i < n; i++) left += round == 0 || (r[i].ok && !dropped[i]);
     if (round > 0 && left <= 1) break; /* the fastest alone is left: nothing to compare */
     if (verbose && comm_rank() == 0) {
-      printf("trial round %d/%d: %d candidates, %d steps each\n", round + 1, TRIAL_ROUNDS, left, per_round);
+      printf("trial round %d/%d: %d candidates, %d steps each\n", round + 1, nrounds, left, per_round);
       fflush(stdout);
     }
     for (int i = 0; i < n; i++) {
@@ -156,7 +177,7 @@ int planner_trial(const GptDesc* d, const Candidate* c, int n, const Backend* bk
       r[i].ok = 1;
       r[i].peak = m.peak;
     }
-    if (round + 1 < TRIAL_ROUNDS) trial_drop_slow(c, n, r, worst, rounds, dropped, verbose);
+    if (round + 1 < nrounds) trial_drop_slow(c, n, r, worst, rounds, dropped, verbose);
   }
   free(dropped);
   free(rounds);

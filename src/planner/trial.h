@@ -22,8 +22,9 @@ typedef struct PlanMeasure {
   size_t peak;        /* arena peak, the largest over ranks */
 } PlanMeasure;
 
-/* Runs plan p on a fresh engine on backend bk (NULL: the CPU; threads, arena limit mem_limit; 0: none) for one warm-up step
-** and `steps` timed ones on synthetic tokens (a step's time does not depend on their values),
+/* Runs plan p on a fresh engine on backend bk (NULL: the CPU; threads, arena limit mem_limit; 0: none) for `steps`
+** timed steps (a first step over 1.1x slower than the second is a warm-up: dropped, and one more
+** runs; with steps = 1 the first always is) on synthetic tokens (a step's time does not depend on their values),
 ** then destroys it. With op_s (nops entries) not NULL, also each op's compute seconds per step
 ** without its hooks' communication (engine_time_ops): each op's median over the steps, then
 ** the slowest rank's total shared among the ops by their mean over the ranks.
@@ -38,8 +39,9 @@ typedef struct TrialResult {
   size_t peak;        /* measured arena peak (the largest over ranks) */
 } TrialResult;
 
-/* Trains each of the n candidates for about `steps` timed steps, in 3 rounds that visit every
-** candidate in turn (each round: a fresh engine, a warm-up step, at least 2 timed steps), with
+/* Trains each of the n candidates for about `steps` timed steps, in one round per 2 steps (at
+** most 3) that visit every candidate in turn (each round: a fresh engine, at least 2 timed
+** steps, planner_measure_plan), with
 ** backend bk (NULL: the CPU), `threads` kernel threads and the arena limited to mem_limit, and fills r[0..n) with the
 ** fastest round's median step; after a round, a candidate clearly slower than the fastest so
 ** far runs no more rounds (1.25x after one round; after two, more than twice the largest

@@ -70,7 +70,7 @@ static void* cuda_reserve(size_t bytes) {
 }
 
 /* Frees the arena's block (cudaFree waits for the work queued on it). */
-static void cuda_release(void* base, size_t) { CUDA_CHECK(cudaFree(base)); }
+static void cuda_release(void* base, size_t, size_t) { CUDA_CHECK(cudaFree(base)); }
 
 /* Free device memory now (shared with any other process on the same GPU). */
 static size_t cuda_available(void) {
