@@ -40,7 +40,7 @@ set_tests_properties(comm_4 comm_4_exchange runtime_staging_4 PROPERTIES LABELS 
 
 # Bit-identical to a recorded build: every plan kind on 1-4 ranks ends 20 steps with the same
 # weights, losses, gradient norms and peaks, and describe/plan predict the same bytes and plans
-# (tests/reference/fingerprints.txt; re-recording is explained in tests/reference.sh).
+# (tests/reference/fingerprints-CORE.txt, one per OpenBLAS kernel set; re-recording is explained in tests/reference.sh).
 add_test(NAME reference_fingerprints
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/reference.sh $<TARGET_FILE:osdp> $<TARGET_FILE:plan_tool> ${OSDP_MPIRUN})
 set_tests_properties(reference_fingerprints PROPERTIES TIMEOUT 300
