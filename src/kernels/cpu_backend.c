@@ -17,6 +17,12 @@
 static struct { char* base; size_t bytes, written; } spare;
 #define SPARE_MAX_WRITTEN ((size_t)64 << 30)
 
+/* bytes rounded up to whole pages: what a mapping of that length spans. */
+static size_t whole_pages(size_t bytes) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  return (bytes + page - 1) / page * page;
+}
+
 /* A fresh range of address space; pages are committed when first touched (MAP_NORESERVE), in
 ** 2 MiB transparent huge pages where the kernel has them (a hint; without it 4 KiB pages): a
 ** first step touches the whole arena, and on this machine (a VM) first touches cost 4 s per GB
@@ -40,8 +46,7 @@ static void* fresh_range(size_t bytes) {
 ** unmapped) when it cannot grow. */
 static void* reuse_spare(size_t bytes) {
   char* p = spare.base;
-  size_t have = spare.bytes, page = (size_t)sysconf(_SC_PAGESIZE);
-  size_t want = (bytes + page - 1) / page * page, written = spare.written;
+  size_t have = spare.bytes, want = whole_pages(bytes), written = spare.written;
   spare.base = NULL;
   if (have > want) {
     munmap(p + want, have - want);
@@ -67,8 +72,7 @@ static void* cpu_reserve(size_t bytes) {
 /* Gives a range back: kept as the spare when it was written less than SPARE_MAX_WRITTEN and
 ** more than a spare already kept (that one is unmapped), else unmapped. */
 static void cpu_release(void* base, size_t bytes, size_t written) {
-  size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  bytes = (bytes + page - 1) / page * page;
+  bytes = whole_pages(bytes);
   if (written > bytes) written = bytes;
   if (written > SPARE_MAX_WRITTEN || (spare.base && spare.written >= written)) {
     munmap(base, bytes);
@@ -80,9 +84,9 @@ static void cpu_release(void* base, size_t bytes, size_t written) {
   spare.written = written;
 }
 
-/* The rest of the backend's services on host memory (see backend.h): the CPU bounds nothing (available = 0), zero and copies are memset / memmove,
-** work is finished when a kernel returns (nothing to synchronise), TF32 does not exist and
-** there is no stream. */
+/* The rest of the backend's services on host memory (see backend.h): the CPU bounds nothing
+** (available = 0), zero and copies are memset / memmove, work is finished when a kernel
+** returns (nothing to synchronise), TF32 does not exist and there is no stream. */
 static size_t cpu_available(void) { return 0; }
 static void cpu_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_copy(void* dst, const void* src, size_t bytes) { memmove(dst, src, bytes); }

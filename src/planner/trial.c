@@ -12,10 +12,10 @@
 /* Turns this rank's op seconds of each step (per_step[s * nops + i], then room for `steps`
 ** more) into every rank's per-step figures in op_s: each op's median over the steps (noise
 ** from other processes only ever adds time; a slow step moves no median of three), then the
-** slowest rank's total shared among the ops in proportion to their mean over the ranks. Taking each op's own slowest rank
-** instead would add up every rank's worst moments, which no step ever has (small on 4 ranks
-** sharing 2 cores: the sum of per-op maxima was 1.05-1.26x the slowest rank's own total).
-** Collective. */
+** slowest rank's total shared among the ops in proportion to their mean over the ranks.
+** Taking each op's own slowest rank instead would add up every rank's worst moments, which no
+** step ever has (small on 4 ranks sharing 2 cores: the sum of per-op maxima was 1.05-1.26x the
+** slowest rank's own total). Collective. */
 static void slowest_rank_ops(double* per_step, double* op_s, int nops, int steps) {
   double mine = 0, mean = 0, *col = per_step + (size_t)steps * (size_t)nops;
   for (int i = 0; i < nops; i++) {
@@ -29,22 +29,20 @@ static void slowest_rank_ops(double* per_step, double* op_s, int nops, int steps
   for (int i = 0; i < nops; i++) op_s[i] = mean > 0 ? op_s[i] / mean * slowest : 0;
 }
 
-/* Whether the first timed step was a warm-up: more than WARM_UP_RATIO slower than the second
-** (first touches of arena pages not committed before, lazily built buffers). Such a step is
-** dropped (the second moves to its place, *s goes back one, so one more step runs); after an
-** engine reused the pages of one before it (the CPU backend keeps a released range), the first
-** step is a step like the others and counts. With one step asked for, a second runs to tell. */
+/* A first timed step more than this much slower than the second was a warm-up (first touches
+** of arena pages not committed before, buffers built lazily): it is dropped and one more step
+** runs. After an engine reused the pages of one before it (the CPU backend keeps a released
+** range), the first step is a step like the others and counts. */
 #define WARM_UP_RATIO 1.10
-static int discard_warm_up(double* v, double* per_step, int nf, int steps, int nops, int* s) {
-  if (steps == 1) { /* nothing to compare with yet: run the step again once */
-    *s = -1;
-    return 1;
-  }
-  if (v[0] <= WARM_UP_RATIO * v[1]) return 1; /* F_STEP's column: step 0 against step 1 */
-  for (int f = 0; f < nf; f++) v[(size_t)f * steps] = v[(size_t)f * steps + 1];
-  if (per_step) memcpy(per_step, per_step + nops, (size_t)nops * sizeof *per_step);
-  *s = 0;
-  return 1;
+
+/* Drops timed step 0 of the `last` + 1 filled (v: nf columns of `steps`; per_step: nops op
+** times a step, or NULL), moving steps 1..last down one; returns the index the loop is now at
+** (last - 1), so the dropped step's place is measured again. */
+static int drop_first_step(double* v, double* per_step, int nf, int steps, int nops, int last) {
+  for (int f = 0; f < nf; f++)
+    memmove(v + (size_t)f * steps, v + (size_t)f * steps + 1, (size_t)last * sizeof *v);
+  if (per_step) memmove(per_step, per_step + nops, (size_t)last * (size_t)nops * sizeof *per_step);
+  return last - 1;
 }
 
 int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int threads, size_t mem_limit, int steps,
@@ -73,7 +71,7 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
   free(tok);
   StepResult sr;
   long targets = (long)BT * comm_size();
-  int warmed = 0;
+  int checked = 0, second = steps > 1; /* with one step asked for, the first always warms up */
   for (int s = 0; s < steps; s++) {
     if (op_s) engine_time_ops(&e, per_step + (size_t)s * d->nops); /* this step's ops */
     comm_reset_stats();
@@ -86,7 +84,10 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
       x[F_COMM] += cs.seconds[k];
     }
     for (int f = 0; f < NF; f++) v[(size_t)f * steps + s] = comm_allreduce_max_f64(comm_world(), x[f]);
-    if (!warmed && (s == 1 || steps == 1)) warmed = discard_warm_up(v, per_step, NF, steps, d->nops, &s);
+    if (!checked && s == second) {
+      checked = 1;
+      if (!second || v[0] > WARM_UP_RATIO * v[1]) s = drop_first_step(v, per_step, NF, steps, d->nops, s);
+    }
   }
   m->step_s = median_of(v + (size_t)F_STEP * steps, steps);
   m->optim_s = median_of(v + (size_t)F_OPTIM * steps, steps);
@@ -143,7 +144,9 @@ static void trial_drop_slow(const Candidate* c, int n, const TrialResult* r, con
 
 int planner_trial(const GptDesc* d, const Candidate* c, int n, const Backend* bk, int threads, size_t mem_limit,
                   int steps, int verbose, TrialResult* r) {
-  int best = -1, nrounds = steps / 2 < 1 ? 1 : steps / 2 > TRIAL_ROUNDS ? TRIAL_ROUNDS : steps / 2;
+  int best = -1, nrounds = steps / 2;
+  if (nrounds < 1) nrounds = 1;
+  if (nrounds > TRIAL_ROUNDS) nrounds = TRIAL_ROUNDS;
   int per_round = (steps + nrounds - 1) / nrounds;
   if (per_round < 2) per_round = 2;
   int* dropped = calloc((size_t)(n > 0 ? n : 1), sizeof *dropped);
