@@ -18,7 +18,8 @@
 **    The layers are identical, so they share the work: in one step each layer's splittable ops
 **    run at one of the four slice counts in turn, and an op's time at a count is the mean over
 **    the layers that ran it (one step instead of four per micro-batch); the embedding and head
-**    are split in three more steps at the middle micro-batch;
+**    are split (k = 1, 2, 4, 8) at the middle micro-batch on a copy of the model with one layer
+**    (their times depend on their shapes only), their levels' ratios scaling the unsplit fit;
 **  - the rest of a step ("overhead") and the optimizer: the dp step minus its op compute,
 **    optimizer and time in communication calls;
 **  - the collectives inside steps: real dp steps (all-reduce buckets) and zero3 steps (blocking
@@ -383,29 +384,32 @@ static double sample_mean(const GptDesc* d, const OpSamples* x, int i, int l, in
   return n ? sum / n : -1;
 }
 
-/* Fits op i's times into ot: each level from the points measured at it; a level measured at one
-** point only (outside the layers) as level 0's fit scaled by their ratio there. */
-static void fit_op(const GptDesc* d, const OpSamples* x, const DpPoints* pts, int i, OpTime* ot) {
+/* Fits op i's times into ot: each level from the micro-batch points measured at it. An op
+** outside the layers was measured unsplit only (level 0); its other levels are level 0's fit
+** scaled by their ratio to level 0 in split (op i's seconds per level from the one-layer copy,
+** [i * DEVICE_SLICE_LEVELS + l]; NULL when the model has no such split). */
+static void fit_op(const GptDesc* d, const OpSamples* x, const DpPoints* pts, const double* split, int i,
+                   OpTime* ot) {
   const GptOp* op = &d->ops[i];
   int sliced = op->splittable || (op->owner >= 0 && op->owner != i);
+  const double* own = split ? split + (size_t)i * DEVICE_SLICE_LEVELS : NULL;
   snprintf(ot->name, sizeof ot->name, "%s", op->name);
   for (int l = 0; l < (sliced ? DEVICE_SLICE_LEVELS : 1); l++) {
-    int Bl[PROFILE_MAX_POINTS], m = 0, last = -1;
+    int Bl[PROFILE_MAX_POINTS], m = 0;
     double col[PROFILE_MAX_POINTS];
     for (int j = 0; j < pts->n; j++) {
       double t = sample_mean(d, x, i, l, j);
       if (t < 0) continue;
       Bl[m] = pts->B[j];
       col[m++] = t;
-      last = j;
     }
-    if (m == 0) continue;
-    if (m >= 2 || l == 0) {
+    if (m > 0) {
       fit_op_time(Bl, col, m, &ot->fixed_s[l], &ot->per_sample_s[l]);
+    } else if (l > 0 && ot->measured[0] && own && own[0] > 0 && own[l] > 0) {
+      ot->fixed_s[l] = own[l] / own[0] * ot->fixed_s[0];
+      ot->per_sample_s[l] = own[l] / own[0] * ot->per_sample_s[0];
     } else {
-      double base = sample_mean(d, x, i, 0, last), r = base > 0 ? col[0] / base : 1;
-      ot->fixed_s[l] = r * ot->fixed_s[0];
-      ot->per_sample_s[l] = r * ot->per_sample_s[0];
+      continue;
     }
     ot->measured[l] = 1;
   }
@@ -416,6 +420,43 @@ static int has_outer_slices(const GptDesc* d) {
   for (int i = 0; i < d->nops; i++)
     if (d->ops[i].layer < 0 && d->ops[i].splittable && d->ops[i].n_params) return 1;
   return 0;
+}
+
+/* The index in the one-layer copy r of op i of d, an op outside the layers; -1 for a layer op. */
+static int outer_op_in_copy(const GptDesc* d, const GptDesc* r, int i) {
+  if (d->ops[i].layer >= 0) return -1;
+  int after = d->first_layer_op + d->cfg.n_layer * d->ops_per_layer; /* d's first op past them */
+  return i < d->first_layer_op ? i : i - after + r->first_layer_op + r->ops_per_layer;
+}
+
+/* The ops outside the layers (the embedding and the head using its weights) at each slice level
+** (k = 1, 2, 4, 8) at micro-batch B, measured on a copy of the model with one layer: their times
+** depend on their own shapes only, and a step of the copy costs a fraction of the model's
+** (gpt2-124m: about 0.37), so the four steps cost less than three of the whole model would.
+** Only the levels' ratios are used (fit_op scales the whole model's level-0 fit by them), so
+** what the one layer adds to a step cancels. split[i * DEVICE_SLICE_LEVELS + l]: op i's seconds
+** at level l (0 for layer ops). Collective. */
+static int profile_outer_split(const GptDesc* d, const ProfileOptions* o, int B, double* split) {
+  GptConfig cfg = d->cfg;
+  GptDesc r;
+  cfg.n_layer = 1;
+  if (gpt_desc_build(&r, &cfg)) return -1;
+  double* op_s = malloc((size_t)r.nops * sizeof *op_s);
+  int rc = op_s ? 0 : osdp_fail("out of host memory");
+  for (int l = 0; !rc && l < DEVICE_SLICE_LEVELS; l++) {
+    Plan p;
+    PlanMeasure m;
+    if (rotated_plan(&r, B, o->seq, 0, l, &p)) { rc = -1; break; }
+    rc = planner_measure_plan(&r, &p, o->backend, o->threads, 0, o->steps, &m, op_s);
+    plan_free(&p);
+    for (int i = 0; !rc && i < d->nops; i++) {
+      int ir = outer_op_in_copy(d, &r, i);
+      if (ir >= 0) split[(size_t)i * DEVICE_SLICE_LEVELS + l] = op_s[ir];
+    }
+  }
+  free(op_s);
+  gpt_desc_free(&r);
+  return rc;
 }
 
 /* Times every op inside real dp steps at micro-batches 1, 2, 4, ... (until a step takes a
@@ -447,13 +488,14 @@ static int profile_compute(const GptDesc* d, const ProfileOptions* o, DeviceInfo
     if (pts->n >= 2 && st > 0.25 && (2 * B > bfit || st > 4.0)) break;
   }
   int jm = pts->n / 2;
-  if (!rc && has_outer_slices(d)) progress(o, "timing the embedding and head split (k = 2, 4, 8)", pts->B[jm]);
-  for (int l = 1; !rc && has_outer_slices(d) && l < DEVICE_SLICE_LEVELS; l++) {
-    PlanMeasure m;
-    double ignored;
-    rc = measure_rotated(d, o, pts->B[jm], jm, 0, l, &x, op_s, &m, &ignored);
+  double* split = NULL;
+  if (!rc && has_outer_slices(d)) {
+    progress(o, "timing the embedding and head split (k = 1, 2, 4, 8, on a one-layer copy)", pts->B[jm]);
+    split = calloc((size_t)n * DEVICE_SLICE_LEVELS, sizeof *split);
+    rc = split ? profile_outer_split(d, o, pts->B[jm], split) : osdp_fail("out of host memory");
   }
-  for (int i = 0; !rc && i < n; i++) fit_op(d, &x, pts, i, &dev->op_times[i]);
+  for (int i = 0; !rc && i < n; i++) fit_op(d, &x, pts, split, i, &dev->op_times[i]);
+  free(split);
   free(x.sum);
   free(x.count);
   free(op_s);
