@@ -255,7 +255,8 @@ static void fit_op_time(const int* B, const double* t, int n, double* fixed, dou
 /* Prints a progress line on rank 0. */
 static void progress(const ProfileOptions* o, const char* what, int B) {
   if (!o->verbose || comm_rank() != 0) return;
-  printf("profile: %s at micro-batch %d, seq %d\n", what, B, o->seq);
+  printf("profile: %s at micro-batch %d, seq %d (%.0f s so far)\n", what, B, o->seq,
+         now_seconds() - o->started);
   fflush(stdout);
 }
 
@@ -625,7 +626,10 @@ static int profile_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* 
   return 0;
 }
 
-int profile_device(const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev) {
+int profile_device(const GptDesc* d, const ProfileOptions* opt, DeviceInfo* dev) {
+  ProfileOptions own = *opt;
+  const ProfileOptions* o = &own;
+  own.started = now_seconds();
   memset(dev, 0, sizeof *dev);
   dev->ranks = comm_size();
   dev->threads = o->threads;

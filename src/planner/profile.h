@@ -20,6 +20,7 @@ typedef struct ProfileOptions {
   int steps;          /* timed steps per micro-batch size (after one warm-up) */
   int verbose;        /* progress lines on rank 0 */
   const Backend* backend; /* the device measured (NULL: the CPU) */
+  double started;     /* set by profile_device: when it began (progress lines give the time since) */
 } ProfileOptions;
 
 /* Measures everything on all ranks (collective) and fills dev. Returns 0, or -1 with an error

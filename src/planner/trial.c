@@ -142,6 +142,36 @@ static void trial_drop_slow(const Candidate* c, int n, const TrialResult* r, con
   }
 }
 
+/* Where a trial is, for its progress lines: wall seconds since it began, and the predicted
+** step seconds of the candidate-rounds done and of those still to run. */
+typedef struct TrialClock {
+  double t0, done_pred, left_pred;
+} TrialClock;
+
+/* The predicted step seconds of one candidate-round of candidate c (steps steps). */
+static double round_pred(const Candidate* c, int steps) {
+  return c->cost.step_s > 0 ? c->cost.step_s * steps : 1.0;
+}
+
+/* After candidate c's round (m: its measurement, or NULL when it did not run): one progress line
+** on rank 0 with the time left, the candidate-rounds still to run scaled by how long the done
+** ones took against their prediction (so an engine's set-up and the model's error count too). */
+static void trial_progress(TrialClock* k, const Candidate* c, int i, int n, int steps,
+                           const PlanMeasure* m) {
+  double pred = round_pred(c, steps);
+  k->done_pred += pred;
+  k->left_pred -= pred;
+  if (comm_rank() != 0) return;
+  double spent = now_seconds() - k->t0, left = k->left_pred > 0 ? k->left_pred * spent / k->done_pred : 0;
+  if (m)
+    printf("trial %d/%d: %-16s %8.4f s/step (predicted %.4f), %.2f samples/s | %.0f s, about %.0f s left\n",
+           i + 1, n, c->origin, m->step_s, c->cost.step_s, trial_sps(c, m->step_s), spent, left);
+  else
+    printf("trial %d/%d: %-16s did not run: %s | %.0f s, about %.0f s left\n", i + 1, n, c->origin,
+           osdp_last_error(), spent, left);
+  fflush(stdout);
+}
+
 int planner_trial(const GptDesc* d, const Candidate* c, int n, const Backend* bk, int threads, size_t mem_limit,
                   int steps, int verbose, TrialResult* r) {
   int best = -1, nrounds = steps / 2;
@@ -157,9 +187,12 @@ int planner_trial(const GptDesc* d, const Candidate* c, int n, const Backend* bk
     return osdp_fail("out of host memory");
   }
   for (int i = 0; i < n; i++) memset(&r[i], 0, sizeof r[i]);
+  TrialClock clock = {now_seconds(), 0, 0};
   for (int round = 0; round < nrounds; round++) {
     int left = 0;
-    for (int i = 0; i < n; i++) left += round == 0 || (r[i].ok && !dropped[i]);
+    clock.left_pred = 0;
+    for (int i = 0; i < n; i++)
+      if (round == 0 || (r[i].ok && !dropped[i])) { left++; clock.left_pred += round_pred(&c[i], per_round); }
     if (round > 0 && left <= 1) break; /* the fastest alone is left: nothing to compare */
     if (verbose && comm_rank() == 0) {
       printf("trial round %d/%d: %d candidates, %d steps each\n", round + 1, nrounds, left, per_round);
@@ -168,11 +201,9 @@ int planner_trial(const GptDesc* d, const Candidate* c, int n, const Backend* bk
     for (int i = 0; i < n; i++) {
       if (round > 0 && (!r[i].ok || dropped[i])) continue; /* did not run, or clearly slower */
       PlanMeasure m;
-      if (planner_measure_plan(d, &c[i].plan, bk, threads, mem_limit, per_round, &m, NULL)) {
-        if (verbose && comm_rank() == 0)
-          printf("trial: %s did not run: %s\n", c[i].origin, osdp_last_error());
-        continue;
-      }
+      int failed = planner_measure_plan(d, &c[i].plan, bk, threads, mem_limit, per_round, &m, NULL);
+      if (verbose) trial_progress(&clock, &c[i], i, n, per_round, failed ? NULL : &m);
+      if (failed) continue;
       /* Noise only ever slows a step down: keep the fastest round's median. */
       if (!r[i].ok || m.step_s < r[i].step_s) r[i].step_s = m.step_s;
       if (m.step_s > worst[i]) worst[i] = m.step_s;
