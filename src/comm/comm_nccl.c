@@ -225,6 +225,7 @@ static ncclComm_t g_comm;
 static cudaStream_t g_compute, g_stream; /* the backend's compute stream; NCCL's own */
 static const Backend* g_bk;              /* the backend (a reduce-scatter's shard update) */
 static int g_rank;
+static char g_loaded[PATH_MAX + 64];     /* "NCCL 2.28.9 from /path/libnccl.so.2" */
 
 /* Stops every rank after a failed NCCL or CUDA call (a collective cannot be retried alone). */
 static void fail(const char* what, const char* why) {
@@ -322,9 +323,9 @@ static int load_everywhere(int rank, int size) {
   }
   bind_api();
   int version = 0;
-  if (rank == 0 && getenv("OSDP_COMM_VERBOSE") && g_api.get_version(&version) == ncclSuccess)
-    fprintf(stderr, "osdp: NCCL %d.%d.%d from %s\n", version / 10000, version / 100 % 100,
-            version % 100, where);
+  if (g_api.get_version(&version) != ncclSuccess) version = 0;
+  snprintf(g_loaded, sizeof g_loaded, "NCCL %d.%d.%d from %s", version / 10000,
+           version / 100 % 100, version % 100, where);
   return 1;
 }
 
@@ -387,7 +388,8 @@ int comm_nccl_init(const Backend* bk, int rank, int size) {
   g_compute = (cudaStream_t)bk->compute_stream();
   g_bk = bk;
   g_rank = rank;
-  if (rank == 0 && getenv("OSDP_COMM_VERBOSE")) fprintf(stderr, "osdp: collectives over NCCL\n");
+  if (rank == 0 && getenv("OSDP_COMM_VERBOSE"))
+    fprintf(stderr, "osdp: collectives over NCCL (%s)\n", g_loaded);
   return 1;
 }
 
