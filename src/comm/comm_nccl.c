@@ -24,9 +24,12 @@
 **    compute stream already waits for the collective before anything later reuses the block: a
 **    kernel (on the compute stream, after the wait), or a later collective (NCCL's stream is in
 **    order, and waits for compute by 1).
-** 4. The host never waits for a non-blocking collective; a finished request always makes the
-**    compute stream wait (a no-op for an event already complete), so 2 and 3 hold whichever of
-**    comm_test and comm_wait finished it.
+** 4. The host. A finished request always makes the compute stream wait (a no-op for an event
+**    already complete), so 2 and 3 hold whichever of comm_test and comm_wait finished it.
+**    comm_wait also waits on the host, for comm's counters (the time a rank waits for each kind
+**    of collective, which the planner's profile calibrates from, as on MPI): the GPU has by then
+**    run the collective beside every kernel queued between its start and the wait, and the host
+**    has queued them all; starting never waits, and comm_test never blocks.
 ** Events come from a small pool: once cudaStreamWaitEvent has returned, the stream waits for
 ** the event as recorded then, so the event can be recorded again at once.
 **
@@ -491,7 +494,10 @@ int comm_nccl_test(CommRequest* r) {
   return 1;
 }
 
-void comm_nccl_wait(CommRequest* r) { finish_request(r); }
+void comm_nccl_wait(CommRequest* r) {
+  CUDA_CHECK(cudaEventSynchronize(((NcclPending*)r->mpi)->done)); /* for the counters: see 4 */
+  finish_request(r);
+}
 
 /* ---- Collectives ----------------------------------------------------------------------- */
 

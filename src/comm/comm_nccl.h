@@ -9,9 +9,9 @@
 ** (the whole argument is at the top of comm_nccl.c): a collective waits for the compute work
 ** queued before it was started; the compute stream waits for a non-blocking collective only
 ** when its request is finished (comm_wait, or a comm_test that finds it done), the point where
-** the caller uses the result, so the kernels queued in between overlap it. The host never waits
-** for a non-blocking collective. A blocking collective makes the compute stream wait at once
-** and also waits on the host, so its time is counted like MPI's.
+** the caller uses the result, so the kernels queued in between overlap it. comm_wait, and every
+** blocking collective (whose result the compute stream waits for at once), also wait on the
+** host, so the time a rank waits is counted like MPI's; starting one never waits.
 ** Built only with OSDP_HAVE_NCCL (CUDA builds); elsewhere comm_nccl_init says no.
 */
 #ifndef OSDP_COMM_NCCL_H
@@ -39,7 +39,8 @@ void comm_nccl_iallreduce(float* buf, size_t n, CommRequest* r);
 /* 1 when r's collective is complete; r is then finished (see comm_nccl_wait). */
 int comm_nccl_test(CommRequest* r);
 /* Finishes r: the compute stream waits for r's collective (kernels queued from now on see its
-** result) and a reduce-scatter's part is added or copied into its shard; the host does not wait. */
+** result), a reduce-scatter's part is added or copied into its shard, and the host waits for the
+** collective (for the counters). */
 void comm_nccl_wait(CommRequest* r);
 /* Gathers into full[0..size*shard_n) from each rank's shard (which may be full + rank*shard_n). */
 void comm_nccl_allgather(const float* shard, float* full, size_t shard_n);
