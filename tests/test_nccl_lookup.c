@@ -2,8 +2,9 @@
 ** test_nccl_lookup.c: where comm_nccl.c finds libnccl.so.2 (comm_nccl_candidates,
 ** comm_nccl_open), on a fake tree in a temporary directory whose libnccl.so.2 files are links to
 ** the stub NCCL (nccl_stub.c, NCCL_STUB) or to the stub of an older NCCL (NCCL_STUB_OLD):
-** OSDP_NCCL_LIB alone when set (unusable: the one-line error), then the loader's path (off here,
-** the machine's own NCCL would answer), then beside PyTorch's wheel in the venv, the conda
+** OSDP_NCCL_LIB alone when set (unusable: the one-line error), then the loader's path (off but
+** in a child run whose LD_LIBRARY_PATH is in the tree: the machine's own NCCL would answer), then
+** beside PyTorch's wheel in the venv, the conda
 ** environment, the python3 on PATH, ~/.local, /usr/local/lib and /usr/lib, then CUDA's lib64.
 */
 #define _GNU_SOURCE
@@ -136,6 +137,8 @@ static void test_open(void) {
   expect_open(&s, at(k_order[1]), 0, NULL);
   for (int i = 0; i < PLACES - 1; i++) unlink(at(k_order[i])); /* only the last is left */
   expect_open(&s, at(k_order[PLACES - 1]), 0, NULL);
+  plant(k_order[PLACES - 1], NCCL_STUB_OLD); /* only an old NCCL: not fatal, and said so */
+  expect_open(&s, NULL, 0, "has no ncclAllGather (an older NCCL than osdp needs)");
   unlink(at(k_order[PLACES - 1]));
   expect_open(&s, NULL, 0, "OSDP_NCCL_LIB names another");
 
@@ -152,6 +155,30 @@ static void test_open(void) {
   expect_open(&s, NULL, 1, "has no ncclAllGather");
   s.lib = NCCL_STUB;
   expect_open(&s, NCCL_STUB, 0, NULL);
+}
+
+/* In a child run with LD_LIBRARY_PATH=g_tmp/loader: the loader's path comes before every other
+** place; a NCCL there that is too old is passed over, and said to be too old when it is the only
+** one (old: that directory's libnccl.so.2 is the old stub). */
+static void test_loader_path(int old) {
+  NcclSearch s = fake_search();
+  s.loader_path = 1;
+  plant(k_order[0], NCCL_STUB);
+  expect_open(&s, old ? at(k_order[0]) : at("loader/libnccl.so.2"), 0, NULL);
+  unlink(at(k_order[0]));
+  if (old) expect_open(&s, NULL, 0, "libnccl.so.2 has no ncclAllGather");
+}
+
+/* Runs this test as a child (test_loader_path) with the loader's path at g_tmp/loader, whose
+** libnccl.so.2 links to stub. */
+static void run_loader_child(const char* stub, int old) {
+  plant("loader/libnccl.so.2", stub);
+  char self[PATH_MAX] = "", cmd[4 * PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  self[n > 0 ? n : 0] = 0;
+  snprintf(cmd, sizeof cmd, "LD_LIBRARY_PATH='%s' '%s' %s '%s'", at("loader"), self,
+           old ? "loader-old" : "loader", g_tmp);
+  CHECK_MSG(system(cmd) == 0, "%s failed", cmd);
 }
 
 /* The search of a run reads the environment; on this machine it reports what it finds. */
@@ -173,7 +200,12 @@ static void test_env(void) {
   if (h) dlclose(h);
 }
 
-int main(void) {
+int main(int argc, char** argv) {
+  if (argc == 3) { /* the child of run_loader_child */
+    snprintf(g_tmp, sizeof g_tmp, "%s", argv[2]);
+    test_loader_path(strcmp(argv[1], "loader-old") == 0);
+    return check_summary();
+  }
   snprintf(g_tmp, sizeof g_tmp, "%s/osdp-nccl-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   if (!mkdtemp(g_tmp)) {
     perror("mkdtemp");
@@ -181,6 +213,8 @@ int main(void) {
   }
   test_candidates();
   test_open();
+  run_loader_child(NCCL_STUB, 0);
+  run_loader_child(NCCL_STUB_OLD, 1);
   test_env();
   char cmd[PATH_MAX + 16];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);

@@ -142,9 +142,10 @@ int comm_nccl_candidates(const NcclSearch* s, char* out, size_t len, int max) {
 }
 
 /* dlopens file (a path, or a name for the loader's path) and checks that it has every function
-** of names; the handle, or NULL with why (a reason naming the file). */
+** of names; the handle, or NULL with why (a reason naming the file) and *too_old set when the
+** file loaded but lacks one. */
 static void* open_checked(const char* file, const char* const* names, int count, char* why,
-                          size_t why_len) {
+                          size_t why_len, int* too_old) {
   void* h = dlopen(file, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     const char* e = dlerror();
@@ -155,6 +156,7 @@ static void* open_checked(const char* file, const char* const* names, int count,
     if (!dlsym(h, names[i])) {
       snprintf(why, why_len, "%s has no %s (an older NCCL than osdp needs)", file, names[i]);
       dlclose(h);
+      *too_old = 1;
       return NULL;
     }
   return h;
@@ -169,11 +171,12 @@ static void loaded_from(void* h, const char* name, const char* fallback, char* w
 
 void* comm_nccl_open(const NcclSearch* s, const char* const* names, int count, char* where,
                      size_t where_len, char* why, size_t why_len, int* fatal) {
+  int too_old = 0;
   *fatal = 0;
   where[0] = why[0] = 0;
   if (s->lib && *s->lib) { /* the user's choice, and only it */
     char reason[1024];
-    void* h = open_checked(s->lib, names, count, reason, sizeof reason);
+    void* h = open_checked(s->lib, names, count, reason, sizeof reason, &too_old);
     if (h) {
       loaded_from(h, names[0], s->lib, where, where_len);
       return h;
@@ -184,7 +187,7 @@ void* comm_nccl_open(const NcclSearch* s, const char* const* names, int count, c
     return NULL;
   }
   void* h = NULL;
-  if (s->loader_path && (h = open_checked("libnccl.so.2", names, count, why, why_len))) {
+  if (s->loader_path && (h = open_checked("libnccl.so.2", names, count, why, why_len, &too_old))) {
     loaded_from(h, names[0], "libnccl.so.2", where, where_len);
     return h;
   }
@@ -192,10 +195,10 @@ void* comm_nccl_open(const NcclSearch* s, const char* const* names, int count, c
   char* files = malloc((size_t)MAX * LEN);
   int n = files ? comm_nccl_candidates(s, files, LEN, MAX) : 0;
   for (int i = 0; i < n && i < MAX && !h; i++) {
-    h = open_checked(files + (size_t)i * LEN, names, count, why, why_len);
+    h = open_checked(files + (size_t)i * LEN, names, count, why, why_len, &too_old);
     if (h) loaded_from(h, names[0], files + (size_t)i * LEN, where, where_len);
   }
-  if (!h && n == 0)
+  if (!h && n == 0 && !too_old) /* else why says which NCCL was too old */
     snprintf(why, why_len, "libnccl.so.2 is not on the loader's path, beside a PyTorch wheel "
              "(site-packages/nvidia/nccl/lib) or in CUDA's lib64; OSDP_NCCL_LIB names another");
   free(files);
