@@ -3,11 +3,13 @@
 ** (tests/nccl.cmake): every function comm_nccl.c looks up, doing nothing and succeeding.
 ** Built twice: as it is, and with NCCL_STUB_OLD lacking ncclAllGather (a NCCL too old to use).
 ** NCCL_STUB_FAIL=id makes ncclGetUniqueId fail; NCCL_STUB_FAIL=init:R makes ncclCommInitRank
-** fail on rank R; nccl_stub_aborts counts ncclCommAbort calls.
+** fail on rank R, NCCL_STUB_FAIL=slow:R makes it take 3 s there (a rank still inside it while
+** another has failed); nccl_stub_aborts counts ncclCommAbort calls.
 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <nccl.h>
 
@@ -28,6 +30,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
   char mine[32];
   (void)nranks;
   (void)id;
+  snprintf(mine, sizeof mine, "slow:%d", rank);
+  if (failing(mine)) sleep(3);
   snprintf(mine, sizeof mine, "init:%d", rank);
   *comm = (ncclComm_t)(size_t)(rank + 1);
   return failing(mine) ? ncclSystemError : ncclSuccess;

@@ -14,7 +14,8 @@
 ** Set-up (2 ranks): every way a rank can fail to go on (no GPU name, shared GPU, OSDP_COMM on
 ** one rank, no unique id, a communicator that fails on one rank, no stream, OSDP_NCCL_LIB
 ** unusable on one rank) ends with both ranks taking the same branch, none left waiting, and the
-** right rank saying why in one line.
+** right rank saying why in one line; a rank whose communicator fails while the other is still
+** setting up stops the job rather than wait.
 */
 #include "comm/comm_nccl.c"
 
@@ -477,6 +478,24 @@ static void test_init(void) {
             "(rank 1: ncclCommInitRank: stub failure)");
   CHECK_MSG(stub_aborts() == aborts + (g_rank_w == 0), "rank %d: %d aborts", g_rank_w,
             stub_aborts() - aborts);
+
+  /* rank 1 fails while rank 0 is still inside ncclCommInitRank: rank 1 does not wait for it
+  ** past g_init_wait_s but ends the job with its line (MPI_Abort would end rank 0 too; here rank 0
+  ** is let finish, and rank 1 joins what it then waits for: the request and all_ok). */
+  g_init_wait_s = 0.5;
+  aborts = stub_aborts();
+  int got = run_init(g_rank_w == 0 ? "NCCL_STUB_FAIL=slow:0" : "NCCL_STUB_FAIL=init:1");
+  if (g_rank_w == 1) {
+    CHECK_MSG(got == 105, "rank 1 got %d while rank 0 was still setting up", got);
+    CHECK_MSG(strcmp(said, "osdp: error: NCCL: rank 1: ncclCommInitRank: stub failure, and other "
+                     "ranks are still setting NCCL up; OSDP_COMM=mpi uses MPI with host staging "
+                     "instead\n") == 0, "rank 1 said '%s'", said);
+    MPI_Wait(&g_init_req, MPI_STATUS_IGNORE);
+    all_ok(0, g_rank_w, g_size_w, "", 0);
+  } else {
+    CHECK_MSG(got == 0 && stub_aborts() == aborts + 1, "rank 0 got %d", got);
+  }
+  g_init_wait_s = 60;
 
   init_case("OSDP_NCCL_LIB missing on rank 1", 1, "OSDP_NCCL_LIB=/nonexistent/libnccl.so.2", 102, 1,
             "osdp: error: OSDP_NCCL_LIB=/nonexistent/libnccl.so.2 cannot be used (");

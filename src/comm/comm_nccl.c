@@ -335,6 +335,35 @@ static int load_everywhere(int rank, int size) {
   return 1;
 }
 
+/* Seconds a rank whose ncclCommInitRank failed waits for the others to return from theirs before
+** it stops the job: they may be waiting inside NCCL for it, where no agreement reaches them. */
+static double g_init_wait_s = 60;
+static MPI_Request g_init_req = MPI_REQUEST_NULL; /* agree_on_comm's (a static for the tests) */
+
+/* After ncclCommInitRank: 1 on every rank when it succeeded everywhere; 0 on every rank when it
+** failed somewhere and every rank returned from it (the lowest failing rank says why). A rank
+** whose init failed while another has not returned within g_init_wait_s ends the job with one
+** line (MPI_Abort also ends the ranks waiting inside NCCL). */
+static int agree_on_comm(int ok, int rank, int size, const char* why) {
+  int all = ok;
+  MPI_Iallreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &g_init_req);
+  int done = 0;
+  for (double t0 = MPI_Wtime(); !done;) {
+    if (ok) {
+      MPI_Wait(&g_init_req, MPI_STATUS_IGNORE);
+      break;
+    }
+    MPI_Test(&g_init_req, &done, MPI_STATUS_IGNORE);
+    if (!done && MPI_Wtime() - t0 > g_init_wait_s) {
+      fprintf(stderr, "osdp: error: NCCL: rank %d: %s, and other ranks are still setting NCCL "
+              "up; OSDP_COMM=mpi uses MPI with host staging instead\n", rank, why);
+      comm_abort(5);
+    }
+    if (!done) usleep(1000);
+  }
+  return all ? 1 : all_ok(ok, rank, size, why, 1);
+}
+
 /* Creates NCCL's stream and the communicator from rank 0's id; 1 on every rank when all have
 ** them, else 0 on every rank with whatever was made released. */
 static int start_everywhere(int rank, int size) {
@@ -364,7 +393,7 @@ static int start_everywhere(int rank, int size) {
     g_comm = NULL;
     snprintf(why, sizeof why, "ncclCommInitRank: %s", g_api.error_string(res));
   }
-  if (!all_ok(g_comm != NULL, rank, size, why, 1)) {
+  if (!agree_on_comm(g_comm != NULL, rank, size, why)) {
     if (g_comm) g_api.comm_abort(g_comm); /* its peers are not all there: no orderly destroy */
     g_comm = NULL;
     cudaStreamDestroy(g_stream);
