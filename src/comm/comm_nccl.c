@@ -36,8 +36,11 @@
 ** Errors: setting up is collective, and every step of it ends with an agreement (all_ok) that
 ** every rank joins whatever happened to it locally, so all ranks take the same branch: all use
 ** NCCL, or all fall back to MPI with host staging (the lowest rank that could not go on says
-** why), or all stop (OSDP_NCCL_LIB unusable: one line). A failing collective stops the job
-** (comm_abort: MPI_Abort ends every rank, none is left waiting).
+** why), or all stop (OSDP_NCCL_LIB unusable: one line). One step cannot be agreed on by MPI
+** alone: a rank whose ncclCommInitRank failed while others are still inside theirs (waiting
+** for it in NCCL) stops the job after 60 s, with one line, instead of waiting for them. A
+** failing collective stops the job (comm_abort: MPI_Abort ends every rank, none is left
+** waiting).
 */
 #define _GNU_SOURCE /* dladdr */
 #include "comm/comm_nccl.h"
@@ -345,21 +348,20 @@ static MPI_Request g_init_req = MPI_REQUEST_NULL; /* agree_on_comm's (a static f
 ** whose init failed while another has not returned within g_init_wait_s ends the job with one
 ** line (MPI_Abort also ends the ranks waiting inside NCCL). */
 static int agree_on_comm(int ok, int rank, int size, const char* why) {
-  int all = ok;
+  int all = ok, done = 0;
   MPI_Iallreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &g_init_req);
-  int done = 0;
-  for (double t0 = MPI_Wtime(); !done;) {
-    if (ok) {
-      MPI_Wait(&g_init_req, MPI_STATUS_IGNORE);
-      break;
+  if (ok) {
+    MPI_Wait(&g_init_req, MPI_STATUS_IGNORE);
+  } else {
+    double t0 = MPI_Wtime();
+    while (MPI_Test(&g_init_req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
+      if (MPI_Wtime() - t0 > g_init_wait_s) {
+        fprintf(stderr, "osdp: error: NCCL: rank %d: %s, and other ranks are still setting NCCL "
+                "up; OSDP_COMM=mpi uses MPI with host staging instead\n", rank, why);
+        comm_abort(5);
+      }
+      usleep(1000);
     }
-    MPI_Test(&g_init_req, &done, MPI_STATUS_IGNORE);
-    if (!done && MPI_Wtime() - t0 > g_init_wait_s) {
-      fprintf(stderr, "osdp: error: NCCL: rank %d: %s, and other ranks are still setting NCCL "
-              "up; OSDP_COMM=mpi uses MPI with host staging instead\n", rank, why);
-      comm_abort(5);
-    }
-    if (!done) usleep(1000);
   }
   return all ? 1 : all_ok(ok, rank, size, why, 1);
 }

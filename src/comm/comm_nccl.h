@@ -27,7 +27,8 @@
 ** on tells the others through the step's agreement, never by leaving a collective). Returns 1
 ** when NCCL now carries the collectives, 0 when it does not (OSDP_COMM_VERBOSE: the reason, by
 ** the lowest rank that had one; a NCCL that loads but fails to start says so always). Ends the
-** job with one line when OSDP_NCCL_LIB names a library that cannot be used. */
+** job with one line when OSDP_NCCL_LIB names a library that cannot be used, or when this rank's
+** communicator failed while other ranks are still setting theirs up after 60 s. */
 int comm_nccl_init(const Backend* bk, int rank, int size);
 /* Releases the NCCL communicator, its stream and events (at comm_finalize). */
 void comm_nccl_finalize(void);
