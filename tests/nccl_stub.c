@@ -3,7 +3,7 @@
 ** (tests/nccl.cmake): every function comm_nccl.c looks up, doing nothing and succeeding.
 ** Built twice: as it is, and with NCCL_STUB_OLD lacking ncclAllGather (a NCCL too old to use).
 ** NCCL_STUB_FAIL=id makes ncclGetUniqueId fail; NCCL_STUB_FAIL=init:R makes ncclCommInitRank
-** fail on rank R, NCCL_STUB_FAIL=slow:R makes it take 3 s there (a rank still inside it while
+** fail on rank R, NCCL_STUB_FAIL=slow:R makes it take 4 s there (a rank still inside it while
 ** another has failed); nccl_stub_aborts counts ncclCommAbort calls.
 */
 #include <stdio.h>
@@ -31,7 +31,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
   (void)nranks;
   (void)id;
   snprintf(mine, sizeof mine, "slow:%d", rank);
-  if (failing(mine)) sleep(3);
+  if (failing(mine)) sleep(4);
   snprintf(mine, sizeof mine, "init:%d", rank);
   *comm = (ncclComm_t)(size_t)(rank + 1);
   return failing(mine) ? ncclSystemError : ncclSuccess;
