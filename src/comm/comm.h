@@ -38,7 +38,7 @@ typedef struct Comm Comm;
 ** on the host copy `host`, and `result_bytes` of it go back to `device_result` on completion; a
 ** reduction on MPI is a chunked job of comm_reduce.c (`job`). Private to comm apart from `active`. */
 typedef struct CommRequest {
-  void* mpi;           /* a gather's MPI request, or NCCL's completion event */
+  void* mpi;           /* a gather's MPI request, or NCCL's request (its event; comm_nccl.c) */
   int active;
   CommKind kind;
   double bytes;

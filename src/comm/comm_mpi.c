@@ -249,7 +249,7 @@ static void finish_request(CommRequest* r) {
   if (r->device_result) bk()->to_device(r->device_result, r->host, r->result_bytes);
   free(r->host);
   r->host = NULL;
-  if (!comm_on_nccl(c)) free(r->mpi); /* NCCL's event is released by comm_nccl_test / wait */
+  if (!comm_on_nccl(c)) free(r->mpi); /* NCCL's request is released by comm_nccl_test / wait */
   r->mpi = NULL;
   r->active = 0;
   comm_count_call(c, r->kind, r->bytes);

@@ -388,10 +388,10 @@ void comm_ireduce_scatter_f32(Comm* c, float* full, float* shard, size_t shard_n
   if (c->size == 1) { shard_result(shard, full, shard_n, accumulate); return; }
   double t0 = now_seconds();
   if (comm_on_nccl(c) && dtype == COMM_FP32) {
-    /* NCCL in place (run now, on its stream): this rank's result lands at its own part. */
-    comm_nccl_reduce_scatter(full, shard_n);
-    shard_result(shard, full + shard_n * (size_t)c->rank, shard_n, accumulate);
-    comm_count_call(c, COMM_REDUCE_SCATTER, 4.0 * (double)shard_n * (double)c->size);
+    /* NCCL in place, on its stream; finishing r puts this rank's part into the shard. */
+    *r = (CommRequest){.active = 1, .kind = COMM_REDUCE_SCATTER, .comm = c,
+                       .bytes = 4.0 * (double)shard_n * (double)c->size};
+    comm_nccl_ireduce_scatter(full, shard, shard_n, accumulate, r);
   } else {
     reduction_start(c, COMM_REDUCE_SCATTER, full, shard_n * (size_t)c->size, shard, accumulate,
                     dtype, r);
@@ -401,6 +401,15 @@ void comm_ireduce_scatter_f32(Comm* c, float* full, float* shard, size_t shard_n
 
 void comm_reduce_scatter_f32(Comm* c, float* full, float* shard, size_t shard_n, CommDtype dtype,
                              int accumulate) {
+  if (c->size > 1 && comm_on_nccl(c) && dtype == COMM_FP32) {
+    /* NCCL in place (run now, on its stream): this rank's result lands at its own part. */
+    double t0 = now_seconds();
+    comm_nccl_reduce_scatter(full, shard_n);
+    shard_result(shard, full + shard_n * (size_t)c->rank, shard_n, accumulate);
+    comm_count_call(c, COMM_REDUCE_SCATTER, 4.0 * (double)shard_n * (double)c->size);
+    comm_count_time(c, COMM_REDUCE_SCATTER, t0);
+    return;
+  }
   CommRequest r;
   comm_ireduce_scatter_f32(c, full, shard, shard_n, dtype, accumulate, &r);
   if (!r.active) return;
