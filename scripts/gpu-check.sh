@@ -306,7 +306,7 @@ fi
 if [ -n "$need_groups" ]; then
   say "this machine lacks:$need_groups (force=$FORCE): the carried packages are needed"
   [ -s "$DEPS/packages.txt" ] ||
-    stop "${DEPS#"$ROOT"/}/ is missing (needed for:$need_groups): run \`bash scripts/gpu-deps.sh\` on the dev machine, then carry .gpu-deps with the run"
+    stop "no ${DEPS#"$ROOT"/}/packages.txt (the carried packages, needed for:$need_groups): run \`bash scripts/gpu-deps.sh\` on the dev machine, then carry .gpu-deps with the run"
   if [ -z "$ENV_GLIBC" ] || [ "$(printf '%s\n' "$GLIBC_NEEDED" "$ENV_GLIBC" | sort -V | head -n 1)" != "$GLIBC_NEEDED" ]; then
     stop "glibc ${ENV_GLIBC:-unknown} is older than $GLIBC_NEEDED, which the carried Debian 12 packages need (for:$need_groups): use an image with glibc >= $GLIBC_NEEDED or with these installed"
   fi
@@ -528,7 +528,14 @@ if [ "$BUILT" = yes ]; then
     say "one CUDA process start measured at ~${START_COST}s: the GPU tests get up to ${cap}s"
   fi
   CTEST_LOG=$SCRATCH/ctest
-  CAPTURE=$CTEST_LOG run_phase gpu_tests "$cap" 60 ctest --test-dir "$BUILD" -L "^${LABEL}\$" --output-on-failure --no-tests=ignore
+  ctest_dir=$BUILD
+  if [ "$REUSE" = 1 ]; then
+    # A build that is not ours (tests/gpu_check.sh runs this from a CTest of that build): ctest
+    # runs from a scratch folder that includes it, so that its Testing/ logs stay untouched.
+    ctest_dir=$SCRATCH/ctest-dir; mkdir -p "$ctest_dir"
+    printf 'subdirs("%s")\n' "$BUILD" > "$ctest_dir/CTestTestfile.cmake"
+  fi
+  CAPTURE=$CTEST_LOG run_phase gpu_tests "$cap" 60 ctest --test-dir "$ctest_dir" -L "^${LABEL}\$" --output-on-failure --no-tests=ignore
   while IFS='|' read -r name res secs_t; do
     TESTS+=("$name"); T_RESULT[$name]=$res; T_SECONDS[$name]=$secs_t
   done < <(awk '
