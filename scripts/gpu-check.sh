@@ -19,7 +19,7 @@
 #           GPU tests must skip, the benchmark records osdp and PyTorch on CUDA as not
 #           available); never OK;
 #   STOPPED (exit 4) a precondition failed in the first seconds (the carried .gpu-deps/ absent
-#           where needed, glibc too old for it);
+#           where needed, or glibc older than its files need: .gpu-deps/glibc-needed.txt);
 #   exit 2  stopped by a signal from outside; the JSON says how far it got.
 #
 # Time: the device machine's time is scarce, so the run is time-boxed (GPU_CHECK_BUDGET
@@ -67,7 +67,6 @@ DEPS=${GPU_CHECK_DEPS_DIR:-$ROOT/.gpu-deps}
 NPROC=$(nproc 2>/dev/null || echo 2)
 LABEL=${GPU_CHECK_TEST_LABEL:-gpu}
 BENCH_REQUIRE=${GPU_CHECK_BENCH_REQUIRE:-fp32}
-GLIBC_NEEDED=2.36   # the carried Debian 12 libraries' glibc
 SCRATCH=$(mktemp -d)
 # The original library path, for programs that must not see the carried libraries (PyTorch).
 export GPU_CHECK_ORIG_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
@@ -307,11 +306,14 @@ if [ -n "$need_groups" ]; then
   say "this machine lacks:$need_groups (force=$FORCE): the carried packages are needed"
   [ -s "$DEPS/packages.txt" ] ||
     stop "no ${DEPS#"$ROOT"/}/packages.txt (the carried packages, needed for:$need_groups): run \`bash scripts/gpu-deps.sh\` on the dev machine, then carry .gpu-deps with the run"
+  # The oldest glibc the carried files run on, as scripts/gpu-deps.sh measured it (their newest
+  # GLIBC_ symbol version); Debian 12's own 2.36 where it did not.
+  GLIBC_NEEDED=$(cat "$DEPS/glibc-needed.txt" 2>/dev/null); [[ $GLIBC_NEEDED =~ ^[0-9]+\.[0-9]+$ ]] || GLIBC_NEEDED=2.36
   if [ -z "$ENV_GLIBC" ] || [ "$(printf '%s\n' "$GLIBC_NEEDED" "$ENV_GLIBC" | sort -V | head -n 1)" != "$GLIBC_NEEDED" ]; then
-    stop "glibc ${ENV_GLIBC:-unknown} is older than $GLIBC_NEEDED, which the carried Debian 12 packages need (for:$need_groups): use an image with glibc >= $GLIBC_NEEDED or with these installed"
+    stop "glibc ${ENV_GLIBC:-unknown} is older than $GLIBC_NEEDED, which the carried Debian 12 packages need (for:$need_groups): use an image with glibc >= $GLIBC_NEEDED or one that has them installed"
   fi
 fi
-say "glibc ${ENV_GLIBC:-unknown}; sources: mpi=${DEP_SRC[mpi]} blas=${DEP_SRC[blas]} pkg-config=${DEP_SRC[pkgconf]} cjson=${DEP_SRC[cjson]}"
+say "glibc ${ENV_GLIBC:-unknown}${GLIBC_NEEDED:+ (carried packages need $GLIBC_NEEDED)}; sources: mpi=${DEP_SRC[mpi]} blas=${DEP_SRC[blas]} pkg-config=${DEP_SRC[pkgconf]} cjson=${DEP_SRC[cjson]}"
 phase_end preflight ok $(($(date +%s) - t0)) "$GPU_WHY"
 
 # ---------------------------------------------------------------- environment
