@@ -5,8 +5,9 @@
 # argument, else $OUT, else ./out):
 #   gpu-check.log   everything it printed and everything the tools printed
 #   gpu-check.json  the verdict and its problems, per phase status, time and limit, per GPU test
-#                   pass/fail/skip, every osdp run's device, ranks, precision, TF32 mode and
-#                   transport (none, mpi, nccl or mpi-staging), and the benchmark's results
+#                   pass/fail/skip, every run's (osdp's and PyTorch's) device, ranks, precision,
+#                   TF32 mode and transport (none, mpi, nccl or mpi-staging), and the
+#                   benchmark's results
 #   gpu-check.md    the same as tables (with bench/gpu_bench.sh's gpu-bench.md appended)
 #
 # The verdict cannot pass falsely. "No GPU" is decided once, up front, by `nvidia-smi -L`:
@@ -38,10 +39,10 @@
 #
 # Device run: carry [".gpu-deps"], command `bash scripts/gpu-check.sh`.
 # Knobs: GPU_CHECK_BUDGET, GPU_CHECK_FORCE_DEPS, GPU_CHECK_DEPS_PREFIX, GPU_CHECK_DEPS_DIR (the
-# carried packages, default .gpu-deps), GPU_CHECK_BUILD (build
-# folder, default build-gpu), GPU_CHECK_REUSE_BUILD=1 (use GPU_CHECK_BUILD as it is: no configure,
-# no build; tests/gpu_check.sh uses it), GPU_CHECK_SKIP_BENCH=1 (then never OK),
-# GPU_CHECK_BENCH_REQUIRE, GPU_CHECK_TEST_LABEL, and bench/gpu_bench.sh's BENCH_*.
+# carried packages, default .gpu-deps), GPU_CHECK_BUILD (build folder, default build-gpu),
+# GPU_CHECK_REUSE_BUILD=1 (GPU_CHECK_BUILD as it is: no configure, no build; tests/gpu_check.sh
+# uses it), GPU_CHECK_SKIP_BENCH=1 (then never OK), GPU_CHECK_BENCH_REQUIRE,
+# GPU_CHECK_TEST_LABEL, and bench/gpu_bench.sh's BENCH_*.
 set -u
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -611,8 +612,8 @@ for r in doc.get("runs", []):
     res = r.get("result") or {}
     tf32 = res.get("tf32", "on" if r["role"] == "osdp" else "")
     tf32 = {True: "on", False: "off"}.get(tf32, tf32) or "-"
-    batch = f"_b{r['batch']}" if r.get("batch") else ""
-    print("|".join(str(x) for x in (r["role"] + batch, res.get("device", "cuda (requested)"),
+    name = r["role"] + "_" + r["precision"] + (f"_b{r['batch']}" if r.get("batch") else "")
+    print("|".join(str(x) for x in (name, res.get("device", "cuda (requested)"),
           res.get("precision", r["precision"]), tf32, r["status"], r["seconds"])))
 for prec in sys.argv[2].split():
     osdp = doc.get("results", {}).get(prec, {}).get("osdp")
