@@ -99,6 +99,7 @@ phase_end() { # NAME STATUS SECONDS NOTE [LIMIT]
 # What the JSON reports, filled in as the phases run.
 ENV_GPU="none"; ENV_DRIVER=""; ENV_NVCC=""; ENV_GCC=""; ENV_CMAKE=""; ENV_TORCH=""; ENV_GLIBC=""
 GPU_VISIBLE=0; GPU_WHY=""; GPU_LIST=()
+START_COST=""  # seconds of the 1-rank GPU probe: the cost of one CUDA process start
 FORCE=${GPU_CHECK_FORCE_DEPS:-0}
 declare -A DEP_SRC=([mpi]=unknown [blas]=unknown [pkgconf]=unknown [cjson]=unknown)
 CUDA_OPTION=no; BUILT=no
@@ -125,7 +126,7 @@ write_json() {
     printf '%s],\n' "$([ ${#PROBLEMS[@]} -gt 0 ] && printf '\n  ')"
     printf '  "gpu_visible": %s,\n  "gpu_visible_why": %s,\n  "gpus": [' "$(json_bool "$GPU_VISIBLE")" "$(json_str "$GPU_WHY")"
     sep=""; for t in "${GPU_LIST[@]}"; do printf '%s%s' "$sep" "$(json_str "$t")"; sep=", "; done; printf '],\n'
-    printf '  "budget_s": %s,\n  "elapsed_s": %s,\n' "$BUDGET" "$(elapsed)"
+    printf '  "budget_s": %s,\n  "elapsed_s": %s,\n  "gpu_process_start_s": %s,\n' "$BUDGET" "$(elapsed)" "${START_COST:-null}"
     printf '  "timed_out_phases": ['; sep=""; for ph in $timed_out; do printf '%s%s' "$sep" "$(json_str "$ph")"; sep=", "; done; printf '],\n'
     printf '  "environment": {"gpu": %s, "driver": %s, "nvcc": %s, "gcc": %s, "glibc": %s, "cmake": %s, "torch": %s, "nproc": %s},\n' \
       "$(json_str "$ENV_GPU")" "$(json_str "$ENV_DRIVER")" "$(json_str "$ENV_NVCC")" "$(json_str "$ENV_GCC")" "$(json_str "$ENV_GLIBC")" \
@@ -501,7 +502,6 @@ fi
 # which sizes the GPU tests' limit), then 2 ranks sharing it (MPI with host staging). A backend
 # that fails to start is named here, with osdp's own message. OSDP_COMM_VERBOSE=1 makes rank 0
 # say which transport carries the collectives.
-START_COST=""
 if [ "$BUILT" = yes ] && [ "$GPU_VISIBLE" = 1 ]; then
   GPU_RUN=("${SMOKE[@]}" --device cuda --tf32 on)
   CAPTURE=$SCRATCH/gpu1 run_phase gpu_1rank 60 120 env OSDP_COMM_VERBOSE=1 "$OSDP" "${GPU_RUN[@]}"
@@ -581,6 +581,12 @@ if [ "$BUILT" = yes ]; then
     else say "no test carries the label $LABEL in this build (CUDA backend not built?)"; fi
   fi
   say "GPU tests: ${#TESTS[@]} ran, $nbad failed, skipped or timed out$([ "$GPU_VISIBLE" = 1 ] || echo ' (skips allowed: no GPU)')"
+  if [ "$GPU_VISIBLE" != 1 ]; then
+    npassed=0; for t in "${TESTS[@]}"; do [ "${T_RESULT[$t]}" = pass ] && npassed=$((npassed + 1)); done
+    # A GPU that works but is not listed (nvidia-smi missing from the image): still NO GPU,
+    # since nothing then required the tests to run, but say so.
+    [ "$npassed" -gt 0 ] && say "note: $GPU_WHY, yet $npassed GPU test(s) passed: put nvidia-smi on PATH for a real verdict"
+  fi
 else
   phase_end gpu_tests skipped 0 "no build"
 fi
