@@ -45,7 +45,8 @@ for model in tiny small; do
     for plan in "${plans[@]}"; do
       run=$work/$model-$device$N-$(basename "$plan" .json)
       extra=(); [ "$plan" = zero3+prefetch ] && { plan=zero3; extra=(--prefetch); }
-      launch=("$osdp"); [ $N -gt 1 ] && launch=("${mpirun[@]}" -np "$N" "$osdp")
+      # OSDP_COMM_VERBOSE=1: rank 0 says which transport carries the collectives (printed below).
+      launch=("$osdp"); [ $N -gt 1 ] && launch=("${mpirun[@]}" -np "$N" env OSDP_COMM_VERBOSE=1 "$osdp")
       if ! "${launch[@]}" train "${common[@]}" --device "$device" --plan "$plan" "${extra[@]}" --batch $B \
            --log "$run.jsonl" > "$run.sum" 2> "$run.err"; then
         fail=$((fail+1)); echo "FAIL $model N=$N plan=$plan on $device: $(tail -3 "$run.err")"; continue
@@ -53,6 +54,12 @@ for model in tiny small; do
       check "losses $model N=$N $plan" "$tool" losses "$ref.jsonl" "$run.jsonl" 1e-4
       check "memory $model N=$N $plan" "$tool" memory "$run.sum"
       [ "$plan" = ddp ] && cp "$run.jsonl" "$work/$model-$device$N-ddp-kept.jsonl"
+      if [ $N -gt 1 ] && [ "$plan" = ddp ]; then
+        how="collectives over MPI"
+        [ "$device" = cpu ] || how=$(grep -m 1 -o 'collectives over.*' "$run.err") ||
+          how="transport not reported (a build without NCCL stages through MPI)"
+        echo "gpu_train: $model, $N ranks on $device: $how"
+      fi
     done
   done
   # 2 ranks on the one device against 1 rank on it (same global batch).
