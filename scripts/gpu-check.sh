@@ -196,10 +196,12 @@ run_phase() {
   return "$rc"
 }
 
-# first_error FILE: the first line of FILE that reads as an error (else its last non-blank line).
+# first_error FILE: the first line of FILE that reads as an error (a compiler's or CMake's first,
+# then any failure), else its last non-blank line.
 first_error() {
   local l
-  l=$(grep -m 1 -iE 'error|fail|abort|illegal|not found|cannot' "$1" 2>/dev/null)
+  l=$(grep -m 1 -E 'error:|CMake Error|fatal' "$1" 2>/dev/null)
+  [ -n "$l" ] || l=$(grep -m 1 -iE 'error|fail|abort|illegal|not found|cannot' "$1" 2>/dev/null)
   [ -n "$l" ] || l=$(grep -v '^[[:space:]]*$' "$1" 2>/dev/null | tail -n 1)
   printf '%s' "${l:0:300}"
 }
@@ -465,13 +467,13 @@ else
   if [ -f "$BUILD/.gpu-check-config" ] && [ "$(cat "$BUILD/.gpu-check-config")" != "${CONFIG[*]}" ]; then
     say "build folder $BUILD was configured differently: removing it"; rm -rf "$BUILD"
   fi
-  if run_phase configure 90 200 cmake "${CONFIG[@]}"; then
+  if CAPTURE=$SCRATCH/configure run_phase configure 90 200 cmake "${CONFIG[@]}"; then
     echo "${CONFIG[*]}" > "$BUILD/.gpu-check-config"
     grep -E '^(OSDP_CUDA|CMAKE_CUDA_COMPILER|CMAKE_CUDA_ARCHITECTURES|MPI_C_COMPILER|MPIEXEC_EXECUTABLE|OPENBLAS_LIB|CBLAS_INCLUDE|CJSON_LINK_LIBRARIES|PKG_CONFIG_EXECUTABLE)[:=]' "$BUILD/CMakeCache.txt" | sed 's/^/  cache: /'
-    if run_phase build 200 120 cmake --build "$BUILD" -j "$NPROC"; then BUILT=yes
-    else problem "build: ${PH_STATUS[build]} (${PH_NOTE[build]}); see the log"; fi
+    if CAPTURE=$SCRATCH/build run_phase build 200 120 cmake --build "$BUILD" -j "$NPROC"; then BUILT=yes
+    else problem "build: ${PH_STATUS[build]} (${PH_NOTE[build]}): $(first_error "$SCRATCH/build")"; fi
   else
-    problem "configure: ${PH_STATUS[configure]} (${PH_NOTE[configure]}); see the log"
+    problem "configure: ${PH_STATUS[configure]} (${PH_NOTE[configure]}): $(first_error "$SCRATCH/configure")"
     phase_end build skipped 0 "configure failed"
   fi
 fi
