@@ -171,6 +171,12 @@ limit() {
 run_phase() {
   local name=$1 cap=$2 reserve=$3 t t0 rc status note=""
   shift 3
+  # The budget spent: not started at all (a timeout), so that the whole run stays in its box.
+  if [ "$(remaining)" -lt 5 ]; then
+    PHASE_SECONDS=0
+    phase_end "$name" timeout 0 "not started: the ${BUDGET}s budget is spent" 0
+    return 124
+  fi
   t=$(limit "$cap" "$reserve")
   banner "$name (timeout ${t}s): $*"
   t0=$(date +%s)
@@ -204,6 +210,14 @@ first_error() {
   [ -n "$l" ] || l=$(grep -m 1 -iE 'error|fail|abort|illegal|not found|cannot' "$1" 2>/dev/null)
   [ -n "$l" ] || l=$(grep -v '^[[:space:]]*$' "$1" 2>/dev/null | tail -n 1)
   printf '%s' "${l:0:300}"
+}
+
+# phase_problem NAME WHAT FILE: the phase NAME (doing WHAT) did not succeed: a problem naming its
+# status and the first error in FILE, its captured output.
+phase_problem() {
+  local err
+  err=$(first_error "$3")
+  problem "$1 ($2): ${PH_STATUS[$1]}${PH_NOTE[$1]:+ (${PH_NOTE[$1]})}${err:+: $err}"
 }
 
 # record_run NAME DEVICE RANKS PRECISION TF32 STATUS SECONDS [OUTPUT_FILE]: one run for the
@@ -471,9 +485,9 @@ else
     echo "${CONFIG[*]}" > "$BUILD/.gpu-check-config"
     grep -E '^(OSDP_CUDA|CMAKE_CUDA_COMPILER|CMAKE_CUDA_ARCHITECTURES|MPI_C_COMPILER|MPIEXEC_EXECUTABLE|OPENBLAS_LIB|CBLAS_INCLUDE|CJSON_LINK_LIBRARIES|PKG_CONFIG_EXECUTABLE)[:=]' "$BUILD/CMakeCache.txt" | sed 's/^/  cache: /'
     if CAPTURE=$SCRATCH/build run_phase build 200 120 cmake --build "$BUILD" -j "$NPROC"; then BUILT=yes
-    else problem "build: ${PH_STATUS[build]} (${PH_NOTE[build]}): $(first_error "$SCRATCH/build")"; fi
+    else phase_problem build "cmake --build" "$SCRATCH/build"; fi
   else
-    problem "configure: ${PH_STATUS[configure]} (${PH_NOTE[configure]}): $(first_error "$SCRATCH/configure")"
+    phase_problem configure cmake "$SCRATCH/configure"
     phase_end build skipped 0 "configure failed"
   fi
 fi
@@ -493,10 +507,10 @@ SMOKE=(train --model tiny --steps 3 --precision fp32 --json)
 if [ "$BUILT" = yes ]; then
   CAPTURE=$SCRATCH/smoke1 run_phase smoke_1rank 30 120 "$OSDP" "${SMOKE[@]}" --device cpu
   record_run smoke_1rank cpu 1 fp32 n/a "${PH_STATUS[smoke_1rank]}" "$PHASE_SECONDS" "$SCRATCH/smoke1"
-  [ "${PH_STATUS[smoke_1rank]}" = ok ] || problem "smoke_1rank (osdp train on the CPU): ${PH_NOTE[smoke_1rank]}: $(first_error "$SCRATCH/smoke1")"
+  [ "${PH_STATUS[smoke_1rank]}" = ok ] || phase_problem smoke_1rank "osdp train on the CPU" "$SCRATCH/smoke1"
   CAPTURE=$SCRATCH/smoke2 run_phase smoke_2ranks 40 120 mpirun --oversubscribe --bind-to none -np 2 "$OSDP" "${SMOKE[@]}" --device cpu
   record_run smoke_2ranks cpu 2 fp32 n/a "${PH_STATUS[smoke_2ranks]}" "$PHASE_SECONDS" "$SCRATCH/smoke2"
-  [ "${PH_STATUS[smoke_2ranks]}" = ok ] || problem "smoke_2ranks (mpirun -np 2 osdp train on the CPU): ${PH_NOTE[smoke_2ranks]}: $(first_error "$SCRATCH/smoke2")"
+  [ "${PH_STATUS[smoke_2ranks]}" = ok ] || phase_problem smoke_2ranks "mpirun -np 2 osdp train on the CPU" "$SCRATCH/smoke2"
 fi
 
 # ---------------------------------------------------------------- GPU probe
@@ -513,9 +527,9 @@ if [ "$BUILT" = yes ] && [ "$GPU_VISIBLE" = 1 ]; then
     CAPTURE=$SCRATCH/gpu2 run_phase gpu_2ranks 60 120 mpirun --oversubscribe --bind-to none -np 2 \
       env OSDP_COMM_VERBOSE=1 "$OSDP" "${GPU_RUN[@]}"
     record_run gpu_2ranks cuda 2 fp32 on "${PH_STATUS[gpu_2ranks]}" "$PHASE_SECONDS" "$SCRATCH/gpu2"
-    [ "${PH_STATUS[gpu_2ranks]}" = ok ] || problem "gpu_2ranks (2 ranks on the GPU): ${PH_NOTE[gpu_2ranks]}: $(first_error "$SCRATCH/gpu2")"
+    [ "${PH_STATUS[gpu_2ranks]}" = ok ] || phase_problem gpu_2ranks "2 ranks sharing the GPU" "$SCRATCH/gpu2"
   else
-    problem "gpu_1rank: the CUDA backend did not start although $GPU_WHY: $(first_error "$SCRATCH/gpu1")"
+    phase_problem gpu_1rank "the CUDA backend did not start although $GPU_WHY" "$SCRATCH/gpu1"
   fi
 fi
 

@@ -73,7 +73,7 @@ expect "broken GPU: verdict" "$(field brokengpu 'd["verdict"], d["ok"], d["gpu_v
 expect "broken GPU: GPU tests" "$(field brokengpu 'sorted((t["name"], t["result"]) for t in d["gpu_tests"]["tests"])')" \
   "[('gpu_kernels', 'fail'), ('gpu_train', 'fail')]"
 expect "broken GPU: problems naming the backend's failure" \
-  "$(field brokengpu 'sorted(p.split(":")[0] for p in d["problems"] if "no CUDA GPU is visible" in p)')" \
+  "$(field brokengpu 'sorted(p.split(":")[0].split(" (")[0] for p in d["problems"] if "no CUDA GPU is visible" in p)')" \
   "['bench', 'gpu test gpu_kernels', 'gpu test gpu_train', 'gpu_1rank']"
 expect "broken GPU: runs recorded with precision, TF32, transport" \
   "$(field brokengpu '[(r["name"], r["device"], r["precision"], r["tf32"], r["transport"]) for r in d["runs"] if r["name"].startswith(("smoke_2", "gpu_"))]')" \
