@@ -22,7 +22,8 @@
 #   runtime  compiler runtime / base libraries that a minimal image may lack; gpu-check.sh uses
 #            each of them only when the system has no library of that name, so it never shadows
 #            a newer system libgomp/libgfortran/libz.
-# The list of what was fetched, by group, is written to .gpu-deps/packages.txt.
+# The list of what was fetched, by group, is written to .gpu-deps/packages.txt, and the oldest
+# glibc the carried files can run on (their newest GLIBC_ symbol version) to glibc-needed.txt.
 #
 # Usage: scripts/gpu-deps.sh   (it runs `apt-get update` once if apt's lists lack a package)
 set -euo pipefail
@@ -109,9 +110,21 @@ else
   echo "gpu-deps: closure check: every library needed is carried or is part of glibc/libgcc/libstdc++"
 fi
 
+# The newest glibc symbol version any carried program or library asks for: the oldest glibc the
+# GPU image may have. scripts/gpu-check.sh reads it from glibc-needed.txt and stops at once on an
+# older glibc (the carried libraries would fail to load later, one by one).
+glibc_needed=$(
+  find "$scratch" -type f \( -name '*.so*' -o -path '*/bin/*' \) | grep -vE "$UNUSED_PLUGINS" |
+  while IFS= read -r f; do readelf -V "$f" 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*'; done |
+  sed 's/^GLIBC_//' | sort -uV | tail -n 1
+)
+echo "${glibc_needed:-2.36}" > glibc-needed.txt
+echo "gpu-deps: the carried files need glibc ${glibc_needed:-unknown (2.36 assumed)} or newer"
+
 size_kib=$(du -sk "$DEST" | awk '{print $1}')
 echo "gpu-deps: ${#wanted[@]} packages in $DEST: $((size_kib / 1024)) MiB ($size_kib KiB)"
 if [ "$size_kib" -gt $((LIMIT_MIB * 1024)) ]; then
   echo "gpu-deps: WARNING: over the ${LIMIT_MIB} MiB budget for the device run's carry" >&2
   exit 1
 fi
+echo "gpu-deps: carry .gpu-deps with the device run (carry: [\".gpu-deps\"]); scripts/gpu-check.sh stops at once without it"

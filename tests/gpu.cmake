@@ -1,5 +1,15 @@
+# scripts/gpu-check.sh cannot pass falsely: against this build, without a GPU it says NO GPU, with
+# a fake nvidia-smi listing one (and a backend that cannot start) FAILED naming the failure, and
+# without the carried packages it stops at once. Label gpu-check, not gpu (gpu-check.sh runs
+# `ctest -L '^gpu$'`); skipped where the CUDA backend is not built or a real GPU is visible.
+add_test(NAME gpu_check COMMAND bash ${PROJECT_SOURCE_DIR}/tests/gpu_check.sh ${PROJECT_SOURCE_DIR}
+  ${PROJECT_BINARY_DIR} ${OSDP_CUDA_BUILT})
+set_tests_properties(gpu_check PROPERTIES LABELS "gpu-check" SKIP_RETURN_CODE 77 TIMEOUT 300
+  RUN_SERIAL TRUE)
+
 # The CUDA backend against the CPU kernels, only where it is built (OSDP_CUDA). The test exits
-# 77 (skipped) when no GPU is visible; `ctest -L gpu` runs it alone.
+# 77 (skipped) only when no GPU is visible (and none is required: OSDP_REQUIRE_GPU); `ctest -L
+# '^gpu$'` runs it alone.
 if(NOT OSDP_CUDA_BUILT)
   return()
 endif()

@@ -4,7 +4,8 @@
 # 1e-4 relative under ddp, zero2, zero3 (with prefetch) and random mixed plans with sliced
 # operators; 2 ranks sharing the one GPU (MPI with host staging) reproduce the 1-process run of
 # the same global batch; and every run's measured arena peak equals the prediction to the byte.
-# Exits 77 (CTest: skipped) with the reason when this machine has no usable GPU.
+# Exits 77 (CTest: skipped) with the reason only when the CUDA runtime sees no GPU and none is
+# required (see the probe below); a backend that fails to start otherwise fails the test.
 # usage: gpu_train.sh OSDP PLAN_TOOL MPIRUN...
 # OSDP_GPU_TEST_DEVICE=cpu runs the same comparisons on the CPU (to check the script itself).
 set -u
@@ -14,9 +15,21 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 pass=0; fail=0
 check() { local what=$1; shift; if out=$("$@" 2>&1); then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL $what: $out"; fi; }
 
-if ! "$osdp" train --device "$device" --steps 1 --quiet >"$work/probe.out" 2>"$work/probe.err"; then
-  echo "gpu_train: SKIP: $(head -n 1 "$work/probe.err")"
-  exit 77
+# The probe: one step on the device. It may skip the test only when the CUDA runtime sees no GPU
+# (osdp's "no CUDA GPU is visible": no device, no driver) and OSDP_REQUIRE_GPU is not set
+# (scripts/gpu-check.sh sets it where `nvidia-smi -L` lists a GPU); any other failure (a kernel
+# abort, an illegal address, a failed set-up call) fails the test with osdp's message. The rule
+# is test_cuda_kernels.c's may_skip.
+"$osdp" train --device "$device" --steps 1 --quiet >"$work/probe.out" 2>"$work/probe.err"
+rc=$?
+if [ $rc != 0 ]; then
+  why=$(grep -v '^ *$' "$work/probe.err" | head -n 3)
+  if [ "${OSDP_REQUIRE_GPU:-0}" = 0 ] && [ $rc = 1 ] && grep -q 'no CUDA GPU is visible' "$work/probe.err"; then
+    echo "gpu_train: SKIP: $(head -n 1 "$work/probe.err")"
+    exit 77
+  fi
+  echo "gpu_train: FAIL: osdp train --device $device did not start (exit $rc${OSDP_REQUIRE_GPU:+, OSDP_REQUIRE_GPU=$OSDP_REQUIRE_GPU}): ${why:-no message}"
+  exit 1
 fi
 
 B=2
@@ -32,7 +45,8 @@ for model in tiny small; do
     for plan in "${plans[@]}"; do
       run=$work/$model-$device$N-$(basename "$plan" .json)
       extra=(); [ "$plan" = zero3+prefetch ] && { plan=zero3; extra=(--prefetch); }
-      launch=("$osdp"); [ $N -gt 1 ] && launch=("${mpirun[@]}" -np $N "$osdp")
+      # OSDP_COMM_VERBOSE=1: rank 0 says which transport carries the collectives (printed below).
+      launch=("$osdp"); [ $N -gt 1 ] && launch=("${mpirun[@]}" -np "$N" env OSDP_COMM_VERBOSE=1 "$osdp")
       if ! "${launch[@]}" train "${common[@]}" --device "$device" --plan "$plan" "${extra[@]}" --batch $B \
            --log "$run.jsonl" > "$run.sum" 2> "$run.err"; then
         fail=$((fail+1)); echo "FAIL $model N=$N plan=$plan on $device: $(tail -3 "$run.err")"; continue
@@ -40,6 +54,12 @@ for model in tiny small; do
       check "losses $model N=$N $plan" "$tool" losses "$ref.jsonl" "$run.jsonl" 1e-4
       check "memory $model N=$N $plan" "$tool" memory "$run.sum"
       [ "$plan" = ddp ] && cp "$run.jsonl" "$work/$model-$device$N-ddp-kept.jsonl"
+      if [ $N -gt 1 ] && [ "$plan" = ddp ]; then
+        how="collectives over MPI"
+        [ "$device" = cpu ] || how=$(grep -m 1 -o 'collectives over.*' "$run.err") ||
+          how="transport not reported (a build without NCCL stages through MPI)"
+        echo "gpu_train: $model, $N ranks on $device: $how"
+      fi
     done
   done
   # 2 ranks on the one device against 1 rank on it (same global batch).

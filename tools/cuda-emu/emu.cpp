@@ -89,7 +89,8 @@ cudaError_t emu_set_smem_limit(const void* fn, int bytes) { if (bytes > 227 * 10
 const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
 cudaError_t cudaGetLastError(void) { cudaError_t e = last_error; last_error = cudaSuccess; return e; }
 cudaError_t cudaGetDeviceCount(int* n) { if (getenv("EMU_NO_GPU")) { *n = 0; last_error = cudaErrorNoDevice; return cudaErrorNoDevice; } *n = 2; return cudaSuccess; }
-cudaError_t cudaSetDevice(int d) { fprintf(stderr, "emu: device %d\n", d); return cudaSuccess; }
+// EMU_FAIL_INIT=1: a GPU that is listed but whose set-up fails (a backend that cannot start).
+cudaError_t cudaSetDevice(int d) { if (getenv("EMU_FAIL_INIT")) return cudaErrorInvalidValue; fprintf(stderr, "emu: device %d\n", d); return cudaSuccess; }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { *s = (cudaStream_t)0x1; return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 struct CUevent_st { double t; };
