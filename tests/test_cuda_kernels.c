@@ -1,7 +1,8 @@
 /*
 ** test_cuda_kernels.c: the CUDA backend (src/kernels/cuda) against the CPU backend.
 **
-** Exits 77 (CTest: skipped) when backend_cuda() finds no usable GPU. Otherwise, with TF32 off:
+** Exits 77 (CTest: skipped) only when the CUDA runtime sees no GPU and none is required (may_skip;
+** any other failure to start fails). Otherwise, with TF32 off:
 **  0. every entry of the backend's fp32 table (KERNEL_LIST) and every member of the backend is
 **     set;
 **  1. the backend's memory services: to_device, copy, zero and to_host round-trip bit-exactly,
