@@ -33,6 +33,7 @@
 #define TOL 1e-5         /* fp32 GPU vs fp32 CPU, relative to the largest reference value */
 #define DOUBLE_TOL 1e-12 /* sums accumulated in double on both sides */
 #define TF32_TOL 1e-2    /* matmul on TF32 tensor cores */
+#define ATT_TF32_TOL 3e-3 /* attention on TF32 tensor cores: inputs rounded to 10 mantissa bits */
 #define SKIP_EXIT 77     /* CTest's SKIP_RETURN_CODE */
 #define DEVICE_BYTES ((size_t)64 << 20)
 
@@ -443,20 +444,21 @@ static void test_rmsnorm(void) {
 
 /* attention forward (out, lse) and backward (dq, dk, dv accumulate) for T = 1, T below, at and
 ** not a multiple of the tile sizes (32 on the GPU, 64 on the CPU), several tiles, B > 1, NH 1
-** and 2, head sizes 16, 32, 48, 64 and 128, on GPT-2's fused qkv (ldq = 0 below) and on
+** and 2, head sizes 16, 32, 40, 48, 64 and 128, on GPT-2's fused qkv (ldq = 0 below) and on
 ** separate q, k, v buffers with rows wider than their heads, with NKV = NH, NH = 2 NKV,
 ** NH = 4 NKV and one K/V head for six query heads. q, k and v live in one buffer (their
 ** gradients too, the padding included, which must come back untouched). The backward runs on
 ** the CPU's out and lse, twice on the GPU, bit-identical. The GPU gets no scratch (it uses
 ** none). */
-static void test_attention(void) {
+static void attention_cases(const char* mode, double tol) {
   int shapes[][7] = {/* B, T, NH, NKV, hs, ldq, ldkv */
                      {2, 37, 2, 2, 32, 0, 0},       {1, 100, 2, 2, 64, 0, 0},
                      {2, 64, 1, 1, 64, 0, 0},       {1, 70, 2, 2, 128, 0, 0},
                      {1, 45, 2, 2, 48, 0, 0},       {1, 1, 2, 2, 32, 0, 0},
                      {2, 129, 2, 2, 32, 0, 0},      {2, 37, 4, 2, 32, 136, 72},
                      {1, 70, 6, 1, 48, 300, 50},    {2, 45, 3, 3, 16, 50, 49},
-                     {1, 66, 8, 2, 64, 520, 130},   {1, 33, 4, 1, 128, 512, 130}};
+                     {1, 66, 8, 2, 64, 520, 130},   {1, 33, 4, 1, 128, 512, 130},
+                     {1, 50, 2, 2, 40, 0, 0}};
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
     device_reset();
     int B = shapes[si][0], T = shapes[si][1], NH = shapes[si][2], NKV = shapes[si][3];
@@ -483,12 +485,12 @@ static void test_attention(void) {
     gk->attention_forward(d_out, d_lse, d_buf + oq, d_buf + ok, d_buf + ov, ldq, ldkv, NULL, B,
                           T, NH, NKV, hs);
     char name[96], shape[64];
-    snprintf(shape, sizeof shape, "B%d T%d NH%d NKV%d hs%d ldq%d ldkv%d", B, T, NH, NKV, hs, ldq,
-             ldkv);
+    snprintf(shape, sizeof shape, "%sB%d T%d NH%d NKV%d hs%d ldq%d ldkv%d", mode, B, T, NH, NKV, hs,
+             ldq, ldkv);
     snprintf(name, sizeof name, "attention_forward %s", shape);
-    compare(name, d_out, out, no, TOL);
+    compare(name, d_out, out, no, tol);
     snprintf(name, sizeof name, "attention_forward.lse %s", shape);
-    compare(name, d_lse, lse, nl, TOL);
+    compare(name, d_lse, lse, nl, tol);
 
     float *dout = frandn(no, 1, 0), *dbuf = frandn(nbuf, 1, 0);
     float *d_dout = upload_f(dout, no), *d_o = upload_f(out, no), *d_l = upload_f(lse, nl);
@@ -501,10 +503,23 @@ static void test_attention(void) {
                              ldq, ldkv, d_o, d_l, NULL, B, T, NH, NKV, hs);
     }
     snprintf(name, sizeof name, "attention_backward.dqkv %s", shape);
-    compare(name, d_dbuf, dbuf, nbuf, TOL);
+    compare(name, d_dbuf, dbuf, nbuf, tol);
     compare_identical(name, d_dbuf, d_dbuf2, nbuf);
     free(scratch); free(buf); free(out); free(lse); free(dout); free(dbuf);
   }
+}
+
+/* The fp32 kernels (TF32 off: the exact path). */
+static void test_attention(void) { attention_cases("", TOL); }
+
+/* With TF32 on, the shapes again: head sizes that are multiples of 16 run on the tensor-core
+** kernels (64 x 64 tiles: T = 1, 37, 64, 70, 100, 129 cover one partial, one whole and several
+** tiles) and agree to TF32 precision; hs 40 still runs the fp32 kernels. Bit-identical twice,
+** as before. TF32 is switched off again. */
+static void test_attention_tf32(void) {
+  gpu->set_tf32(1);
+  attention_cases("TF32 ", ATT_TF32_TOL);
+  gpu->set_tf32(0);
 }
 
 // ----------------------------------------------------------------------------
@@ -742,6 +757,7 @@ int main(void) {
   test_layernorm();
   test_rmsnorm();
   test_attention();
+  test_attention_tf32();
   test_elementwise();
   test_rope();
   test_crossentropy();

@@ -63,7 +63,7 @@ void emu_launch(const void* fn, dim3 grid, dim3 block, size_t smem, std::functio
   for (unsigned by = 0; by < grid.y; by++)
     for (unsigned bx = 0; bx < grid.x; bx++) {
       blockIdx = {bx, by, bz};
-      dyn_smem = smem ? (float*)malloc(smem) : nullptr;
+      dyn_smem = smem ? (float*)aligned_alloc(256, (smem + 255) / 256 * 256) : nullptr; /* aligned as WMMA needs */
       if (dyn_smem) memset(dyn_smem, 0xff, smem); /* NaN garbage */
       block_gen = 0; block_arrived = 0;
       for (int i = 0; i < nthreads; i++) {

@@ -5,7 +5,9 @@
 ** holding NH heads of hs, k and v rows of stride ldkv holding NKV heads (query head h reads K/V
 ** head h / (NH / NKV)), out [B, T, NH*hs], lse [B, NH, T], scores scaled by 1/sqrt(hs), dq, dk,
 ** dv accumulated. The scratch argument is not used (cuda_attention_scratch_elems is 0). Head
-** sizes up to ATT_MAX_HS; any T.
+** sizes up to ATT_MAX_HS; any T. These kernels compute in fp32 on CUDA cores; while matrix
+** products are in TF32 (set_tf32(1)), head sizes that are multiples of 16 go to the tensor-core
+** kernels of cuda_attention_tc.cu instead.
 **
 ** Tiles are ATT_TILE = 32 queries and 32 keys, so that one lane of a warp owns one key (or one
 ** query) of a tile when scores are formed, and a range of head dimensions (d = lane + 32 j) when
@@ -366,7 +368,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 }
 
 /* Opts the three kernels in to the dynamic shared memory that head size ATT_MAX_HS needs (above
-** the 48 KiB default), once per process. */
+** the 48 KiB default), and the tensor-core ones to theirs, once per process. */
 cudaError_t cuda_attention_setup(void) {
   cudaError_t err = cudaFuncSetAttribute(attention_forward_kernel,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -379,6 +381,7 @@ cudaError_t cuda_attention_setup(void) {
     err = cudaFuncSetAttribute(attention_backward_dq_kernel,
                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                (int)backward_smem_bytes(ATT_MAX_HS));
+  if (err == cudaSuccess) err = cuda_attention_tc_setup();
   return err;
 }
 
@@ -394,15 +397,26 @@ static void check_heads(int NH, int NKV, int hs) {
   }
 }
 
+/* Whether attention of head size hs runs on the TF32 tensor cores (cuda_attention_tc.cu): while
+** matrix products are in TF32 and for the head sizes those kernels have; else here, in fp32. */
+static int use_tensor_cores(int hs) {
+  return cuda_ctx.gemm_compute == CUBLAS_COMPUTE_32F_FAST_TF32 && cuda_attention_tc_supports(hs);
+}
+
 /* No scratch: every tile of both passes is staged in the block's shared memory. */
 size_t cuda_attention_scratch_elems(int, int) { return 0; }
 
-/* Table entry attention_forward: one block per (query tile, b, h). */
+/* Table entry attention_forward: on tensor cores (use_tensor_cores), else one block per (query
+** tile, b, h). */
 void cuda_attention_forward(float* out, float* lse, const float* q, const float* k,
                             const float* v, int ldq, int ldkv, float*, int B, int T, int NH,
                             int NKV, int hs) {
   if (B <= 0 || T <= 0) return;
   check_heads(NH, NKV, hs);
+  if (use_tensor_cores(hs)) {
+    cuda_attention_tc_forward(out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, hs);
+    return;
+  }
   dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
   CUDA_LAUNCH(attention_forward_kernel, grid, ATT_THREADS, forward_smem_bytes(hs), out, lse, q,
               k, v, ldq, ldkv, T, NH, NKV, hs, 1.0f / sqrtf((float)hs));
@@ -415,6 +429,10 @@ void cuda_attention_backward(float* dq, float* dk, float* dv, const float* dout,
                              const float* lse, float*, int B, int T, int NH, int NKV, int hs) {
   if (B <= 0 || T <= 0) return;
   check_heads(NH, NKV, hs);
+  if (use_tensor_cores(hs)) {
+    cuda_attention_tc_backward(dq, dk, dv, dout, q, k, v, ldq, ldkv, out, lse, B, T, NH, NKV, hs);
+    return;
+  }
   float scale = 1.0f / sqrtf((float)hs);
   int tiles = (T + ATT_TILE - 1) / ATT_TILE;
   size_t smem = backward_smem_bytes(hs);

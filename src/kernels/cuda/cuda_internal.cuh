@@ -77,6 +77,17 @@ void cuda_attention_backward(float* dq, float* dk, float* dv, const float* dout,
 ** memory). */
 size_t cuda_attention_scratch_elems(int T, int hs);
 
+/* Attention on TF32 tensor cores (cuda_attention_tc.cu), the same contract: used instead of the
+** fp32 kernels while matrix products are in TF32, for the head sizes it supports (multiples of
+** 16 up to 128). cuda_attention_tc_setup opts its kernels in to the shared memory they need. */
+int cuda_attention_tc_supports(int hs);
+cudaError_t cuda_attention_tc_setup(void);
+void cuda_attention_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v, int ldq,
+                               int ldkv, int B, int T, int NH, int NKV, int hs);
+void cuda_attention_tc_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                                const float* k, const float* v, int ldq, int ldkv, const float* out,
+                                const float* lse, int B, int T, int NH, int NKV, int hs);
+
 #define CUDA_FULL_WARP 0xffffffffu
 
 /* Sum of v over the 32 lanes of a warp, identical on every lane (xor butterfly: each step adds

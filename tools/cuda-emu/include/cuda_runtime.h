@@ -55,6 +55,8 @@ template <class T> T emu_shfl(T v, int src) {
 template <class T> T __shfl_sync(unsigned, T v, int src) { return emu_shfl(v, src); }
 template <class T> T __shfl_xor_sync(unsigned, T v, int m) { return emu_shfl(v, emu_lane() ^ m); }
 void __syncthreads(void);
+/* The lanes of the calling warp meet (all must call it, as on a GPU with a full mask). */
+inline void __syncwarp(unsigned = 0xffffffffu) { emu_warp_barrier(); }
 float* emu_dynamic_smem(void);
 void emu_launch(const void* fn, dim3 grid, dim3 block, size_t smem, std::function<void()> body);
 /* cuBLAS */
