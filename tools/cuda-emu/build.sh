@@ -23,7 +23,7 @@ for f in "$root"/src/kernels/cuda/*.cu; do
   sed 's/extern __shared__ float smem\[\];/float* smem = emu_dynamic_smem();/' "$f" > "$out/gen/$n.cpp"
   "${cxx[@]}" -c "$out/gen/$n.cpp" -o "$out/obj/$n.o"
 done
-g++ -std=c++17 -O2 -g -I"$emu/include" -c "$emu/emu.cpp" -o "$out/obj/emu.o"
+g++ -std=c++17 -O2 -g -fcf-protection=none -I"$emu/include" -c "$emu/emu.cpp" -o "$out/obj/emu.o"
 cc=(gcc -std=c11 -O2 -g -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -DOSDP_HAVE_CUDA -I"$root/src"
     -I"$root/tests" -I/usr/include/x86_64-linux-gnu/openblas-openmp)
 "${cc[@]}" -c "$root/src/kernels/backend.c" -o "$out/obj/backend.o"
