@@ -14,7 +14,10 @@
 **     accumulate;
 **  3. the kernels that reduce (embedding, LayerNorm, RMSNorm and attention gradients, the loss,
 **     the sum of squares) give bit-identical results when run twice;
-**  4. with TF32 on, matmul still agrees to TF32 precision.
+**  4. with TF32 on, every matmul case of 2. still agrees to TF32 precision, and a larger
+**     product's error shows that TF32 is in effect (checked in the emulation, printed on a GPU).
+** Also built against the CPU emulation of CUDA (tools/cuda-emu, -DOSDP_CUDA_EMU, CTest
+** gpu_emu_kernels), where only the clock check's products are smaller.
 ** The comparison is norm-relative: max_i |gpu[i] - cpu[i]| <= tol * max_i |cpu[i]|, with
 ** tol = 1e-5 (fp32 against fp32 with a different summation order), 1e-12 for the sums of
 ** squares (both in double) and 1e-2 for TF32. Every comparison prints its error.
@@ -176,10 +179,15 @@ static void test_memory(void) {
   free(h); free(back); free(again);
 }
 
-/* clock() advances over queued work (twenty 512^3 products) and never goes back. */
+/* clock() advances over queued work (twenty 512^3 products; 128^3 in the CPU emulation, where
+** they would only cost time) and never goes back. */
 static void test_clock(void) {
   device_reset();
+#ifdef OSDP_CUDA_EMU
+  int n = 128;
+#else
   int n = 512;
+#endif
   size_t nn = (size_t)n * n;
   float *ha = frandn(nn, 1, 0), *hb = frandn(nn, 1, 0);
   float *a = upload_f(ha, nn), *b = upload_f(hb, nn), *c = device_alloc(nn * sizeof(float));
@@ -187,7 +195,7 @@ static void test_clock(void) {
   for (int i = 0; i < 20; i++) gk->matmul_forward(c, a, n, b, NULL, n, n, n, 0);
   double t1 = gpu->clock();
   double t2 = gpu->clock();
-  printf("  clock: 20 products of 512^3 took %.3g ms\n", (t1 - t0) * 1e3);
+  printf("  clock: 20 products of %d^3 took %.3g ms\n", n, (t1 - t0) * 1e3);
   CHECK_MSG(t1 > t0, "clock did not advance: %.9g then %.9g", t0, t1);
   CHECK(t2 >= t1);
   CHECK(t1 - t0 < 10);
@@ -271,7 +279,10 @@ static void test_embed_tok(void) {
 ** with dinp and dbias present and both NULL, dw and dbias accumulated and overwritten, over
 ** random values (the padding columns of dinp stay untouched, which the comparison of the whole
 ** strided buffer checks). */
-static void test_matmul(void) {
+static void test_matmul_mode(int tf32) {
+  double tol = tf32 ? TF32_TOL : TOL;
+  const char* mode = tf32 ? " TF32" : "";
+  gpu->set_tf32(tf32);
   int shapes[][4] = {/* BT, K, OC, ldinp */ {37, 50, 70, 64}, {64, 128, 96, 128},
                      {100, 33, 17, 40}, {1, 7, 5, 7}};
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -287,9 +298,9 @@ static void test_matmul(void) {
       ck->matmul_forward(out, inp, ld, w, with_bias ? bias : NULL, BT, K, OC, accumulate);
       gk->matmul_forward(d_out, upload_f(inp, ni), ld, upload_f(w, nw),
                          with_bias ? upload_f(bias, OC) : NULL, BT, K, OC, accumulate);
-      snprintf(name, sizeof name, "matmul_forward BT%d K%d OC%d ld%d%s%s", BT, K, OC, ld,
+      snprintf(name, sizeof name, "matmul_forward%s BT%d K%d OC%d ld%d%s%s", mode, BT, K, OC, ld,
                with_bias ? " bias" : "", accumulate ? " accumulate" : "");
-      compare(name, d_out, out, no, TOL);
+      compare(name, d_out, out, no, tol);
       free(inp); free(w); free(bias); free(out);
     }
     for (int variant = 0; variant < 4; variant++) {
@@ -305,20 +316,29 @@ static void test_matmul(void) {
                           acc);
       const char* which = optional ? (acc ? " accumulate" : "")
                                    : (acc ? " accumulate (dinp, dbias NULL)" : " (dinp, dbias NULL)");
-      snprintf(name, sizeof name, "matmul_backward.dw BT%d K%d OC%d%s", BT, K, OC, which);
-      compare(name, d_dw, dw, nw, TOL);
-      snprintf(name, sizeof name, "matmul_backward.dinp BT%d K%d OC%d ld%d%s", BT, K, OC, ld,
+      snprintf(name, sizeof name, "matmul_backward.dw%s BT%d K%d OC%d%s", mode, BT, K, OC, which);
+      compare(name, d_dw, dw, nw, tol);
+      snprintf(name, sizeof name, "matmul_backward.dinp%s BT%d K%d OC%d ld%d%s", mode, BT, K, OC,
+               ld, which);
+      compare(name, d_dinp, dinp, ni, tol);
+      snprintf(name, sizeof name, "matmul_backward.dbias%s BT%d K%d OC%d%s", mode, BT, K, OC,
                which);
-      compare(name, d_dinp, dinp, ni, TOL);
-      snprintf(name, sizeof name, "matmul_backward.dbias BT%d K%d OC%d%s", BT, K, OC, which);
-      compare(name, d_db, db, OC, TOL);
+      compare(name, d_db, db, OC, tol);
       free(inp); free(w); free(dout); free(dinp); free(dw); free(db);
     }
   }
+  gpu->set_tf32(0);
 }
 
-/* With TF32 on, a larger product agrees to TF32 precision (and TF32 is switched off again). */
+/* matmul forward and backward with TF32 off (fp32 products, TOL). */
+static void test_matmul(void) { test_matmul_mode(0); }
+
+/* TF32 mode: every matmul case of test_matmul with TF32 on, to TF32_TOL, and a larger product,
+** whose error must also show that TF32 is in effect: more than fp32's TOL (checked in the CPU
+** emulation, whose cuBLAS rounds the inputs to TF32; printed on a GPU, where cuBLAS may pick a
+** kernel without tensor cores). TF32 is switched off again. */
 static void test_matmul_tf32(void) {
+  test_matmul_mode(1);
   device_reset();
   int BT = 256, K = 512, OC = 384;
   size_t ni = (size_t)BT * K, nw = (size_t)K * OC, no = (size_t)BT * OC;
@@ -329,7 +349,14 @@ static void test_matmul_tf32(void) {
   gk->matmul_forward(d_out, upload_f(inp, ni), K, upload_f(w, nw), NULL, BT, K, OC, 0);
   gpu->set_tf32(0);
   compare("matmul_forward TF32 BT256 K512 OC384", d_out, out, no, TF32_TOL);
-  free(inp); free(w); free(out);
+  float* got = download(d_out, no);
+  double err = rel_err(got, out, no);
+  printf("  %-52s %s (error %.2e vs fp32's %.0e)\n", "TF32 in effect", err > TOL ? "yes" : "no",
+         err, TOL);
+#ifdef OSDP_CUDA_EMU
+  CHECK_MSG(err > TOL, "TF32 mode: error %.3g is fp32's: the inputs were not rounded", err);
+#endif
+  free(inp); free(w); free(out); free(got);
 }
 
 // ----------------------------------------------------------------------------

@@ -5,6 +5,8 @@
 # as NaN garbage, launches are checked against CUDA's limits, and cuBLAS is a column-major fp64
 # reference GEMM that checks its leading dimensions. It says nothing about speed, real
 # concurrency or the GPU's rounding: a GPU result needs a GPU (scripts/gpu-check.sh).
+# The kernel checks also run in every `make test`: CTest's gpu_emu_kernels (tests/gpu_emu.cmake)
+# builds build/test_cuda_kernels_emu the same way through CMake. This script adds the CLI.
 # Writes build-emu/osdp_emu (the CLI with --device cuda emulated; about 10^4 times slower than
 # a GPU: use tiny shapes and --mem-limit) and build-emu/test_cuda_kernels_emu.
 # usage: bash tools/cuda-emu/build.sh   (from the repository root)
@@ -19,15 +21,15 @@ cmake --build "$out/cpu" -j "$(nproc)" >/dev/null
 cxx=(g++ -std=c++17 -O2 -g -Wno-unknown-pragmas -I"$emu/include" -I"$root/src" -DOSDP_HAVE_CUDA)
 for f in "$root"/src/kernels/cuda/*.cu; do
   n=$(basename "$f" .cu)
-  # Dynamic shared memory is a per-launch buffer in the emulation.
-  sed 's/extern __shared__ float smem\[\];/float* smem = emu_dynamic_smem();/' "$f" > "$out/gen/$n.cpp"
+  # Dynamic shared memory is a per-launch buffer in the emulation (generate.cmake).
+  cmake -DIN="$f" -DOUT="$out/gen/$n.cpp" -P "$emu/generate.cmake"
   "${cxx[@]}" -c "$out/gen/$n.cpp" -o "$out/obj/$n.o"
 done
 g++ -std=c++17 -O2 -g -fcf-protection=none -I"$emu/include" -c "$emu/emu.cpp" -o "$out/obj/emu.o"
 cc=(gcc -std=c11 -O2 -g -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -DOSDP_HAVE_CUDA -I"$root/src"
     -I"$root/tests" -I/usr/include/x86_64-linux-gnu/openblas-openmp)
 "${cc[@]}" -c "$root/src/kernels/backend.c" -o "$out/obj/backend.o"
-"${cc[@]}" -c "$root/tests/test_cuda_kernels.c" -o "$out/obj/test_cuda_kernels.o"
+"${cc[@]}" -DOSDP_CUDA_EMU -c "$root/tests/test_cuda_kernels.c" -o "$out/obj/test_cuda_kernels.o"
 # The CPU library without its backend.c (kept as an archive, linked whole: it holds two members
 # named cpu_kernels_real.c.o, the fp32 and the fp64 compile, which `ar x` would merge into one).
 cp "$out/cpu/libosdp_lib.a" "$out/obj/lib/libosdp_cpu.a"
