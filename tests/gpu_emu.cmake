@@ -59,7 +59,8 @@ set_target_properties(osdp_cuda_emu PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQU
 # kernels/cuda/cuda_internal.cuh (the real one with CUDA_LAUNCH as an emulated launch).
 target_include_directories(osdp_cuda_emu BEFORE PRIVATE ${osdp_emu_dir}/include)
 target_include_directories(osdp_cuda_emu PRIVATE ${PROJECT_SOURCE_DIR}/src ${CBLAS_INCLUDE})
-target_compile_definitions(osdp_cuda_emu PRIVATE OSDP_HAVE_CUDA)
+# A small column-sum scratch, so that the checks' shapes also take the column groups' path.
+target_compile_definitions(osdp_cuda_emu PRIVATE OSDP_HAVE_CUDA COLSUM_SCRATCH_FLOATS=16384)
 target_compile_options(osdp_cuda_emu PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:-Wno-unknown-pragmas>")
 include(CheckCXXCompilerFlag)
 check_cxx_compiler_flag(-fcf-protection=none OSDP_HAVE_CF_PROTECTION_NONE)

@@ -283,8 +283,9 @@ static void test_matmul_mode(int tf32) {
   double tol = tf32 ? TF32_TOL : TOL;
   const char* mode = tf32 ? " TF32" : "";
   gpu->set_tf32(tf32);
+  /* the last: dbias over several row chunks of the column sums */
   int shapes[][4] = {/* BT, K, OC, ldinp */ {37, 50, 70, 64}, {64, 128, 96, 128},
-                     {100, 33, 17, 40}, {1, 7, 5, 7}};
+                     {100, 33, 17, 40}, {1, 7, 5, 7}, {1000, 8, 600, 8}};
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
     int BT = shapes[si][0], K = shapes[si][1], OC = shapes[si][2], ld = shapes[si][3];
     size_t ni = (size_t)BT * ld, nw = (size_t)K * OC, no = (size_t)BT * OC;
@@ -365,7 +366,8 @@ static void test_matmul_tf32(void) {
 /* layernorm forward (out, mean, rstd) and backward (dinp, dw, db accumulate), the backward
 ** twice, bit-identical. */
 static void test_layernorm(void) {
-  int shapes[][2] = {{37, 100}, {300, 768}, {5, 33}};
+  /* BT, C; the last two: the column sums over many row chunks (9000: the most chunks) */
+  int shapes[][2] = {{37, 100}, {300, 768}, {5, 33}, {1000, 768}, {9000, 40}};
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
     device_reset();
     int BT = shapes[si][0], C = shapes[si][1];
@@ -422,7 +424,8 @@ static void test_layernorm(void) {
 /* rmsnorm forward (out, rstd) and backward (dinp accumulates, dw accumulated and then
 ** overwritten), the backward twice, bit-identical. */
 static void test_rmsnorm(void) {
-  int shapes[][2] = {{37, 100}, {300, 768}, {5, 33}};
+  /* BT, C; the last two: the column sums over many row chunks (9000: the most chunks) */
+  int shapes[][2] = {{37, 100}, {300, 768}, {5, 33}, {1000, 768}, {9000, 40}};
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
     device_reset();
     int BT = shapes[si][0], C = shapes[si][1];

@@ -18,7 +18,7 @@ mkdir -p "$out/gen" "$out/obj/lib"
 # The CPU build the emulated backend is linked into (without CUDA: backend.c's stub is replaced).
 cmake -S "$root" -B "$out/cpu" -DOSDP_CUDA=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$out/cpu" -j "$(nproc)" >/dev/null
-cxx=(g++ -std=c++17 -O2 -g -Wno-unknown-pragmas -I"$emu/include" -I"$root/src" -DOSDP_HAVE_CUDA)
+cxx=(g++ -std=c++17 -O2 -g -Wno-unknown-pragmas -I"$emu/include" -I"$root/src" -DOSDP_HAVE_CUDA -DCOLSUM_SCRATCH_FLOATS=16384)
 for f in "$root"/src/kernels/cuda/*.cu; do
   n=$(basename "$f" .cu)
   # Dynamic shared memory is a per-launch buffer in the emulation (generate.cmake).

@@ -8,8 +8,8 @@
 ** Attention is in cuda_attention.cu.
 **
 ** Determinism: no kernel uses atomics or a reduction whose order depends on scheduling. Sums
-** over rows (bias, LayerNorm and RMSNorm weight and embedding gradients) are owned per column
-** by fixed threads that add rows in a fixed pattern; the loss and the sum of squares are
+** over rows (bias, LayerNorm and RMSNorm weight gradients) are chunk sums by fixed threads,
+** then the chunks added in order (colsum_run); embedding gradients are owned per entry; the loss and the sum of squares are
 ** reduced by fixed-shape trees. Results are therefore bit-identical from run to run on the
 ** same GPU. Matrix products go through cuBLAS, deterministic on a given GPU and cuBLAS version
 ** (fixed workspace, one stream).
@@ -22,9 +22,13 @@
 #define THREADS 256
 /* Most blocks of a grid-stride loop: enough to fill any current GPU several times over. */
 #define MAX_BLOCKS 8192
-/* Columns per block, and threads per column, of the column-sum kernels (a 32 x 32 block). */
+/* The column sums (see colsum_run): a block is COLSUM_COLS columns (one warp reads 32
+** consecutive floats of a row: coalesced) by COLSUM_YTHREADS rows at a time; rows are cut into
+** at most COLSUM_MAX_CHUNKS chunks of at least COLSUM_MIN_CHUNK_ROWS rows. */
 #define COLSUM_COLS 32
-#define COLSUM_ROWS 32
+#define COLSUM_YTHREADS 8
+#define COLSUM_MIN_CHUNK_ROWS 64
+#define COLSUM_MAX_CHUNKS 128
 /* Threads per block of the one-block-per-row softmax cross-entropy. */
 #define CE_THREADS 512
 /* Positions handled together by one thread of embed_tok_backward (see there). */
@@ -221,31 +225,119 @@ static __global__ void bias_rows_kernel(float* out, const float* bias, size_t n,
   }
 }
 
-/* dst[c] += sum over rows of src[rows, ncols] (row stride ncols; = without accumulate). Block
-** (COLSUM_COLS, COLSUM_ROWS) owns COLSUM_COLS columns: thread (x, y) adds rows y, y +
-** COLSUM_ROWS, ... of its column in order, then thread y = 0 adds the COLSUM_ROWS partial sums
-** in order. */
-static __global__ void colsum_kernel(float* dst, const float* src, int rows, int ncols,
-                                     int accumulate) {
-  __shared__ float partial[COLSUM_ROWS][COLSUM_COLS];
-  int c = blockIdx.x * COLSUM_COLS + threadIdx.x;
-  float acc = 0;
-  if (c < ncols)
-    for (int i = threadIdx.y; i < rows; i += COLSUM_ROWS) acc += src[(size_t)i * ncols + c];
-  partial[threadIdx.y][threadIdx.x] = acc;
+// ----------------------------------------------------------------------------
+// column sums: parameter gradients summed over the rows (bias, LayerNorm and RMSNorm weights)
+//
+// A sum over R rows of C columns has too few columns (C ~ 768) to fill a GPU one thread per
+// column, and a serial walk over R rows per column is latency-bound. So the rows are cut into
+// chunks and summed in two passes, deterministically (no atomics, the order fixed by the shape):
+//   1. colsum_partial_kernel, grid (column tiles, chunks), block COLSUM_COLS x COLSUM_YTHREADS:
+//      thread (x, y) adds rows y, y + COLSUM_YTHREADS, ... of its chunk in order for column x
+//      of the tile, then thread y = 0 adds the COLSUM_YTHREADS sums in order and writes the
+//      chunk's sum to the scratch cuda_ctx.colsum_partials;
+//   2. colsum_finish_kernel, one thread per column: adds the chunks' sums in chunk order, then
+//      adds the total to the gradient (or overwrites it without accumulate).
+// With R = 8192 rows and C = 768 that is 24 x 128 blocks of 256 threads, each thread adding 8
+// rows, then 768 threads adding 128 values, instead of 24 blocks walking 256 rows per thread.
+// What is summed per (row, column) is a functor (Colsum*), so one pass can produce several sums
+// (LayerNorm's dw and db). Columns are processed in groups when NSUMS x chunks x C would not
+// fit the fixed scratch of COLSUM_SCRATCH_FLOATS.
+
+/* The term of column c in row i of a plain column sum: src[i, c] (matmul's dbias). */
+struct ColsumPlain {
+  static constexpr int NSUMS = 1;
+  const float* src;
+  int ld;
+  __device__ void add(float* acc, int i, int c) const { acc[0] += src[(size_t)i * ld + c]; }
+};
+
+/* LayerNorm's weight and bias gradients: dw += (x - mean) rstd dout, db += dout. */
+struct ColsumLayerNorm {
+  static constexpr int NSUMS = 2;
+  const float *dout, *inp, *mean, *rstd;
+  int C;
+  __device__ void add(float* acc, int i, int c) const {
+    float d = dout[(size_t)i * C + c];
+    acc[0] += (inp[(size_t)i * C + c] - mean[i]) * rstd[i] * d;
+    acc[1] += d;
+  }
+};
+
+/* RMSNorm's weight gradient: dw += x rstd dout. */
+struct ColsumRMSNorm {
+  static constexpr int NSUMS = 1;
+  const float *dout, *inp, *rstd;
+  int C;
+  __device__ void add(float* acc, int i, int c) const {
+    acc[0] += inp[(size_t)i * C + c] * rstd[i] * dout[(size_t)i * C + c];
+  }
+};
+
+/* Where the sums go: dst[k][c] for sum k. */
+struct ColsumDst {
+  float* dst[2];
+};
+
+/* Pass 1: the sums of chunk blockIdx.y (rows [chunk * chunk_rows, + chunk_rows)) for the group's
+** columns c0 + blockIdx.x * COLSUM_COLS + threadIdx.x, into partial[(k * chunks + chunk) *
+** width + column in the group]. */
+template <class Op>
+static __global__ void colsum_partial_kernel(Op op, int rows, int chunk_rows, int c0, int width,
+                                             float* partial) {
+  __shared__ float part[Op::NSUMS][COLSUM_YTHREADS][COLSUM_COLS];
+  int x = threadIdx.x, y = threadIdx.y;
+  int cg = blockIdx.x * COLSUM_COLS + x; /* column within the group */
+  int lo = blockIdx.y * chunk_rows, hi = min(rows, lo + chunk_rows);
+  float acc[Op::NSUMS];
+  for (int k = 0; k < Op::NSUMS; k++) acc[k] = 0.0f;
+  if (cg < width)
+    for (int i = lo + y; i < hi; i += COLSUM_YTHREADS) op.add(acc, i, c0 + cg);
+  for (int k = 0; k < Op::NSUMS; k++) part[k][y][x] = acc[k];
   __syncthreads();
-  if (threadIdx.y == 0 && c < ncols) {
-    float total = 0;
-    for (int y = 0; y < COLSUM_ROWS; y++) total += partial[y][threadIdx.x];
-    dst[c] = accumulate ? dst[c] + total : total;
+  if (y == 0 && cg < width) {
+    for (int k = 0; k < Op::NSUMS; k++) {
+      float total = 0.0f;
+      for (int j = 0; j < COLSUM_YTHREADS; j++) total += part[k][j][x];
+      partial[((size_t)k * gridDim.y + blockIdx.y) * width + cg] = total;
+    }
   }
 }
 
-/* The launch of colsum_kernel over ncols columns. */
-static void colsum(float* dst, const float* src, int rows, int ncols, int accumulate) {
-  dim3 block(COLSUM_COLS, COLSUM_ROWS);
-  CUDA_LAUNCH(colsum_kernel, (ncols + COLSUM_COLS - 1) / COLSUM_COLS, block, 0, dst, src, rows,
-              ncols, accumulate);
+/* Pass 2: dst[k][c0 + cg] (+)= the sum over the chunks, in chunk order, for every column cg of
+** the group (one thread per column: consecutive threads read consecutive partials). */
+template <int NSUMS>
+static __global__ void colsum_finish_kernel(ColsumDst out, const float* partial, int chunks,
+                                            int c0, int width, int accumulate) {
+  for (size_t cg = grid_index(); cg < (size_t)width; cg += grid_stride()) {
+    for (int k = 0; k < NSUMS; k++) {
+      float total = 0.0f;
+      for (int chunk = 0; chunk < chunks; chunk++)
+        total += partial[((size_t)k * chunks + chunk) * width + cg];
+      float* d = out.dst[k] + c0 + cg;
+      *d = accumulate ? *d + total : total;
+    }
+  }
+}
+
+/* The column sums of op over rows x ncols into out (see above). The chunking depends only on
+** rows and ncols, so the result is bit-reproducible. */
+template <class Op>
+static void colsum_run(const Op& op, ColsumDst out, int rows, int ncols, int accumulate) {
+  if (rows <= 0 || ncols <= 0) return;
+  int chunks = (rows + COLSUM_MIN_CHUNK_ROWS - 1) / COLSUM_MIN_CHUNK_ROWS;
+  if (chunks > COLSUM_MAX_CHUNKS) chunks = COLSUM_MAX_CHUNKS;
+  int chunk_rows = (rows + chunks - 1) / chunks;
+  chunks = (rows + chunk_rows - 1) / chunk_rows; /* no empty chunk */
+  /* columns per group: what the scratch holds, a multiple of the tile (>= 2048 columns) */
+  int group = COLSUM_SCRATCH_FLOATS / (Op::NSUMS * chunks) / COLSUM_COLS * COLSUM_COLS;
+  for (int c0 = 0; c0 < ncols; c0 += group) {
+    int width = ncols - c0 < group ? ncols - c0 : group;
+    dim3 grid((width + COLSUM_COLS - 1) / COLSUM_COLS, chunks);
+    CUDA_LAUNCH(colsum_partial_kernel<Op>, grid, dim3(COLSUM_COLS, COLSUM_YTHREADS), 0, op, rows,
+                chunk_rows, c0, width, cuda_ctx.colsum_partials);
+    CUDA_LAUNCH(colsum_finish_kernel<Op::NSUMS>, grid_for(width), THREADS, 0, out,
+                cuda_ctx.colsum_partials, chunks, c0, width, accumulate);
+  }
 }
 
 /* out[BT, OC] = (or += when accumulate) inp[BT, K] (row stride ldinp) @ w[K, OC] + bias: the
@@ -275,7 +367,7 @@ static void cuda_matmul_backward(float* dinp, float* dw, float* dbias, const flo
   float beta = accumulate ? 1.0f : 0.0f;
   if (dinp != NULL) gemm(CUBLAS_OP_T, CUBLAS_OP_N, K, BT, OC, w, OC, dout, OC, 0.0f, dinp, ldinp);
   gemm(CUBLAS_OP_N, CUBLAS_OP_T, OC, K, BT, dout, OC, inp, ldinp, beta, dw, OC);
-  if (dbias != NULL) colsum(dbias, dout, BT, OC, accumulate);
+  if (dbias != NULL) colsum_run(ColsumPlain{dout, OC}, ColsumDst{{dbias, NULL}}, BT, OC, accumulate);
 }
 
 // ----------------------------------------------------------------------------
@@ -344,37 +436,6 @@ static __global__ void layernorm_backward_input_kernel(float* dinp, const float*
   }
 }
 
-/* dw[c] += sum_i norm_i[c] dout_i[c], db[c] += sum_i dout_i[c] (= without accumulate): the
-** column sums of colsum_kernel, two at once. */
-static __global__ void layernorm_backward_params_kernel(float* dw, float* db, const float* dout,
-                                                        const float* inp, const float* mean,
-                                                        const float* rstd, int BT, int C,
-                                                        int accumulate) {
-  __shared__ float partial_w[COLSUM_ROWS][COLSUM_COLS];
-  __shared__ float partial_b[COLSUM_ROWS][COLSUM_COLS];
-  int c = blockIdx.x * COLSUM_COLS + threadIdx.x;
-  float acc_w = 0, acc_b = 0;
-  if (c < C) {
-    for (int i = threadIdx.y; i < BT; i += COLSUM_ROWS) {
-      float d = dout[(size_t)i * C + c];
-      acc_w += (inp[(size_t)i * C + c] - mean[i]) * rstd[i] * d;
-      acc_b += d;
-    }
-  }
-  partial_w[threadIdx.y][threadIdx.x] = acc_w;
-  partial_b[threadIdx.y][threadIdx.x] = acc_b;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    float total_w = 0, total_b = 0;
-    for (int y = 0; y < COLSUM_ROWS; y++) {
-      total_w += partial_w[y][threadIdx.x];
-      total_b += partial_b[y][threadIdx.x];
-    }
-    dw[c] = accumulate ? dw[c] + total_w : total_w;
-    db[c] = accumulate ? db[c] + total_b : total_b;
-  }
-}
-
 /* Table entry layernorm_backward: the input gradient (a warp per row, accumulated), then the
 ** weight and bias gradients (column sums, accumulated or overwritten). */
 static void cuda_layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
@@ -384,9 +445,7 @@ static void cuda_layernorm_backward(float* dinp, float* dw, float* db, const flo
   int rows_per_block = THREADS / 32;
   CUDA_LAUNCH(layernorm_backward_input_kernel, (BT + rows_per_block - 1) / rows_per_block,
               THREADS, 0, dinp, dout, inp, w, mean, rstd, BT, C);
-  dim3 block(COLSUM_COLS, COLSUM_ROWS);
-  CUDA_LAUNCH(layernorm_backward_params_kernel, (C + COLSUM_COLS - 1) / COLSUM_COLS, block, 0,
-              dw, db, dout, inp, mean, rstd, BT, C, accumulate);
+  colsum_run(ColsumLayerNorm{dout, inp, mean, rstd, C}, ColsumDst{{dw, db}}, BT, C, accumulate);
 }
 
 // ----------------------------------------------------------------------------
@@ -435,25 +494,6 @@ static __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* d
   for (int c = lane; c < C; c += 32) dx[c] += (w[c] * d[c] - x[c] * s * dnorm_norm_mean) * s;
 }
 
-/* dw[c] += sum_i x_i[c] rstd_i dout_i[c] (= without accumulate): colsum_kernel's column sums. */
-static __global__ void rmsnorm_backward_weight_kernel(float* dw, const float* dout,
-                                                      const float* inp, const float* rstd,
-                                                      int BT, int C, int accumulate) {
-  __shared__ float partial[COLSUM_ROWS][COLSUM_COLS];
-  int c = blockIdx.x * COLSUM_COLS + threadIdx.x;
-  float acc = 0;
-  if (c < C)
-    for (int i = threadIdx.y; i < BT; i += COLSUM_ROWS)
-      acc += inp[(size_t)i * C + c] * rstd[i] * dout[(size_t)i * C + c];
-  partial[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    float total = 0;
-    for (int y = 0; y < COLSUM_ROWS; y++) total += partial[y][threadIdx.x];
-    dw[c] = accumulate ? dw[c] + total : total;
-  }
-}
-
 /* Table entry rmsnorm_backward: the input gradient (a warp per row, accumulated), then the
 ** weight gradient (column sums, accumulated or overwritten). */
 static void cuda_rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
@@ -463,9 +503,7 @@ static void cuda_rmsnorm_backward(float* dinp, float* dw, const float* dout, con
   int rows_per_block = THREADS / 32;
   CUDA_LAUNCH(rmsnorm_backward_input_kernel, (BT + rows_per_block - 1) / rows_per_block,
               THREADS, 0, dinp, dout, inp, w, rstd, BT, C);
-  dim3 block(COLSUM_COLS, COLSUM_ROWS);
-  CUDA_LAUNCH(rmsnorm_backward_weight_kernel, (C + COLSUM_COLS - 1) / COLSUM_COLS, block, 0, dw,
-              dout, inp, rstd, BT, C, accumulate);
+  colsum_run(ColsumRMSNorm{dout, inp, rstd, C}, ColsumDst{{dw, NULL}}, BT, C, accumulate);
 }
 
 // ----------------------------------------------------------------------------
