@@ -31,8 +31,10 @@
 #define COLSUM_MAX_CHUNKS 128
 /* Threads per block of the one-block-per-row softmax cross-entropy. */
 #define CE_THREADS 512
-/* Positions handled together by one thread of embed_tok_backward (see there). */
-#define EMBED_BATCH 8
+/* Token classes of embed_tok_backward (tokens v with v % EMBED_CLASSES = k belong to class k)
+** and the classes of one block (see there). */
+#define EMBED_CLASSES 64
+#define EMBED_CLASSES_PER_BLOCK 8
 
 /* Blocks of THREADS threads for a grid-stride loop over n elements. */
 static unsigned grid_for(size_t n) {
@@ -146,83 +148,38 @@ static void cuda_embed_tok_forward(float* out, int ldo, const int* tok, int BT,
               Vp);
 }
 
-/* dwrows[r*Vp + tok[i]] += dout[i*ldo + r], deterministically and without atomics: one thread
-** owns table row r and walks the positions in order, so repeated tokens never race. To hide
-** the latency of its read-modify-writes, a thread takes EMBED_BATCH positions at a time: it
-** loads their gradients, folds each repeated token into its first occurrence in the batch (in
-** position order), then reads all the distinct table entries at once, adds and writes them
-** back. The order of every sum depends only on the tokens, never on scheduling. */
+/* dwrows[r*Vp + tok[i]] += dout[i*ldo + r], deterministically and without atomics: thread
+** (r, k) owns the entries of table row r whose token v has v % EMBED_CLASSES == k, and walks
+** the positions in order, adding those of its class. Every entry thus has one owner that adds
+** its positions in position order: the CPU's order, so the sums match it bit for bit, and
+** repeated tokens never race. A warp is 32 consecutive rows r of one class: tok[i] is one
+** broadcast read, the class test is the same branch for the whole warp, and the gradient reads
+** dout[i*ldo + r .. r+31] are coalesced. Was one thread per row r (C ~ 768 threads in all, each
+** walking every position); now EMBED_CLASSES times as many threads, each adding 1 /
+** EMBED_CLASSES of the positions (on average) while still reading every token. */
 static __global__ void embed_tok_backward_kernel(float* dwrows, const float* dout, int ldo,
                                                  const int* tok, int BT, int nrows, int Vp) {
   int r = blockIdx.x * blockDim.x + threadIdx.x;
+  int k = blockIdx.y * blockDim.y + threadIdx.y;
   if (r >= nrows) return;
   float* dw = dwrows + (size_t)r * Vp;
-  for (int i0 = 0; i0 < BT; i0 += EMBED_BATCH) {
-    int t[EMBED_BATCH];   /* token of each position, -1 once folded (or past BT) */
-    float d[EMBED_BATCH]; /* its gradient, then the batch's sum for a first occurrence */
-#pragma unroll
-    for (int k = 0; k < EMBED_BATCH; k++) {
-      int i = i0 + k;
-      t[k] = i < BT ? tok[i] : -1;
-      d[k] = i < BT ? dout[(size_t)i * ldo + r] : 0.0f;
-    }
-#pragma unroll
-    for (int k = 1; k < EMBED_BATCH; k++) {
-#pragma unroll
-      for (int j = 0; j < k; j++) {
-        if (t[k] >= 0 && t[j] == t[k]) {
-          d[j] += d[k];
-          t[k] = -1;
-        }
-      }
-    }
-    float w[EMBED_BATCH];
-#pragma unroll
-    for (int k = 0; k < EMBED_BATCH; k++) w[k] = t[k] >= 0 ? dw[t[k]] : 0.0f;
-#pragma unroll
-    for (int k = 0; k < EMBED_BATCH; k++) {
-      if (t[k] >= 0) dw[t[k]] = w[k] + d[k];
-    }
+  for (int i = 0; i < BT; i++) {
+    int v = tok[i];
+    if (v % EMBED_CLASSES == k) dw[v] += dout[(size_t)i * ldo + r];
   }
 }
 
-/* Table entry embed_tok_backward: one warp per block, so that the nrows threads (C ~ 768) spread
-** over as many SMs as possible. Without accumulate the rows are zeroed first (one memset on the
-** stream: every entry of the nrows x Vp rows is then written). */
+/* Table entry embed_tok_backward: blocks of 32 rows x EMBED_CLASSES_PER_BLOCK classes, grid
+** (rows / 32, EMBED_CLASSES / EMBED_CLASSES_PER_BLOCK). Without accumulate the rows are zeroed
+** first (one memset on the stream: every entry of the nrows x Vp rows is then written). */
 static void cuda_embed_tok_backward(float* dwrows, const float* dout, int ldo, const int* tok,
                                     int BT, int nrows, int Vp, int accumulate) {
   if (nrows <= 0) return;
   if (!accumulate)
     CUDA_CHECK(cudaMemsetAsync(dwrows, 0, (size_t)nrows * Vp * sizeof(float), cuda_ctx.stream));
-  CUDA_LAUNCH(embed_tok_backward_kernel, (nrows + 31) / 32, 32, 0, dwrows, dout, ldo, tok, BT,
-              nrows, Vp);
-}
-
-// ----------------------------------------------------------------------------
-// matmul through cuBLAS, weights stored [in, out]
-//
-// cuBLAS is column-major: a row-major [rows, cols] matrix with row stride ld is, to cuBLAS, its
-// transpose, a [cols, rows] column-major matrix with leading dimension ld. So a row-major
-// product C = A B is computed as the column-major C^T = B^T A^T, with the operands swapped.
-
-/* Column-major C[m, n] = op(A) op(B) + beta C in fp32 storage, with the compute type chosen by
-** set_tf32. */
-static void gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
-                 const float* A, int lda, const float* Bm, int ldb, float beta, float* Cm,
-                 int ldc) {
-  const float alpha = 1.0f;
-  CUDA_CHECK(cublasGemmEx(cuda_ctx.cublas, op_a, op_b, m, n, k, &alpha, A, CUDA_R_32F, lda, Bm,
-                          CUDA_R_32F, ldb, &beta, Cm, CUDA_R_32F, ldc, cuda_ctx.gemm_compute,
-                          CUBLAS_GEMM_DEFAULT));
-}
-
-/* out[i, c] = bias[c] (or += when accumulate) for every row of out[rows, OC]. */
-static __global__ void bias_rows_kernel(float* out, const float* bias, size_t n, int OC,
-                                        int accumulate) {
-  for (size_t i = grid_index(); i < n; i += grid_stride()) {
-    float b = bias[i % OC];
-    out[i] = accumulate ? out[i] + b : b;
-  }
+  dim3 grid((nrows + 31) / 32, EMBED_CLASSES / EMBED_CLASSES_PER_BLOCK);
+  CUDA_LAUNCH(embed_tok_backward_kernel, grid, dim3(32, EMBED_CLASSES_PER_BLOCK), 0, dwrows, dout,
+              ldo, tok, BT, nrows, Vp);
 }
 
 // ----------------------------------------------------------------------------
@@ -337,6 +294,33 @@ static void colsum_run(const Op& op, ColsumDst out, int rows, int ncols, int acc
                 chunk_rows, c0, width, cuda_ctx.colsum_partials);
     CUDA_LAUNCH(colsum_finish_kernel<Op::NSUMS>, grid_for(width), THREADS, 0, out,
                 cuda_ctx.colsum_partials, chunks, c0, width, accumulate);
+  }
+}
+
+// ----------------------------------------------------------------------------
+// matmul through cuBLAS, weights stored [in, out]
+//
+// cuBLAS is column-major: a row-major [rows, cols] matrix with row stride ld is, to cuBLAS, its
+// transpose, a [cols, rows] column-major matrix with leading dimension ld. So a row-major
+// product C = A B is computed as the column-major C^T = B^T A^T, with the operands swapped.
+
+/* Column-major C[m, n] = op(A) op(B) + beta C in fp32 storage, with the compute type chosen by
+** set_tf32. */
+static void gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
+                 const float* A, int lda, const float* Bm, int ldb, float beta, float* Cm,
+                 int ldc) {
+  const float alpha = 1.0f;
+  CUDA_CHECK(cublasGemmEx(cuda_ctx.cublas, op_a, op_b, m, n, k, &alpha, A, CUDA_R_32F, lda, Bm,
+                          CUDA_R_32F, ldb, &beta, Cm, CUDA_R_32F, ldc, cuda_ctx.gemm_compute,
+                          CUBLAS_GEMM_DEFAULT));
+}
+
+/* out[i, c] = bias[c] (or += when accumulate) for every row of out[rows, OC]. */
+static __global__ void bias_rows_kernel(float* out, const float* bias, size_t n, int OC,
+                                        int accumulate) {
+  for (size_t i = grid_index(); i < n; i += grid_stride()) {
+    float b = bias[i % OC];
+    out[i] = accumulate ? out[i] + b : b;
   }
 }
 
