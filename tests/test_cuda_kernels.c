@@ -655,9 +655,35 @@ static void test_crossentropy(void) {
   }
 }
 
+/* sum_squares_multi over arrays of several sizes (and none): against the CPU's, and equal bit
+** for bit to the sum_squares results added in order on the host; twice, the same. */
+static void test_sum_squares_multi(void) {
+  device_reset();
+  size_t sizes[] = {1000003, 1, 1000, 77};
+  enum { COUNT = sizeof sizes / sizeof sizes[0] };
+  float* host[COUNT];
+  const float *g[COUNT], *d_g[COUNT];
+  double host_sum = 0;
+  for (int j = 0; j < COUNT; j++) {
+    host[j] = frandn(sizes[j], 1, 0);
+    g[j] = host[j];
+    d_g[j] = upload_f(host[j], sizes[j]);
+    host_sum += gk->sum_squares(d_g[j], sizes[j]);
+  }
+  double ref = ck->sum_squares_multi(g, sizes, COUNT);
+  double got = gk->sum_squares_multi(d_g, sizes, COUNT);
+  compare_scalar("sum_squares_multi 4 arrays", got, ref, DOUBLE_TOL);
+  CHECK_MSG(got == host_sum, "sum_squares_multi: %.17g, the sum of sum_squares: %.17g", got,
+            host_sum);
+  CHECK_MSG(gk->sum_squares_multi(d_g, sizes, COUNT) == got, "sum_squares_multi: two runs differ");
+  CHECK(gk->sum_squares_multi(d_g, sizes, 0) == 0.0);
+  for (int j = 0; j < COUNT; j++) free(host[j]);
+}
+
 /* sum_squares for short and long arrays (fewer values than partial sums, and many per block);
 ** twice, the same. */
 static void test_sum_squares(void) {
+  test_sum_squares_multi();
   size_t sizes[] = {1, 1000, 1000003};
   for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
     device_reset();

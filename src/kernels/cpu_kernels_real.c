@@ -940,6 +940,13 @@ static double sum_squares(const real* g, size_t n) {
   return total;
 }
 
+/* The sums of squares of count arrays, added in order (see KERNEL_LIST). */
+static double sum_squares_multi(const real* const* g, const size_t* n, int count) {
+  double total = 0;
+  for (int j = 0; j < count; j++) total += sum_squares(g[j], n[j]);
+  return total;
+}
+
 /* AdamW step (PyTorch formulation, bias-corrected moments, decoupled weight decay) on n
 ** parameters; t is the 1-based step and grad_scale multiplies the gradient first (e.g.
 ** for gradient clipping). One fused pass: each element's w, g, m, v are read once and w, m,

@@ -134,6 +134,11 @@
   /* Sum of squares of g[0..n), accumulated in double in a fixed order (for gradient          \
   ** clipping), returned on the host. */                                                     \
   X(double, sum_squares, (const real* g, size_t n))                                           \
+  /* Sum of squares of several arrays: sum_squares(g[j], n[j]) for j < count, added in order j \
+  ** = 0, 1, ... to 0 in double (the value of adding the sum_squares results on the host), and \
+  ** returned on the host after one wait. g and n are host arrays, the g[j] the backend's      \
+  ** memory. The gradient norm: every slice in one pass, one host read per step. */           \
+  X(double, sum_squares_multi, (const real* const* g, const size_t* n, int count))            \
   /* AdamW step on n parameters (PyTorch's formulation, bias-corrected, decoupled weight      \
   ** decay): g' = g * grad_scale; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;               \
   ** w -= lr * ((m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * w). t is the 1-based step  \

@@ -312,6 +312,11 @@ static int engine_build(Engine* e, const GptDesc* d, const Plan* p, const TrainO
       if (alloc_slice(e, opi, i, &e->slices[opi][i])) return -1;
     }
   }
+  size_t nslices = 1;
+  for (int opi = 0; opi < d->nops; opi++) nslices += (size_t)e->slice_counts[opi];
+  e->norm_g = malloc(nslices * sizeof *e->norm_g);
+  e->norm_n = malloc(nslices * sizeof *e->norm_n);
+  if (!e->norm_g || !e->norm_n) return osdp_fail("out of memory");
   e->walk = walk_create(d, &e->plan, opt->bucket_bytes, engine_action, e);
   if (!e->walk || build_buckets(e)) return -1;
   e->acts = (GptActs){.B = p->micro_batch, .T = p->seq, .elem = sizeof(float), .backend = e->bk,
@@ -352,6 +357,8 @@ void engine_destroy(Engine* e) {
   free(e->buckets);
   walk_destroy(e->walk);
   free(e->host_targets);
+  free(e->norm_g);
+  free(e->norm_n);
   arena_destroy(&e->arena);
   plan_free(&e->plan);
   memset(e, 0, sizeof *e);
@@ -409,9 +416,10 @@ static void owned_part(const Engine* e, const SliceState* s, size_t* first, size
 }
 
 /* Sum of squares of the gradient elements this rank accounts for (owned_part), so the global
-** sum counts each element once. */
+** sum counts each element once: the parts of all slices in one call of the backend, summed in
+** slice order (one wait on a GPU). */
 static double owned_grad_sumsq(Engine* e) {
-  double acc = 0;
+  int parts = 0;
   for (int opi = 0; opi < e->d->nops; opi++)
     for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++) {
       SliceState* s = &e->slices[opi][i];
@@ -419,9 +427,12 @@ static double owned_grad_sumsq(Engine* e) {
       owned_part(e, s, &first, &count);
       /* A dp gradient is the whole slice; a sharded one starts at the shard. */
       size_t at = s->strat == STRAT_DP ? first : first - s->off;
-      if (count) acc += e->bk->f32->sum_squares(s->g + at, count);
+      if (count) {
+        e->norm_g[parts] = s->g + at;
+        e->norm_n[parts++] = count;
+      }
     }
-  return acc;
+  return e->bk->f32->sum_squares_multi(e->norm_g, e->norm_n, parts);
 }
 
 /* AdamW on the part of a slice this rank owns, with weight decay on the rows part and on the

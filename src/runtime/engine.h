@@ -84,6 +84,9 @@ typedef struct Engine {
   CommDtype reduce_dtype;  /* plan.reduce_dtype as comm's element type */
   MemPrediction predicted;
   int* host_targets;       /* the micro-batch's targets as given to engine_set_batch (for eval) */
+  /* The gradient norm's arguments (owned_grad_sumsq): one gradient part per slice at most. */
+  const float** norm_g;
+  size_t* norm_n;
 } Engine;
 
 typedef struct StepResult {

@@ -86,14 +86,16 @@ static double fetch_result(void) {
   return result;
 }
 
-/* *result = sum of x[0..n) in double, by one block: each thread adds a fixed strided subset in
-** order, then block_sum_double. Used for the losses and for sum_squares' partial sums. */
+/* *result = sum of x[0..n) in double (*result + that sum with accumulate), by one block: each
+** thread adds a fixed strided subset in order, then block_sum_double. Used for the losses and
+** for sum_squares' partial sums (accumulated over the arrays of sum_squares_multi). */
 template <typename T>
-static __global__ void sum_to_double_kernel(const T* x, size_t n, double* result) {
+static __global__ void sum_to_double_kernel(const T* x, size_t n, double* result,
+                                            int accumulate) {
   double acc = 0;
   for (size_t i = threadIdx.x; i < n; i += blockDim.x) acc += (double)x[i];
   acc = block_sum_double(acc);
-  if (threadIdx.x == 0) *result = acc;
+  if (threadIdx.x == 0) *result = accumulate ? *result + acc : acc;
 }
 
 // ----------------------------------------------------------------------------
@@ -669,7 +671,7 @@ static double cuda_crossentropy_forward_backward(float* logits, float* losses,
   if (BT <= 0) return 0.0;
   CUDA_LAUNCH(crossentropy_kernel, BT, CE_THREADS, 0, logits, losses, targets, V, Vp, scale);
   CUDA_LAUNCH(sum_to_double_kernel<float>, 1, 1024, 0, losses, (size_t)BT,
-              cuda_ctx.reduce_result);
+              cuda_ctx.reduce_result, 0);
   return fetch_result();
 }
 
@@ -689,13 +691,30 @@ static __global__ void sum_squares_partial_kernel(const float* g, size_t n, doub
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-/* Two passes: CUDA_REDUCE_BLOCKS partial sums into the fixed scratch, then their sum by one
-** block; one double is copied back. */
-static double cuda_sum_squares(const float* g, size_t n) {
+/* Queues the sum of squares of g[0..n) into cuda_ctx.reduce_result (added to it with
+** accumulate), in two passes: CUDA_REDUCE_BLOCKS partial sums into the fixed scratch, then
+** their sum by one block. */
+static void queue_sum_squares(const float* g, size_t n, int accumulate) {
   CUDA_LAUNCH(sum_squares_partial_kernel, CUDA_REDUCE_BLOCKS, THREADS, 0, g, n,
               cuda_ctx.reduce_partials);
   CUDA_LAUNCH(sum_to_double_kernel<double>, 1, CUDA_REDUCE_BLOCKS, 0, cuda_ctx.reduce_partials,
-              (size_t)CUDA_REDUCE_BLOCKS, cuda_ctx.reduce_result);
+              (size_t)CUDA_REDUCE_BLOCKS, cuda_ctx.reduce_result, accumulate);
+}
+
+/* Table entry sum_squares: one array, one double copied back. */
+static double cuda_sum_squares(const float* g, size_t n) {
+  queue_sum_squares(g, n, 0);
+  return fetch_result();
+}
+
+/* Table entry sum_squares_multi: each array's sum as sum_squares computes it, added on the
+** device to the running total in array order (the first overwrites it), so the result is the
+** host sum of the sum_squares results bit for bit; one double copied back, one wait for all
+** arrays (was one per array: a host round trip per parameter slice). Two small launches per
+** array remain. */
+static double cuda_sum_squares_multi(const float* const* g, const size_t* n, int count) {
+  if (count <= 0) return 0.0;
+  for (int j = 0; j < count; j++) queue_sum_squares(g[j], n[j], j > 0);
   return fetch_result();
 }
 
