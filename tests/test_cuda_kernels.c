@@ -700,8 +700,52 @@ static void test_sum_squares(void) {
   }
 }
 
+/* adamw_update_multi on 61 arrays (more than one launch's batch on the GPU; sizes 0 to 9000,
+** weight decay on every other): against the CPU's, and bit-identical to adamw_update called on
+** each array. All arrays live in one buffer per quantity, at 256-element offsets. */
+static void test_adamw_multi(void) {
+  device_reset();
+  enum { COUNT = 61 };
+  size_t n[COUNT], at[COUNT], total = 0;
+  float wd[COUNT];
+  for (int j = 0; j < COUNT; j++) {
+    n[j] = j == 3 ? 0 : j == 7 ? 9000 : (size_t)rng_below(&rng, 2000);
+    wd[j] = j % 2 ? 0.1f : 0.0f;
+    at[j] = total;
+    total += (n[j] + 255) / 256 * 256;
+  }
+  float *w = frandn(total, 1, 0), *g = frandn(total, 1, 0), *m = frandn(total, 0.1, 0);
+  float* v = frandn(total, 0.01, 0);
+  for (size_t i = 0; i < total; i++) v[i] = fabsf(v[i]);
+  float* d[2][4]; /* [run][w, g, m, v]: run 0 multi, run 1 one call per array */
+  for (int r = 0; r < 2; r++) {
+    d[r][0] = upload_f(w, total);
+    d[r][1] = upload_f(g, total);
+    d[r][2] = upload_f(m, total);
+    d[r][3] = upload_f(v, total);
+  }
+  float *hw[COUNT], *hm[COUNT], *hv[COUNT], *dw[COUNT], *dm[COUNT], *dv[COUNT];
+  const float *hg[COUNT], *dg[COUNT];
+  for (int j = 0; j < COUNT; j++) {
+    hw[j] = w + at[j]; hg[j] = g + at[j]; hm[j] = m + at[j]; hv[j] = v + at[j];
+    dw[j] = d[0][0] + at[j]; dg[j] = d[0][1] + at[j]; dm[j] = d[0][2] + at[j];
+    dv[j] = d[0][3] + at[j];
+    gk->adamw_update(d[1][0] + at[j], d[1][1] + at[j], d[1][2] + at[j], d[1][3] + at[j], n[j],
+                     1e-3f, 0.9f, 0.999f, 1e-8f, wd[j], 3, 0.5f);
+  }
+  ck->adamw_update_multi(hw, hg, hm, hv, n, wd, COUNT, 1e-3f, 0.9f, 0.999f, 1e-8f, 3, 0.5f);
+  gk->adamw_update_multi(dw, dg, dm, dv, n, wd, COUNT, 1e-3f, 0.9f, 0.999f, 1e-8f, 3, 0.5f);
+  compare("adamw_update_multi.w 61 arrays", d[0][0], w, total, TOL);
+  compare("adamw_update_multi.m 61 arrays", d[0][2], m, total, TOL);
+  compare("adamw_update_multi.v 61 arrays", d[0][3], v, total, TOL);
+  for (int q = 0; q < 4; q++)
+    compare_identical("adamw_update_multi vs adamw_update per array", d[0][q], d[1][q], total);
+  free(w); free(g); free(m); free(v);
+}
+
 /* AdamW on the first and a later step (bias corrections), with weight decay and grad_scale. */
 static void test_adamw(void) {
+  test_adamw_multi();
   int steps[] = {1, 7};
   for (size_t si = 0; si < sizeof steps / sizeof steps[0]; si++) {
     device_reset();

@@ -974,6 +974,14 @@ static void adamw_update(real* restrict w, const real* restrict g, real* restric
   }
 }
 
+/* adamw_update on count arrays in order (see KERNEL_LIST). */
+static void adamw_update_multi(real* const* w, const real* const* g, real* const* m,
+                               real* const* v, const size_t* n, const float* wd, int count,
+                               float lr, float b1, float b2, float eps, int t, float grad_scale) {
+  for (int j = 0; j < count; j++)
+    adamw_update(w[j], g[j], m[j], v[j], n[j], lr, b1, b2, eps, wd[j], t, grad_scale);
+}
+
 /* argmax[i] = the first index of the largest of logits[i, 0..V); rows have stride Vp. Each
 ** thread owns whole rows. */
 static void logits_argmax(const real* logits, int BT, int V, int Vp, int* argmax) {

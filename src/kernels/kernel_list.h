@@ -145,6 +145,14 @@
   ** number. */                                                                              \
   X(void, adamw_update, (real* w, const real* g, real* m, real* v, size_t n, float lr,        \
                          float b1, float b2, float eps, float wd, int t, float grad_scale))   \
+  /* AdamW on several arrays: adamw_update(w[j], g[j], m[j], v[j], n[j], lr, b1, b2, eps,       \
+  ** wd[j], t, grad_scale) for every j < count (the same arithmetic, so the same values). w, g, \
+  ** m, v, n and wd are host arrays, the w[j] ... v[j] the backend's memory. The optimizer     \
+  ** step: every slice in one call (a few launches on a GPU, not one or two per slice). */     \
+  X(void, adamw_update_multi, (real* const* w, const real* const* g, real* const* m,            \
+                               real* const* v, const size_t* n, const float* wd, int count,    \
+                               float lr, float b1, float b2, float eps, int t,                 \
+                               float grad_scale))                                              \
   /* argmax[i] = index of the largest of logits[i, 0..V) (the first on ties), for i < BT;     \
   ** rows of logits have stride Vp; argmax is in the backend's memory. */                     \
   X(void, logits_argmax, (const real* logits, int BT, int V, int Vp, int* argmax))            \

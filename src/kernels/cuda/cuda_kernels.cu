@@ -718,31 +718,116 @@ static double cuda_sum_squares_multi(const float* const* g, const size_t* n, int
   return fetch_result();
 }
 
-/* AdamW on each parameter, the CPU's arithmetic (in float, with the bias corrections' inverses
-** computed on the host in double). */
+/* The AdamW hyperparameters every element of a step shares; inv_bc1 and inv_bc2 are the bias
+** corrections' inverses, computed on the host in double as on the CPU. */
+struct AdamwParams {
+  float lr, b1, b2, eps, inv_bc1, inv_bc2, grad_scale;
+};
+
+/* AdamW on element i: the CPU's arithmetic, in float. Shared by both AdamW kernels, so that
+** adamw_update and adamw_update_multi give the same values. */
+static __device__ __forceinline__ void adamw_element(float* w, const float* g, float* m, float* v,
+                                                     size_t i, float wd, const AdamwParams& p) {
+  float gi = g[i] * p.grad_scale;
+  float mi = p.b1 * m[i] + (1.0f - p.b1) * gi;
+  float vi = p.b2 * v[i] + (1.0f - p.b2) * gi * gi;
+  m[i] = mi;
+  v[i] = vi;
+  float mhat = mi * p.inv_bc1;
+  float vhat = vi * p.inv_bc2;
+  w[i] -= p.lr * (mhat / (sqrtf(vhat) + p.eps) + wd * w[i]);
+}
+
+/* AdamW on each parameter of one array, a grid-stride loop. */
 static __global__ void adamw_kernel(float* w, const float* g, float* m, float* v, size_t n,
-                                    float lr, float b1, float b2, float eps, float wd,
-                                    float inv_bc1, float inv_bc2, float grad_scale) {
-  for (size_t i = grid_index(); i < n; i += grid_stride()) {
-    float gi = g[i] * grad_scale;
-    float mi = b1 * m[i] + (1.0f - b1) * gi;
-    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    float mhat = mi * inv_bc1;
-    float vhat = vi * inv_bc2;
-    w[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * w[i]);
-  }
+                                    float wd, AdamwParams p) {
+  for (size_t i = grid_index(); i < n; i += grid_stride()) adamw_element(w, g, m, v, i, wd, p);
+}
+
+/* The host's bias corrections for step t (see AdamwParams). */
+static AdamwParams adamw_params(float lr, float b1, float b2, float eps, int t,
+                                float grad_scale) {
+  AdamwParams p;
+  p.lr = lr;
+  p.b1 = b1;
+  p.b2 = b2;
+  p.eps = eps;
+  p.inv_bc1 = (float)(1.0 / (1.0 - pow((double)b1, (double)t)));
+  p.inv_bc2 = (float)(1.0 / (1.0 - pow((double)b2, (double)t)));
+  p.grad_scale = grad_scale;
+  return p;
 }
 
 /* Table entry adamw_update: the bias corrections on the host in double, as on the CPU, then one
 ** thread per parameter. */
 static void cuda_adamw_update(float* w, const float* g, float* m, float* v, size_t n, float lr,
                               float b1, float b2, float eps, float wd, int t, float grad_scale) {
-  float inv_bc1 = (float)(1.0 / (1.0 - pow((double)b1, (double)t)));
-  float inv_bc2 = (float)(1.0 / (1.0 - pow((double)b2, (double)t)));
-  CUDA_LAUNCH(adamw_kernel, grid_for(n), THREADS, 0, w, g, m, v, n, lr, b1, b2, eps, wd, inv_bc1,
-              inv_bc2, grad_scale);
+  if (n == 0) return;
+  CUDA_LAUNCH(adamw_kernel, grid_for(n), THREADS, 0, w, g, m, v, n, wd,
+              adamw_params(lr, b1, b2, eps, t, grad_scale));
+}
+
+/* Arrays per launch of adamw_multi_kernel: their pointers travel in the kernel's parameter
+** (AdamwBatch, about 2.5 KiB, under the 4 KiB every CUDA version accepts). */
+#define ADAMW_BATCH 48
+/* Elements per block of adamw_multi_kernel (16 per thread). */
+#define ADAMW_BLOCK_ELEMS (THREADS * 16)
+
+/* Up to ADAMW_BATCH arrays of one launch: array j's blocks are first_block[j] ..
+** first_block[j + 1] - 1, each ADAMW_BLOCK_ELEMS elements (the last one fewer). */
+struct AdamwBatch {
+  float* w[ADAMW_BATCH];
+  const float* g[ADAMW_BATCH];
+  float* m[ADAMW_BATCH];
+  float* v[ADAMW_BATCH];
+  size_t n[ADAMW_BATCH];
+  float wd[ADAMW_BATCH];
+  unsigned first_block[ADAMW_BATCH + 1];
+  int count;
+};
+
+/* AdamW on the arrays of a batch (PyTorch's multi_tensor_apply, without atomics): block b finds
+** its array j (first_block[j] <= b < first_block[j + 1], the same for all its threads) and
+** updates that array's elements [(b - first_block[j]) * ADAMW_BLOCK_ELEMS, + ADAMW_BLOCK_ELEMS)
+** with stride THREADS (coalesced). Each element's arithmetic is adamw_kernel's. */
+static __global__ void adamw_multi_kernel(AdamwBatch batch, AdamwParams p) {
+  int j = 0;
+  while (j + 1 < batch.count && batch.first_block[j + 1] <= blockIdx.x) j++;
+  size_t lo = (size_t)(blockIdx.x - batch.first_block[j]) * ADAMW_BLOCK_ELEMS;
+  size_t hi = lo + ADAMW_BLOCK_ELEMS < batch.n[j] ? lo + ADAMW_BLOCK_ELEMS : batch.n[j];
+  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
+    adamw_element(batch.w[j], batch.g[j], batch.m[j], batch.v[j], i, batch.wd[j], p);
+}
+
+/* Table entry adamw_update_multi: the arrays in batches of ADAMW_BATCH, one launch each (with
+** blocks of ADAMW_BLOCK_ELEMS elements over all the batch's arrays), instead of a launch per
+** array; empty arrays are left out. */
+static void cuda_adamw_update_multi(float* const* w, const float* const* g, float* const* m,
+                                    float* const* v, const size_t* n, const float* wd, int count,
+                                    float lr, float b1, float b2, float eps, int t,
+                                    float grad_scale) {
+  AdamwParams p = adamw_params(lr, b1, b2, eps, t, grad_scale);
+  AdamwBatch batch;
+  batch.count = 0;
+  batch.first_block[0] = 0;
+  for (int j = 0; j < count; j++) {
+    if (n[j] == 0) continue;
+    int k = batch.count++;
+    batch.w[k] = w[j];
+    batch.g[k] = g[j];
+    batch.m[k] = m[j];
+    batch.v[k] = v[j];
+    batch.n[k] = n[j];
+    batch.wd[k] = wd[j];
+    batch.first_block[k + 1] =
+        batch.first_block[k] + (unsigned)((n[j] + ADAMW_BLOCK_ELEMS - 1) / ADAMW_BLOCK_ELEMS);
+    if (batch.count == ADAMW_BATCH) {
+      CUDA_LAUNCH(adamw_multi_kernel, batch.first_block[batch.count], THREADS, 0, batch, p);
+      batch.count = 0;
+    }
+  }
+  if (batch.count > 0)
+    CUDA_LAUNCH(adamw_multi_kernel, batch.first_block[batch.count], THREADS, 0, batch, p);
 }
 
 /* Whether candidate (value cv, index ci) beats (bv, bi) for "the first largest": larger, or
