@@ -7,8 +7,11 @@
 # concurrency or the GPU's rounding: a GPU result needs a GPU (scripts/gpu-check.sh).
 # The kernel checks also run in every `make test`: CTest's gpu_emu_kernels (tests/gpu_emu.cmake)
 # builds build/test_cuda_kernels_emu the same way through CMake. This script adds the CLI.
+# include/ also emulates cuda_bf16.h (bfloat16) and mma.h (WMMA fragments m16n16k8 tf32 and
+# m16n16k16 bf16), whose numerics emu_checks.cpp checks (CTest gpu_emu_primitives).
 # Writes build-emu/osdp_emu (the CLI with --device cuda emulated; about 10^4 times slower than
-# a GPU: use tiny shapes and --mem-limit) and build-emu/test_cuda_kernels_emu.
+# a GPU: use tiny shapes and --mem-limit), build-emu/test_cuda_kernels_emu and
+# build-emu/cuda_emu_checks.
 # usage: bash tools/cuda-emu/build.sh   (from the repository root)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -41,4 +44,5 @@ cli=("$out"/cpu/CMakeFiles/osdp.dir/src/cli/*.o)
 g++ -fopenmp "${objs[@]}" "${cli[@]}" "${lib[@]}" -o "$out/osdp_emu" "${libs[@]}"
 g++ -fopenmp "$out/obj/test_cuda_kernels.o" "${objs[@]}" "${lib[@]}" \
   -o "$out/test_cuda_kernels_emu" "${libs[@]}"
-echo "built $out/osdp_emu and $out/test_cuda_kernels_emu"
+g++ -std=c++17 -O2 -g -I"$emu/include" "$emu/emu_checks.cpp" "$out/obj/emu.o" -o "$out/cuda_emu_checks"
+echo "built $out/osdp_emu, $out/test_cuda_kernels_emu and $out/cuda_emu_checks"

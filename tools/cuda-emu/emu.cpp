@@ -16,7 +16,9 @@
 ** no thread arrives at a barrier, passes one or finishes is a deadlock (a barrier some threads
 ** never reach): reported and aborted, instead of hanging. */
 #include <cuda_runtime.h>
+#if !defined(__x86_64__) || defined(EMU_UCONTEXT)
 #include <ucontext.h>
+#endif
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
