@@ -27,7 +27,7 @@ else()
   endif()
 endif()
 if(osdp_emu_why)
-  foreach(name gpu_emu_kernels gpu_emu_primitives)
+  foreach(name gpu_emu_kernels gpu_emu_primitives gpu_emu_train)
     add_test(NAME ${name} COMMAND sh -c "echo \"$0\"; exit 77" "${name}: SKIP: ${osdp_emu_why}")
     set_tests_properties(${name} PROPERTIES LABELS "gpu-emu" SKIP_RETURN_CODE 77)
   endforeach()
@@ -62,9 +62,12 @@ if(OSDP_HAVE_CF_PROTECTION_NONE)
   target_compile_options(osdp_emu_runtime PRIVATE -fcf-protection=none)
 endif()
 
-# The emulated backend: the CUDA sources, and backend.c with OSDP_HAVE_CUDA (its stand-in for a
-# build without CUDA left out).
-add_library(osdp_cuda_emu OBJECT ${osdp_emu_sources} ${PROJECT_SOURCE_DIR}/src/kernels/backend.c)
+# The emulated backend: the CUDA sources, backend.c with OSDP_HAVE_CUDA (its stand-in for a
+# build without CUDA left out) and comm_nccl.c without OSDP_HAVE_NCCL (collectives over MPI:
+# NCCL needs the real CUDA runtime).
+add_library(osdp_cuda_emu OBJECT ${osdp_emu_sources} ${PROJECT_SOURCE_DIR}/src/kernels/backend.c
+  ${PROJECT_SOURCE_DIR}/src/comm/comm_nccl.c)
+target_link_libraries(osdp_cuda_emu PRIVATE MPI::MPI_C)
 set_target_properties(osdp_cuda_emu PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON
   CXX_EXTENSIONS OFF)
 # The emulator's include/ first: its cuda_runtime.h and cublas_v2.h, and its
@@ -76,9 +79,9 @@ target_compile_definitions(osdp_cuda_emu PRIVATE OSDP_HAVE_CUDA COLSUM_SCRATCH_F
 target_compile_options(osdp_cuda_emu PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:-Wno-unknown-pragmas>")
 
 # The kernel checks on the emulated backend. The CPU side comes from osdp_lib's archive, linked
-# after the emulated objects: those define every symbol of the archive's backend.c and CUDA
-# members, so the linker never takes those members (nor the CUDA runtime they need), whether
-# or not this build also has the real CUDA backend. OSDP_CUDA_EMU shrinks what only costs time
+# after the emulated objects: those define every symbol of the archive's backend.c, comm_nccl.c
+# and CUDA members, so the linker never takes those members (nor the CUDA runtime they need),
+# whether or not this build also has the real CUDA backend. OSDP_CUDA_EMU shrinks what only costs time
 # in the emulation (the clock check's products).
 add_executable(test_cuda_kernels_emu ${PROJECT_SOURCE_DIR}/tests/test_cuda_kernels.c
   $<TARGET_OBJECTS:osdp_cuda_emu> $<TARGET_OBJECTS:osdp_emu_runtime>)
@@ -100,3 +103,19 @@ set_target_properties(cuda_emu_checks PROPERTIES CXX_STANDARD 17 CXX_STANDARD_RE
 target_include_directories(cuda_emu_checks PRIVATE ${osdp_emu_dir}/include)
 add_test(NAME gpu_emu_primitives COMMAND cuda_emu_checks)
 set_tests_properties(gpu_emu_primitives PROPERTIES LABELS "gpu-emu" TIMEOUT 60)
+
+# The CLI on the emulated backend (osdp --device cuda without a GPU): osdp's own objects, the
+# emulated backend in place of the CUDA one, and osdp_lib's archive as for the kernel checks.
+# gpu_emu_train trains the tiny model a few steps on it (tests/gpu_emu_train.sh): the engine's
+# GPU path (device memory, the multi-array gradient norm and AdamW, sharded plans) against the
+# CPU's losses, and the measured arena peak against the prediction.
+add_executable(osdp_emu $<TARGET_OBJECTS:osdp> $<TARGET_OBJECTS:osdp_cuda_emu>
+  $<TARGET_OBJECTS:osdp_emu_runtime>)
+set_target_properties(osdp_emu PROPERTIES LINKER_LANGUAGE CXX)
+add_dependencies(osdp_emu osdp_lib)
+target_link_libraries(osdp_emu PRIVATE $<TARGET_FILE:osdp_lib> MPI::MPI_C OpenMP::OpenMP_C
+  Threads::Threads PkgConfig::CJSON ${OPENBLAS_LIB} m)
+add_test(NAME gpu_emu_train
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/gpu_emu_train.sh $<TARGET_FILE:osdp> $<TARGET_FILE:osdp_emu>
+          $<TARGET_FILE:plan_tool>)
+set_tests_properties(gpu_emu_train PROPERTIES LABELS "gpu-emu" TIMEOUT 300)
