@@ -9,10 +9,11 @@
 **
 ** Determinism: no kernel uses atomics or a reduction whose order depends on scheduling. Sums
 ** over rows (bias, LayerNorm and RMSNorm weight gradients) are chunk sums by fixed threads,
-** then the chunks added in order (colsum_run); embedding gradients are owned per entry; the loss and the sum of squares are
-** reduced by fixed-shape trees. Results are therefore bit-identical from run to run on the
-** same GPU. Matrix products go through cuBLAS, deterministic on a given GPU and cuBLAS version
-** (fixed workspace, one stream).
+** then the chunks added in order (colsum_run); every embedding gradient entry has one owner
+** adding positions in order; the loss and the sum of squares are reduced by fixed-shape trees
+** (over many arrays, added in array order). Results are therefore bit-identical from run to run
+** on the same GPU. Matrix products go through cuBLAS, deterministic on a given GPU and cuBLAS
+** version (fixed workspace, one stream).
 */
 #include "kernels/cuda/cuda_internal.cuh"
 
@@ -353,7 +354,8 @@ static void cuda_matmul_backward(float* dinp, float* dw, float* dbias, const flo
   float beta = accumulate ? 1.0f : 0.0f;
   if (dinp != NULL) gemm(CUBLAS_OP_T, CUBLAS_OP_N, K, BT, OC, w, OC, dout, OC, 0.0f, dinp, ldinp);
   gemm(CUBLAS_OP_N, CUBLAS_OP_T, OC, K, BT, dout, OC, inp, ldinp, beta, dw, OC);
-  if (dbias != NULL) colsum_run(ColsumPlain{dout, OC}, ColsumDst{{dbias, NULL}}, BT, OC, accumulate);
+  if (dbias != NULL)
+    colsum_run(ColsumPlain{dout, OC}, ColsumDst{{dbias, NULL}}, BT, OC, accumulate);
 }
 
 // ----------------------------------------------------------------------------
