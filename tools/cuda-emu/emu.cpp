@@ -11,8 +11,9 @@
 ** with -fcf-protection=none so that a binary containing it is never marked for one.
 **
 ** Scheduling: the block's threads run round-robin, each until it finishes or waits at a
-** barrier. A barrier counts the threads (or lanes) that have not finished: a thread that returns
-** early leaves the barriers of the others (CUDA's rule for exited threads). A full pass in which
+** barrier. __syncthreads counts the threads that have not finished: a thread that returns early
+** leaves the barrier of the others (CUDA's rule for exited threads); a warp-synchronous call
+** after a lane of the warp returned is reported and aborted. A full pass in which
 ** no thread arrives at a barrier, passes one or finishes is a deadlock (a barrier some threads
 ** never reach): reported and aborted, instead of hanging. */
 #include <cuda_runtime.h>
@@ -118,10 +119,7 @@ static void yield_() { switches++; to_scheduler(); }
 static void fiber_main() {
   cur_body();
   done[cur] = 1; ndone++; progress++;
-  int w = cur / 32;
-  warp_done[w]++;
-  int lanes = std::min(32, nthreads - w * 32);
-  if (warp_arrived[w] > 0 && warp_arrived[w] == lanes - warp_done[w]) { warp_arrived[w] = 0; warp_gen[w]++; }
+  warp_done[cur / 32]++; /* a lane waiting in a warp call now never gets its partner: deadlock */
   if (block_arrived > 0 && block_arrived == nthreads - ndone) { block_arrived = 0; block_gen++; }
   fiber_exit();
 }
@@ -133,10 +131,17 @@ void __syncthreads(void) {
   if (++block_arrived == nthreads - ndone) { block_arrived = 0; block_gen++; return; }
   while (block_gen == g) yield_();
 }
+/* The barrier of a warp-synchronous call (shuffles, WMMA). Every lane must take part: a lane
+** that has returned makes a full-mask shuffle undefined on a GPU, so that is an error here. */
 void emu_warp_barrier(void) {
   int w = cur / 32;
   long g = warp_gen[w];
-  int lanes = std::min(32, nthreads - w * 32) - warp_done[w];
+  if (warp_done[w] > 0) {
+    fprintf(stderr, "emu: warp %d of block %u,%u,%u: a warp-synchronous call (shuffle, wmma) after "
+            "%d of its lanes returned (undefined on a GPU)\n", w, blockIdx.x, blockIdx.y, blockIdx.z, warp_done[w]);
+    abort();
+  }
+  int lanes = std::min(32, nthreads - w * 32);
   progress++;
   if (++warp_arrived[w] == lanes) { warp_arrived[w] = 0; warp_gen[w]++; return; }
   while (warp_gen[w] == g) yield_();
