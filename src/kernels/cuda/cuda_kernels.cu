@@ -726,8 +726,7 @@ struct AdamwParams {
   float lr, b1, b2, eps, inv_bc1, inv_bc2, grad_scale;
 };
 
-/* AdamW on element i: the CPU's arithmetic, in float. Shared by both AdamW kernels, so that
-** adamw_update and adamw_update_multi give the same values. */
+/* AdamW on element i of one array: the CPU's arithmetic, in float. */
 static __device__ __forceinline__ void adamw_element(float* w, const float* g, float* m, float* v,
                                                      size_t i, float wd, const AdamwParams& p) {
   float gi = g[i] * p.grad_scale;
@@ -738,12 +737,6 @@ static __device__ __forceinline__ void adamw_element(float* w, const float* g, f
   float mhat = mi * p.inv_bc1;
   float vhat = vi * p.inv_bc2;
   w[i] -= p.lr * (mhat / (sqrtf(vhat) + p.eps) + wd * w[i]);
-}
-
-/* AdamW on each parameter of one array, a grid-stride loop. */
-static __global__ void adamw_kernel(float* w, const float* g, float* m, float* v, size_t n,
-                                    float wd, AdamwParams p) {
-  for (size_t i = grid_index(); i < n; i += grid_stride()) adamw_element(w, g, m, v, i, wd, p);
 }
 
 /* The host's bias corrections for step t (see AdamwParams). */
@@ -758,15 +751,6 @@ static AdamwParams adamw_params(float lr, float b1, float b2, float eps, int t,
   p.inv_bc2 = (float)(1.0 / (1.0 - pow((double)b2, (double)t)));
   p.grad_scale = grad_scale;
   return p;
-}
-
-/* Table entry adamw_update: the bias corrections on the host in double, as on the CPU, then one
-** thread per parameter. */
-static void cuda_adamw_update(float* w, const float* g, float* m, float* v, size_t n, float lr,
-                              float b1, float b2, float eps, float wd, int t, float grad_scale) {
-  if (n == 0) return;
-  CUDA_LAUNCH(adamw_kernel, grid_for(n), THREADS, 0, w, g, m, v, n, wd,
-              adamw_params(lr, b1, b2, eps, t, grad_scale));
 }
 
 /* Arrays per launch of adamw_multi_kernel: their pointers travel in the kernel's parameter
@@ -791,7 +775,8 @@ struct AdamwBatch {
 /* AdamW on the arrays of a batch (PyTorch's multi_tensor_apply, without atomics): block b finds
 ** its array j (first_block[j] <= b < first_block[j + 1], the same for all its threads) and
 ** updates that array's elements [(b - first_block[j]) * ADAMW_BLOCK_ELEMS, + ADAMW_BLOCK_ELEMS)
-** with stride THREADS (coalesced). Each element's arithmetic is adamw_kernel's. */
+** with stride THREADS (coalesced). The one AdamW kernel: adamw_update is a batch of one array,
+** so both table entries give the same values. */
 static __global__ void adamw_multi_kernel(AdamwBatch batch, AdamwParams p) {
   int j = 0;
   while (j + 1 < batch.count && batch.first_block[j + 1] <= blockIdx.x) j++;
@@ -801,9 +786,10 @@ static __global__ void adamw_multi_kernel(AdamwBatch batch, AdamwParams p) {
     adamw_element(batch.w[j], batch.g[j], batch.m[j], batch.v[j], i, batch.wd[j], p);
 }
 
-/* Table entry adamw_update_multi: the arrays in batches of ADAMW_BATCH, one launch each (with
-** blocks of ADAMW_BLOCK_ELEMS elements over all the batch's arrays), instead of a launch per
-** array; empty arrays are left out. */
+/* Table entry adamw_update_multi: the bias corrections on the host in double, as on the CPU,
+** then the arrays in batches of ADAMW_BATCH, one launch each (with blocks of ADAMW_BLOCK_ELEMS
+** elements over all the batch's arrays), instead of a launch per array; empty arrays are left
+** out. */
 static void cuda_adamw_update_multi(float* const* w, const float* const* g, float* const* m,
                                     float* const* v, const size_t* n, const float* wd, int count,
                                     float lr, float b1, float b2, float eps, int t,
@@ -830,6 +816,12 @@ static void cuda_adamw_update_multi(float* const* w, const float* const* g, floa
   }
   if (batch.count > 0)
     CUDA_LAUNCH(adamw_multi_kernel, batch.first_block[batch.count], THREADS, 0, batch, p);
+}
+
+/* Table entry adamw_update: adamw_update_multi on one array. */
+static void cuda_adamw_update(float* w, const float* g, float* m, float* v, size_t n, float lr,
+                              float b1, float b2, float eps, float wd, int t, float grad_scale) {
+  cuda_adamw_update_multi(&w, &g, &m, &v, &n, &wd, 1, lr, b1, b2, eps, t, grad_scale);
 }
 
 /* Whether candidate (value cv, index ci) beats (bv, bi) for "the first largest": larger, or
