@@ -15,8 +15,12 @@
 **     accumulate;
 **  3. the kernels that reduce (embedding, LayerNorm, RMSNorm and attention gradients, the loss,
 **     the sum of squares) give bit-identical results when run twice;
-**  4. with TF32 on, matmul still agrees to TF32 precision, and attention (on the tensor-core
-**     kernels for head sizes that are multiples of 16, bit-identical twice) too.
+**  4. with TF32 on, every matmul case of 2. still agrees to TF32 precision, and a larger
+**     product's error shows that TF32 is in effect (checked in the emulation, printed on a GPU);
+**     attention too (on the tensor-core kernels for head sizes that are multiples of 16,
+**     bit-identical twice).
+** Also built against the CPU emulation of CUDA (tools/cuda-emu, -DOSDP_CUDA_EMU, CTest
+** gpu_emu_kernels), where only the clock check's products are smaller.
 ** The comparison is norm-relative: max_i |gpu[i] - cpu[i]| <= tol * max_i |cpu[i]|, with
 ** tol = 1e-5 (fp32 against fp32 with a different summation order), 1e-12 for the sums of
 ** squares (both in double), 1e-2 for TF32 matmul and 3e-3 for TF32 attention. Every comparison
@@ -180,10 +184,15 @@ static void test_memory(void) {
   free(h); free(back); free(again);
 }
 
-/* clock() advances over queued work (twenty 512^3 products) and never goes back. */
+/* clock() advances over queued work (twenty 512^3 products; 128^3 in the CPU emulation, where
+** they would only cost time) and never goes back. */
 static void test_clock(void) {
   device_reset();
+#ifdef OSDP_CUDA_EMU
+  int n = 128;
+#else
   int n = 512;
+#endif
   size_t nn = (size_t)n * n;
   float *ha = frandn(nn, 1, 0), *hb = frandn(nn, 1, 0);
   float *a = upload_f(ha, nn), *b = upload_f(hb, nn), *c = device_alloc(nn * sizeof(float));
@@ -191,7 +200,7 @@ static void test_clock(void) {
   for (int i = 0; i < 20; i++) gk->matmul_forward(c, a, n, b, NULL, n, n, n, 0);
   double t1 = gpu->clock();
   double t2 = gpu->clock();
-  printf("  clock: 20 products of 512^3 took %.3g ms\n", (t1 - t0) * 1e3);
+  printf("  clock: 20 products of %d^3 took %.3g ms\n", n, (t1 - t0) * 1e3);
   CHECK_MSG(t1 > t0, "clock did not advance: %.9g then %.9g", t0, t1);
   CHECK(t2 >= t1);
   CHECK(t1 - t0 < 10);
@@ -275,9 +284,13 @@ static void test_embed_tok(void) {
 ** with dinp and dbias present and both NULL, dw and dbias accumulated and overwritten, over
 ** random values (the padding columns of dinp stay untouched, which the comparison of the whole
 ** strided buffer checks). */
-static void test_matmul(void) {
+static void test_matmul_mode(int tf32) {
+  double tol = tf32 ? TF32_TOL : TOL;
+  const char* mode = tf32 ? " TF32" : "";
+  gpu->set_tf32(tf32);
+  /* the last: dbias over several row chunks of the column sums */
   int shapes[][4] = {/* BT, K, OC, ldinp */ {37, 50, 70, 64}, {64, 128, 96, 128},
-                     {100, 33, 17, 40}, {1, 7, 5, 7}};
+                     {100, 33, 17, 40}, {1, 7, 5, 7}, {1000, 8, 600, 8}};
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
     int BT = shapes[si][0], K = shapes[si][1], OC = shapes[si][2], ld = shapes[si][3];
     size_t ni = (size_t)BT * ld, nw = (size_t)K * OC, no = (size_t)BT * OC;
@@ -291,9 +304,9 @@ static void test_matmul(void) {
       ck->matmul_forward(out, inp, ld, w, with_bias ? bias : NULL, BT, K, OC, accumulate);
       gk->matmul_forward(d_out, upload_f(inp, ni), ld, upload_f(w, nw),
                          with_bias ? upload_f(bias, OC) : NULL, BT, K, OC, accumulate);
-      snprintf(name, sizeof name, "matmul_forward BT%d K%d OC%d ld%d%s%s", BT, K, OC, ld,
+      snprintf(name, sizeof name, "matmul_forward%s BT%d K%d OC%d ld%d%s%s", mode, BT, K, OC, ld,
                with_bias ? " bias" : "", accumulate ? " accumulate" : "");
-      compare(name, d_out, out, no, TOL);
+      compare(name, d_out, out, no, tol);
       free(inp); free(w); free(bias); free(out);
     }
     for (int variant = 0; variant < 4; variant++) {
@@ -309,20 +322,29 @@ static void test_matmul(void) {
                           acc);
       const char* which = optional ? (acc ? " accumulate" : "")
                                    : (acc ? " accumulate (dinp, dbias NULL)" : " (dinp, dbias NULL)");
-      snprintf(name, sizeof name, "matmul_backward.dw BT%d K%d OC%d%s", BT, K, OC, which);
-      compare(name, d_dw, dw, nw, TOL);
-      snprintf(name, sizeof name, "matmul_backward.dinp BT%d K%d OC%d ld%d%s", BT, K, OC, ld,
+      snprintf(name, sizeof name, "matmul_backward.dw%s BT%d K%d OC%d%s", mode, BT, K, OC, which);
+      compare(name, d_dw, dw, nw, tol);
+      snprintf(name, sizeof name, "matmul_backward.dinp%s BT%d K%d OC%d ld%d%s", mode, BT, K, OC,
+               ld, which);
+      compare(name, d_dinp, dinp, ni, tol);
+      snprintf(name, sizeof name, "matmul_backward.dbias%s BT%d K%d OC%d%s", mode, BT, K, OC,
                which);
-      compare(name, d_dinp, dinp, ni, TOL);
-      snprintf(name, sizeof name, "matmul_backward.dbias BT%d K%d OC%d%s", BT, K, OC, which);
-      compare(name, d_db, db, OC, TOL);
+      compare(name, d_db, db, OC, tol);
       free(inp); free(w); free(dout); free(dinp); free(dw); free(db);
     }
   }
+  gpu->set_tf32(0);
 }
 
-/* With TF32 on, a larger product agrees to TF32 precision (and TF32 is switched off again). */
+/* matmul forward and backward with TF32 off (fp32 products, TOL). */
+static void test_matmul(void) { test_matmul_mode(0); }
+
+/* TF32 mode: every matmul case of test_matmul with TF32 on, to TF32_TOL, and a larger product,
+** whose error must also show that TF32 is in effect: more than fp32's TOL (checked in the CPU
+** emulation, whose cuBLAS rounds the inputs to TF32; printed on a GPU, where cuBLAS may pick a
+** kernel without tensor cores). TF32 is switched off again. */
 static void test_matmul_tf32(void) {
+  test_matmul_mode(1);
   device_reset();
   int BT = 256, K = 512, OC = 384;
   size_t ni = (size_t)BT * K, nw = (size_t)K * OC, no = (size_t)BT * OC;
@@ -333,7 +355,14 @@ static void test_matmul_tf32(void) {
   gk->matmul_forward(d_out, upload_f(inp, ni), K, upload_f(w, nw), NULL, BT, K, OC, 0);
   gpu->set_tf32(0);
   compare("matmul_forward TF32 BT256 K512 OC384", d_out, out, no, TF32_TOL);
-  free(inp); free(w); free(out);
+  float* got = download(d_out, no);
+  double err = rel_err(got, out, no);
+  printf("  %-52s %s (error %.2e vs fp32's %.0e)\n", "TF32 in effect", err > TOL ? "yes" : "no",
+         err, TOL);
+#ifdef OSDP_CUDA_EMU
+  CHECK_MSG(err > TOL, "TF32 mode: error %.3g is fp32's: the inputs were not rounded", err);
+#endif
+  free(inp); free(w); free(out); free(got);
 }
 
 // ----------------------------------------------------------------------------
@@ -342,7 +371,8 @@ static void test_matmul_tf32(void) {
 /* layernorm forward (out, mean, rstd) and backward (dinp, dw, db accumulate), the backward
 ** twice, bit-identical. */
 static void test_layernorm(void) {
-  int shapes[][2] = {{37, 100}, {300, 768}, {5, 33}};
+  /* BT, C; the last two: the column sums over many row chunks (9000: the most chunks) */
+  int shapes[][2] = {{37, 100}, {300, 768}, {5, 33}, {1000, 768}, {9000, 40}};
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
     device_reset();
     int BT = shapes[si][0], C = shapes[si][1];
@@ -399,7 +429,8 @@ static void test_layernorm(void) {
 /* rmsnorm forward (out, rstd) and backward (dinp accumulates, dw accumulated and then
 ** overwritten), the backward twice, bit-identical. */
 static void test_rmsnorm(void) {
-  int shapes[][2] = {{37, 100}, {300, 768}, {5, 33}};
+  /* BT, C; the last two: the column sums over many row chunks (9000: the most chunks) */
+  int shapes[][2] = {{37, 100}, {300, 768}, {5, 33}, {1000, 768}, {9000, 40}};
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
     device_reset();
     int BT = shapes[si][0], C = shapes[si][1];
@@ -643,9 +674,35 @@ static void test_crossentropy(void) {
   }
 }
 
+/* sum_squares_multi over arrays of several sizes (and none): against the CPU's, and equal bit
+** for bit to the sum_squares results added in order on the host; twice, the same. */
+static void test_sum_squares_multi(void) {
+  device_reset();
+  size_t sizes[] = {1000003, 1, 1000, 77};
+  enum { COUNT = sizeof sizes / sizeof sizes[0] };
+  float* host[COUNT];
+  const float *g[COUNT], *d_g[COUNT];
+  double host_sum = 0;
+  for (int j = 0; j < COUNT; j++) {
+    host[j] = frandn(sizes[j], 1, 0);
+    g[j] = host[j];
+    d_g[j] = upload_f(host[j], sizes[j]);
+    host_sum += gk->sum_squares(d_g[j], sizes[j]);
+  }
+  double ref = ck->sum_squares_multi(g, sizes, COUNT);
+  double got = gk->sum_squares_multi(d_g, sizes, COUNT);
+  compare_scalar("sum_squares_multi 4 arrays", got, ref, DOUBLE_TOL);
+  CHECK_MSG(got == host_sum, "sum_squares_multi: %.17g, the sum of sum_squares: %.17g", got,
+            host_sum);
+  CHECK_MSG(gk->sum_squares_multi(d_g, sizes, COUNT) == got, "sum_squares_multi: two runs differ");
+  CHECK(gk->sum_squares_multi(d_g, sizes, 0) == 0.0);
+  for (int j = 0; j < COUNT; j++) free(host[j]);
+}
+
 /* sum_squares for short and long arrays (fewer values than partial sums, and many per block);
 ** twice, the same. */
 static void test_sum_squares(void) {
+  test_sum_squares_multi();
   size_t sizes[] = {1, 1000, 1000003};
   for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
     device_reset();
@@ -662,8 +719,52 @@ static void test_sum_squares(void) {
   }
 }
 
+/* adamw_update_multi on 61 arrays (more than one launch's batch on the GPU; sizes 0 to 9000,
+** weight decay on every other): against the CPU's, and bit-identical to adamw_update called on
+** each array. All arrays live in one buffer per quantity, at 256-element offsets. */
+static void test_adamw_multi(void) {
+  device_reset();
+  enum { COUNT = 61 };
+  size_t n[COUNT], at[COUNT], total = 0;
+  float wd[COUNT];
+  for (int j = 0; j < COUNT; j++) {
+    n[j] = j == 3 ? 0 : j == 7 ? 9000 : (size_t)rng_below(&rng, 2000);
+    wd[j] = j % 2 ? 0.1f : 0.0f;
+    at[j] = total;
+    total += (n[j] + 255) / 256 * 256;
+  }
+  float *w = frandn(total, 1, 0), *g = frandn(total, 1, 0), *m = frandn(total, 0.1, 0);
+  float* v = frandn(total, 0.01, 0);
+  for (size_t i = 0; i < total; i++) v[i] = fabsf(v[i]);
+  float* d[2][4]; /* [run][w, g, m, v]: run 0 multi, run 1 one call per array */
+  for (int r = 0; r < 2; r++) {
+    d[r][0] = upload_f(w, total);
+    d[r][1] = upload_f(g, total);
+    d[r][2] = upload_f(m, total);
+    d[r][3] = upload_f(v, total);
+  }
+  float *hw[COUNT], *hm[COUNT], *hv[COUNT], *dw[COUNT], *dm[COUNT], *dv[COUNT];
+  const float *hg[COUNT], *dg[COUNT];
+  for (int j = 0; j < COUNT; j++) {
+    hw[j] = w + at[j]; hg[j] = g + at[j]; hm[j] = m + at[j]; hv[j] = v + at[j];
+    dw[j] = d[0][0] + at[j]; dg[j] = d[0][1] + at[j]; dm[j] = d[0][2] + at[j];
+    dv[j] = d[0][3] + at[j];
+    gk->adamw_update(d[1][0] + at[j], d[1][1] + at[j], d[1][2] + at[j], d[1][3] + at[j], n[j],
+                     1e-3f, 0.9f, 0.999f, 1e-8f, wd[j], 3, 0.5f);
+  }
+  ck->adamw_update_multi(hw, hg, hm, hv, n, wd, COUNT, 1e-3f, 0.9f, 0.999f, 1e-8f, 3, 0.5f);
+  gk->adamw_update_multi(dw, dg, dm, dv, n, wd, COUNT, 1e-3f, 0.9f, 0.999f, 1e-8f, 3, 0.5f);
+  compare("adamw_update_multi.w 61 arrays", d[0][0], w, total, TOL);
+  compare("adamw_update_multi.m 61 arrays", d[0][2], m, total, TOL);
+  compare("adamw_update_multi.v 61 arrays", d[0][3], v, total, TOL);
+  for (int q = 0; q < 4; q++)
+    compare_identical("adamw_update_multi vs adamw_update per array", d[0][q], d[1][q], total);
+  free(w); free(g); free(m); free(v);
+}
+
 /* AdamW on the first and a later step (bias corrections), with weight decay and grad_scale. */
 static void test_adamw(void) {
+  test_adamw_multi();
   int steps[] = {1, 7};
   for (size_t si = 0; si < sizeof steps / sizeof steps[0]; si++) {
     device_reset();

@@ -940,6 +940,13 @@ static double sum_squares(const real* g, size_t n) {
   return total;
 }
 
+/* The sums of squares of count arrays, added in order (see KERNEL_LIST). */
+static double sum_squares_multi(const real* const* g, const size_t* n, int count) {
+  double total = 0;
+  for (int j = 0; j < count; j++) total += sum_squares(g[j], n[j]);
+  return total;
+}
+
 /* AdamW step (PyTorch formulation, bias-corrected moments, decoupled weight decay) on n
 ** parameters; t is the 1-based step and grad_scale multiplies the gradient first (e.g.
 ** for gradient clipping). One fused pass: each element's w, g, m, v are read once and w, m,
@@ -965,6 +972,14 @@ static void adamw_update(real* restrict w, const real* restrict g, real* restric
     real vhat = vi * inv_bc2;
     w[i] -= rlr * (mhat / (SQRT(vhat) + reps) + rwd * w[i]);
   }
+}
+
+/* adamw_update on count arrays in order (see KERNEL_LIST). */
+static void adamw_update_multi(real* const* w, const real* const* g, real* const* m,
+                               real* const* v, const size_t* n, const float* wd, int count,
+                               float lr, float b1, float b2, float eps, int t, float grad_scale) {
+  for (int j = 0; j < count; j++)
+    adamw_update(w[j], g[j], m[j], v[j], n[j], lr, b1, b2, eps, wd[j], t, grad_scale);
 }
 
 /* argmax[i] = the first index of the largest of logits[i, 0..V); rows have stride Vp. Each

@@ -134,12 +134,25 @@
   /* Sum of squares of g[0..n), accumulated in double in a fixed order (for gradient          \
   ** clipping), returned on the host. */                                                     \
   X(double, sum_squares, (const real* g, size_t n))                                           \
+  /* Sum of squares of several arrays: sum_squares(g[j], n[j]) for j < count, added in order j \
+  ** = 0, 1, ... to 0 in double (the value of adding the sum_squares results on the host), and \
+  ** returned on the host after one wait. g and n are host arrays, the g[j] the backend's      \
+  ** memory. The gradient norm: every slice in one pass, one host read per step. */           \
+  X(double, sum_squares_multi, (const real* const* g, const size_t* n, int count))            \
   /* AdamW step on n parameters (PyTorch's formulation, bias-corrected, decoupled weight      \
   ** decay): g' = g * grad_scale; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;               \
   ** w -= lr * ((m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * w). t is the 1-based step  \
   ** number. */                                                                              \
   X(void, adamw_update, (real* w, const real* g, real* m, real* v, size_t n, float lr,        \
                          float b1, float b2, float eps, float wd, int t, float grad_scale))   \
+  /* AdamW on several arrays: adamw_update(w[j], g[j], m[j], v[j], n[j], lr, b1, b2, eps,       \
+  ** wd[j], t, grad_scale) for every j < count (the same arithmetic, so the same values). w, g, \
+  ** m, v, n and wd are host arrays, the w[j] ... v[j] the backend's memory. The optimizer     \
+  ** step: every slice in one call (a few launches on a GPU, not one or two per slice). */     \
+  X(void, adamw_update_multi, (real* const* w, const real* const* g, real* const* m,            \
+                               real* const* v, const size_t* n, const float* wd, int count,    \
+                               float lr, float b1, float b2, float eps, int t,                 \
+                               float grad_scale))                                              \
   /* argmax[i] = index of the largest of logits[i, 0..V) (the first on ties), for i < BT;     \
   ** rows of logits have stride Vp; argmax is in the backend's memory. */                     \
   X(void, logits_argmax, (const real* logits, int BT, int V, int Vp, int* argmax))            \

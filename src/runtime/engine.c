@@ -312,6 +312,16 @@ static int engine_build(Engine* e, const GptDesc* d, const Plan* p, const TrainO
       if (alloc_slice(e, opi, i, &e->slices[opi][i])) return -1;
     }
   }
+  size_t parts = 1; /* two per slice, and never a zero-sized malloc */
+  for (int opi = 0; opi < d->nops; opi++) parts += 2 * (size_t)e->slice_counts[opi];
+  SliceLists* l = &e->lists;
+  l->w = malloc(parts * sizeof *l->w);
+  l->g = malloc(parts * sizeof *l->g);
+  l->m = malloc(parts * sizeof *l->m);
+  l->v = malloc(parts * sizeof *l->v);
+  l->n = malloc(parts * sizeof *l->n);
+  l->wd = malloc(parts * sizeof *l->wd);
+  if (!l->w || !l->g || !l->m || !l->v || !l->n || !l->wd) return osdp_fail("out of memory");
   e->walk = walk_create(d, &e->plan, opt->bucket_bytes, engine_action, e);
   if (!e->walk || build_buckets(e)) return -1;
   e->acts = (GptActs){.B = p->micro_batch, .T = p->seq, .elem = sizeof(float), .backend = e->bk,
@@ -352,6 +362,12 @@ void engine_destroy(Engine* e) {
   free(e->buckets);
   walk_destroy(e->walk);
   free(e->host_targets);
+  free(e->lists.w);
+  free(e->lists.g);
+  free(e->lists.m);
+  free(e->lists.v);
+  free(e->lists.n);
+  free(e->lists.wd);
   arena_destroy(&e->arena);
   plan_free(&e->plan);
   memset(e, 0, sizeof *e);
@@ -409,9 +425,10 @@ static void owned_part(const Engine* e, const SliceState* s, size_t* first, size
 }
 
 /* Sum of squares of the gradient elements this rank accounts for (owned_part), so the global
-** sum counts each element once. */
+** sum counts each element once: the parts of all slices in one call of the backend, summed in
+** slice order (one wait on a GPU). */
 static double owned_grad_sumsq(Engine* e) {
-  double acc = 0;
+  int parts = 0;
   for (int opi = 0; opi < e->d->nops; opi++)
     for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++) {
       SliceState* s = &e->slices[opi][i];
@@ -419,27 +436,57 @@ static double owned_grad_sumsq(Engine* e) {
       owned_part(e, s, &first, &count);
       /* A dp gradient is the whole slice; a sharded one starts at the shard. */
       size_t at = s->strat == STRAT_DP ? first : first - s->off;
-      if (count) acc += e->bk->f32->sum_squares(s->g + at, count);
+      if (count) {
+        e->lists.g[parts] = s->g + at;
+        e->lists.n[parts++] = count;
+      }
     }
-  return acc;
+  return e->bk->f32->sum_squares_multi(e->lists.g, e->lists.n, parts);
 }
 
-/* AdamW on the part of a slice this rank owns, with weight decay on the rows part and on the
-** tail only where the op says so. Then zero2 slices share their updated shards. */
-static void update_slice(Engine* e, SliceState* s, float lr, float scale) {
+/* Appends AdamW part k of the lists: n elements from offset `at` of w and of s's g, m, v. */
+static int add_adamw_part(SliceLists* l, int k, float* w, const SliceState* s, size_t at,
+                          size_t n, float wd) {
+  l->w[k] = w + at;
+  l->g[k] = s->g + at;
+  l->m[k] = s->m + at;
+  l->v[k] = s->v + at;
+  l->n[k] = n;
+  l->wd[k] = wd;
+  return k + 1;
+}
+
+/* Appends to the AdamW lists, from part k on, the part of a slice this rank owns: with weight
+** decay on the rows part and on the tail only where the op says so. Returns the next part. */
+static int add_slice_update(Engine* e, const SliceState* s, int k) {
   size_t first, count;
   held_part(s, &first, &count);
   float* w = s->strat == STRAT_ZERO3 ? s->w : s->w + first;
   float wd = (float)e->opt.weight_decay;
   size_t split = s->rows_n > first ? s->rows_n - first : 0;
   if (split > count) split = count;
-  int t = (int)e->step;
-  float b1 = (float)e->opt.beta1, b2 = (float)e->opt.beta2, eps = (float)e->opt.eps;
-  if (split) e->bk->f32->adamw_update(w, s->g, s->m, s->v, split, lr, b1, b2, eps, wd, t, scale);
+  if (split) k = add_adamw_part(&e->lists, k, w, s, 0, split, wd);
   if (count > split)
-    e->bk->f32->adamw_update(w + split, s->g + split, s->m + split, s->v + split, count - split, lr, b1,
-                     b2, eps, s->tail_decay ? wd : 0.0f, t, scale);
-  if (s->strat == STRAT_ZERO2) comm_allgather_f32(s->group, s->w, s->shard);
+    k = add_adamw_part(&e->lists, k, w, s, split, count - split, s->tail_decay ? wd : 0.0f);
+  return k;
+}
+
+/* AdamW on every slice's owned part in one call of the backend (parts in slice order), then
+** the zero2 slices share their updated shards, in slice order. */
+static void update_slices(Engine* e, float lr, float scale) {
+  int parts = 0;
+  for (int opi = 0; opi < e->d->nops; opi++)
+    for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++)
+      parts = add_slice_update(e, &e->slices[opi][i], parts);
+  SliceLists* l = &e->lists;
+  e->bk->f32->adamw_update_multi(l->w, l->g, l->m, l->v, l->n, l->wd, parts, lr,
+                                 (float)e->opt.beta1, (float)e->opt.beta2, (float)e->opt.eps,
+                                 (int)e->step, scale);
+  for (int opi = 0; opi < e->d->nops; opi++)
+    for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++) {
+      SliceState* s = &e->slices[opi][i];
+      if (s->strat == STRAT_ZERO2) comm_allgather_f32(s->group, s->w, s->shard);
+    }
 }
 
 /* The learning rate of (1-based) step t: linear warmup, then constant or cosine decay from lr
@@ -478,9 +525,7 @@ void engine_step(Engine* e, long global_targets, StepResult* r) {
   e->step++;
   double lr = learning_rate(&e->opt, e->step);
   double t_opt = e->bk->clock();
-  for (int opi = 0; opi < e->d->nops; opi++)
-    for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++)
-      update_slice(e, &e->slices[opi][i], (float)lr, clip);
+  update_slices(e, (float)lr, clip);
   r->optim_seconds = e->bk->clock() - t_opt;
   r->loss = sums[0] * scale;
   r->grad_norm = norm;

@@ -59,6 +59,18 @@ typedef struct GradBucket {
   CommRequest req;
 } GradBucket;
 
+/* The host arrays of the backend's kernels over many arrays, refilled every step: the gradient
+** norm's parts (sum_squares_multi: g, n; one per slice at most) and AdamW's (adamw_update_multi:
+** w, g, m, v, n, wd; two per slice at most: the rows, the tail). Sized at engine_build. */
+typedef struct SliceLists {
+  float** w;
+  const float** g;
+  float** m;
+  float** v;
+  size_t* n;
+  float* wd;
+} SliceLists;
+
 typedef struct Engine {
   const GptDesc* d;
   const Backend* bk;       /* opt.backend, or the CPU */
@@ -84,6 +96,7 @@ typedef struct Engine {
   CommDtype reduce_dtype;  /* plan.reduce_dtype as comm's element type */
   MemPrediction predicted;
   int* host_targets;       /* the micro-batch's targets as given to engine_set_batch (for eval) */
+  SliceLists lists;
 } Engine;
 
 typedef struct StepResult {

@@ -8,7 +8,8 @@
 ** several ranks may share a GPU (each has its own context, stream and memory). Besides the
 ** arena's block (reserve), the backend holds device memory for the CUDA context itself (a few
 ** hundred MiB, the driver's), the cuBLAS handle and its fixed workspace (CUBLAS_WORKSPACE_BYTES)
-** and the reduction scratch ((CUDA_REDUCE_BLOCKS + 1) doubles). Not thread-safe: the first call
+** and the reduction scratch ((CUDA_REDUCE_BLOCKS + 1) doubles, and the column sums'
+** COLSUM_SCRATCH_FLOATS floats: 4 MiB). Not thread-safe: the first call
 ** must not race with another.
 */
 #include "kernels/cuda/cuda_internal.cuh"
@@ -212,6 +213,7 @@ static int init_device(void) {
 
   INIT_CHECK(cudaMalloc(&cuda_ctx.reduce_partials, (CUDA_REDUCE_BLOCKS + 1) * sizeof(double)));
   cuda_ctx.reduce_result = cuda_ctx.reduce_partials + CUDA_REDUCE_BLOCKS;
+  INIT_CHECK(cudaMalloc(&cuda_ctx.colsum_partials, COLSUM_SCRATCH_FLOATS * sizeof(float)));
   INIT_CHECK(cuda_attention_setup());
   INIT_CHECK(cudaStreamSynchronize(cuda_ctx.stream));
 

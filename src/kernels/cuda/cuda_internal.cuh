@@ -27,6 +27,14 @@ extern "C" {
 ** reduction depends only on n. */
 #define CUDA_REDUCE_BLOCKS 512
 
+/* The scratch of the column sums' partial sums (cuda_kernels.cu, colsum_run): 4 MiB of floats,
+** enough for 128 row chunks of 4096 columns, two sums at once; wider sums go in column groups.
+** The CPU emulation (tests/gpu_emu.cmake) builds with 16384, so that its checks' shapes cover
+** the column groups too. */
+#ifndef COLSUM_SCRATCH_FLOATS
+#define COLSUM_SCRATCH_FLOATS (1 << 20)
+#endif
+
 /* The state of the CUDA backend, set up once by backend_cuda(). */
 typedef struct CudaContext {
   cudaStream_t stream;              /* the compute stream: every kernel, copy and GEMM */
@@ -36,6 +44,8 @@ typedef struct CudaContext {
   ** the one result that is copied back to the host. */
   double* reduce_partials;
   double* reduce_result;
+  /* Device scratch of the column sums: COLSUM_SCRATCH_FLOATS chunk sums. */
+  float* colsum_partials;
 } CudaContext;
 
 extern CudaContext cuda_ctx;

@@ -8,11 +8,12 @@
 ** Attention is in cuda_attention.cu.
 **
 ** Determinism: no kernel uses atomics or a reduction whose order depends on scheduling. Sums
-** over rows (bias, LayerNorm and RMSNorm weight and embedding gradients) are owned per column
-** by fixed threads that add rows in a fixed pattern; the loss and the sum of squares are
-** reduced by fixed-shape trees. Results are therefore bit-identical from run to run on the
-** same GPU. Matrix products go through cuBLAS, deterministic on a given GPU and cuBLAS version
-** (fixed workspace, one stream).
+** over rows (bias, LayerNorm and RMSNorm weight gradients) are chunk sums by fixed threads,
+** then the chunks added in order (colsum_run); every embedding gradient entry has one owner
+** adding positions in order; the loss and the sum of squares are reduced by fixed-shape trees
+** (over many arrays, added in array order). Results are therefore bit-identical from run to run
+** on the same GPU. Matrix products go through cuBLAS, deterministic on a given GPU and cuBLAS
+** version (fixed workspace, one stream).
 */
 #include "kernels/cuda/cuda_internal.cuh"
 
@@ -22,13 +23,19 @@
 #define THREADS 256
 /* Most blocks of a grid-stride loop: enough to fill any current GPU several times over. */
 #define MAX_BLOCKS 8192
-/* Columns per block, and threads per column, of the column-sum kernels (a 32 x 32 block). */
+/* The column sums (see colsum_run): a block is COLSUM_COLS columns (one warp reads 32
+** consecutive floats of a row: coalesced) by COLSUM_YTHREADS rows at a time; rows are cut into
+** at most COLSUM_MAX_CHUNKS chunks of at least COLSUM_MIN_CHUNK_ROWS rows. */
 #define COLSUM_COLS 32
-#define COLSUM_ROWS 32
+#define COLSUM_YTHREADS 8
+#define COLSUM_MIN_CHUNK_ROWS 64
+#define COLSUM_MAX_CHUNKS 128
 /* Threads per block of the one-block-per-row softmax cross-entropy. */
 #define CE_THREADS 512
-/* Positions handled together by one thread of embed_tok_backward (see there). */
-#define EMBED_BATCH 8
+/* Token classes of embed_tok_backward (tokens v with v % EMBED_CLASSES = k belong to class k)
+** and the classes of one block (see there). */
+#define EMBED_CLASSES 64
+#define EMBED_CLASSES_PER_BLOCK 8
 
 /* Blocks of THREADS threads for a grid-stride loop over n elements. */
 static unsigned grid_for(size_t n) {
@@ -80,14 +87,16 @@ static double fetch_result(void) {
   return result;
 }
 
-/* *result = sum of x[0..n) in double, by one block: each thread adds a fixed strided subset in
-** order, then block_sum_double. Used for the losses and for sum_squares' partial sums. */
+/* *result = sum of x[0..n) in double (*result + that sum with accumulate), by one block: each
+** thread adds a fixed strided subset in order, then block_sum_double. Used for the losses and
+** for sum_squares' partial sums (accumulated over the arrays of sum_squares_multi). */
 template <typename T>
-static __global__ void sum_to_double_kernel(const T* x, size_t n, double* result) {
+static __global__ void sum_to_double_kernel(const T* x, size_t n, double* result,
+                                            int accumulate) {
   double acc = 0;
   for (size_t i = threadIdx.x; i < n; i += blockDim.x) acc += (double)x[i];
   acc = block_sum_double(acc);
-  if (threadIdx.x == 0) *result = acc;
+  if (threadIdx.x == 0) *result = accumulate ? *result + acc : acc;
 }
 
 // ----------------------------------------------------------------------------
@@ -142,56 +151,153 @@ static void cuda_embed_tok_forward(float* out, int ldo, const int* tok, int BT,
               Vp);
 }
 
-/* dwrows[r*Vp + tok[i]] += dout[i*ldo + r], deterministically and without atomics: one thread
-** owns table row r and walks the positions in order, so repeated tokens never race. To hide
-** the latency of its read-modify-writes, a thread takes EMBED_BATCH positions at a time: it
-** loads their gradients, folds each repeated token into its first occurrence in the batch (in
-** position order), then reads all the distinct table entries at once, adds and writes them
-** back. The order of every sum depends only on the tokens, never on scheduling. */
+/* dwrows[r*Vp + tok[i]] += dout[i*ldo + r], deterministically and without atomics: thread
+** (r, k) owns the entries of table row r whose token v has v % EMBED_CLASSES == k, and walks
+** the positions in order, adding those of its class. Every entry thus has one owner that adds
+** its positions in position order: the CPU's order, so the sums match it bit for bit, and
+** repeated tokens never race. A warp is 32 consecutive rows r of one class: tok[i] is one
+** broadcast read, the class test is the same branch for the whole warp, and the gradient reads
+** dout[i*ldo + r .. r+31] are coalesced. Was one thread per row r (C ~ 768 threads in all, each
+** walking every position); now EMBED_CLASSES times as many threads, each adding 1 /
+** EMBED_CLASSES of the positions (on average) while still reading every token. */
 static __global__ void embed_tok_backward_kernel(float* dwrows, const float* dout, int ldo,
                                                  const int* tok, int BT, int nrows, int Vp) {
   int r = blockIdx.x * blockDim.x + threadIdx.x;
+  int k = blockIdx.y * blockDim.y + threadIdx.y;
   if (r >= nrows) return;
   float* dw = dwrows + (size_t)r * Vp;
-  for (int i0 = 0; i0 < BT; i0 += EMBED_BATCH) {
-    int t[EMBED_BATCH];   /* token of each position, -1 once folded (or past BT) */
-    float d[EMBED_BATCH]; /* its gradient, then the batch's sum for a first occurrence */
-#pragma unroll
-    for (int k = 0; k < EMBED_BATCH; k++) {
-      int i = i0 + k;
-      t[k] = i < BT ? tok[i] : -1;
-      d[k] = i < BT ? dout[(size_t)i * ldo + r] : 0.0f;
-    }
-#pragma unroll
-    for (int k = 1; k < EMBED_BATCH; k++) {
-#pragma unroll
-      for (int j = 0; j < k; j++) {
-        if (t[k] >= 0 && t[j] == t[k]) {
-          d[j] += d[k];
-          t[k] = -1;
-        }
-      }
-    }
-    float w[EMBED_BATCH];
-#pragma unroll
-    for (int k = 0; k < EMBED_BATCH; k++) w[k] = t[k] >= 0 ? dw[t[k]] : 0.0f;
-#pragma unroll
-    for (int k = 0; k < EMBED_BATCH; k++) {
-      if (t[k] >= 0) dw[t[k]] = w[k] + d[k];
-    }
+  for (int i = 0; i < BT; i++) {
+    int v = tok[i];
+    if (v % EMBED_CLASSES == k) dw[v] += dout[(size_t)i * ldo + r];
   }
 }
 
-/* Table entry embed_tok_backward: one warp per block, so that the nrows threads (C ~ 768) spread
-** over as many SMs as possible. Without accumulate the rows are zeroed first (one memset on the
-** stream: every entry of the nrows x Vp rows is then written). */
+/* Table entry embed_tok_backward: blocks of 32 rows x EMBED_CLASSES_PER_BLOCK classes, grid
+** (rows / 32, EMBED_CLASSES / EMBED_CLASSES_PER_BLOCK). Without accumulate the rows are zeroed
+** first (one memset on the stream: every entry of the nrows x Vp rows is then written). */
 static void cuda_embed_tok_backward(float* dwrows, const float* dout, int ldo, const int* tok,
                                     int BT, int nrows, int Vp, int accumulate) {
   if (nrows <= 0) return;
   if (!accumulate)
     CUDA_CHECK(cudaMemsetAsync(dwrows, 0, (size_t)nrows * Vp * sizeof(float), cuda_ctx.stream));
-  CUDA_LAUNCH(embed_tok_backward_kernel, (nrows + 31) / 32, 32, 0, dwrows, dout, ldo, tok, BT,
-              nrows, Vp);
+  dim3 grid((nrows + 31) / 32, EMBED_CLASSES / EMBED_CLASSES_PER_BLOCK);
+  CUDA_LAUNCH(embed_tok_backward_kernel, grid, dim3(32, EMBED_CLASSES_PER_BLOCK), 0, dwrows, dout,
+              ldo, tok, BT, nrows, Vp);
+}
+
+// ----------------------------------------------------------------------------
+// column sums: parameter gradients summed over the rows (bias, LayerNorm and RMSNorm weights)
+//
+// A sum over R rows of C columns has too few columns (C ~ 768) to fill a GPU one thread per
+// column, and a serial walk over R rows per column is latency-bound. So the rows are cut into
+// chunks and summed in two passes, deterministically (no atomics, the order fixed by the shape):
+//   1. colsum_partial_kernel, grid (column tiles, chunks), block COLSUM_COLS x COLSUM_YTHREADS:
+//      thread (x, y) adds rows y, y + COLSUM_YTHREADS, ... of its chunk in order for column x
+//      of the tile, then thread y = 0 adds the COLSUM_YTHREADS sums in order and writes the
+//      chunk's sum to the scratch cuda_ctx.colsum_partials;
+//   2. colsum_finish_kernel, one thread per column: adds the chunks' sums in chunk order, then
+//      adds the total to the gradient (or overwrites it without accumulate).
+// With R = 8192 rows and C = 768 that is 24 x 128 blocks of 256 threads, each thread adding 8
+// rows, then 768 threads adding 128 values, instead of 24 blocks walking 256 rows per thread.
+// What is summed per (row, column) is a functor (Colsum*), so one pass can produce several sums
+// (LayerNorm's dw and db). Columns are processed in groups when NSUMS x chunks x C would not
+// fit the fixed scratch of COLSUM_SCRATCH_FLOATS.
+
+/* The term of column c in row i of a plain column sum: src[i, c] (matmul's dbias). */
+struct ColsumPlain {
+  static constexpr int NSUMS = 1;
+  const float* src;
+  int ld;
+  __device__ void add(float* acc, int i, int c) const { acc[0] += src[(size_t)i * ld + c]; }
+};
+
+/* LayerNorm's weight and bias gradients: dw += (x - mean) rstd dout, db += dout. */
+struct ColsumLayerNorm {
+  static constexpr int NSUMS = 2;
+  const float *dout, *inp, *mean, *rstd;
+  int C;
+  __device__ void add(float* acc, int i, int c) const {
+    float d = dout[(size_t)i * C + c];
+    acc[0] += (inp[(size_t)i * C + c] - mean[i]) * rstd[i] * d;
+    acc[1] += d;
+  }
+};
+
+/* RMSNorm's weight gradient: dw += x rstd dout. */
+struct ColsumRMSNorm {
+  static constexpr int NSUMS = 1;
+  const float *dout, *inp, *rstd;
+  int C;
+  __device__ void add(float* acc, int i, int c) const {
+    acc[0] += inp[(size_t)i * C + c] * rstd[i] * dout[(size_t)i * C + c];
+  }
+};
+
+/* Where the sums go: dst[k][c] for sum k. */
+struct ColsumDst {
+  float* dst[2];
+};
+
+/* Pass 1: the sums of chunk blockIdx.y (rows [chunk * chunk_rows, + chunk_rows)) for the group's
+** columns c0 + blockIdx.x * COLSUM_COLS + threadIdx.x, into partial[(k * chunks + chunk) *
+** width + column in the group]. */
+template <class Op>
+static __global__ void colsum_partial_kernel(Op op, int rows, int chunk_rows, int c0, int width,
+                                             float* partial) {
+  __shared__ float part[Op::NSUMS][COLSUM_YTHREADS][COLSUM_COLS];
+  int x = threadIdx.x, y = threadIdx.y;
+  int cg = blockIdx.x * COLSUM_COLS + x; /* column within the group */
+  int lo = blockIdx.y * chunk_rows, hi = min(rows, lo + chunk_rows);
+  float acc[Op::NSUMS];
+  for (int k = 0; k < Op::NSUMS; k++) acc[k] = 0.0f;
+  if (cg < width)
+    for (int i = lo + y; i < hi; i += COLSUM_YTHREADS) op.add(acc, i, c0 + cg);
+  for (int k = 0; k < Op::NSUMS; k++) part[k][y][x] = acc[k];
+  __syncthreads();
+  if (y == 0 && cg < width) {
+    for (int k = 0; k < Op::NSUMS; k++) {
+      float total = 0.0f;
+      for (int j = 0; j < COLSUM_YTHREADS; j++) total += part[k][j][x];
+      partial[((size_t)k * gridDim.y + blockIdx.y) * width + cg] = total;
+    }
+  }
+}
+
+/* Pass 2: dst[k][c0 + cg] (+)= the sum over the chunks, in chunk order, for every column cg of
+** the group (one thread per column: consecutive threads read consecutive partials). */
+template <int NSUMS>
+static __global__ void colsum_finish_kernel(ColsumDst out, const float* partial, int chunks,
+                                            int c0, int width, int accumulate) {
+  for (size_t cg = grid_index(); cg < (size_t)width; cg += grid_stride()) {
+    for (int k = 0; k < NSUMS; k++) {
+      float total = 0.0f;
+      for (int chunk = 0; chunk < chunks; chunk++)
+        total += partial[((size_t)k * chunks + chunk) * width + cg];
+      float* d = out.dst[k] + c0 + cg;
+      *d = accumulate ? *d + total : total;
+    }
+  }
+}
+
+/* The column sums of op over rows x ncols into out (see above). The chunking depends only on
+** rows and ncols, so the result is bit-reproducible. */
+template <class Op>
+static void colsum_run(const Op& op, ColsumDst out, int rows, int ncols, int accumulate) {
+  if (rows <= 0 || ncols <= 0) return;
+  int chunks = (rows + COLSUM_MIN_CHUNK_ROWS - 1) / COLSUM_MIN_CHUNK_ROWS;
+  if (chunks > COLSUM_MAX_CHUNKS) chunks = COLSUM_MAX_CHUNKS;
+  int chunk_rows = (rows + chunks - 1) / chunks;
+  chunks = (rows + chunk_rows - 1) / chunk_rows; /* no empty chunk */
+  /* columns per group: what the scratch holds, a multiple of the tile (>= 2048 columns) */
+  int group = COLSUM_SCRATCH_FLOATS / (Op::NSUMS * chunks) / COLSUM_COLS * COLSUM_COLS;
+  for (int c0 = 0; c0 < ncols; c0 += group) {
+    int width = ncols - c0 < group ? ncols - c0 : group;
+    dim3 grid((width + COLSUM_COLS - 1) / COLSUM_COLS, chunks);
+    CUDA_LAUNCH(colsum_partial_kernel<Op>, grid, dim3(COLSUM_COLS, COLSUM_YTHREADS), 0, op, rows,
+                chunk_rows, c0, width, cuda_ctx.colsum_partials);
+    CUDA_LAUNCH(colsum_finish_kernel<Op::NSUMS>, grid_for(width), THREADS, 0, out,
+                cuda_ctx.colsum_partials, chunks, c0, width, accumulate);
+  }
 }
 
 // ----------------------------------------------------------------------------
@@ -221,33 +327,6 @@ static __global__ void bias_rows_kernel(float* out, const float* bias, size_t n,
   }
 }
 
-/* dst[c] += sum over rows of src[rows, ncols] (row stride ncols; = without accumulate). Block
-** (COLSUM_COLS, COLSUM_ROWS) owns COLSUM_COLS columns: thread (x, y) adds rows y, y +
-** COLSUM_ROWS, ... of its column in order, then thread y = 0 adds the COLSUM_ROWS partial sums
-** in order. */
-static __global__ void colsum_kernel(float* dst, const float* src, int rows, int ncols,
-                                     int accumulate) {
-  __shared__ float partial[COLSUM_ROWS][COLSUM_COLS];
-  int c = blockIdx.x * COLSUM_COLS + threadIdx.x;
-  float acc = 0;
-  if (c < ncols)
-    for (int i = threadIdx.y; i < rows; i += COLSUM_ROWS) acc += src[(size_t)i * ncols + c];
-  partial[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < ncols) {
-    float total = 0;
-    for (int y = 0; y < COLSUM_ROWS; y++) total += partial[y][threadIdx.x];
-    dst[c] = accumulate ? dst[c] + total : total;
-  }
-}
-
-/* The launch of colsum_kernel over ncols columns. */
-static void colsum(float* dst, const float* src, int rows, int ncols, int accumulate) {
-  dim3 block(COLSUM_COLS, COLSUM_ROWS);
-  CUDA_LAUNCH(colsum_kernel, (ncols + COLSUM_COLS - 1) / COLSUM_COLS, block, 0, dst, src, rows,
-              ncols, accumulate);
-}
-
 /* out[BT, OC] = (or += when accumulate) inp[BT, K] (row stride ldinp) @ w[K, OC] + bias: the
 ** bias rows are written (or added) first and the product is then accumulated (beta = 1), as
 ** on the CPU. Column-major: out^T[OC, BT] = w^T[OC, K] inp^T[K, BT]. */
@@ -275,7 +354,8 @@ static void cuda_matmul_backward(float* dinp, float* dw, float* dbias, const flo
   float beta = accumulate ? 1.0f : 0.0f;
   if (dinp != NULL) gemm(CUBLAS_OP_T, CUBLAS_OP_N, K, BT, OC, w, OC, dout, OC, 0.0f, dinp, ldinp);
   gemm(CUBLAS_OP_N, CUBLAS_OP_T, OC, K, BT, dout, OC, inp, ldinp, beta, dw, OC);
-  if (dbias != NULL) colsum(dbias, dout, BT, OC, accumulate);
+  if (dbias != NULL)
+    colsum_run(ColsumPlain{dout, OC}, ColsumDst{{dbias, NULL}}, BT, OC, accumulate);
 }
 
 // ----------------------------------------------------------------------------
@@ -344,37 +424,6 @@ static __global__ void layernorm_backward_input_kernel(float* dinp, const float*
   }
 }
 
-/* dw[c] += sum_i norm_i[c] dout_i[c], db[c] += sum_i dout_i[c] (= without accumulate): the
-** column sums of colsum_kernel, two at once. */
-static __global__ void layernorm_backward_params_kernel(float* dw, float* db, const float* dout,
-                                                        const float* inp, const float* mean,
-                                                        const float* rstd, int BT, int C,
-                                                        int accumulate) {
-  __shared__ float partial_w[COLSUM_ROWS][COLSUM_COLS];
-  __shared__ float partial_b[COLSUM_ROWS][COLSUM_COLS];
-  int c = blockIdx.x * COLSUM_COLS + threadIdx.x;
-  float acc_w = 0, acc_b = 0;
-  if (c < C) {
-    for (int i = threadIdx.y; i < BT; i += COLSUM_ROWS) {
-      float d = dout[(size_t)i * C + c];
-      acc_w += (inp[(size_t)i * C + c] - mean[i]) * rstd[i] * d;
-      acc_b += d;
-    }
-  }
-  partial_w[threadIdx.y][threadIdx.x] = acc_w;
-  partial_b[threadIdx.y][threadIdx.x] = acc_b;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    float total_w = 0, total_b = 0;
-    for (int y = 0; y < COLSUM_ROWS; y++) {
-      total_w += partial_w[y][threadIdx.x];
-      total_b += partial_b[y][threadIdx.x];
-    }
-    dw[c] = accumulate ? dw[c] + total_w : total_w;
-    db[c] = accumulate ? db[c] + total_b : total_b;
-  }
-}
-
 /* Table entry layernorm_backward: the input gradient (a warp per row, accumulated), then the
 ** weight and bias gradients (column sums, accumulated or overwritten). */
 static void cuda_layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
@@ -384,9 +433,7 @@ static void cuda_layernorm_backward(float* dinp, float* dw, float* db, const flo
   int rows_per_block = THREADS / 32;
   CUDA_LAUNCH(layernorm_backward_input_kernel, (BT + rows_per_block - 1) / rows_per_block,
               THREADS, 0, dinp, dout, inp, w, mean, rstd, BT, C);
-  dim3 block(COLSUM_COLS, COLSUM_ROWS);
-  CUDA_LAUNCH(layernorm_backward_params_kernel, (C + COLSUM_COLS - 1) / COLSUM_COLS, block, 0,
-              dw, db, dout, inp, mean, rstd, BT, C, accumulate);
+  colsum_run(ColsumLayerNorm{dout, inp, mean, rstd, C}, ColsumDst{{dw, db}}, BT, C, accumulate);
 }
 
 // ----------------------------------------------------------------------------
@@ -435,25 +482,6 @@ static __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* d
   for (int c = lane; c < C; c += 32) dx[c] += (w[c] * d[c] - x[c] * s * dnorm_norm_mean) * s;
 }
 
-/* dw[c] += sum_i x_i[c] rstd_i dout_i[c] (= without accumulate): colsum_kernel's column sums. */
-static __global__ void rmsnorm_backward_weight_kernel(float* dw, const float* dout,
-                                                      const float* inp, const float* rstd,
-                                                      int BT, int C, int accumulate) {
-  __shared__ float partial[COLSUM_ROWS][COLSUM_COLS];
-  int c = blockIdx.x * COLSUM_COLS + threadIdx.x;
-  float acc = 0;
-  if (c < C)
-    for (int i = threadIdx.y; i < BT; i += COLSUM_ROWS)
-      acc += inp[(size_t)i * C + c] * rstd[i] * dout[(size_t)i * C + c];
-  partial[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    float total = 0;
-    for (int y = 0; y < COLSUM_ROWS; y++) total += partial[y][threadIdx.x];
-    dw[c] = accumulate ? dw[c] + total : total;
-  }
-}
-
 /* Table entry rmsnorm_backward: the input gradient (a warp per row, accumulated), then the
 ** weight gradient (column sums, accumulated or overwritten). */
 static void cuda_rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
@@ -463,9 +491,7 @@ static void cuda_rmsnorm_backward(float* dinp, float* dw, const float* dout, con
   int rows_per_block = THREADS / 32;
   CUDA_LAUNCH(rmsnorm_backward_input_kernel, (BT + rows_per_block - 1) / rows_per_block,
               THREADS, 0, dinp, dout, inp, w, rstd, BT, C);
-  dim3 block(COLSUM_COLS, COLSUM_ROWS);
-  CUDA_LAUNCH(rmsnorm_backward_weight_kernel, (C + COLSUM_COLS - 1) / COLSUM_COLS, block, 0, dw,
-              dout, inp, rstd, BT, C, accumulate);
+  colsum_run(ColsumRMSNorm{dout, inp, rstd, C}, ColsumDst{{dw, NULL}}, BT, C, accumulate);
 }
 
 // ----------------------------------------------------------------------------
@@ -647,7 +673,7 @@ static double cuda_crossentropy_forward_backward(float* logits, float* losses,
   if (BT <= 0) return 0.0;
   CUDA_LAUNCH(crossentropy_kernel, BT, CE_THREADS, 0, logits, losses, targets, V, Vp, scale);
   CUDA_LAUNCH(sum_to_double_kernel<float>, 1, 1024, 0, losses, (size_t)BT,
-              cuda_ctx.reduce_result);
+              cuda_ctx.reduce_result, 0);
   return fetch_result();
 }
 
@@ -667,41 +693,135 @@ static __global__ void sum_squares_partial_kernel(const float* g, size_t n, doub
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-/* Two passes: CUDA_REDUCE_BLOCKS partial sums into the fixed scratch, then their sum by one
-** block; one double is copied back. */
-static double cuda_sum_squares(const float* g, size_t n) {
+/* Queues the sum of squares of g[0..n) into cuda_ctx.reduce_result (added to it with
+** accumulate), in two passes: CUDA_REDUCE_BLOCKS partial sums into the fixed scratch, then
+** their sum by one block. */
+static void queue_sum_squares(const float* g, size_t n, int accumulate) {
   CUDA_LAUNCH(sum_squares_partial_kernel, CUDA_REDUCE_BLOCKS, THREADS, 0, g, n,
               cuda_ctx.reduce_partials);
   CUDA_LAUNCH(sum_to_double_kernel<double>, 1, CUDA_REDUCE_BLOCKS, 0, cuda_ctx.reduce_partials,
-              (size_t)CUDA_REDUCE_BLOCKS, cuda_ctx.reduce_result);
+              (size_t)CUDA_REDUCE_BLOCKS, cuda_ctx.reduce_result, accumulate);
+}
+
+/* Table entry sum_squares: one array, one double copied back. */
+static double cuda_sum_squares(const float* g, size_t n) {
+  queue_sum_squares(g, n, 0);
   return fetch_result();
 }
 
-/* AdamW on each parameter, the CPU's arithmetic (in float, with the bias corrections' inverses
-** computed on the host in double). */
-static __global__ void adamw_kernel(float* w, const float* g, float* m, float* v, size_t n,
-                                    float lr, float b1, float b2, float eps, float wd,
-                                    float inv_bc1, float inv_bc2, float grad_scale) {
-  for (size_t i = grid_index(); i < n; i += grid_stride()) {
-    float gi = g[i] * grad_scale;
-    float mi = b1 * m[i] + (1.0f - b1) * gi;
-    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    float mhat = mi * inv_bc1;
-    float vhat = vi * inv_bc2;
-    w[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * w[i]);
-  }
+/* Table entry sum_squares_multi: each array's sum as sum_squares computes it, added on the
+** device to the running total in array order (the first overwrites it), so the result is the
+** host sum of the sum_squares results bit for bit; one double copied back, one wait for all
+** arrays (was one per array: a host round trip per parameter slice). Two small launches per
+** array remain. */
+static double cuda_sum_squares_multi(const float* const* g, const size_t* n, int count) {
+  if (count <= 0) return 0.0;
+  for (int j = 0; j < count; j++) queue_sum_squares(g[j], n[j], j > 0);
+  return fetch_result();
 }
 
-/* Table entry adamw_update: the bias corrections on the host in double, as on the CPU, then one
-** thread per parameter. */
+/* The AdamW hyperparameters every element of a step shares; inv_bc1 and inv_bc2 are the bias
+** corrections' inverses, computed on the host in double as on the CPU. */
+struct AdamwParams {
+  float lr, b1, b2, eps, inv_bc1, inv_bc2, grad_scale;
+};
+
+/* AdamW on element i of one array: the CPU's arithmetic, in float. */
+static __device__ __forceinline__ void adamw_element(float* w, const float* g, float* m, float* v,
+                                                     size_t i, float wd, const AdamwParams& p) {
+  float gi = g[i] * p.grad_scale;
+  float mi = p.b1 * m[i] + (1.0f - p.b1) * gi;
+  float vi = p.b2 * v[i] + (1.0f - p.b2) * gi * gi;
+  m[i] = mi;
+  v[i] = vi;
+  float mhat = mi * p.inv_bc1;
+  float vhat = vi * p.inv_bc2;
+  w[i] -= p.lr * (mhat / (sqrtf(vhat) + p.eps) + wd * w[i]);
+}
+
+/* The host's bias corrections for step t (see AdamwParams). */
+static AdamwParams adamw_params(float lr, float b1, float b2, float eps, int t,
+                                float grad_scale) {
+  AdamwParams p;
+  p.lr = lr;
+  p.b1 = b1;
+  p.b2 = b2;
+  p.eps = eps;
+  p.inv_bc1 = (float)(1.0 / (1.0 - pow((double)b1, (double)t)));
+  p.inv_bc2 = (float)(1.0 / (1.0 - pow((double)b2, (double)t)));
+  p.grad_scale = grad_scale;
+  return p;
+}
+
+/* Arrays per launch of adamw_multi_kernel: their pointers travel in the kernel's parameter
+** (AdamwBatch, about 2.5 KiB, under the 4 KiB every CUDA version accepts). */
+#define ADAMW_BATCH 48
+/* Elements per block of adamw_multi_kernel (16 per thread). */
+#define ADAMW_BLOCK_ELEMS (THREADS * 16)
+
+/* Up to ADAMW_BATCH arrays of one launch: array j's blocks are first_block[j] ..
+** first_block[j + 1] - 1, each ADAMW_BLOCK_ELEMS elements (the last one fewer). */
+struct AdamwBatch {
+  float* w[ADAMW_BATCH];
+  const float* g[ADAMW_BATCH];
+  float* m[ADAMW_BATCH];
+  float* v[ADAMW_BATCH];
+  size_t n[ADAMW_BATCH];
+  float wd[ADAMW_BATCH];
+  unsigned first_block[ADAMW_BATCH + 1];
+  int count;
+};
+
+/* AdamW on the arrays of a batch (PyTorch's multi_tensor_apply, without atomics): block b finds
+** its array j (first_block[j] <= b < first_block[j + 1], the same for all its threads) and
+** updates that array's elements [(b - first_block[j]) * ADAMW_BLOCK_ELEMS, + ADAMW_BLOCK_ELEMS)
+** with stride THREADS (coalesced). The one AdamW kernel: adamw_update is a batch of one array,
+** so both table entries give the same values. */
+static __global__ void adamw_multi_kernel(AdamwBatch batch, AdamwParams p) {
+  int j = 0;
+  while (j + 1 < batch.count && batch.first_block[j + 1] <= blockIdx.x) j++;
+  size_t lo = (size_t)(blockIdx.x - batch.first_block[j]) * ADAMW_BLOCK_ELEMS;
+  size_t hi = lo + ADAMW_BLOCK_ELEMS < batch.n[j] ? lo + ADAMW_BLOCK_ELEMS : batch.n[j];
+  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
+    adamw_element(batch.w[j], batch.g[j], batch.m[j], batch.v[j], i, batch.wd[j], p);
+}
+
+/* Table entry adamw_update_multi: the bias corrections on the host in double, as on the CPU,
+** then the arrays in batches of ADAMW_BATCH, one launch each (with blocks of ADAMW_BLOCK_ELEMS
+** elements over all the batch's arrays), instead of a launch per array; empty arrays are left
+** out. */
+static void cuda_adamw_update_multi(float* const* w, const float* const* g, float* const* m,
+                                    float* const* v, const size_t* n, const float* wd, int count,
+                                    float lr, float b1, float b2, float eps, int t,
+                                    float grad_scale) {
+  AdamwParams p = adamw_params(lr, b1, b2, eps, t, grad_scale);
+  AdamwBatch batch;
+  batch.count = 0;
+  batch.first_block[0] = 0;
+  for (int j = 0; j < count; j++) {
+    if (n[j] == 0) continue;
+    int k = batch.count++;
+    batch.w[k] = w[j];
+    batch.g[k] = g[j];
+    batch.m[k] = m[j];
+    batch.v[k] = v[j];
+    batch.n[k] = n[j];
+    batch.wd[k] = wd[j];
+    batch.first_block[k + 1] =
+        batch.first_block[k] + (unsigned)((n[j] + ADAMW_BLOCK_ELEMS - 1) / ADAMW_BLOCK_ELEMS);
+    if (batch.count == ADAMW_BATCH) {
+      CUDA_LAUNCH(adamw_multi_kernel, batch.first_block[batch.count], THREADS, 0, batch, p);
+      batch.count = 0;
+    }
+  }
+  if (batch.count > 0)
+    CUDA_LAUNCH(adamw_multi_kernel, batch.first_block[batch.count], THREADS, 0, batch, p);
+}
+
+/* Table entry adamw_update: adamw_update_multi on one array. */
 static void cuda_adamw_update(float* w, const float* g, float* m, float* v, size_t n, float lr,
                               float b1, float b2, float eps, float wd, int t, float grad_scale) {
-  float inv_bc1 = (float)(1.0 / (1.0 - pow((double)b1, (double)t)));
-  float inv_bc2 = (float)(1.0 / (1.0 - pow((double)b2, (double)t)));
-  CUDA_LAUNCH(adamw_kernel, grid_for(n), THREADS, 0, w, g, m, v, n, lr, b1, b2, eps, wd, inv_bc1,
-              inv_bc2, grad_scale);
+  cuda_adamw_update_multi(&w, &g, &m, &v, &n, &wd, 1, lr, b1, b2, eps, t, grad_scale);
 }
 
 /* Whether candidate (value cv, index ci) beats (bv, bi) for "the first largest": larger, or

@@ -15,6 +15,8 @@ using std::max;
 #define __launch_bounds__(...)
 #define __shared__ static
 struct uint3 { unsigned x, y, z; };
+struct float2 { float x, y; };
+struct float4 { float x, y, z, w; };
 struct dim3 { unsigned x, y, z; dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {} };
 extern uint3 threadIdx, blockIdx; extern dim3 blockDim, gridDim;
 typedef enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInvalidConfiguration = 9, cudaErrorNoDevice = 100 } cudaError_t;
