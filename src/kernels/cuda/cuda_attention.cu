@@ -59,28 +59,6 @@ static __device__ void load_tile(float* dst, int sld, const float* src, size_t l
   }
 }
 
-/* The per-row values of the query tile at q0 that both backward kernels need: lse_s[r] = lse
-** of query q0 + r and D_s[r] = dO . O of that query (0 for rows at or past T). Warp w computes
-** its ATT_ROWS_PER_WARP rows, its lanes splitting the head dimensions. */
-static __device__ void load_row_stats(float* lse_s, float* D_s, const float* lse_head,
-                                      const float* dO, const float* o, size_t C, int q0, int T,
-                                      int hs) {
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-#pragma unroll
-  for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {
-    int row = warp * ATT_ROWS_PER_WARP + r;
-    int t = q0 + row;
-    float part = 0;
-    if (t < T)
-      for (int d = lane; d < hs; d += 32) part += dO[(size_t)t * C + d] * o[(size_t)t * C + d];
-    part = warp_sum(part);
-    if (lane == 0) {
-      D_s[row] = part;
-      lse_s[row] = t < T ? lse_head[t] : 0.0f;
-    }
-  }
-}
-
 /* Forward of query tile blockIdx.x of (b, h) = blockIdx.y. For each key tile of the causal
 ** prefix, lane k of a warp forms the scaled scores of key k against the warp's rows, and the
 ** online softmax keeps each row's running max m and sum l of exp(S - m) (warp reductions); the
@@ -220,7 +198,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
       __syncthreads(); /* the previous query tile is no longer read */
       load_tile(Qs, hs + 1, q, ldq, q0, T, hs);
       load_tile(dOs, hs + 1, dO, C, q0, T, hs);
-      load_row_stats(lse_s, D_s, lse + ((size_t)b * NH + h) * T, dO, o, C, q0, T, hs);
+      attention_row_stats(lse_s, D_s, lse + ((size_t)b * NH + h) * T, dO, o, C, q0, T, hs, ATT_TILE);
       __syncthreads();
       float s[ATT_ROWS_PER_WARP] = {0}, dp[ATT_ROWS_PER_WARP] = {0};
       const float* qrow = Qs + lane * (hs + 1);
@@ -308,7 +286,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 
   load_tile(Qs, hs, q, ldq, q0, T, hs);
   load_tile(dOs, hs, dO, C, q0, T, hs);
-  load_row_stats(lse_s, D_s, lse + (size_t)bh * T, dO, o, C, q0, T, hs);
+  attention_row_stats(lse_s, D_s, lse + (size_t)bh * T, dO, o, C, q0, T, hs, ATT_TILE);
   float dQ[ATT_ROWS_PER_WARP][ATT_DIM_SLOTS];
 #pragma unroll
   for (int r = 0; r < ATT_ROWS_PER_WARP; r++) {

@@ -175,25 +175,6 @@ static __global__ void __launch_bounds__(TC_THREADS)
   }
 }
 
-/* lse_s[r] and D_s[r] = dO . O (fp32, from global memory) of queries q0 + r, r < 64 (0 past T);
-** warp w computes rows w, w + 4, ... */
-template <int HS>
-static __device__ void tc_row_stats(float* lse_s, float* D_s, const float* lse_head, const float* dO,
-                                    const float* o, size_t C, int q0, int T) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int r = warp; r < TC_TILE; r += TC_WARPS) {
-    const int t = q0 + r;
-    float part = 0;
-    if (t < T)
-      for (int d = lane; d < HS; d += 32) part += dO[(size_t)t * C + d] * o[(size_t)t * C + d];
-    part = warp_sum(part);
-    if (lane == 0) {
-      D_s[r] = part;
-      lse_s[r] = t < T ? lse_head[t] : 0.0f;
-    }
-  }
-}
-
 /* Adds scale x the warp's 16 x HS accumulator rows (staged through its rows of the [64][HS]
 ** shared tile stage) into rows row0 + (0 .. 15) of the global view g (row stride ldg), skipping
 ** rows at or past T. */
@@ -242,8 +223,8 @@ static __global__ void __launch_bounds__(TC_THREADS)
       __syncthreads(); /* every warp is done with the previous query tile */
       tc_load_tile<HS>(Qs, q_all + (size_t)b * T * ldq + (size_t)h * HS, ldq, q0, T);
       tc_load_tile<HS>(dOs, dO, C, q0, T);
-      tc_row_stats<HS>(lse_s, D_s, lse + ((size_t)b * NH + h) * T, dO,
-                       out + (size_t)b * T * C + (size_t)h * HS, C, q0, T);
+      attention_row_stats(lse_s, D_s, lse + ((size_t)b * NH + h) * T, dO,
+                          out + (size_t)b * T * C + (size_t)h * HS, C, q0, T, HS, TC_TILE);
       __syncthreads();
       tc_scores<HS>(Pw, Ks + row0 * ld, Qs);   /* S^T */
       tc_scores<HS>(dSw, Vs + row0 * ld, dOs); /* dP^T */
@@ -292,7 +273,8 @@ static __global__ void __launch_bounds__(TC_THREADS)
   float* dPw = dPs + row0 * TC_SLD;
   tc_load_tile<HS>(Qs, q_all + (size_t)b * T * ldq + (size_t)h * HS, ldq, q0, T);
   tc_load_tile<HS>(dOs, dO, C, q0, T);
-  tc_row_stats<HS>(lse_s, D_s, lse + (size_t)bh * T, dO, out + (size_t)b * T * C + (size_t)h * HS, C, q0, T);
+  attention_row_stats(lse_s, D_s, lse + (size_t)bh * T, dO, out + (size_t)b * T * C + (size_t)h * HS, C, q0,
+                      T, HS, TC_TILE);
   FragC dQ[HS / 16];
   for (int j = 0; j < HS / 16; j++) wmma::fill_fragment(dQ[j], 0.0f);
   const int q_last = min(q0 + TC_TILE, T) - 1;

@@ -120,4 +120,28 @@ static __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+
+/* The per-query values both attention backward passes need (cuda_attention.cu and
+** cuda_attention_tc.cu): lse_s[r] = lse of query q0 + r and D_s[r] = dO . O of that query (fp32,
+** from global memory; 0 for rows at or past T), for r < rows. Warp w of the block computes rows
+** w, w + warps, ..., its lanes splitting the head dimensions; every row is summed by one warp in
+** a fixed order. */
+static __device__ __forceinline__ void attention_row_stats(float* lse_s, float* D_s,
+                                                           const float* lse_head, const float* dO,
+                                                           const float* o, size_t C, int q0, int T,
+                                                           int hs, int rows) {
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int r = warp; r < rows; r += warps) {
+    const int t = q0 + r;
+    float part = 0;
+    if (t < T)
+      for (int d = lane; d < hs; d += 32) part += dO[(size_t)t * C + d] * o[(size_t)t * C + d];
+    part = warp_sum(part);
+    if (lane == 0) {
+      D_s[r] = part;
+      lse_s[r] = t < T ? lse_head[t] : 0.0f;
+    }
+  }
+}
+
 #endif
