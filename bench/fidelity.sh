@@ -70,36 +70,65 @@ show_last() { # prints the last row of $rows as a table line
     if ($13 + 0 > 0) eq = eq sprintf(" (%d rank(s) off their own prediction)", $13)
     printf fmt, $1, $2, $3, o, sprintf("%.4f", $6), sprintf("%.4f", $7), sprintf("%.3f", $7 / $6), $8, $9, eq }'
 }
-# Trains one plan and appends its row: limit name plan-arg batch options pred_step pred_peak
-# pred_sps shard_group pred_comm_s [train arguments...] (a uniform plan's micro-batch, shard group,
-# recomputation and options; auto's come with its plan file).
-train() {
-  local lim=$1 name=$2 plan=$3 b=$4 opts=$5 pst=$6 ppk=$7 psps=$8 grp=$9 pcomm=${10}
-  shift 10
-  local extra=("$@")
-  local runs=() r sum="" out="" rc=0
-  for ((r = 0; r < repeat; r++)); do
-    out=$("${mpirun[@]}" "$osdp" train --model "$model" --seq "$seq" --plan "$plan" "${extra[@]}" \
-          --steps "$steps" --mem-limit "$lim" --json --quiet --eval-batches 0 2>"$work/err")
-    rc=$?
-    sum=$(printf '%s\n' "$out" | grep '"summary":true' | tail -1)
-    [ "$rc" -ne 0 ] || [ -z "$sum" ] && break
-    runs+=("$(printf '%s' "$sum" | num median_step_s)")
-  done
-  local mst mpk mb off
-  mst=$(printf '%s\n' "${runs[@]}" | sort -g | awk '{v[NR] = $1} END {if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}')
-  mpk=$(printf '%s' "$sum" | num peak_bytes)
-  mb=$(printf '%s' "$sum" | num micro_batch); off=$(printf '%s' "$sum" | num ranks_off_prediction)
-  if [ "$rc" -ne 0 ] || [ -z "$mst" ] || [ -z "$mpk" ] || ! awk -v s="$mst" 'BEGIN{exit !(s > 0)}'; then
-    local msg
-    if [ "$rc" -ne 0 ] || [ -z "$sum" ]; then msg=$(why "$work/err" "$out" "$rc")
-    else msg="no positive step_s / peak_bytes in the summary: $(printf '%s' "$sum" | cut -c1-200)"; fi
-    row "$lim" "$name" "$b" "$opts" fail "$pst" "" "$ppk" "" "$psps" "" "$msg" "" "$grp" "$pcomm"
-    failed=1
-  else
-    row "$lim" "$name" "$b" "$opts" ok "$pst" "$mst" "$ppk" "$mpk" "$psps" "$mb" "" "$off" "$grp" "$pcomm"
+# The plans of one limit are queued (queue_plan), then trained in rounds (run_queue): each
+# round trains every queued plan once, in order, so that a slow minute of the machine falls on
+# one run of several plans rather than on all the runs of one; a plan's figure is the median of
+# its rounds' median step times.
+# Queues one plan: limit name plan-arg batch options pred_step pred_peak pred_sps shard_group
+# pred_comm_s [train arguments...] (a uniform plan's micro-batch, shard group, recomputation and
+# options; auto's come with its plan file).
+nq=0
+queue_plan() {
+  Q_HEAD[nq]=$(printf '%s\036' "${@:1:10}")
+  local a=("${@:11}")
+  Q_ARGS[nq]=$( ((${#a[@]})) && printf '%s\037' "${a[@]}")
+  Q_RUNS[nq]=""; Q_SUM[nq]=""; Q_ERR[nq]=""
+  nq=$((nq + 1))
+}
+# Trains queued plan i once; appends its median step time to Q_RUNS[i], or sets Q_ERR[i].
+run_once() {
+  local i=$1 lim name plan b extra=() out rc sum st
+  IFS=$'\036' read -r lim name plan b _ <<<"${Q_HEAD[i]}"
+  [ -n "${Q_ARGS[i]}" ] && IFS=$'\037' read -ra extra <<<"${Q_ARGS[i]%$'\037'}"
+  out=$("${mpirun[@]}" "$osdp" train --model "$model" --seq "$seq" --plan "$plan" "${extra[@]}" \
+        --steps "$steps" --mem-limit "$lim" --json --quiet --eval-batches 0 2>"$work/err")
+  rc=$?
+  sum=$(printf '%s\n' "$out" | grep '"summary":true' | tail -1)
+  st=$(printf '%s' "$sum" | num median_step_s)
+  if [ "$rc" -ne 0 ] || [ -z "$sum" ]; then Q_ERR[i]=$(why "$work/err" "$out" "$rc"); return; fi
+  if [ -z "$st" ] || ! awk -v s="$st" 'BEGIN{exit !(s > 0)}'; then
+    Q_ERR[i]="no positive step_s in the summary: $(printf '%s' "$sum" | cut -c1-200)"; return
   fi
-  show_last
+  Q_RUNS[i]="${Q_RUNS[i]} $st"; Q_SUM[i]=$sum
+}
+# Trains every queued plan REPEAT times in rounds, then appends and shows each plan's row, and
+# empties the queue. A plan that failed once is not run again.
+run_queue() {
+  local r i
+  for ((r = 1; r <= repeat; r++)); do
+    for ((i = 0; i < nq; i++)); do
+      [ -z "${Q_ERR[i]}" ] || continue
+      [ "$repeat" -gt 1 ] && printf '  round %d/%d: %s\n' "$r" "$repeat" "$(cut -d$'\036' -f2 <<<"${Q_HEAD[i]}")" >&2
+      run_once "$i"
+    done
+  done
+  for ((i = 0; i < nq; i++)); do
+    local lim name plan b opts pst ppk psps grp pcomm sum="${Q_SUM[i]}" mst mpk mb off
+    IFS=$'\036' read -r lim name plan b opts pst ppk psps grp pcomm _ <<<"${Q_HEAD[i]}"
+    if [ "${Q_ERR[i]}" = nofit ]; then
+      row "$lim" "$name" "" "" nofit "" "" "" "" "" "" "" "" "$grp" ""
+    elif [ -n "${Q_ERR[i]}" ]; then
+      row "$lim" "$name" "$b" "$opts" fail "$pst" "" "$ppk" "" "$psps" "" "${Q_ERR[i]}" "" "$grp" "$pcomm"
+      failed=1
+    else
+      mst=$(printf '%s\n' ${Q_RUNS[i]} | sort -g | awk '{v[NR] = $1} END {if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}')
+      mpk=$(printf '%s' "$sum" | num peak_bytes)
+      mb=$(printf '%s' "$sum" | num micro_batch); off=$(printf '%s' "$sum" | num ranks_off_prediction)
+      row "$lim" "$name" "$b" "$opts" ok "$pst" "$mst" "$ppk" "$mpk" "$psps" "$mb" "" "$off" "$grp" "$pcomm"
+    fi
+    show_last
+  done
+  nq=0
 }
 
 echo "# $model, seq $seq, $ranks rank(s), $steps steps per run (the first is not timed), median of $repeat run(s)," \
@@ -121,7 +150,7 @@ uniform() {
   local lim=$1 s=$2 g=$3 pj=$4 name=$2 e b st pk sps cm rec opts args=()
   [ "$g" -lt "$ranks" ] && name="$s G=$g"
   e=$(printf '%s' "$pj" | grep -o '{"origin":"'"$s"'\( [^"]*\)\?","prefetch":[a-z]*,"overlap_reduce":[a-z]*,"reduce_dtype":"[a-z0-9]*","uniform_shard_group":'"$g"',"recompute_layers":[0-9]*,"predicted":{[^{}]*}' | head -1)
-  if [ -z "$e" ]; then row "$lim" "$name" "" "" nofit "" "" "" "" "" "" "" "" "$g" ""; show_last; return; fi
+  if [ -z "$e" ]; then queue_plan "$lim" "$name" "" "" "" "" "" "" "$g" ""; Q_ERR[nq - 1]=nofit; return; fi
   b=$(printf '%s' "$e" | num micro_batch); st=$(printf '%s' "$e" | num step_s)
   pk=$(printf '%s' "$e" | num peak_bytes); sps=$(printf '%s' "$e" | num samples_per_s)
   cm=$(printf '%s' "$e" | num comm_s); rec=$(printf '%s' "$e" | num recompute_layers)
@@ -131,7 +160,7 @@ uniform() {
   case ",$opts," in *,prefetch,*) args+=(--prefetch) ;; esac
   case ",$opts," in *,overlap_reduce,*) args+=(--overlap-reduce) ;; esac
   case ",$opts," in *,bf16,*) args+=(--reduce-dtype bf16) ;; esac
-  train "$lim" "$name" "$s" "$b" "$opts" "$st" "$pk" "$sps" "$g" "$cm" --batch "$b" "${args[@]}"
+  queue_plan "$lim" "$name" "$s" "$b" "$opts" "$st" "$pk" "$sps" "$g" "$cm" --batch "$b" "${args[@]}"
 }
 prc=0
 if [ -n "$devices" ]; then cp "$devices" "$work/dev.json"
@@ -157,7 +186,7 @@ else
       row "$lim" auto "" "" fail "" "" "" "" "" "" "plan: $(why "$work/err" "$pj" "$prc")" "" 0 ""
       show_last; failed=1; continue
     fi
-    train "$lim" auto "$pfile" "$(printf '%s' "$pred" | num micro_batch)" "$(options_of <"$pfile")" \
+    queue_plan "$lim" auto "$pfile" "$(printf '%s' "$pred" | num micro_batch)" "$(options_of <"$pfile")" \
       "$(printf '%s' "$pred" | num step_s)" "$(printf '%s' "$pred" | num peak_bytes)" \
       "$(printf '%s' "$pred" | num samples_per_s)" 0 "$(printf '%s' "$pred" | num comm_s)"
     hpr=$(printf '%s' "$pj" | num ranks_per_host)
@@ -165,6 +194,7 @@ else
     if [ -n "$hpr" ] && [ "$hpr" -gt 1 ] && [ "$hpr" -lt "$ranks" ]; then
       for s in zero2 zero3; do uniform "$lim" "$s" "$hpr" "$pj"; done
     fi
+    run_queue
   done
 fi
 
