@@ -895,9 +895,9 @@ static real crossentropy_row(real* row, int target, int V, int Vp, double scale)
 }
 
 /* Fused softmax cross-entropy over logits[BT, Vp] (first V columns real), see KERNEL_LIST.
-** Positions are split among threads; the returned sum of losses is then added in order. */
-static double crossentropy_forward_backward(real* logits, real* losses, const int* targets, int BT,
-                                            int V, int Vp, double scale) {
+** Positions are split among threads. */
+static void crossentropy_forward_backward(real* logits, real* losses, const int* targets, int BT,
+                                          int V, int Vp, double scale) {
   #pragma omp parallel for schedule(static) num_threads(kernels_threads())
   for (int i = 0; i < BT; i++) {
     real* row = logits + (size_t)i * Vp;
@@ -908,8 +908,13 @@ static double crossentropy_forward_backward(real* logits, real* losses, const in
       losses[i] = crossentropy_row(row, targets[i], V, Vp, scale);
     }
   }
+}
+
+/* Sum of x[0..n) in double, one by one in index order (the loss of a step: a few thousand
+** values, so one thread). */
+static double sum_values(const real* x, size_t n) {
   double total = 0;
-  for (int i = 0; i < BT; i++) total += losses[i];
+  for (size_t i = 0; i < n; i++) total += x[i];
   return total;
 }
 

@@ -122,15 +122,18 @@
   X(void, gelu_forward, (real* out, const real* inp, size_t N))                               \
   /* dinp = GELU'(inp) * dout (OVERWRITTEN). */                                               \
   X(void, gelu_backward, (real* dinp, const real* inp, const real* dout, size_t N))           \
-  /* Fused softmax cross-entropy over logits[BT, Vp] of which the first V columns are real.  \
+  /* Fused softmax cross-entropy over logits[BT, Vp] of which the first V columns are real.   \
   ** targets[i] < 0 marks a position without a loss. For each position with a target,         \
   ** losses[i] = -log softmax(logits[i])[targets[i]]; for the others losses[i] = 0. Then      \
   ** logits is OVERWRITTEN with dloss/dlogits for loss = scale * sum_i losses[i]:             \
-  ** dlogits[i, v] = scale * (p[v] - [v == target]) for v < V, 0 for v >= V and for          \
-  ** positions without a target. Returns sum_i losses[i] on the host (in double, summed in a  \
-  ** fixed order). */                                                                        \
-  X(double, crossentropy_forward_backward, (real* logits, real* losses, const int* targets,   \
-                                            int BT, int V, int Vp, double scale))             \
+  ** dlogits[i, v] = scale * (p[v] - [v == target]) for v < V, 0 for v >= V and for           \
+  ** positions without a target. Nothing comes back to the host: the LM head runs it per      \
+  ** chunk of rows, then sums all the losses once (sum_values): one wait, not one a chunk. */ \
+  X(void, crossentropy_forward_backward, (real* logits, real* losses, const int* targets,     \
+                                          int BT, int V, int Vp, double scale))               \
+  /* Sum of x[0..n) in double, added one by one in index order (a sequential loop's order; a  \
+  ** GPU may split it, in a fixed order), returned on the host: the loss of a step. */        \
+  X(double, sum_values, (const real* x, size_t n))                                            \
   /* Sum of squares of g[0..n), accumulated in double in a fixed order (for gradient          \
   ** clipping), returned on the host. */                                                     \
   X(double, sum_squares, (const real* g, size_t n))                                           \

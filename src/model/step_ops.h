@@ -132,7 +132,6 @@ static inline double head_loss_fwd(const GptDesc* d, GptActs* a, const GptParamH
   const int* targets = gpt_acts_targets(d, a);
   HeadSlices s;
   head_acquire(d, a, h, slices, mode, on_fresh, &s);
-  double sum = 0;
   for (int r0 = 0; r0 < BT; r0 += R) {
     int n = BT - r0 < R ? BT - r0 : R;
     const real* x = xf + (size_t)r0 * C;
@@ -140,14 +139,14 @@ static inline double head_loss_fwd(const GptDesc* d, GptActs* a, const GptParamH
       kern(a)->matmul_forward(logits, x + s.w[i].row0, C, s.w[i].t[STEP_HEAD_W], NULL, n,
                               (int)s.w[i].nrows, Vp, i > 0);
     if (argmax) kern(a)->logits_argmax(logits, n, V, Vp, argmax + r0);
-    sum += kern(a)->crossentropy_forward_backward(logits, losses + r0, targets + r0, n, V, Vp,
-                                                  loss_scale);
+    kern(a)->crossentropy_forward_backward(logits, losses + r0, targets + r0, n, V, Vp, loss_scale);
     for (int i = 0; mode == GPT_TRAIN && i < s.k; i++)
       kern(a)->matmul_backward(dxf + (size_t)r0 * C + s.w[i].row0, s.g[i].t[STEP_HEAD_W], NULL,
                                logits, x + s.w[i].row0, C, s.w[i].t[STEP_HEAD_W], n,
                                (int)s.w[i].nrows, Vp, !s.fresh[i] || r0 > 0);
   }
   head_release(h, mode, &s);
+  double sum = kern(a)->sum_values(losses, (size_t)BT); /* the step's one wait for its loss */
   gpt_op_timer_stop(a, head, tm);
   return sum;
 }

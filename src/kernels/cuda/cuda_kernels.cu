@@ -665,15 +665,19 @@ static __global__ void crossentropy_kernel(float* logits, float* losses, const i
   if (threadIdx.x == 0) losses[i] = (float)(log(sum) - (double)(target_logit - maxv));
 }
 
-/* The fused cross-entropy, then the sum of the BT losses in double by one block (a fixed
-** order), copied back to the host. */
-static double cuda_crossentropy_forward_backward(float* logits, float* losses,
-                                                 const int* targets, int BT, int V, int Vp,
-                                                 double scale) {
-  if (BT <= 0) return 0.0;
+/* The fused cross-entropy: one block per position, nothing read back (the head sums the
+** losses once, cuda_sum_values). */
+static void cuda_crossentropy_forward_backward(float* logits, float* losses, const int* targets,
+                                               int BT, int V, int Vp, double scale) {
+  if (BT <= 0) return;
   CUDA_LAUNCH(crossentropy_kernel, BT, CE_THREADS, 0, logits, losses, targets, V, Vp, scale);
-  CUDA_LAUNCH(sum_to_double_kernel<float>, 1, 1024, 0, losses, (size_t)BT,
-              cuda_ctx.reduce_result, 0);
+}
+
+/* The sum of x[0..n) in double by one block (a fixed order), copied back to the host: one
+** wait. */
+static double cuda_sum_values(const float* x, size_t n) {
+  if (n == 0) return 0.0;
+  CUDA_LAUNCH(sum_to_double_kernel<float>, 1, 1024, 0, x, n, cuda_ctx.reduce_result, 0);
   return fetch_result();
 }
 
