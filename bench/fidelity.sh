@@ -5,8 +5,9 @@
 # the chosen plan and each best uniform plan that fits (the plan's uniform candidates: ddp /
 # zero2 / zero3 over all ranks and, on several hosts, zero2 / zero3 sharded within each host
 # ("zero2 G=2"), each at its best fitting micro-batch with the recomputation, prefetch, overlapped
-# reductions and reduce dtype the planner gave it), REPEAT times each (the median of the runs'
-# median step times counts, so a step slowed by another process does not decide), and prints per
+# reductions and reduce dtype the planner gave it), REPEAT times each, in rounds (every plan once
+# per round; the median of a plan's runs' median step times counts, so neither a step nor a
+# minute slowed by another process decides), and prints per
 # run the predicted and measured step time and peak memory, per limit the auto plan's measured
 # samples/s against the best uniform plan over all ranks and the best hybrid one (won: within 3%
 # of, or above, the best of all), and over all runs the mean and largest |measured/predicted - 1|

@@ -45,6 +45,23 @@ static int drop_first_step(double* v, double* per_step, int nf, int steps, int n
   return last - 1;
 }
 
+/* The figures of a step, x[0..nf) on every rank (x[0] the step's seconds, x[comm] the seconds
+** in communication calls), replaced by those of the rank on the step's critical path: the one
+** that spent the longest outside communication calls. Its waits are what the step could not
+** hide; another rank's waits also hold the time it waited for that rank to arrive, which the
+** critical rank's own compute already counts (the op times are the slowest rank's too), so
+** taking each figure's largest over the ranks would count that lag twice. The step's time stays
+** the slowest rank's. Ties go to the lowest rank. Collective. */
+static void critical_rank_figures(double* x, int nf, int comm) {
+  Comm* w = comm_world();
+  double busy = x[0] - x[comm], most = comm_allreduce_max_f64(w, busy);
+  int crit = (int)-comm_allreduce_max_f64(w, busy == most ? -(double)comm_rank() : -1e30);
+  double step = comm_allreduce_max_f64(w, x[0]);
+  for (int f = 0; f < nf; f++) x[f] = comm_rank() == crit ? x[f] : 0;
+  comm_allreduce_f64_array(w, x, nf);
+  x[0] = step;
+}
+
 int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int threads, size_t mem_limit, int steps,
                          PlanMeasure* m, double* op_s) {
   TrainOptions opt;
@@ -78,12 +95,13 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
     comm_barrier(comm_world());
     engine_step(&e, targets, &sr);
     CommStats cs = comm_stats();
-    double x[NF] = {sr.seconds, sr.optim_seconds, 0};
+    double x[NF] = {[F_STEP] = sr.seconds, [F_OPTIM] = sr.optim_seconds};
     for (int k = 0; k < COMM_KINDS; k++) {
       x[F_WAIT0 + k] = cs.seconds[k];
       x[F_COMM] += cs.seconds[k];
     }
-    for (int f = 0; f < NF; f++) v[(size_t)f * steps + s] = comm_allreduce_max_f64(comm_world(), x[f]);
+    critical_rank_figures(x, NF, F_COMM);
+    for (int f = 0; f < NF; f++) v[(size_t)f * steps + s] = x[f];
     if (!checked && s == second) {
       checked = 1;
       if (!second || v[0] > WARM_UP_RATIO * v[1]) s = drop_first_step(v, per_step, NF, steps, d->nops, s);

@@ -14,8 +14,10 @@
 #include "model/gpt.h"
 #include "planner/search.h"
 
-/* What `steps` real training steps of one plan measured: medians over the steps of the
-** slowest rank's figures (the collectives' waits per comm kind, COMM_*). */
+/* What `steps` real training steps of one plan measured: medians over the steps of the slowest
+** rank's step time and of the figures of the rank on each step's critical path (the one that
+** spent the longest outside communication calls): its optimizer time, time in communication
+** calls and waits per comm kind (COMM_*). */
 typedef struct PlanMeasure {
   double step_s, optim_s, comm_s;
   double wait_s[3];
