@@ -176,7 +176,7 @@ const Backend* setup_backend(const Args* a) {
     return NULL;
   }
   const Backend* bk = backend_by_name(args_get(a, "device", "cpu"), "--device");
-  if (bk) bk->set_tf32(strcmp(tf32, "on") == 0);
+  if (bk) bk->set_matmul_mode(strcmp(tf32, "on") == 0 ? MATMUL_TF32 : MATMUL_FP32);
   return bk;
 }
 
