@@ -46,10 +46,12 @@
 ** two rounded inputs is off by at most 2u relative; over a K-term sum the rounding errors mostly
 ** cancel, so the norm-relative error stays near u (in the emulation: matmul 0.9e-3 to 4.2e-3,
 ** attention forward 1.2e-3 to 4.6e-3, lse 0.6e-3 to 1.5e-3, backward 2.3e-3 to 4.9e-3, at most
-** 1.3u; each case prints its own). Tolerance 2.5u = 9.8e-3: twice the largest, and below what
-** rounding toward zero instead of to nearest gives (tried: backward 1.26e-2). */
+** 1.3u; each case prints its own). Attention, osdp's own kernels: 2.5u = 9.8e-3, twice the
+** largest, and below what rounding toward zero instead of to nearest gives (tried: backward
+** 1.26e-2). Matmul: 4u = 1.6e-2, as cuBLAS chooses how it converts (`CUBLAS_COMPUTE_32F_FAST_16BF`
+** allows bf16 or TF32; a truncating conversion would double the error). */
 #define BF16_U (1.0 / 256)
-#define BF16_TOL (2.5 * BF16_U)     /* matmul on bf16 tensor cores */
+#define BF16_TOL (4 * BF16_U)       /* matmul on bf16 tensor cores (cuBLAS) */
 #define ATT_BF16_TOL (2.5 * BF16_U) /* attention on bf16 tensor cores: Q, K, V, dO, P, dS rounded */
 #define SKIP_EXIT 77     /* CTest's SKIP_RETURN_CODE */
 #define DEVICE_BYTES ((size_t)64 << 20)
