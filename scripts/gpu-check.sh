@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # gpu-check.sh: the one command of a GPU device run. It builds osdp with the CUDA backend, runs
-# the CPU smoke runs, a GPU probe (one process, then 2 ranks sharing the GPU), the GPU tests
+# the CPU smoke runs, a GPU probe (one process, then 2 ranks sharing the GPU, then one process
+# with --matmul bf16), the GPU tests
 # (CTest label `gpu`) and the GPU benchmark (bench/gpu_bench.sh), and writes to OUT (the first
 # argument, else $OUT, else ./out):
 #   gpu-check.log   everything it printed and everything the tools printed
 #   gpu-check.json  the verdict and its problems, per phase status, time and limit, per GPU test
 #                   pass/fail/skip, every run's (osdp's and PyTorch's) device, ranks, precision,
-#                   TF32 mode and transport (none, mpi, nccl or mpi-staging), and the
-#                   benchmark's results
+#                   matmul mode (fp32, tf32 or bf16; and "tf32": on exactly in tf32 mode) and
+#                   transport (none, mpi, nccl or mpi-staging), and the benchmark's results
 #   gpu-check.md    the same as tables (with bench/gpu_bench.sh's gpu-bench.md appended)
 #
 # The verdict cannot pass falsely. "No GPU" is decided once, up front, by `nvidia-smi -L`:
@@ -220,20 +221,23 @@ phase_problem() {
   problem "$1 ($2): ${PH_STATUS[$1]}${PH_NOTE[$1]:+ (${PH_NOTE[$1]})}${err:+: $err}"
 }
 
-# record_run NAME DEVICE RANKS PRECISION TF32 STATUS SECONDS [OUTPUT_FILE]: one run for the
-# JSON's "runs" and the Markdown table. The transport of a run's collectives: none for one rank,
+# record_run NAME DEVICE RANKS PRECISION MATMUL STATUS SECONDS [OUTPUT_FILE]: one run for the
+# JSON's "runs" and the Markdown table. MATMUL is the mode of its matrix products (fp32, tf32 or
+# bf16; n/a on the CPU, - where unknown); "tf32" says on for tf32, off for fp32 and bf16, as the
+# records before --matmul did. The transport of a run's collectives: none for one rank,
 # mpi for CPU ranks, and for GPU ranks what osdp said with OSDP_COMM_VERBOSE=1 ("collectives
 # over NCCL" or "... MPI with host staging"), unknown if it said nothing.
 record_run() {
-  local name=$1 device=$2 ranks=$3 prec=$4 tf32=$5 status=$6 secs=$7 file=${8:-} transport=none
+  local name=$1 device=$2 ranks=$3 prec=$4 matmul=$5 status=$6 secs=$7 file=${8:-} transport=none tf32
+  case $matmul in tf32) tf32=on ;; fp32|bf16) tf32=off ;; *) tf32=$matmul ;; esac
   if [ "$ranks" -gt 1 ]; then
     if [ "$device" = cpu ]; then transport=mpi
     elif [ -n "$file" ] && grep -q 'collectives over NCCL' "$file"; then transport=nccl
     elif [ -n "$file" ] && grep -q 'collectives over MPI with host staging' "$file"; then transport=mpi-staging
     else transport=unknown; fi
   fi
-  RUN_JSON+=("{\"name\": $(json_str "$name"), \"device\": $(json_str "$device"), \"ranks\": $ranks, \"precision\": $(json_str "$prec"), \"tf32\": $(json_str "$tf32"), \"transport\": $(json_str "$transport"), \"status\": $(json_str "$status"), \"seconds\": ${secs:-null}}")
-  RUN_ROWS+=("| $name | $device | $ranks | $prec | $tf32 | $transport | $status | ${secs:--} |")
+  RUN_JSON+=("{\"name\": $(json_str "$name"), \"device\": $(json_str "$device"), \"ranks\": $ranks, \"precision\": $(json_str "$prec"), \"matmul\": $(json_str "$matmul"), \"tf32\": $(json_str "$tf32"), \"transport\": $(json_str "$transport"), \"status\": $(json_str "$status"), \"seconds\": ${secs:-null}}")
+  RUN_ROWS+=("| $name | $device | $ranks | $prec | $matmul | $tf32 | $transport | $status | ${secs:--} |")
 }
 
 # problem TEXT: one thing that keeps the verdict from OK.
@@ -515,19 +519,25 @@ fi
 
 # ---------------------------------------------------------------- GPU probe
 # Where a GPU is listed: one osdp process on it (its time is the cost of one CUDA process start,
-# which sizes the GPU tests' limit), then 2 ranks sharing it (MPI with host staging). A backend
-# that fails to start is named here, with osdp's own message. OSDP_COMM_VERBOSE=1 makes rank 0
+# which sizes the GPU tests' limit), then 2 ranks sharing it (MPI with host staging), then one
+# process with matrix products and attention in bf16 (--matmul bf16). A backend that fails to
+# start is named here, with osdp's own message. OSDP_COMM_VERBOSE=1 makes rank 0
 # say which transport carries the collectives.
 if [ "$BUILT" = yes ] && [ "$GPU_VISIBLE" = 1 ]; then
   GPU_RUN=("${SMOKE[@]}" --device cuda --tf32 on)
   CAPTURE=$SCRATCH/gpu1 run_phase gpu_1rank 60 120 env OSDP_COMM_VERBOSE=1 "$OSDP" "${GPU_RUN[@]}"
-  record_run gpu_1rank cuda 1 fp32 on "${PH_STATUS[gpu_1rank]}" "$PHASE_SECONDS" "$SCRATCH/gpu1"
+  record_run gpu_1rank cuda 1 fp32 tf32 "${PH_STATUS[gpu_1rank]}" "$PHASE_SECONDS" "$SCRATCH/gpu1"
   if [ "${PH_STATUS[gpu_1rank]}" = ok ]; then
     START_COST=$PHASE_SECONDS
     CAPTURE=$SCRATCH/gpu2 run_phase gpu_2ranks 60 120 mpirun --oversubscribe --bind-to none -np 2 \
       env OSDP_COMM_VERBOSE=1 "$OSDP" "${GPU_RUN[@]}"
-    record_run gpu_2ranks cuda 2 fp32 on "${PH_STATUS[gpu_2ranks]}" "$PHASE_SECONDS" "$SCRATCH/gpu2"
+    record_run gpu_2ranks cuda 2 fp32 tf32 "${PH_STATUS[gpu_2ranks]}" "$PHASE_SECONDS" "$SCRATCH/gpu2"
     [ "${PH_STATUS[gpu_2ranks]}" = ok ] || phase_problem gpu_2ranks "2 ranks sharing the GPU" "$SCRATCH/gpu2"
+    # The same run with matrix products and attention on bf16 tensor cores (--matmul bf16):
+    # about one more process start.
+    CAPTURE=$SCRATCH/gpu1bf16 run_phase gpu_1rank_bf16 60 120 "$OSDP" "${SMOKE[@]}" --device cuda --matmul bf16
+    record_run gpu_1rank_bf16 cuda 1 fp32 bf16 "${PH_STATUS[gpu_1rank_bf16]}" "$PHASE_SECONDS" "$SCRATCH/gpu1bf16"
+    [ "${PH_STATUS[gpu_1rank_bf16]}" = ok ] || phase_problem gpu_1rank_bf16 "osdp train --matmul bf16 on the GPU" "$SCRATCH/gpu1bf16"
   else
     phase_problem gpu_1rank "the CUDA backend did not start although $GPU_WHY" "$SCRATCH/gpu1"
   fi
@@ -619,24 +629,25 @@ else
   run_phase bench "$bt" 15 bash bench/gpu_bench.sh
   [ "${PH_STATUS[bench]}" = timeout ] && problem "bench: ${PH_NOTE[bench]}"
   if [ -s "$BENCH_JSON" ] && command -v python3 >/dev/null; then
-    # One line per run: role|device|precision|tf32|status|seconds; then one per required
+    # One line per run: role|device|precision|matmul|status|seconds; then one per required
     # precision: need|PRECISION|yes or need|PRECISION|why not.
-    while IFS='|' read -r role dev prec tf32 status secs; do
+    while IFS='|' read -r role dev prec matmul status secs; do
       if [ "$role" = need ]; then
         [ "$GPU_VISIBLE" = 1 ] && [ "$prec" != ok ] && problem "bench: no osdp run on cuda in $dev: $prec"
         continue
       fi
-      record_run "bench_$role" "$dev" 1 "$prec" "$tf32" "$status" "$secs"
+      record_run "bench_$role" "$dev" 1 "$prec" "$matmul" "$status" "$secs"
     done < <(python3 - "$BENCH_JSON" "$BENCH_REQUIRE" <<'PYEOF'
 import json, sys
 doc = json.load(open(sys.argv[1]))
 for r in doc.get("runs", []):
     res = r.get("result") or {}
+    # osdp records "matmul" (and "tf32"); older records and PyTorch's only "tf32"
     tf32 = res.get("tf32", "on" if r["role"] == "osdp" else "")
-    tf32 = {True: "on", False: "off"}.get(tf32, tf32) or "-"
+    matmul = res.get("matmul") or {True: "tf32", False: "fp32", "on": "tf32", "off": "fp32"}.get(tf32) or "-"
     name = r["role"] + "_" + r["precision"] + (f"_b{r['batch']}" if r.get("batch") else "")
     print("|".join(str(x) for x in (name, res.get("device", "cuda (requested)"),
-          res.get("precision", r["precision"]), tf32, r["status"], r["seconds"])))
+          res.get("precision", r["precision"]), matmul, r["status"], r["seconds"])))
 for prec in sys.argv[2].split():
     osdp = doc.get("results", {}).get(prec, {}).get("osdp")
     if not osdp:
@@ -685,8 +696,8 @@ write_json
   echo "|---|---|---|"
   for t in "${TESTS[@]}"; do echo "| $t | ${T_RESULT[$t]} | ${T_SECONDS[$t]} |"; done
   echo
-  echo "| run | device | ranks | precision | TF32 | transport | status | seconds |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| run | device | ranks | precision | matmul | TF32 | transport | status | seconds |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   [ ${#RUN_ROWS[@]} -gt 0 ] && printf '%s\n' "${RUN_ROWS[@]}"
   if [ -s "$OUT/gpu-bench.md" ]; then echo; sed 's/^# /## /' "$OUT/gpu-bench.md"; fi
 } > "$MD"

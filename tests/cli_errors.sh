@@ -97,6 +97,9 @@ expect_error "--recompute not a count" "--recompute" "'two'" "0..2" -- "${T[@]}"
 expect_error "--device not a device" "--device" "'gpu'" "cpu or cuda" -- "${T[@]}" --device gpu
 expect_error "describe --device not a device" "--device" "'tpu'" -- "$OSDP" describe --device tpu
 expect_error "--tf32 not on/off" "--tf32" "'maybe'" -- "${T[@]}" --tf32 maybe
+expect_error "--matmul not a mode" "--matmul" "'fp16'" "fp32, tf32 or bf16" -- "${T[@]}" --matmul fp16
+expect_error "--matmul and --tf32 disagree" "--matmul bf16" "--tf32 on" "disagree" -- "${T[@]}" --matmul bf16 --tf32 on
+expect_error "bench: --matmul and --tf32 disagree" "--matmul tf32" "--tf32 off" -- "$OSDP" bench --steps 1 --matmul tf32 --tf32 off
 expect_error "--precision not available" "--precision" "'bf16'" "fp32" -- "${T[@]}" --precision bf16
 # Without a GPU (this machine, CI), --device cuda says why in one line, built with CUDA or not.
 if ! nvidia-smi -L >/dev/null 2>&1; then

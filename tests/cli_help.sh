@@ -71,8 +71,19 @@ grep -q "unknown option --qqqqqqqq (see osdp train --help)" err.txt && ok || bad
 # The commands run on their defaults: the parser refuses a default that differs from its help's.
 "$OSDP" describe >out.txt 2>err.txt && ok || bad "describe on defaults: $(cat err.txt)"
 "$OSDP" train --steps 2 --eval-batches 1 --quiet >out.txt 2>err.txt && ok || bad "train on defaults: $(cat err.txt)"
-"$OSDP" bench --steps 1 >out.txt 2>err.txt && ok || bad "bench on defaults: $(cat err.txt)"
+"$OSDP" bench --steps 1 --json >out.txt 2>err.txt && ok || bad "bench on defaults: $(cat err.txt)"
+grep -q '"matmul":"tf32","tf32":"on"' out.txt && ok || bad "bench's default matmul mode: $(grep -o '"matmul[^,]*,[^,]*' out.txt)"
 "$OSDP" plan --ranks 2 --mem-limit 64MiB --flops 1e10 >out.txt 2>err.txt && ok || bad "plan on defaults: $(cat err.txt)"
+
+# --matmul and its older spelling --tf32 reach bench's record (the CPU computes in fp32 in every
+# mode; a GPU run records the mode its products ran in).
+for flags in "--matmul bf16|bf16|off" "--tf32 off|fp32|off" "--tf32 on --matmul tf32|tf32|on"; do
+  IFS='|' read -r given mode tf32 <<<"$flags"
+  # shellcheck disable=SC2086  # the flags are words
+  "$OSDP" bench --steps 1 --json $given >out.txt 2>err.txt
+  grep -q "\"matmul\":\"$mode\",\"tf32\":\"$tf32\"" out.txt && ok ||
+    bad "bench $given: $(grep -o '"matmul[^,]*,[^,]*' out.txt) $(head -c 200 err.txt)"
+done
 
 # A listed flag does what it says: train --plan auto keeps to --max-batch (it once parsed it and
 # searched up to 512 anyway).

@@ -75,9 +75,9 @@ expect "broken GPU: GPU tests" "$(field brokengpu 'sorted((t["name"], t["result"
 expect "broken GPU: problems naming the backend's failure" \
   "$(field brokengpu 'sorted(p.split(":")[0].split(" (")[0] for p in d["problems"] if "no CUDA GPU is visible" in p)')" \
   "['bench', 'gpu test gpu_kernels', 'gpu test gpu_train', 'gpu_1rank']"
-expect "broken GPU: runs recorded with precision, TF32, transport" \
-  "$(field brokengpu '[(r["name"], r["device"], r["precision"], r["tf32"], r["transport"]) for r in d["runs"] if r["name"].startswith(("smoke_2", "gpu_"))]')" \
-  "[('smoke_2ranks', 'cpu', 'fp32', 'n/a', 'mpi'), ('gpu_1rank', 'cuda', 'fp32', 'on', 'none')]"
+expect "broken GPU: runs recorded with precision, matmul mode, TF32, transport" \
+  "$(field brokengpu '[(r["name"], r["device"], r["precision"], r["matmul"], r["tf32"], r["transport"]) for r in d["runs"] if r["name"].startswith(("smoke_2", "gpu_"))]')" \
+  "[('smoke_2ranks', 'cpu', 'fp32', 'n/a', 'n/a', 'mpi'), ('gpu_1rank', 'cuda', 'fp32', 'tf32', 'on', 'none')]"
 grep -q 'gpu-check: verdict: FAILED' "$work/brokengpu.out" || bad "broken GPU: no 'verdict: FAILED' line"
 grep -qE 'verdict: (OK|NO GPU)|: OK$' "$work/brokengpu.out" && bad "broken GPU: says OK or NO GPU"
 grep -q '^# GPU check: FAILED' "$work/brokengpu/gpu-check.md" || bad "broken GPU: gpu-check.md does not say FAILED"

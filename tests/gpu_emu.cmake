@@ -1,9 +1,10 @@
 # The CUDA kernels checked on this machine's CPU (label gpu-emu, in every `make test`): the
 # sources of src/kernels/cuda are compiled with the C++ compiler against the CUDA emulation of
 # tools/cuda-emu (every thread block run as blockDim fibers with real barriers and warp
-# shuffles, cuBLAS as a reference GEMM that honours TF32 compute) and tests/test_cuda_kernels.c
-# runs on them: every kernel against the CPU kernels, in fp32 and with TF32 matmuls. Built with
-# everything else (build/test_cuda_kernels_emu); nothing is written outside the build tree.
+# shuffles, cuBLAS as a reference GEMM that honours TF32 and bf16 compute) and
+# tests/test_cuda_kernels.c runs on them: every kernel against the CPU kernels in fp32 mode, and
+# matmul and attention also in tf32 and bf16 modes. Built with everything else
+# (build/test_cuda_kernels_emu); nothing is written outside the build tree.
 # gpu_emu_primitives checks the emulator's own numerics (bf16, TF32, WMMA fragments). Says
 # nothing about speed or the GPU's own rounding: that is `ctest -L gpu` on a GPU.
 # Skipped (77, with the reason) without a C++ compiler, and in sanitizer builds (the fibers

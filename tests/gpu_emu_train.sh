@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # gpu_emu_train.sh: training with --device cuda on the CPU emulation of CUDA (tools/cuda-emu,
-# CTest gpu_emu_train, label gpu-emu) is training on the CPU: 3 steps in full fp32 (--tf32
-# off) of the tiny GPT-2 under ddp and zero3 (sharded gradient norm and AdamW parts) and of
+# CTest gpu_emu_train, label gpu-emu) is training on the CPU: 3 steps in full fp32 (--matmul
+# fp32) of the tiny GPT-2 under ddp and zero3 (sharded gradient norm and AdamW parts) and of
 # llama-tiny (RMSNorm, RoPE, SwiGLU, grouped-query attention) reproduce the CPU's losses and
 # gradient norms within 1e-4 relative, and each run's measured arena peak equals the
-# prediction; tiny with TF32 on (the GPU's default), within 1e-3 and visibly not fp32.
+# prediction; tiny with TF32 on (--tf32 on, the GPU's default), within 1e-3 and visibly not
+# fp32; tiny with --matmul bf16 (matmuls and attention on bf16 tensor cores), within 3e-3 and
+# visibly neither fp32 nor TF32.
 # The engine's whole GPU path (device memory, copies, every kernel of a step, the one-pass
 # gradient norm and AdamW) on a machine without a GPU; about 5 s a run. gpu_train.sh is the
 # full version on a real GPU.
@@ -22,7 +24,7 @@ same_norms() {
     { d = $1 - $2; if (d < 0) d = -d; if (d > tol * ($1 < 0 ? -$1 : $1)) { print "step " NR ": " $1 " vs " $2; bad = 1 } }
     END { if (NR != n || NR == 0) { print NR " steps"; bad = 1 }; exit bad }'
 }
-# The first step's gradient norms of two logs differ (TF32 products are not fp32's).
+# The first step's gradient norms of two logs differ (TF32 or bf16 products are not fp32's).
 norms_differ() { [ "$(norms "$1" | head -n 1)" != "$(norms "$2" | head -n 1)" ] || { echo "step 1: the same norm"; return 1; }; }
 
 common=(--data addition:2 --seq 32 --batch 2 --steps 3 --lr 3e-3 --quiet --json)
@@ -33,10 +35,14 @@ for model in tiny llama-tiny; do
   fi
 done
 # The emulation reports 16 GiB free: --mem-limit makes the arena what the plan needs.
-for case in tiny:ddp tiny:zero3 tiny:tf32 llama-tiny:ddp; do
+for case in tiny:ddp tiny:zero3 tiny:tf32 tiny:bf16 llama-tiny:ddp; do
   model=${case%%:*}; plan=${case#*:}
   run=$work/emu-$model-$plan; ref=$work/$model-cpu.jsonl
-  if [ $plan = tf32 ]; then args=(--plan ddp --tf32 on); else args=(--plan $plan --tf32 off); fi
+  case $plan in
+    tf32) args=(--plan ddp --tf32 on) ;;
+    bf16) args=(--plan ddp --matmul bf16) ;;
+    *) args=(--plan $plan --matmul fp32) ;;
+  esac
   if ! "$emu" train --model $model "${common[@]}" "${args[@]}" --device cuda --mem-limit 256M \
        --log "$run.jsonl" > "$run.sum" 2> "$run.err"; then
     fail=$((fail+1)); echo "FAIL $case on the emulated GPU: $(tail -3 "$run.err")"; continue
@@ -47,6 +53,13 @@ for case in tiny:ddp tiny:zero3 tiny:tf32 llama-tiny:ddp; do
     check "losses $case" "$tool" losses "$ref" "$run.jsonl" 1e-3
     check "gradient norms $case" same_norms "$ref" "$run.jsonl" 1e-3
     check "TF32 in effect" norms_differ "$ref" "$run.jsonl"
+  elif [ $plan = bf16 ]; then
+    # Every product's inputs rounded to bf16, the attention's tiles, P and dS too (measured:
+    # 3.5e-4 on the norms, 2e-5 on the losses).
+    check "losses $case" "$tool" losses "$ref" "$run.jsonl" 1e-3
+    check "gradient norms $case" same_norms "$ref" "$run.jsonl" 3e-3
+    check "bf16 in effect (not fp32)" norms_differ "$ref" "$run.jsonl"
+    check "bf16 in effect (not TF32)" norms_differ "$work/emu-tiny-tf32.jsonl" "$run.jsonl"
   else
     check "losses $case" "$tool" losses "$ref" "$run.jsonl" 1e-4
     check "gradient norms $case" same_norms "$ref" "$run.jsonl" 1e-4

@@ -2,7 +2,7 @@
 ** test_cuda_kernels.c: the CUDA backend (src/kernels/cuda) against the CPU backend.
 **
 ** Exits 77 (CTest: skipped) only when the CUDA runtime sees no GPU and none is required (may_skip;
-** any other failure to start fails). Otherwise, with TF32 off:
+** any other failure to start fails). Otherwise, in matmul mode fp32 (MATMUL_FP32):
 **  0. every entry of the backend's fp32 table (KERNEL_LIST) and every member of the backend is
 **     set;
 **  1. the backend's memory services: to_device, copy, zero and to_host round-trip bit-exactly,
@@ -15,18 +15,20 @@
 **     accumulate;
 **  3. the kernels that reduce (embedding, LayerNorm, RMSNorm and attention gradients, the loss,
 **     the sum of squares) give bit-identical results when run twice;
-**  4. with TF32 on, every matmul case of 2. still agrees to TF32 precision, and a larger
-**     product's error shows that TF32 is in effect (checked in the emulation, printed on a GPU);
-**     attention too (on the tensor-core kernels for head sizes that are multiples of 16,
-**     bit-identical twice).
+**  4. in matmul modes tf32 and bf16, every matmul case of 2. still agrees to that format's
+**     precision, and a larger product shows that the mode is in effect (in the emulation: equal
+**     to the product of the inputs rounded to the format; on a GPU its error is printed);
+**     attention too (on the tensor-core kernels of that precision for head sizes that are
+**     multiples of 16, bit-identical twice), and bf16 attention visibly differs from TF32's.
 ** Also built against the CPU emulation of CUDA (tools/cuda-emu, -DOSDP_CUDA_EMU, CTest
 ** gpu_emu_kernels), where only the clock check's products are smaller.
 ** The comparison is norm-relative: max_i |gpu[i] - cpu[i]| <= tol * max_i |cpu[i]|, with
 ** tol = 1e-5 (fp32 against fp32 with a different summation order), 1e-12 for the sums of
-** squares (both in double), 1e-2 for TF32 matmul and 3e-3 for TF32 attention. Every comparison
-** prints its error.
+** squares (both in double), 1e-2 for TF32 matmul and 3e-3 for TF32 attention, BF16_TOL and
+** ATT_BF16_TOL (below) in bf16 mode. Every comparison prints its error.
 */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +42,17 @@
 #define DOUBLE_TOL 1e-12 /* sums accumulated in double on both sides */
 #define TF32_TOL 1e-2    /* matmul on TF32 tensor cores */
 #define ATT_TF32_TOL 3e-3 /* attention on TF32 tensor cores: inputs rounded to 10 mantissa bits */
+/* bf16 mode: inputs rounded to 8 significant bits, unit roundoff u = 2^-8 = 3.9e-3. A product of
+** two rounded inputs is off by at most 2u relative; over a K-term sum the rounding errors mostly
+** cancel, so the norm-relative error stays near u (in the emulation: matmul 0.9e-3 to 4.2e-3,
+** attention forward 1.2e-3 to 4.6e-3, lse 0.6e-3 to 1.5e-3, backward 2.3e-3 to 4.9e-3, at most
+** 1.3u; each case prints its own). Attention, osdp's own kernels: 2.5u = 9.8e-3, twice the
+** largest, and below what rounding toward zero instead of to nearest gives (tried: backward
+** 1.26e-2). Matmul: 4u = 1.6e-2, as cuBLAS chooses how it converts (`CUBLAS_COMPUTE_32F_FAST_16BF`
+** allows bf16 or TF32; a truncating conversion would double the error). */
+#define BF16_U (1.0 / 256)
+#define BF16_TOL (4 * BF16_U)       /* matmul on bf16 tensor cores (cuBLAS) */
+#define ATT_BF16_TOL (2.5 * BF16_U) /* attention on bf16 tensor cores: Q, K, V, dO, P, dS rounded */
 #define SKIP_EXIT 77     /* CTest's SKIP_RETURN_CODE */
 #define DEVICE_BYTES ((size_t)64 << 20)
 
@@ -115,13 +128,14 @@ static double rel_err(const float* a, const float* ref, size_t n) {
 }
 
 /* Checks the device result dev[0..n) against the CPU's ref to tol (norm-relative); prints the
-** error. */
-static void compare(const char* name, const float* dev, const float* ref, size_t n, double tol) {
+** error and returns it. */
+static double compare(const char* name, const float* dev, const float* ref, size_t n, double tol) {
   float* got = download(dev, n);
   double err = rel_err(got, ref, n);
   printf("  %-52s %8zu values, max rel err %.2e\n", name, n, err);
   CHECK_MSG(err <= tol, "%s: relative error %.3g > %.3g", name, err, tol);
   free(got);
+  return err;
 }
 
 /* Checks that the device buffers a and b hold bit-identical values (run-to-run determinism). */
@@ -152,7 +166,7 @@ static void test_table(void) {
 #undef CHECK_TABLE_ENTRY
   CHECK(gpu->reserve && gpu->release && gpu->available && gpu->zero && gpu->copy &&
         gpu->to_device && gpu->to_host && gpu->synchronize && gpu->clock && gpu->set_threads &&
-        gpu->set_tf32 && gpu->attention_scratch_elems && gpu->compute_stream);
+        gpu->set_matmul_mode && gpu->attention_scratch_elems && gpu->compute_stream);
   if (gpu->attention_scratch_elems) CHECK(gpu->attention_scratch_elems(1024, 64) == 0);
 }
 
@@ -280,14 +294,24 @@ static void test_embed_tok(void) {
 // ----------------------------------------------------------------------------
 // matmul
 
+/* The tolerance of matmul mode m's products against the CPU's fp32. */
+static double matmul_tol(MatmulMode m) {
+  return m == MATMUL_BF16 ? BF16_TOL : m == MATMUL_TF32 ? TF32_TOL : TOL;
+}
+
+/* Mode m's name in check lines (" BF16", " TF32"; fp32: none). */
+static const char* mode_label(MatmulMode m) {
+  return m == MATMUL_BF16 ? " BF16" : m == MATMUL_TF32 ? " TF32" : "";
+}
+
 /* matmul forward with bias / without, accumulate 0 / 1, on strided inputs (ldinp > K); backward
 ** with dinp and dbias present and both NULL, dw and dbias accumulated and overwritten, over
 ** random values (the padding columns of dinp stay untouched, which the comparison of the whole
 ** strided buffer checks). */
-static void test_matmul_mode(int tf32) {
-  double tol = tf32 ? TF32_TOL : TOL;
-  const char* mode = tf32 ? " TF32" : "";
-  gpu->set_tf32(tf32);
+static void test_matmul_mode(MatmulMode m) {
+  double tol = matmul_tol(m);
+  const char* mode = mode_label(m);
+  gpu->set_matmul_mode(m);
   /* the last: dbias over several row chunks of the column sums */
   int shapes[][4] = {/* BT, K, OC, ldinp */ {37, 50, 70, 64}, {64, 128, 96, 128},
                      {100, 33, 17, 40}, {1, 7, 5, 7}, {1000, 8, 600, 8}};
@@ -333,36 +357,65 @@ static void test_matmul_mode(int tf32) {
       free(inp); free(w); free(dout); free(dinp); free(dw); free(db);
     }
   }
-  gpu->set_tf32(0);
+  gpu->set_matmul_mode(MATMUL_FP32);
 }
 
-/* matmul forward and backward with TF32 off (fp32 products, TOL). */
-static void test_matmul(void) { test_matmul_mode(0); }
+/* matmul forward and backward in fp32 mode (fp32 products, TOL). */
+static void test_matmul(void) { test_matmul_mode(MATMUL_FP32); }
 
-/* TF32 mode: every matmul case of test_matmul with TF32 on, to TF32_TOL, and a larger product,
-** whose error must also show that TF32 is in effect: more than fp32's TOL (checked in the CPU
-** emulation, whose cuBLAS rounds the inputs to TF32; printed on a GPU, where cuBLAS may pick a
-** kernel without tensor cores). TF32 is switched off again. */
-static void test_matmul_tf32(void) {
-  test_matmul_mode(1);
+/* x rounded as matmul mode m feeds the tensor cores: TF32 to nearest with ties away from zero
+** (cvt.rna.tf32.f32), bf16 to nearest even; fp32 as it is. Inf and NaN are not used here. */
+static float round_for_mode(float x, MatmulMode m) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if (m == MATMUL_TF32) u = (u + 0x1000u) & 0xffffe000u;
+  if (m == MATMUL_BF16) u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+/* Matmul mode m (tf32 or bf16): every matmul case of test_matmul in that mode, to its tolerance,
+** and a larger product whose error must show that the mode is in effect: more than fp32's TOL,
+** and in the CPU emulation (whose cuBLAS rounds the inputs as the mode says) within 1e-6 of the
+** product of the inputs rounded to the format, summed in double, which no other mode's
+** rounding is. On a GPU the errors are printed (cuBLAS may pick a kernel without tensor cores).
+** The mode is set back to fp32. */
+static void test_matmul_fast(MatmulMode m) {
+  test_matmul_mode(m);
   device_reset();
   int BT = 256, K = 512, OC = 384;
   size_t ni = (size_t)BT * K, nw = (size_t)K * OC, no = (size_t)BT * OC;
   float *inp = frandn(ni, 1, 0), *w = frandn(nw, 1, 0), *out = xmalloc(no * sizeof(float));
   float* d_out = device_alloc(no * sizeof(float));
   ck->matmul_forward(out, inp, K, w, NULL, BT, K, OC, 0);
-  gpu->set_tf32(1);
+  gpu->set_matmul_mode(m);
   gk->matmul_forward(d_out, upload_f(inp, ni), K, upload_f(w, nw), NULL, BT, K, OC, 0);
-  gpu->set_tf32(0);
-  compare("matmul_forward TF32 BT256 K512 OC384", d_out, out, no, TF32_TOL);
+  gpu->set_matmul_mode(MATMUL_FP32);
+  char name[96];
+  snprintf(name, sizeof name, "matmul_forward%s BT256 K512 OC384", mode_label(m));
+  compare(name, d_out, out, no, matmul_tol(m));
   float* got = download(d_out, no);
   double err = rel_err(got, out, no);
-  printf("  %-52s %s (error %.2e vs fp32's %.0e)\n", "TF32 in effect", err > TOL ? "yes" : "no",
-         err, TOL);
+  /* the product of the rounded inputs, in double, rounded to float once */
+  float* rounded = xmalloc(no * sizeof(float));
+  for (int i = 0; i < BT; i++)
+    for (int j = 0; j < OC; j++) {
+      double sum = 0;
+      for (int k = 0; k < K; k++)
+        sum += (double)round_for_mode(inp[(size_t)i * K + k], m) *
+               round_for_mode(w[(size_t)k * OC + j], m);
+      rounded[(size_t)i * OC + j] = (float)sum;
+    }
+  double err_rounded = rel_err(got, rounded, no);
+  snprintf(name, sizeof name, "%s in effect", mode_label(m) + 1);
+  printf("  %-52s %s (error %.2e vs fp32's %.0e; %.2e from the product of the rounded inputs)\n",
+         name, err > TOL ? "yes" : "no", err, TOL, err_rounded);
 #ifdef OSDP_CUDA_EMU
-  CHECK_MSG(err > TOL, "TF32 mode: error %.3g is fp32's: the inputs were not rounded", err);
+  CHECK_MSG(err > TOL, "%s mode: error %.3g is fp32's: the inputs were not rounded", name, err);
+  CHECK_MSG(err_rounded <= 1e-6, "%s mode: %.3g from the product of the inputs rounded to the "
+            "format", name, err_rounded);
 #endif
-  free(inp); free(w); free(out); free(got);
+  free(inp); free(w); free(out); free(got); free(rounded);
 }
 
 // ----------------------------------------------------------------------------
@@ -482,8 +535,10 @@ static void test_rmsnorm(void) {
 ** NH = 4 NKV and one K/V head for six query heads. q, k and v live in one buffer (their
 ** gradients too, the padding included, which must come back untouched). The backward runs on
 ** the CPU's out and lse, twice on the GPU, bit-identical. The GPU gets no scratch (it uses
-** none). */
-static void attention_cases(const char* mode, double tol) {
+** none). Returns the largest forward error (out) of the head sizes that are multiples of 16 (the
+** tensor-core kernels' in tf32 and bf16 modes). */
+static double attention_cases(const char* mode, double tol) {
+  double tc_err = 0;
   int shapes[][7] = {/* B, T, NH, NKV, hs, ldq, ldkv */
                      {2, 37, 2, 2, 32, 0, 0},       {1, 100, 2, 2, 64, 0, 0},
                      {2, 64, 1, 1, 64, 0, 0},       {1, 70, 2, 2, 128, 0, 0},
@@ -521,7 +576,8 @@ static void attention_cases(const char* mode, double tol) {
     snprintf(shape, sizeof shape, "%sB%d T%d NH%d NKV%d hs%d ldq%d ldkv%d", mode, B, T, NH, NKV, hs,
              ldq, ldkv);
     snprintf(name, sizeof name, "attention_forward %s", shape);
-    compare(name, d_out, out, no, tol);
+    double err = compare(name, d_out, out, no, tol);
+    if (hs % 16 == 0) tc_err = fmax(tc_err, err);
     snprintf(name, sizeof name, "attention_forward.lse %s", shape);
     compare(name, d_lse, lse, nl, tol);
 
@@ -540,19 +596,28 @@ static void attention_cases(const char* mode, double tol) {
     compare_identical(name, d_dbuf, d_dbuf2, nbuf);
     free(scratch); free(buf); free(out); free(lse); free(dout); free(dbuf);
   }
+  return tc_err;
 }
 
-/* The fp32 kernels (TF32 off: the exact path). */
+/* The fp32 kernels (matmul mode fp32: the exact path). */
 static void test_attention(void) { attention_cases("", TOL); }
 
-/* With TF32 on, the shapes again: head sizes that are multiples of 16 run on the tensor-core
-** kernels (64 x 64 tiles: T = 1, 37, 64, 70, 100, 129 cover one partial, one whole and several
-** tiles) and agree to TF32 precision; hs 40 still runs the fp32 kernels. Bit-identical twice,
-** as before. TF32 is switched off again. */
-static void test_attention_tf32(void) {
-  gpu->set_tf32(1);
-  attention_cases("TF32 ", ATT_TF32_TOL);
-  gpu->set_tf32(0);
+/* In matmul modes tf32 and bf16, the shapes again: head sizes that are multiples of 16 run on
+** the tensor-core kernels of that precision (64 x 64 tiles: T = 1, 37, 64, 70, 100, 129 cover
+** one partial, one whole and several tiles) and agree to its precision; hs 40 still runs the
+** fp32 kernels. Bit-identical twice, as before. bf16's largest forward error must be more than
+** twice TF32's (bf16's unit roundoff is 8 times TF32's): bf16 mode ran the bf16 kernels, not
+** TF32's or fp32's. The mode is set back to fp32. */
+static void test_attention_fast(void) {
+  gpu->set_matmul_mode(MATMUL_TF32);
+  double tf32_err = attention_cases("TF32 ", ATT_TF32_TOL);
+  gpu->set_matmul_mode(MATMUL_BF16);
+  double bf16_err = attention_cases("BF16 ", ATT_BF16_TOL);
+  gpu->set_matmul_mode(MATMUL_FP32);
+  printf("  %-52s %s (largest forward error %.2e vs TF32's %.2e)\n", "BF16 attention in effect",
+         bf16_err > 2 * tf32_err ? "yes" : "no", bf16_err, tf32_err);
+  CHECK_MSG(bf16_err > 2 * tf32_err, "bf16 attention: largest forward error %.3g is not above "
+            "twice TF32's %.3g: the bf16 kernels did not run", bf16_err, tf32_err);
 }
 
 // ----------------------------------------------------------------------------
@@ -827,8 +892,8 @@ static int may_skip(const char* why) {
   return !gpu_required() && why != NULL && strstr(why, "no CUDA GPU is visible") != NULL;
 }
 
-/* Skips where no GPU is visible (may_skip); otherwise one device block for every test, TF32 off
-** except in test_matmul_tf32. */
+/* Skips where no GPU is visible (may_skip); otherwise one device block for every test, in matmul
+** mode fp32 except in test_matmul_fast and test_attention_fast. */
 int main(void) {
   gpu = backend_cuda();
   if (gpu == NULL) {
@@ -845,7 +910,7 @@ int main(void) {
   ck = backend_cpu()->f32;
   gk = gpu->f32;
   backend_cpu()->set_threads(1);
-  gpu->set_tf32(0);
+  gpu->set_matmul_mode(MATMUL_FP32);
   device_base = gpu->reserve(DEVICE_BYTES);
   if (device_base == NULL) {
     fprintf(stderr, "test_cuda_kernels: %s\n", osdp_last_error());
@@ -857,11 +922,12 @@ int main(void) {
   test_embed_pos();
   test_embed_tok();
   test_matmul();
-  test_matmul_tf32();
+  test_matmul_fast(MATMUL_TF32);
+  test_matmul_fast(MATMUL_BF16);
   test_layernorm();
   test_rmsnorm();
   test_attention();
-  test_attention_tf32();
+  test_attention_fast();
   test_elementwise();
   test_rope();
   test_crossentropy();

@@ -185,7 +185,7 @@ static void check_table_f64(const char* name, const Kernels_f64* t) {
 /* Every member of a CPU backend is set: its services and both kernel tables, completely. */
 static void check_cpu_backend(const Backend* bk) {
   CHECK(bk->reserve && bk->release && bk->available && bk->zero && bk->copy && bk->to_device &&
-        bk->to_host && bk->synchronize && bk->clock && bk->set_threads && bk->set_tf32 &&
+        bk->to_host && bk->synchronize && bk->clock && bk->set_threads && bk->set_matmul_mode &&
         bk->attention_scratch_elems && bk->compute_stream);
   CHECK(bk->f32 != NULL && bk->f64 != NULL);
   if (bk->f32) check_table_f32(bk->name, bk->f32);

@@ -107,7 +107,9 @@ int cmd_bench(int argc, char** argv) {
   TrainOptions opt;
   Engine e;
   long B, T, steps;
-  if (args_parse(&a, &bench_spec, argc, argv) || setup_model(&a, "tiny", &d) ||
+  MatmulMode matmul;
+  if (args_parse(&a, &bench_spec, argc, argv) || setup_matmul_mode(&a, &matmul) ||
+      setup_model(&a, "tiny", &d) ||
       args_int(&a, "batch", 4, 1, 1 << 20, &B) || args_int(&a, "seq", d.cfg.max_seq < 256 ? d.cfg.max_seq : 256, 1, d.cfg.max_seq, &T) ||
       args_int(&a, "steps", 5, 1, 1 << 20, &steps) || setup_train_options(&a, &opt) ||
       setup_plan(&a, &d, (int)B, (int)T, args_has(&a, "batch"), args_has(&a, "seq"), &p) ||
@@ -159,13 +161,15 @@ int cmd_bench(int argc, char** argv) {
       printf("{\"model\":\"%s\",\"plan\":\"%s\",\"ranks\":%d,\"micro_batch\":%d,\"seq\":%d,"
              "\"threads\":%d,\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,\"gflops_per_rank\":%.2f,"
              "\"sgemm_gflops\":%.2f,\"ratio\":%.4f,\"peak_bytes\":%.0f,\"predicted_peak_bytes\":%zu,"
-             "\"comm_s_per_step\":%.4f,\"recompute_layers\":%d,\"device\":\"%s\",\"tf32\":\"%s\","
-             "\"precision\":\"fp32\",\"flops_per_token\":%.0f,\"reduce_dtype\":\"%s\","
+             "\"comm_s_per_step\":%.4f,\"recompute_layers\":%d,\"device\":\"%s\",\"matmul\":\"%s\","
+             "\"tf32\":\"%s\",\"precision\":\"fp32\",\"flops_per_token\":%.0f,"
+             "\"reduce_dtype\":\"%s\","
              "\"overlap_reduce\":%s,\"prefetch\":%s,\"median_ms_per_step\":%.3f,"
              "\"median_tokens_per_s\":%.1f,\"optimizer_ms_per_step\":%.3f",
              d.cfg.name, args_get(&a, "plan", "ddp"), comm_size(), p.micro_batch, p.seq, opt.threads,
              ms, tokens / (ms / 1e3), gflops, ref, ref > 0 ? gflops / ref : 0, peak_max, e.predicted.peak,
-             comm_s / steps, plan_recompute_count(&p), bk->name, args_get(&a, "tf32", "on"),
+             comm_s / steps, plan_recompute_count(&p), bk->name, matmul_mode_name(matmul),
+             matmul == MATMUL_TF32 ? "on" : "off",
              flops / (double)BT, reduce_dtype_name(p.reduce_dtype), p.overlap_reduce ? "true" : "false",
              p.prefetch ? "true" : "false", median_ms, tokens / (median_ms / 1e3), 1e3 * optim / steps);
       print_comms(1, steps);
@@ -182,8 +186,8 @@ int cmd_bench(int argc, char** argv) {
         printf("  sgemm at %d x %d x %d (OpenBLAS kernel %s): %.1f GFLOP/s -> step reaches %.0f%% of sgemm\n",
                BT, d.cfg.padded_vocab, d.cfg.n_embd, kernels_blas_core(), ref, 100 * gflops / ref);
       else
-        printf("  matmul at %d x %d x %d on %s (TF32 %s): %.1f GFLOP/s -> step reaches %.0f%% of it\n",
-               BT, d.cfg.padded_vocab, d.cfg.n_embd, bk->name, args_get(&a, "tf32", "on"), ref,
+        printf("  matmul at %d x %d x %d on %s (%s): %.1f GFLOP/s -> step reaches %.0f%% of it\n",
+               BT, d.cfg.padded_vocab, d.cfg.n_embd, bk->name, matmul_mode_name(matmul), ref,
                ref > 0 ? 100 * gflops / ref : 0);
       printf("  peak memory %s per rank (predicted %s), communication %.1f ms/step (rank 0, blocking part)\n",
              format_bytes(peak_max, pk), format_bytes((double)e.predicted.peak, pr), 1e3 * comm_s / steps);

@@ -163,20 +163,35 @@ int setup_plan(const Args* a, const GptDesc* d, int B, int T, int B_given, int T
   return plan_validate(p, d, world);
 }
 
-const Backend* setup_backend(const Args* a) {
-  const char* tf32 = args_get(a, "tf32", "on");
-  const char* precision = args_get(a, "precision", "fp32");
-  if (strcmp(tf32, "on") && strcmp(tf32, "off")) {
-    osdp_fail("--tf32: '%s' is not on or off", tf32);
-    return NULL;
+int setup_matmul_mode(const Args* a, MatmulMode* mode) {
+  const char* matmul = args_get(a, "matmul", NULL);
+  const char* tf32 = args_get(a, "tf32", NULL);
+  int m = MATMUL_TF32, from_tf32 = -1;
+  if (matmul && (m = matmul_mode_parse(matmul)) < 0)
+    return osdp_fail("--matmul: '%s' is not fp32, tf32 or bf16", matmul);
+  if (tf32) {
+    if (strcmp(tf32, "on") && strcmp(tf32, "off"))
+      return osdp_fail("--tf32: '%s' is not on or off", tf32);
+    from_tf32 = strcmp(tf32, "on") == 0 ? MATMUL_TF32 : MATMUL_FP32;
   }
+  if (matmul && tf32 && m != from_tf32)
+    return osdp_fail("--matmul %s and --tf32 %s disagree (--tf32 on is --matmul tf32, off is "
+                     "--matmul fp32); give only --matmul", matmul, tf32);
+  *mode = (MatmulMode)(tf32 && !matmul ? from_tf32 : m);
+  return 0;
+}
+
+const Backend* setup_backend(const Args* a) {
+  const char* precision = args_get(a, "precision", "fp32");
+  MatmulMode mode;
+  if (setup_matmul_mode(a, &mode)) return NULL;
   if (strcmp(precision, "fp32")) {
     osdp_fail("--precision: '%s' is not available; this osdp trains in fp32 (bf16 mixed precision is "
-              "not built yet)", precision);
+              "not built yet; --matmul bf16 computes products on bf16 tensor cores)", precision);
     return NULL;
   }
   const Backend* bk = backend_by_name(args_get(a, "device", "cpu"), "--device");
-  if (bk) bk->set_tf32(strcmp(tf32, "on") == 0);
+  if (bk) bk->set_matmul_mode(mode);
   return bk;
 }
 
@@ -232,6 +247,13 @@ static int auto_device(const Args* a, const GptDesc* d, const ProfileOptions* po
   char dir[4096], key[PROFILE_KEY_MAX], path[4200];
   if (profile_cache_dir(a, dir, sizeof dir)) return -1;
   profile_cache_key(d, po, key);
+  MatmulMode mode;
+  if (po->backend && po->backend != backend_cpu() && !setup_matmul_mode(a, &mode)) {
+    /* A GPU's op times depend on the matmul mode: a profile of another mode is not reused (the
+    ** CPU computes in fp32 in every mode). */
+    size_t used = strlen(key);
+    snprintf(key + used, PROFILE_KEY_MAX - used, "matmul %s\n", matmul_mode_name(mode));
+  }
   if (dir[0]) trial_cache_path(dir, key, po->mem_limit, (int)trial_steps, trial, 4200);
   int verbose = comm_rank() == 0 && po->verbose;
   if (!args_has(a, "reprofile") && dir[0] && profile_cache_find(dir, key, dev, path, sizeof path)) {
@@ -335,7 +357,10 @@ const OptionSpec setup_profile_options[] = {
 
 const OptionSpec setup_device_options[] = {
     {"device", "D", "cpu", "cpu, or cuda (the rank's GPU: local rank mod GPUs)"},
-    {"tf32", "on|off", "on", "with cuda: matrix products on TF32 tensor cores, or in full fp32"},
+    {"matmul", "fp32|tf32|bf16", "tf32",
+     "with cuda: matrix products and attention in full fp32, or on tensor cores\n"
+     "with inputs rounded to TF32 or to bf16 (fp32 storage and sums)"},
+    {"tf32", "on|off", NULL, "the older spelling: on is --matmul tf32, off is --matmul fp32"},
     {"precision", "P", "fp32", "fp32 (bf16 mixed precision is not built yet)"},
     {NULL, NULL, NULL, NULL}};
 

@@ -60,7 +60,11 @@ int setup_recompute_search(const Args* a, const GptDesc* d, SearchOptions* so);
 /* The search options of the command line: --reduce-dtype fp32|bf16|auto, --shard-group G (fixes
 ** every op's group; absent: the planner chooses), --recompute N|all (the count fixed). */
 int setup_search_options(const Args* a, const GptDesc* d, int ranks, SearchOptions* so);
-/* The backend of --device cpu|cuda (default cpu) with --tf32 on|off (default on) and
+/* The matmul mode of --matmul fp32|tf32|bf16 (default tf32) or of the older --tf32 on|off (on:
+** tf32, off: fp32) into *mode; 0, or -1 with a one-line error for a bad value or when both are
+** given and disagree. */
+int setup_matmul_mode(const Args* a, MatmulMode* mode);
+/* The backend of --device cpu|cuda (default cpu) in the matmul mode of setup_matmul_mode, with
 ** --precision fp32 (bf16 is not built yet). NULL with a one-line error (e.g. no GPU here). */
 const Backend* setup_backend(const Args* a);
 /* Optimizer, threads, memory and device options (--lr --seed --threads --mem-limit --warmup

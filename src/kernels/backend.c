@@ -13,6 +13,17 @@ const Backend* backend_by_name(const char* name, const char* field) {
   return NULL;
 }
 
+/* The modes' names, indexed by MatmulMode. */
+static const char* const matmul_mode_names[] = {"fp32", "tf32", "bf16"};
+
+int matmul_mode_parse(const char* name) {
+  for (int m = 0; m < (int)(sizeof matmul_mode_names / sizeof matmul_mode_names[0]); m++)
+    if (!strcmp(name, matmul_mode_names[m])) return m;
+  return -1;
+}
+
+const char* matmul_mode_name(MatmulMode m) { return matmul_mode_names[m]; }
+
 double backend_matmul_gflops(const Backend* bk, int M, int N, int K) {
   if (bk == backend_cpu()) return kernels_sgemm_gflops(M, N, K);
   size_t n = (size_t)M * K + (size_t)K * N + (size_t)M * N;

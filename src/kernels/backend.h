@@ -31,6 +31,13 @@ typedef struct Kernels_f64 {
 } Kernels_f64;
 #undef KERNEL_TABLE_MEMBER
 
+/* How a backend computes matrix products (on CUDA also attention), always on fp32 storage with
+** fp32 accumulation: MATMUL_FP32 in full fp32; MATMUL_TF32 on tensor cores with the inputs
+** rounded to TF32 (10 mantissa bits; the CUDA default, `--matmul tf32`); MATMUL_BF16 on tensor
+** cores with the inputs rounded to bf16 (7 mantissa bits: PyTorch's
+** float32_matmul_precision("medium"), `--matmul bf16`). The CPU computes in fp32 in every mode. */
+typedef enum MatmulMode { MATMUL_FP32 = 0, MATMUL_TF32 = 1, MATMUL_BF16 = 2 } MatmulMode;
+
 typedef struct Backend {
   const char* name;         /* "cpu" or "cuda" */
   int device_memory;        /* 1: reserved memory is not host-addressable */
@@ -55,9 +62,10 @@ typedef struct Backend {
   ** difference of two readings is the work between them. */
   double (*clock)(void);
   void (*set_threads)(int n);                                   /* CPU kernel threads */
-  /* Matrix products on tensor cores in TF32 (1, the CUDA default) or in full fp32 (0: exact
-  ** tests, `--tf32 off`). The CPU computes in fp32 either way. */
-  void (*set_tf32)(int on);
+  /* The compute mode of matrix products and attention from now on (MatmulMode; `--matmul`):
+  ** CUDA's default is MATMUL_TF32, MATMUL_FP32 is the exact path of the tests. The CPU
+  ** computes in fp32 whatever the mode. */
+  void (*set_matmul_mode)(MatmulMode mode);
   const Kernels_f32* f32;
   const Kernels_f64* f64;   /* NULL where there are no fp64 kernels (CUDA) */
   /* Elements of scratch the attention kernels need per kernel thread for sequence length T
@@ -87,6 +95,10 @@ const Backend* backend_by_name(const char* name, const char* field);
 ** (kernels_sgemm_gflops) on the CPU, the best of 5 timed matmul_forward calls on the backend's
 ** clock elsewhere; 0 when the buffers do not fit. The reference a step's speed is compared to. */
 double backend_matmul_gflops(const Backend* bk, int M, int N, int K);
+/* The MatmulMode called `name` ("fp32", "tf32" or "bf16"), or -1 for any other name. */
+int matmul_mode_parse(const char* name);
+/* The name of mode m: "fp32", "tf32" or "bf16". */
+const char* matmul_mode_name(MatmulMode m);
 /* Whether this osdp was built with the CUDA backend. */
 int backend_cuda_built(void);
 

@@ -86,12 +86,12 @@ static void cpu_release(void* base, size_t bytes, size_t written) {
 
 /* The rest of the backend's services on host memory (see backend.h): the CPU bounds nothing
 ** (available = 0), zero and copies are memset / memmove, work is finished when a kernel
-** returns (nothing to synchronise), TF32 does not exist and there is no stream. */
+** returns (nothing to synchronise), every matmul mode computes in fp32 and there is no stream. */
 static size_t cpu_available(void) { return 0; }
 static void cpu_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_copy(void* dst, const void* src, size_t bytes) { memmove(dst, src, bytes); }
 static void cpu_synchronize(void) {}
-static void cpu_set_tf32(int on) { (void)on; }
+static void cpu_set_matmul_mode(MatmulMode mode) { (void)mode; }
 static void* cpu_compute_stream(void) { return NULL; }
 
 static const Backend cpu_backend = {
@@ -108,7 +108,7 @@ static const Backend cpu_backend = {
     .synchronize = cpu_synchronize,
     .clock = now_seconds,
     .set_threads = kernels_set_threads,
-    .set_tf32 = cpu_set_tf32,
+    .set_matmul_mode = cpu_set_matmul_mode,
     .f32 = &cpu_kernels_f32,
     .f64 = &cpu_kernels_f64,
     .attention_scratch_elems = attention_scratch_elems,

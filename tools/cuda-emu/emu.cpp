@@ -1,7 +1,7 @@
 // tools/cuda-emu/emu.cpp: see build.sh. Not a GPU: a check of the CUDA code's logic on a CPU.
 /* CPU emulation of the CUDA runtime subset used by osdp's CUDA backend: each block runs as
 ** blockDim fibers, __syncthreads and warp shuffles are barriers among them, cuBLAS is a
-** reference GEMM (fp64 sums; TF32 compute rounds its inputs to TF32 first).
+** reference GEMM (fp64 sums; TF32 compute rounds its inputs to TF32 first, bf16 compute to bf16).
 **
 ** Fibers: on x86-64 a fiber switch is emu_switch below (callee-saved registers, MXCSR and the
 ** x87 control word pushed on the fiber's own stack, then the stack pointer swapped: a few
@@ -17,6 +17,7 @@
 ** no thread arrives at a barrier, passes one or finishes is a deadlock (a barrier some threads
 ** never reach): reported and aborted, instead of hanging. */
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
 #if !defined(__x86_64__) || defined(EMU_UCONTEXT)
 #include <ucontext.h>
 #endif
@@ -227,21 +228,25 @@ float emu_round_tf32(float x) {
 
 /* Column-major C = alpha op(A) op(B) + beta C with cuBLAS's argument checks. Each product is
 ** summed in double from fp32 inputs (CUBLAS_COMPUTE_32F: a reference the GPU's fp32 sums are
-** within rounding of) or from inputs first rounded to TF32 (CUBLAS_COMPUTE_32F_FAST_TF32, what
-** the tensor cores multiply), so a TF32-mode run shows TF32's error and an fp32 run does not.
+** within rounding of) or from inputs first rounded to what the tensor cores multiply: TF32
+** (CUBLAS_COMPUTE_32F_FAST_TF32) or bf16, to nearest even (CUBLAS_COMPUTE_32F_FAST_16BF); so a
+** TF32- or bf16-mode run shows that format's error and an fp32 run does not.
 ** op(A) rows and op(B) columns are copied out contiguous first, so the inner loop is a dot
 ** product of two contiguous double arrays. */
 cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void* alpha_, const void* A_, cudaDataType, int lda, const void* B_, cudaDataType, int ldb, const void* beta_, void* C_, cudaDataType, int ldc, cublasComputeType_t ct, cublasGemmAlgo_t) {
   int rowsA = ta == CUBLAS_OP_N ? m : k, rowsB = tb == CUBLAS_OP_N ? k : n;
   if (m < 0 || n < 0 || k < 0 || lda < std::max(1, rowsA) || ldb < std::max(1, rowsB) || ldc < std::max(1, m) ||
-      (ct != CUBLAS_COMPUTE_32F && ct != CUBLAS_COMPUTE_32F_FAST_TF32)) {
+      (ct != CUBLAS_COMPUTE_32F && ct != CUBLAS_COMPUTE_32F_FAST_TF32 && ct != CUBLAS_COMPUTE_32F_FAST_16BF)) {
     fprintf(stderr, "emu: cublasGemmEx invalid: ta %d tb %d m %d n %d k %d lda %d ldb %d ldc %d compute %d\n", ta, tb, m, n, k, lda, ldb, ldc, (int)ct);
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   const float *A = (const float*)A_, *B = (const float*)B_; float* C = (float*)C_;
   float alpha = *(const float*)alpha_, beta = *(const float*)beta_;
-  bool tf32 = ct == CUBLAS_COMPUTE_32F_FAST_TF32;
-  auto in = [&](float x) { return (double)(tf32 ? emu_round_tf32(x) : x); };
+  auto in = [&](float x) {
+    if (ct == CUBLAS_COMPUTE_32F_FAST_TF32) return (double)emu_round_tf32(x);
+    if (ct == CUBLAS_COMPUTE_32F_FAST_16BF) return (double)__bfloat162float(__float2bfloat16(x));
+    return (double)x;
+  };
   std::vector<double> a((size_t)m * k), b((size_t)n * k); /* a[i][l] = op(A)(i, l), b[j][l] = op(B)(l, j) */
   for (int i = 0; i < m; i++)
     for (int l = 0; l < k; l++) a[(size_t)i * k + l] = in(ta == CUBLAS_OP_N ? A[i + (size_t)l * lda] : A[l + (size_t)i * lda]);

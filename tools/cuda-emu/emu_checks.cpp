@@ -2,8 +2,8 @@
 // gpu_emu_primitives, label gpu-emu): bfloat16 conversions against an independent reference
 // over every bf16 and a million float bit patterns, TF32 rounding, the WMMA fragments
 // (m16n16k8 tf32, m16n16k16 bf16, both operand layouts, accumulator load/store in both memory
-// layouts) run by one emulated warp against a reference product, and the emulated cuBLAS's TF32
-// and fp32 compute types. Prints each check; exits 1 on a failure.
+// layouts) run by one emulated warp against a reference product, and the emulated cuBLAS's fp32,
+// TF32 and bf16 compute types. Prints each check; exits 1 on a failure.
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -151,12 +151,28 @@ static float rna_tf32(float x) { return wmma::__float_to_tf32(x); }
 static float trunc_tf32(float x) { return from_bits(bits(x) & 0xffffe000u); }
 static float as_is(float x) { return x; }
 
-static void check_cublas_tf32() {
-  float a = 1.0f + 0x1p-11f, b = 1.0f, c = 0, one = 1, zero = 0;
-  cublasGemmEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, &a, CUDA_R_32F, 1, &b, CUDA_R_32F, 1, &zero, &c, CUDA_R_32F, 1, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT);
-  check(c == 1.0f + 0x1p-10f, "cuBLAS TF32: inputs rounded to TF32 (ties away)");
-  cublasGemmEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, &a, CUDA_R_32F, 1, &b, CUDA_R_32F, 1, &zero, &c, CUDA_R_32F, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  check(c == a, "cuBLAS fp32: inputs as they are");
+/* The emulated cuBLAS's 1 x 1 x 1 product a b in compute type ct. */
+static float cublas_product(float a, float b, cublasComputeType_t ct) {
+  float c = 0, one = 1, zero = 0;
+  cublasGemmEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, &a, CUDA_R_32F, 1, &b, CUDA_R_32F, 1,
+               &zero, &c, CUDA_R_32F, 1, ct, CUBLAS_GEMM_DEFAULT);
+  return c;
+}
+
+/* Each compute type reads its inputs as the GPU's: fp32 as they are, TF32 rounded with ties
+** away, bf16 rounded to nearest even (a tie, one above it, and the product of two ties). */
+static void check_cublas_modes() {
+  float tie11 = 1.0f + 0x1p-11f, tie8 = 1.0f + 0x1p-8f;
+  check(cublas_product(tie11, 1, CUBLAS_COMPUTE_32F_FAST_TF32) == 1.0f + 0x1p-10f,
+        "cuBLAS TF32: inputs rounded to TF32 (ties away)");
+  check(cublas_product(tie11, 1, CUBLAS_COMPUTE_32F) == tie11, "cuBLAS fp32: inputs as they are");
+  check(cublas_product(tie8, 1, CUBLAS_COMPUTE_32F_FAST_16BF) == 1.0f,
+        "cuBLAS bf16: a tie rounds to even (1 + 2^-8 -> 1)");
+  check(cublas_product(1.0f + 0x3p-8f, 1, CUBLAS_COMPUTE_32F_FAST_16BF) == 1.0f + 0x1p-6f,
+        "cuBLAS bf16: a tie rounds to even (1 + 3 2^-8 -> 1 + 2^-6)");
+  check(cublas_product(tie8 + 0x1p-20f, -1.5f, CUBLAS_COMPUTE_32F_FAST_16BF) == -1.5f * (1.0f + 0x1p-7f),
+        "cuBLAS bf16: above a tie rounds up, the product exact");
+  check(cublas_product(tie8, 1, CUBLAS_COMPUTE_32F_FAST_TF32) == tie8, "cuBLAS TF32: 1 + 2^-8 is exact");
 }
 
 int main() {
@@ -171,7 +187,7 @@ int main() {
       "m16n16k16 bf16 A row B col", false, as_is, 1e-2);
   check_wmma<16, 16, 16, __nv_bfloat16, __nv_bfloat16, wmma::col_major, wmma::row_major>(
       "m16n16k16 bf16 A col B row", false, as_is, 1e-2);
-  check_cublas_tf32();
+  check_cublas_modes();
   printf("%s\n", failures ? "FAILED" : "all passed");
   return failures ? 1 : 0;
 }

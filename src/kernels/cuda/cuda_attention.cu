@@ -6,8 +6,9 @@
 ** head h / (NH / NKV)), out [B, T, NH*hs], lse [B, NH, T], scores scaled by 1/sqrt(hs), dq, dk,
 ** dv accumulated. The scratch argument is not used (cuda_attention_scratch_elems is 0). Head
 ** sizes up to ATT_MAX_HS; any T. These kernels compute in fp32 on CUDA cores; while matrix
-** products are in TF32 (set_tf32(1)), head sizes that are multiples of 16 go to the tensor-core
-** kernels of cuda_attention_tc.cu instead.
+** products are on tensor cores (set_matmul_mode: MATMUL_TF32, the default, or MATMUL_BF16),
+** head sizes that are multiples of 16 go to the tensor-core kernels of cuda_attention_tc.cu
+** instead, in that precision.
 **
 ** Tiles are ATT_TILE = 32 queries and 32 keys, so that one lane of a warp owns one key (or one
 ** query) of a tile when scores are formed, and a range of head dimensions (d = lane + 32 j) when
@@ -375,10 +376,11 @@ static void check_heads(int NH, int NKV, int hs) {
   }
 }
 
-/* Whether attention of head size hs runs on the TF32 tensor cores (cuda_attention_tc.cu): while
-** matrix products are in TF32 and for the head sizes those kernels have; else here, in fp32. */
+/* Whether attention of head size hs runs on the tensor cores (cuda_attention_tc.cu, in the
+** matmul mode's precision, TF32 or bf16): while matrix products are in one of those modes and
+** for the head sizes those kernels have; else here, in fp32. */
 static int use_tensor_cores(int hs) {
-  return cuda_ctx.gemm_compute == CUBLAS_COMPUTE_32F_FAST_TF32 && cuda_attention_tc_supports(hs);
+  return cuda_ctx.matmul_mode != MATMUL_FP32 && cuda_attention_tc_supports(hs);
 }
 
 /* No scratch: every tile of both passes is staged in the block's shared memory. */
@@ -392,7 +394,8 @@ void cuda_attention_forward(float* out, float* lse, const float* q, const float*
   if (B <= 0 || T <= 0) return;
   check_heads(NH, NKV, hs);
   if (use_tensor_cores(hs)) {
-    cuda_attention_tc_forward(out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, hs);
+    cuda_attention_tc_forward(out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, hs,
+                              cuda_ctx.matmul_mode);
     return;
   }
   dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
@@ -408,7 +411,8 @@ void cuda_attention_backward(float* dq, float* dk, float* dv, const float* dout,
   if (B <= 0 || T <= 0) return;
   check_heads(NH, NKV, hs);
   if (use_tensor_cores(hs)) {
-    cuda_attention_tc_backward(dq, dk, dv, dout, q, k, v, ldq, ldkv, out, lse, B, T, NH, NKV, hs);
+    cuda_attention_tc_backward(dq, dk, dv, dout, q, k, v, ldq, ldkv, out, lse, B, T, NH, NKV, hs,
+                               cuda_ctx.matmul_mode);
     return;
   }
   float scale = 1.0f / sqrtf((float)hs);

@@ -134,9 +134,16 @@ static double cuda_clock(void) {
 /* The GPU has no host threads to set. */
 static void cuda_set_threads(int) {}
 
-/* TF32 tensor cores (on, the default) or full fp32 for every matmul. */
-static void cuda_set_tf32(int on) {
-  cuda_ctx.gemm_compute = on ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+/* The compute mode of every matmul and attention call from now on: cuBLAS's compute type for
+** the mode (fp32 in and out, fp32 accumulation; the inputs rounded to TF32 or to bf16 on the
+** tensor cores), and the attention kernels it selects (cuda_attention.cu). */
+static void cuda_set_matmul_mode(MatmulMode mode) {
+  cuda_ctx.matmul_mode = mode;
+  switch (mode) {
+    case MATMUL_FP32: cuda_ctx.gemm_compute = CUBLAS_COMPUTE_32F; break;
+    case MATMUL_TF32: cuda_ctx.gemm_compute = CUBLAS_COMPUTE_32F_FAST_TF32; break;
+    case MATMUL_BF16: cuda_ctx.gemm_compute = CUBLAS_COMPUTE_32F_FAST_16BF; break;
+  }
 }
 
 // ----------------------------------------------------------------------------
@@ -209,7 +216,7 @@ static int init_device(void) {
   INIT_CHECK(cublasSetStream(cuda_ctx.cublas, cuda_ctx.stream));
   INIT_CHECK(cudaMalloc(&workspace, CUBLAS_WORKSPACE_BYTES));
   INIT_CHECK(cublasSetWorkspace(cuda_ctx.cublas, workspace, CUBLAS_WORKSPACE_BYTES));
-  cuda_set_tf32(1);
+  cuda_set_matmul_mode(MATMUL_TF32);
 
   INIT_CHECK(cudaMalloc(&cuda_ctx.reduce_partials, (CUDA_REDUCE_BLOCKS + 1) * sizeof(double)));
   cuda_ctx.reduce_result = cuda_ctx.reduce_partials + CUDA_REDUCE_BLOCKS;
@@ -229,7 +236,7 @@ static int init_device(void) {
   cuda_backend.synchronize = cuda_synchronize;
   cuda_backend.clock = cuda_clock;
   cuda_backend.set_threads = cuda_set_threads;
-  cuda_backend.set_tf32 = cuda_set_tf32;
+  cuda_backend.set_matmul_mode = cuda_set_matmul_mode;
   cuda_backend.f32 = &cuda_kernels_f32;
   cuda_backend.f64 = NULL;
   cuda_backend.attention_scratch_elems = cuda_attention_scratch_elems;

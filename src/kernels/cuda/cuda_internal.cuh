@@ -39,7 +39,8 @@ extern "C" {
 typedef struct CudaContext {
   cudaStream_t stream;              /* the compute stream: every kernel, copy and GEMM */
   cublasHandle_t cublas;            /* bound to stream, with a fixed workspace */
-  cublasComputeType_t gemm_compute; /* CUBLAS_COMPUTE_32F_FAST_TF32 or CUBLAS_COMPUTE_32F */
+  MatmulMode matmul_mode;           /* set_matmul_mode's: chooses cuBLAS's compute and attention */
+  cublasComputeType_t gemm_compute; /* _32F, _32F_FAST_TF32 or _32F_FAST_16BF, by matmul_mode */
   /* Device scratch of the fixed-order reductions: CUDA_REDUCE_BLOCKS partial sums followed by
   ** the one result that is copied back to the host. */
   double* reduce_partials;
@@ -87,16 +88,19 @@ void cuda_attention_backward(float* dq, float* dk, float* dv, const float* dout,
 ** memory). */
 size_t cuda_attention_scratch_elems(int T, int hs);
 
-/* Attention on TF32 tensor cores (cuda_attention_tc.cu), the same contract: used instead of the
-** fp32 kernels while matrix products are in TF32, for the head sizes it supports (multiples of
-** 16 up to 128). cuda_attention_tc_setup opts its kernels in to the shared memory they need. */
+/* Attention on tensor cores (cuda_attention_tc.cu), the same contract, in the precision of
+** matmul mode `mode` (MATMUL_TF32 or MATMUL_BF16; fp32 accumulation): used instead of the fp32
+** kernels while matrix products are in one of those modes, for the head sizes it supports
+** (multiples of 16 up to 128). cuda_attention_tc_setup opts its kernels in to the shared memory
+** they need. */
 int cuda_attention_tc_supports(int hs);
 cudaError_t cuda_attention_tc_setup(void);
 void cuda_attention_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v, int ldq,
-                               int ldkv, int B, int T, int NH, int NKV, int hs);
+                               int ldkv, int B, int T, int NH, int NKV, int hs, MatmulMode mode);
 void cuda_attention_tc_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                                 const float* k, const float* v, int ldq, int ldkv, const float* out,
-                                const float* lse, int B, int T, int NH, int NKV, int hs);
+                                const float* lse, int B, int T, int NH, int NKV, int hs,
+                                MatmulMode mode);
 
 #define CUDA_FULL_WARP 0xffffffffu
 
@@ -122,10 +126,10 @@ static __device__ __forceinline__ float warp_max(float v) {
 
 
 /* The per-query values both attention backward passes need (cuda_attention.cu and
-** cuda_attention_tc.cu): lse_s[r] = lse of query q0 + r and D_s[r] = dO . O of that query (fp32,
-** from global memory; 0 for rows at or past T), for r < rows. Warp w of the block computes rows
-** w, w + warps, ..., its lanes splitting the head dimensions; every row is summed by one warp in
-** a fixed order. */
+** cuda_attention_tc.cu, in every precision): lse_s[r] = lse of query q0 + r and D_s[r] = dO . O
+** of that query (fp32, from global memory; 0 for rows at or past T), for r < rows. Warp w of the
+** block computes rows w, w + warps, ..., its lanes splitting the head dimensions; every row is
+** summed by one warp in a fixed order. */
 static __device__ __forceinline__ void attention_row_stats(float* lse_s, float* D_s,
                                                            const float* lse_head, const float* dO,
                                                            const float* o, size_t C, int q0, int T,

@@ -308,7 +308,7 @@ static void colsum_run(const Op& op, ColsumDst out, int rows, int ncols, int acc
 // product C = A B is computed as the column-major C^T = B^T A^T, with the operands swapped.
 
 /* Column-major C[m, n] = op(A) op(B) + beta C in fp32 storage, with the compute type chosen by
-** set_tf32. */
+** set_matmul_mode (fp32, or tensor cores on inputs rounded to TF32 or bf16). */
 static void gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
                  const float* A, int lda, const float* Bm, int ldb, float beta, float* Cm,
                  int ldc) {

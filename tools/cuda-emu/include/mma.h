@@ -12,9 +12,14 @@
 **
 ** Numerics of mma_sync: tf32 inputs are read as the tensor cores read them, the low 13 mantissa
 ** bits ignored (kernels round first with __float_to_tf32, to nearest, ties away); bf16 inputs
-** are exact. Each product is exact; the K products and the accumulator are added in double
-** and rounded to float once, so the emulation is at least as accurate as the GPU, whose tensor
-** cores add with fewer bits: a check against the CPU needs a tolerance for that. */
+** are exact (kernels round to them with __float2bfloat16_rn, to nearest even). Each product is
+** exact, as on the GPU (8 x 8 significant bits for bf16, 11 x 11 for tf32, both within fp32's
+** 24); the K products and the accumulator are added in double and rounded to float once, so
+** every mma_sync rounds to fp32 once and a chain of them (a kernel's sum over its k-steps)
+** accumulates in fp32, as on the GPU. Within one mma_sync the GPU adds with a few bits fewer
+** than double (aligned to the largest term, undocumented, of the order of fp32's last bit), so
+** the emulation is at least as accurate: a check against the CPU needs a tolerance of the
+** format's rounding (tf32: 2^-11, bf16: 2^-8), which that difference does not approach. */
 #pragma once
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
