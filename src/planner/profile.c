@@ -28,11 +28,13 @@
 **    an in-step factor; one that waits less than the replay says gets the overlap rate that
 **    explains it. These plans run over the world, so they calibrate the level the world's
 **    collectives run on (the world level on several hosts); there a zero3 step sharded within
-**    each host calibrates the intra-host gathers and reduce-scatters and the all-reduces
-**    between hosts too.
+**    each host calibrates the intra-host gathers and reduce-scatters, and the same plan at the
+**    middle and the largest micro-batch the all-reduces between hosts (their in-step factor
+**    and overlap together: two amounts of compute to hide beside).
 */
 #include "planner/profile.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -555,6 +557,52 @@ static void calibrate(const GptDesc* d, DeviceInfo* dev, const Plan* p, int kind
   else fit_overlap(d, dev, p, kind, measured);
 }
 
+/* Fits the across-host all-reduce's in-step factor and overlap rate together to what steps of
+** two plans waited for it: p1 (less compute after the all-reduces start) waited w1, p2 (more)
+** w2. Neither alone tells a slow collective that hides beside compute from a fast one that
+** does not; two amounts of compute do. For each in-step factor on a grid (1 .. 4) the overlap
+** at which p2's replay waits w2 (bisection), keeping the pair that best matches w1. */
+static void fit_across_pair(const GptDesc* d, DeviceInfo* dev, const Plan* p1, double w1,
+                            const Plan* p2, double w2) {
+  CollectiveModel* c = plan_model(dev, p1, COLL_ALLREDUCE);
+  double best_err = -1, best_in = 1, best_ov = 0;
+  for (int i = 0; i <= 60; i++) {
+    c->in_step = pow(4.0, i / 60.0);
+    fit_overlap(d, dev, p2, COLL_ALLREDUCE, w2);
+    double r = replay_exposed(d, dev, p1, COLL_ALLREDUCE);
+    double err = fabs(log((r + 1e-4) / (w1 + 1e-4)));
+    if (best_err < 0 || err < best_err) { best_err = err; best_in = c->in_step; best_ov = c->overlap; }
+  }
+  c->in_step = best_in;
+  c->overlap = best_ov;
+}
+
+/* Several hosts: zero3 sharded within each host, at micro-batch B, calibrates the intra-host
+** gathers and reduce-scatters; with the same plan at the largest measured micro-batch Bmax, the
+** all-reduces between hosts (fit_across_pair). */
+static void profile_hosts_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev, int B,
+                                int Bmax, int steps) {
+  int H = device_ranks_per_host(dev);
+  Plan p1, p2;
+  PlanMeasure m1, m2;
+  if (profile_plan(d, STRAT_ZERO3, B, o->seq, 1, &p1)) { osdp_clear_error(); return; }
+  plan_set_group(&p1, H);
+  if (planner_measure_plan(d, &p1, o->backend, o->threads, 0, steps, &m1, NULL) == 0) {
+    calibrate(d, dev, &p1, COLL_ALLGATHER, m1.wait_s[COMM_ALLGATHER]);
+    calibrate(d, dev, &p1, COLL_REDUCE_SCATTER, m1.wait_s[COMM_REDUCE_SCATTER]);
+    calibrate(d, dev, &p1, COLL_ALLREDUCE, m1.wait_s[COMM_ALLREDUCE]); /* the shards, across hosts */
+    if (Bmax > B && profile_plan(d, STRAT_ZERO3, Bmax, o->seq, 1, &p2) == 0) {
+      plan_set_group(&p2, H);
+      progress(o, "timing zero3 steps within hosts (all-reduce between hosts)", Bmax);
+      if (planner_measure_plan(d, &p2, o->backend, o->threads, 0, steps, &m2, NULL) == 0)
+        fit_across_pair(d, dev, &p1, m1.wait_s[COMM_ALLREDUCE], &p2, m2.wait_s[COMM_ALLREDUCE]);
+      plan_free(&p2);
+    }
+  }
+  osdp_clear_error(); /* a plan that does not run here keeps the table's times */
+  plan_free(&p1);
+}
+
 /* From the dp steps: the optimizer rate, the overhead (step - ops - communication - optimizer)
 ** and the all-reduce's in-step factor; from zero3 steps at the middle micro-batch: the
 ** all-gather's and reduce-scatter's, then the prefetched all-gather's overlap. */
@@ -604,19 +652,7 @@ static int profile_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* 
   plan_free(&p);
   if (rc) osdp_clear_error(); /* zero3 does not run here: keep the table's times */
   int H = device_ranks_per_host(dev);
-  if (H > 1 && H < N && profile_plan(d, STRAT_ZERO3, B, o->seq, 1, &p) == 0) {
-    /* Several hosts: zero3 sharded within each host calibrates the intra-host gathers and
-    ** reduce-scatters and the all-reduces between hosts. */
-    plan_set_group(&p, H);
-    if (planner_measure_plan(d, &p, o->backend, o->threads, 0, steps, &m, NULL) == 0) {
-      calibrate(d, dev, &p, COLL_ALLGATHER, m.wait_s[COMM_ALLGATHER]);
-      calibrate(d, dev, &p, COLL_REDUCE_SCATTER, m.wait_s[COMM_REDUCE_SCATTER]);
-      calibrate(d, dev, &p, COLL_ALLREDUCE, m.wait_s[COMM_ALLREDUCE]); /* the shards, across hosts */
-    } else {
-      osdp_clear_error();
-    }
-    plan_free(&p);
-  }
+  if (H > 1 && H < N) profile_hosts_steps(d, o, dev, B, pts->B[np - 1], steps);
   int wl = device_world_shape(dev).level;
   const CollectiveModel *ar = device_link(dev, wl, COLL_ALLREDUCE), *ag = device_link(dev, wl, COLL_ALLGATHER),
                         *rs = device_link(dev, wl, COLL_REDUCE_SCATTER);
