@@ -49,8 +49,10 @@ typedef struct TrialResult {
 ** far runs no more rounds (1.25x after one round; after two, more than twice the largest
 ** difference between any candidate's two rounds, at least 3%; its figures are its rounds'). Collective: every rank must pass the same
 ** candidates. Returns
-** the index of the measured fastest, or -1 (with an error) when none ran. Prints a progress
-** line per round on rank 0 if verbose. */
+** the index of the measured fastest, or of the candidate the model ranks first (by predicted
+** samples/s, among those that ran) when that one measured within the trial's noise of the
+** fastest (the largest difference between any candidate's rounds, at least 3%); -1 (with an
+** error) when none ran. Prints a progress line per round on rank 0 if verbose. */
 int planner_trial(const GptDesc* d, const Candidate* c, int n, const Backend* bk, int threads, size_t mem_limit,
                   int steps, int verbose, TrialResult* r);
 
