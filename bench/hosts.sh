@@ -10,13 +10,14 @@
 # uniform plan over all ranks and the best hybrid one, and flat zero3's predicted share of
 # communication (the link should carry at least a third of its step for hybrid plans to pay).
 #
-# The default, small at seq 128 under a 192 MiB limit with links of 300 Mbit/s, is chosen for
-# this 2-core machine, where 4 ranks share 2 cores and compute is slow: there flat zero3 spends
-# about half its step on the link. On faster machines raise RATE (1gbit) and the model.
+# The default, small at seq 128 under a 192 MiB limit with links of 150 Mbit/s, every plan
+# trained in 3 rounds (about 25 minutes), is chosen for this 2-core machine, where 4 ranks
+# share 2 cores and compute is slow: there flat zero3 spends about 60% of its step on the link.
+# On faster machines raise RATE (1gbit) and the model.
 #
 # usage: bench/hosts.sh [BUILD_DIR]
-#   environment: HOSTS (2), PER_HOST (2), RATE (300mbit), MODEL (small), SEQ (128), LIMITS
-#                (192MiB), STEPS (8), REPEAT (1), TRIAL (1), TRIAL_STEPS (4), PLAN_ARGS
+#   environment: HOSTS (2), PER_HOST (2), RATE (150mbit), MODEL (small), SEQ (128), LIMITS
+#                (192MiB), STEPS (8), REPEAT (3), TRIAL (1), TRIAL_STEPS (4), PLAN_ARGS
 #                ("--reduce-dtype auto"), JSON=1 (end with fidelity.sh's JSON object), KEEP
 #                (a directory to copy the profile, dev.json, and its log, prof.out, into).
 # Exit status: fidelity.sh's (0: every run ran, 1: one failed), 2 on bad usage, 77 when network
@@ -26,7 +27,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-build}
 hosts=${HOSTS:-2}
 per_host=${PER_HOST:-2}
-rate=${RATE:-300mbit}
+rate=${RATE:-150mbit}
 case "$hosts$per_host" in *[!0-9]*|"") echo "hosts.sh: HOSTS and PER_HOST must be whole numbers" >&2; exit 2 ;; esac
 [ "$hosts" -ge 2 ] && [ "$per_host" -ge 1 ] || { echo "hosts.sh: HOSTS must be at least 2 and PER_HOST at least 1" >&2; exit 2; }
 [ -x "$build/osdp" ] || { echo "hosts.sh: $build/osdp not found or not executable (build first, or pass BUILD_DIR)" >&2; exit 2; }
@@ -62,5 +63,5 @@ if [ -n "${KEEP:-}" ]; then
 fi
 echo
 MPIRUN=$launch RANKS=$ranks MODEL=$model SEQ=$seq DEVICES=$work/dev.json LIMITS=${LIMITS:-192MiB} \
-  STEPS=${STEPS:-8} REPEAT=${REPEAT:-1} TRIAL=${TRIAL:-1} TRIAL_STEPS=${TRIAL_STEPS:-4} \
+  STEPS=${STEPS:-8} REPEAT=${REPEAT:-3} TRIAL=${TRIAL:-1} TRIAL_STEPS=${TRIAL_STEPS:-4} \
   PLAN_ARGS=${PLAN_ARGS:---reduce-dtype auto} "$here/bench/fidelity.sh" "$build"
