@@ -273,7 +273,7 @@ static void report_uniform(const GptDesc* d, const DeviceInfo* dev, const Search
 
 /* The trial of candidates c: the one kept in ro->trial_cache when it measured exactly these
 ** (and ro->reuse_trial), else a new one (planner_trial), then kept there. The index of the
-** measured fastest, or -1 with an error. */
+** trial's choice (planner_trial's), or -1 with an error. */
 static int trial_or_kept(const GptDesc* d, const DeviceInfo* dev, const Candidate* c, int n,
                          const PlanReport* ro, int verbose, TrialResult* tr) {
   int chosen = ro->trial_cache[0] && ro->reuse_trial ? trial_cache_find(ro->trial_cache, d, c, n, tr) : -1;
@@ -288,7 +288,7 @@ static int trial_or_kept(const GptDesc* d, const DeviceInfo* dev, const Candidat
   chosen = bk ? planner_trial(d, c, n, bk, dev->threads, dev->mem_limit, ro->trial_steps, verbose, tr)
               : -1;
   if (chosen >= 0 && ro->trial_cache[0] && comm_rank() == 0 &&
-      trial_cache_store(ro->trial_cache, d, c, n, tr))
+      trial_cache_store(ro->trial_cache, d, c, n, tr, chosen))
     fprintf(stderr, "osdp: note: the trial was not kept (%s); the next start trials again\n",
             osdp_last_error());
   return chosen;

@@ -159,7 +159,7 @@ static void plan_hash(const GptDesc* d, const Candidate* c, char out[17]) {
 }
 
 /* Fills r from a parsed trial file when it holds exactly candidates c (in order, by their plans'
-** hashes); the index of the measured fastest, or -1. */
+** hashes); the trial's choice (its "chosen", a candidate that ran), or -1. */
 static int trial_from_json(const cJSON* root, const GptDesc* d, const Candidate* c, int n,
                            TrialResult* r) {
   const cJSON* arr = cJSON_GetObjectItemCaseSensitive(root, "candidates");
@@ -180,7 +180,9 @@ static int trial_from_json(const cJSON* root, const GptDesc* d, const Candidate*
     if (r[i].step_s <= 0 || r[i].samples_per_s <= 0) return -1;
     if (best < 0 || r[i].samples_per_s > r[best].samples_per_s) best = i;
   }
-  return best;
+  const cJSON* ch = cJSON_GetObjectItemCaseSensitive(root, "chosen");
+  if (!cJSON_IsNumber(ch) || ch->valueint < 0 || ch->valueint >= n || !r[ch->valueint].ok) return -1;
+  return best < 0 ? -1 : ch->valueint;
 }
 
 int trial_cache_find(const char* path, const GptDesc* d, const Candidate* c, int n, TrialResult* r) {
@@ -196,10 +198,11 @@ int trial_cache_find(const char* path, const GptDesc* d, const Candidate* c, int
 }
 
 int trial_cache_store(const char* path, const GptDesc* d, const Candidate* c, int n,
-                      const TrialResult* r) {
+                      const TrialResult* r, int chosen) {
   cJSON* root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "format", "osdp-trial");
-  cJSON_AddNumberToObject(root, "version", 1);
+  cJSON_AddNumberToObject(root, "version", 2);
+  cJSON_AddNumberToObject(root, "chosen", chosen);
   cJSON* arr = cJSON_AddArrayToObject(root, "candidates");
   for (int i = 0; i < n; i++) {
     cJSON* e = cJSON_CreateObject();

@@ -56,10 +56,12 @@ int profile_cache_store(const char* dir, const char* key, const DeviceInfo* dev,
 void trial_cache_path(const char* dir, const char* profile_key, size_t mem_limit, int steps,
                       char* path, size_t cap);
 /* Collective: the trial at path when it measured exactly candidates c[0..n) (r filled, the
-** index of the measured fastest returned; rank 0's file for every rank), else -1. */
+** index of the trial's choice returned; rank 0's file for every rank), else -1. */
 int trial_cache_find(const char* path, const GptDesc* d, const Candidate* c, int n, TrialResult* r);
-/* Rank 0: stores the trial of candidates c as measured in r. 0, or -1 with an error. */
+/* Rank 0: stores the trial of candidates c as measured in r, and its choice (planner_trial's
+** index: the measured fastest, or the model's first within the trial's noise). 0, or -1 with
+** an error. */
 int trial_cache_store(const char* path, const GptDesc* d, const Candidate* c, int n,
-                      const TrialResult* r);
+                      const TrialResult* r, int chosen);
 
 #endif
