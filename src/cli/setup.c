@@ -264,12 +264,23 @@ static int auto_device(const Args* a, const GptDesc* d, const ProfileOptions* po
   }
   double t0 = now_seconds();
   if (profile_device(d, po, dev)) return -1;
-  if (comm_rank() != 0 || !dir[0]) return 0;
-  if (profile_cache_store(dir, key, dev, path, sizeof path))
+  if (!dir[0]) return 0;
+  int stored = 0;
+  if (comm_rank() == 0 && profile_cache_store(dir, key, dev, path, sizeof path))
     fprintf(stderr, "osdp: note: the profile was not cached (%s); the next start profiles again\n",
             osdp_last_error());
-  else if (verbose)
+  else if (comm_rank() == 0)
+    stored = 1;
+  if (verbose && stored)
     printf("profile: %.1f s; kept in %s for the next start\n", now_seconds() - t0, path);
+  /* Plan with the numbers as kept, as the next start will: the file holds them to 15
+  ** significant digits, and where two plans nearly tie, the last bits could choose another
+  ** candidate list than the next start's, which then would not find this start's trial. */
+  DeviceInfo kept;
+  if (comm_allreduce_max_f64(comm_world(), stored) > 0 && profile_cache_find(dir, key, &kept, path, sizeof path)) {
+    device_free(dev);
+    *dev = kept;
+  }
   return 0;
 }
 
