@@ -44,6 +44,7 @@
 #include "planner/cost.h"
 #include "planner/device.h"
 #include "planner/search.h"
+#include "planner/trial.h"
 
 /* ---- Helpers ----------------------------------------------------------------------------- */
 
@@ -1385,6 +1386,38 @@ static void test_search_reference(void) {
 /* planner_candidates: distinct plans, fastest first by the replay, all within the limit,
 ** the first at least as fast as every uniform plan and as the search's own plan; prefetch
 ** only where it fits. */
+/* The trial's choice: the measured fastest, unless the model's first (highest predicted
+** samples/s among the candidates that ran) measured within the trial's noise of it. */
+static void test_trial_choice(void) {
+  Candidate c[3];
+  TrialResult r[3];
+  memset(c, 0, sizeof c);
+  memset(r, 0, sizeof r);
+  /* Predicted samples/s (up to the world): 16/2.0 = 8.0, 17/2.0 = 8.5 (the model's first), 12/1.6 = 7.5. */
+  int mb[3] = {16, 17, 12};
+  double pred[3] = {2.0, 2.0, 1.6};
+  for (int i = 0; i < 3; i++) {
+    c[i].plan.micro_batch = mb[i];
+    c[i].cost.step_s = pred[i];
+    snprintf(c[i].origin, sizeof c[i].origin, "c%d", i);
+    r[i].ok = 1;
+  }
+  r[0].samples_per_s = 10.2, r[1].samples_per_s = 10.0, r[2].samples_per_s = 9.0;
+  CHECK(planner_trial_choice(c, 3, r, 0.03, 0) == 1);  /* 2% ahead, noise 3%: the model's */
+  CHECK(planner_trial_choice(c, 3, r, 0.01, 0) == 0);  /* 2% ahead, noise 1%: the measured */
+  r[0].samples_per_s = 10.5;
+  CHECK(planner_trial_choice(c, 3, r, 0.03, 0) == 0);  /* 5% ahead: the measured fastest */
+  r[1].ok = 0;                                         /* the model's first did not run: */
+  CHECK(planner_trial_choice(c, 3, r, 0.03, 0) == 0);  /* the next by prediction is c0 itself */
+  r[0].samples_per_s = 9.1;
+  r[2].samples_per_s = 9.2;                            /* c2 1.1% ahead of c0 (predicted first now) */
+  CHECK(planner_trial_choice(c, 3, r, 0.03, 0) == 0);
+  r[2].samples_per_s = 9.6;                            /* 5.5% ahead */
+  CHECK(planner_trial_choice(c, 3, r, 0.03, 0) == 2);
+  r[0].ok = r[2].ok = 0;
+  CHECK(planner_trial_choice(c, 3, r, 0.03, 0) == -1); /* none ran */
+}
+
 static void test_candidates(void) {
   GptConfig cfg = make_config("cand", 2, 16, 2, 64, 32);
   GptDesc d;
@@ -1813,6 +1846,7 @@ int main(void) {
   test_search_groups_brute_force();
   test_search_reference();
   test_candidates();
+  test_trial_choice();
   test_hybrid_search();
   test_speed();
   unlink(write_temp(""));

@@ -160,24 +160,26 @@ static void trial_drop_slow(const Candidate* c, int n, const TrialResult* r, con
   }
 }
 
-/* The trial's choice: the measured fastest (best), unless the candidate the cost model ranks
-** first among those that ran measured within the trial's noise of it (the largest difference
-** between any candidate's rounds, at least TRIAL_DROP_MIN): a few steps cannot rank plans that
-** close, and the model, fitted on many steps, breaks the tie. 2 hosts x 2 ranks at 150 Mbit/s:
-** the measured pick (zero3 within hosts, 1.5% ahead in its trial) trained 2% slower than the
-** model's (zero2 within hosts, predicted 5.5% ahead). */
-static int trial_settle(const Candidate* c, int n, const TrialResult* r, const double* worst,
-                        const int* rounds, int best, int verbose) {
+/* The noise a trial has seen: the largest difference between any candidate's rounds (worst[i]
+** its slowest round, rounds[i] how many it ran), at least TRIAL_DROP_MIN. */
+static double trial_noise(int n, const TrialResult* r, const double* worst, const int* rounds) {
   double noise = TRIAL_DROP_MIN;
-  int model = -1;
+  for (int i = 0; i < n; i++)
+    if (r[i].ok && rounds[i] >= 2 && worst[i] / r[i].step_s - 1 > noise) noise = worst[i] / r[i].step_s - 1;
+  return noise;
+}
+
+int planner_trial_choice(const Candidate* c, int n, const TrialResult* r, double noise, int verbose) {
+  int best = -1, model = -1;
   for (int i = 0; i < n; i++) {
     if (!r[i].ok) continue;
-    if (rounds[i] >= 2 && worst[i] / r[i].step_s - 1 > noise) noise = worst[i] / r[i].step_s - 1;
-    if (c[i].cost.step_s > 0 &&
-        (model < 0 || trial_sps(&c[i], c[i].cost.step_s) > trial_sps(&c[model], c[model].cost.step_s)))
-      model = i;
+    if (best < 0 || r[i].samples_per_s > r[best].samples_per_s) best = i;
+    /* Predicted samples/s up to the world size, the same for every candidate. */
+    double pred = c[i].cost.step_s > 0 ? c[i].plan.micro_batch / c[i].cost.step_s : 0;
+    if (pred > 0 && (model < 0 || pred > c[model].plan.micro_batch / c[model].cost.step_s)) model = i;
   }
-  if (model < 0 || model == best || r[best].samples_per_s > r[model].samples_per_s * (1 + noise)) return best;
+  if (best < 0 || model < 0 || model == best || r[best].samples_per_s > r[model].samples_per_s * (1 + noise))
+    return best;
   if (verbose && comm_rank() == 0)
     printf("trial: %s measured %.1f%% ahead of %s, within this trial's noise (%.1f%%): keeping "
            "the model's choice, %s\n", c[best].origin,
@@ -257,12 +259,9 @@ int planner_trial(const GptDesc* d, const Candidate* c, int n, const Backend* bk
     }
     if (round + 1 < nrounds) trial_drop_slow(c, n, r, worst, rounds, dropped, verbose);
   }
-  for (int i = 0; i < n; i++) {
-    if (!r[i].ok) continue;
-    r[i].samples_per_s = trial_sps(&c[i], r[i].step_s);
-    if (best < 0 || r[i].samples_per_s > r[best].samples_per_s) best = i;
-  }
-  if (best >= 0) best = trial_settle(c, n, r, worst, rounds, best, verbose);
+  for (int i = 0; i < n; i++)
+    if (r[i].ok) r[i].samples_per_s = trial_sps(&c[i], r[i].step_s);
+  best = planner_trial_choice(c, n, r, trial_noise(n, r, worst, rounds), verbose);
   free(dropped);
   free(rounds);
   free(worst);

@@ -56,4 +56,13 @@ typedef struct TrialResult {
 int planner_trial(const GptDesc* d, const Candidate* c, int n, const Backend* bk, int threads, size_t mem_limit,
                   int steps, int verbose, TrialResult* r);
 
+/* A trial's choice among candidates c[0..n) measured in r (ok, samples_per_s): the measured
+** fastest, unless the candidate the cost model ranks first among those that ran (the highest
+** predicted samples/s, c[i].cost) measured within `noise` (a share, e.g. 0.03) of it: a few
+** steps cannot rank plans that close, and the model, fitted on many steps, breaks the tie
+** (2 hosts x 2 ranks at 150 Mbit/s: the measured pick, 1.5% ahead in its trial, trained 2%
+** slower than the model's, predicted 5.5% ahead). -1 when none ran. Says so on rank 0 when it
+** keeps the model's choice and verbose. */
+int planner_trial_choice(const Candidate* c, int n, const TrialResult* r, double noise, int verbose);
+
 #endif
