@@ -277,7 +277,8 @@ static int auto_device(const Args* a, const GptDesc* d, const ProfileOptions* po
   ** significant digits, and where two plans nearly tie, the last bits could choose another
   ** candidate list than the next start's, which then would not find this start's trial. */
   DeviceInfo kept;
-  if (comm_allreduce_max_f64(comm_world(), stored) > 0 && profile_cache_find(dir, key, &kept, path, sizeof path)) {
+  if (comm_allreduce_max_f64(comm_world(), stored) > 0 &&
+      profile_cache_find(dir, key, &kept, path, sizeof path)) {
     device_free(dev);
     *dev = kept;
   }
