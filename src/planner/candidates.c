@@ -95,6 +95,15 @@ static int cmp_candidate(const void* a, const void* b) {
 /* Whether a candidate is one of the uniform ddp / zero2 / zero3 baselines. */
 static int is_uniform(const Candidate* c) { return c->uniform >= 0; }
 
+/* The name of the search's best plan without recomputation (add_searched). */
+#define NO_RECOMPUTE_ORIGIN "search R=0"
+
+/* Whether a candidate keeps its place whatever its predicted rank: the uniform baselines (what
+** a trial must beat) and the best plan without recomputation (see planner_candidates). */
+static int is_kept(const Candidate* c) {
+  return is_uniform(c) || strcmp(c->origin, NO_RECOMPUTE_ORIGIN) == 0;
+}
+
 /* How many of the search's micro-batches are re-priced by the replay. */
 #define CANDIDATE_BATCHES 6
 
@@ -166,22 +175,22 @@ int planner_candidates(const GptDesc* d, const DeviceInfo* dev, const SearchOpti
   variant = normalized_options(d, o);
   variant.max_recompute = 0;
   if (!rc && normalized_options(d, o).max_recompute > 0 && normalized_options(d, o).min_recompute == 0)
-    rc = add_searched(d, dev, &variant, "search R=0", all, &n, cap);
+    rc = add_searched(d, dev, &variant, NO_RECOMPUTE_ORIGIN, all, &n, cap);
   SearchOptions so = normalized_options(d, o);
   int H = device_ranks_per_host(dev);
   for (int s = 0; !rc && s < STRAT_COUNT; s++)
     if (so.allow[s]) rc = add_uniform(d, dev, o, (Strategy)s, dev->ranks, all, &n, cap);
   for (int s = STRAT_ZERO2; !rc && H < dev->ranks && H > 1 && s < STRAT_COUNT; s++)
     if (so.allow[s]) rc = add_uniform(d, dev, o, (Strategy)s, H, all, &n, cap);
-  /* Keep every uniform plan that fits (the baselines a trial must beat) and fill the rest
-  ** with the fastest of the others. */
+  /* Keep every uniform plan that fits (the baselines a trial must beat) and the best one
+  ** without recomputation, and fill the rest with the fastest of the others. */
   if (!rc) qsort(all, (size_t)n, sizeof *all, cmp_candidate);
-  int nuni = 0;
-  for (int i = 0; i < n; i++) nuni += is_uniform(&all[i]);
-  int quota = max - nuni < 1 ? 1 : max - nuni, w = 0;
+  int nkept = 0;
+  for (int i = 0; i < n; i++) nkept += is_kept(&all[i]);
+  int quota = max - nkept < 1 ? 1 : max - nkept, w = 0;
   for (int i = 0; !rc && i < n; i++) {
-    int take = w < max && (is_uniform(&all[i]) ? 1 : quota > 0);
-    if (take && !is_uniform(&all[i])) quota--;
+    int take = w < max && (is_kept(&all[i]) ? 1 : quota > 0);
+    if (take && !is_kept(&all[i])) quota--;
     if (take) out[w++] = all[i];
     else plan_free(&all[i].plan);
   }

@@ -118,8 +118,11 @@ typedef struct Candidate {
 ** zero3 plans sharded within each host (planner_best_uniform_group with G = H); each with
 ** zero3 prefetch and overlap_reduce on where they fit and the replay says they are faster
 ** (and, with SEARCH_REDUCE_AUTO, bf16 reductions where they gain REDUCE_BF16_MIN_GAIN). At
-** most max (>= 1) are written to out: every uniform plan that fits, and the fastest others in
-** the remaining places (caller frees each plan with plan_free); returns their count (>= 1), or
+** most max (>= 1) are written to out: every uniform plan that fits, the best one without
+** recomputation (a hedge: plans that recompute use micro-batches beyond those a profile
+** measured, priced by extrapolating its op fits; one gpt2-124m profile ranked micro-batch 23
+** with every layer recomputed first, which then measured 0.92x the micro-batch-4 plans), and
+** the fastest others in the remaining places (caller frees each plan with plan_free); returns their count (>= 1), or
 ** -1 as planner_search (min_bytes, search_s as there). */
 int planner_candidates(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
                        Candidate* out, int max, size_t* min_bytes, double* search_s);
