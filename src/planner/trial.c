@@ -136,14 +136,22 @@ static double trial_sps(const Candidate* c, double step_s) {
   return (double)comm_size() * c->plan.micro_batch / step_s;
 }
 
-/* After a round: marks (dropped[i] = 1) the candidates clearly slower than the leader: by
-** TRIAL_DROP_RATIO after one round, by 1 + max(2 x the noise, TRIAL_DROP_MIN) once some have run
-** twice (worst[i]: candidate i's slowest round, rounds[i]: how many it ran). */
-static void trial_drop_slow(const Candidate* c, int n, const TrialResult* r, const double* worst,
-                            const int* rounds, int* dropped, int verbose) {
+/* The noise a trial has seen: the largest relative difference between any candidate's rounds
+** (worst[i]: candidate i's slowest round, rounds[i]: how many it ran), or -1 while none has run
+** twice. */
+static double rounds_noise(int n, const TrialResult* r, const double* worst, const int* rounds) {
   double noise = -1;
   for (int i = 0; i < n; i++)
     if (r[i].ok && rounds[i] >= 2 && worst[i] / r[i].step_s - 1 > noise) noise = worst[i] / r[i].step_s - 1;
+  return noise;
+}
+
+/* After a round: marks (dropped[i] = 1) the candidates clearly slower than the leader: by
+** TRIAL_DROP_RATIO after one round, by 1 + max(2 x the noise, TRIAL_DROP_MIN) once some have run
+** twice. */
+static void trial_drop_slow(const Candidate* c, int n, const TrialResult* r, const double* worst,
+                            const int* rounds, int* dropped, int verbose) {
+  double noise = rounds_noise(n, r, worst, rounds);
   double bar = noise < 0 ? TRIAL_DROP_RATIO : 1 + (2 * noise > TRIAL_DROP_MIN ? 2 * noise : TRIAL_DROP_MIN);
   if (bar > TRIAL_DROP_RATIO) bar = TRIAL_DROP_RATIO;
   int lead = -1;
@@ -158,15 +166,6 @@ static void trial_drop_slow(const Candidate* c, int n, const TrialResult* r, con
       printf("trial: %s is %.2fx slower than %s: no more rounds for it\n", c[i].origin, ratio,
              c[lead].origin);
   }
-}
-
-/* The noise a trial has seen: the largest difference between any candidate's rounds (worst[i]
-** its slowest round, rounds[i] how many it ran), at least TRIAL_DROP_MIN. */
-static double trial_noise(int n, const TrialResult* r, const double* worst, const int* rounds) {
-  double noise = TRIAL_DROP_MIN;
-  for (int i = 0; i < n; i++)
-    if (r[i].ok && rounds[i] >= 2 && worst[i] / r[i].step_s - 1 > noise) noise = worst[i] / r[i].step_s - 1;
-  return noise;
 }
 
 int planner_trial_choice(const Candidate* c, int n, const TrialResult* r, double noise, int verbose) {
@@ -261,7 +260,8 @@ int planner_trial(const GptDesc* d, const Candidate* c, int n, const Backend* bk
   }
   for (int i = 0; i < n; i++)
     if (r[i].ok) r[i].samples_per_s = trial_sps(&c[i], r[i].step_s);
-  best = planner_trial_choice(c, n, r, trial_noise(n, r, worst, rounds), verbose);
+  double noise = rounds_noise(n, r, worst, rounds);
+  best = planner_trial_choice(c, n, r, noise > TRIAL_DROP_MIN ? noise : TRIAL_DROP_MIN, verbose);
   free(dropped);
   free(rounds);
   free(worst);
