@@ -45,6 +45,27 @@ if "${mpirun[@]}" -np 2 "$OSDP" train --plan plan.json --steps 2 --mem-limit $li
    && [ "$(echo "$(num peak_bytes <run.out)" | awk '{printf "%.0f", $1}')" = "$(awk -v p="$peak" 'BEGIN{printf "%.0f", p}')" ]; then ok
 else bad "train --plan plan.json: peak $(num peak_bytes <run.out) vs predicted $peak: $(cat err.txt)"; fi
 
+# A model with more layers than a profile needs is timed on a copy with 4 (identical layers share
+# their times): the device file still times every op of the model, the copy's layer ops standing
+# for all layers, and plans from it.
+printf '{"name": "six", "n_layer": 6, "n_embd": 64, "n_head": 4, "vocab_size": 256, "max_seq": 128}\n' >six.json
+if "${mpirun[@]}" -np 2 "$OSDP" profile --model six.json --seq 64 --mem-limit 16MiB --out six-dev.json >six.out 2>err.txt \
+   && grep -q "copy with 4 of the 6 layers" six.out; then ok; else bad "profile of a 6-layer model: $(cat err.txt) $(head -3 six.out)"; fi
+# op_entry NAME <dev.json: the lines of op NAME's entry after its name, up to the next name
+op_entry() { awk -v n="\"$1\"" '/"name":/ {on = index($0, n) > 0; next} on'; }
+copied=1
+for n in embed lnf lm_head overhead h5.ln1 h5.qkv h5.attn h5.proj h5.ln2 h5.fc h5.fcproj; do
+  grep -q "\"name\":[[:space:]]*\"$n\"" six-dev.json || copied=0
+done
+for op in qkv attn fc; do
+  for l in 1 4 5; do
+    [ -n "$(op_entry h0.$op <six-dev.json)" ] && [ "$(op_entry h$l.$op <six-dev.json)" = "$(op_entry h0.$op <six-dev.json)" ] || copied=0
+  done
+done
+if [ $copied = 1 ]; then ok; else bad "the 6-layer profile does not time every op from the copy: $(head -c 400 six-dev.json)"; fi
+if "$OSDP" plan --model six.json --seq 64 --devices six-dev.json --mem-limit 16MiB --json >six-plan.out 2>err.txt \
+   && grep -q '"plan":' six-plan.out; then ok; else bad "plan from the 6-layer profile: $(cat err.txt)"; fi
+
 # The smallest limit any plan fits (from the error message for a far too small limit): only a
 # fully sharded plan with split operators fits there.
 "$OSDP" plan --model tiny --devices dev.json --seq 64 --mem-limit 100000 >/dev/null 2>err.txt

@@ -35,15 +35,17 @@ static const CommandSpec profile_spec = {
 
 /* Parses the profile options shared with `train --plan auto`. */
 int profile_options_from_args(const Args* a, const GptDesc* d, long def_T, ProfileOptions* o) {
-  long T, threads, steps;
+  long T, threads, steps, layers;
   memset(o, 0, sizeof *o);
   if (args_int(a, "seq", def_T, 1, d->cfg.max_seq, &T) ||
       args_int(a, "threads", 1, 1, 256, &threads) || args_int(a, "profile-steps", 3, 1, 100, &steps) ||
+      args_int(a, "profile-layers", DEVICE_SLICE_LEVELS, 1, 100000, &layers) ||
       args_size(a, "mem-limit", 0, &o->mem_limit))
     return -1;
   o->seq = (int)T;
   o->threads = (int)threads;
   o->steps = (int)steps;
+  o->layers = layers < d->cfg.n_layer ? (int)layers : d->cfg.n_layer;
   return (o->backend = setup_backend(a)) ? 0 : -1;
 }
 

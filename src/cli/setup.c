@@ -365,6 +365,9 @@ const OptionSpec setup_auto_options[] = {
 
 const OptionSpec setup_profile_options[] = {
     {"profile-steps", "N", "3", "training steps timed per micro-batch while profiling"},
+    {"profile-layers", "N", "4",
+     "layers of the model copy timed (identical layers share their times; 4 run\n"
+     "every slice count in one step; more: more samples per op, slower)"},
     {NULL, NULL, NULL, NULL}};
 
 const OptionSpec setup_device_options[] = {

@@ -17,8 +17,11 @@
 **    and, for the splittable ops, at k = 1, 2, 4, 8 slices; fitted as fixed + per-sample seconds.
 **    The layers are identical, so they share the work: in one step each layer's splittable ops
 **    run at one of the four slice counts in turn, and an op's time at a count is the mean over
-**    the layers that ran it (one step instead of four per micro-batch); the embedding and head
-**    are split (k = 1, 2, 4, 8) at the middle micro-batch on a copy of the model with one layer
+**    the layers that ran it (one step instead of four per micro-batch). Four layers are thus
+**    enough: a model with more is measured on a copy with four (--profile-layers), every layer
+**    taking the copy's times, and the step figures below come from the copy's steps too
+**    (gpt2-124m: a step of the copy costs about half the 12-layer model's). The embedding and
+**    head are split (k = 1, 2, 4, 8) at the middle micro-batch on a copy of the model with one layer
 **    (their times depend on their shapes only), their levels' ratios scaling the unsplit fit;
 **  - the rest of a step ("overhead") and the optimizer: the dp step minus its op compute,
 **    optimizer and time in communication calls;
@@ -469,19 +472,22 @@ static int profile_outer_split(const GptDesc* d, const ProfileOptions* o, int B,
   return rc;
 }
 
-/* Times every op inside real dp steps at micro-batches 1, 2, 4, ... (until a step takes a
-** quarter second and no larger batch fits the limit, or a step takes 4 s, or 64), every level
-** of the layers' splittable ops in the same steps (rotations), the ops outside the layers at
-** k = 2, 4, 8 at the middle micro-batch, and fits each op per slice count into dev->op_times.
-** The first rotation's step figures are kept in *pts for the rest of the profile. */
-static int profile_compute(const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev, DpPoints* pts) {
+/* Times every op of d (the model measured: the whole model or its copy with fewer layers, see
+** profile_device) inside real dp steps at micro-batches 1, 2, 4, ... (until a step takes a
+** quarter second and no larger batch fits the limit, or a step takes 4 s, or 64; what fits is
+** the whole model's, `whole`), every level of the layers' splittable ops in the same steps
+** (rotations), the ops outside the layers at k = 2, 4, 8 at the middle micro-batch, and fits
+** each op per slice count into dev->op_times. The first rotation's step figures are kept in
+** *pts for the rest of the profile. */
+static int profile_compute(const GptDesc* whole, const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev,
+                           DpPoints* pts) {
   int n = d->nops, rc = 0, R = rotations(d);
   OpSamples x = {n, calloc((size_t)n * PROFILE_MAX_POINTS * DEVICE_SLICE_LEVELS, sizeof(double)),
                  calloc((size_t)n * PROFILE_MAX_POINTS * DEVICE_SLICE_LEVELS, sizeof(int))};
   double* op_s = malloc((size_t)n * sizeof(double));
   if (!x.sum || !x.count || !op_s) rc = osdp_fail("out of host memory");
   memset(pts, 0, sizeof *pts);
-  int bfit = largest_fitting_batch(d, dev, o->seq, 64); /* plans may use it */
+  int bfit = largest_fitting_batch(whole, dev, o->seq, 64); /* plans may use it */
   for (int B = 1; !rc && pts->n < PROFILE_MAX_POINTS && B <= 64; B *= 2) {
     int j = pts->n;
     progress(o, R > 1 ? "timing dp steps (every operator, every slice count)"
@@ -669,6 +675,67 @@ static int profile_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* 
   return 0;
 }
 
+/* The layers of the copy a profile measures: o->layers (0: DEVICE_SLICE_LEVELS, the fewest
+** that run every slice level in one step), at most the model's. */
+static int profiled_layers(const GptDesc* d, const ProfileOptions* o) {
+  int L = o->layers > 0 ? o->layers : DEVICE_SLICE_LEVELS;
+  return L < d->cfg.n_layer ? L : d->cfg.n_layer;
+}
+
+/* The index in the copy c (fewer layers) of op i of the whole model d: the op at the same place
+** in c's first layer for a layer op (identical layers, one fit), its twin outside the layers
+** otherwise. */
+static int op_in_copy(const GptDesc* d, const GptDesc* c, int i) {
+  if (d->ops[i].layer < 0) return outer_op_in_copy(d, c, i);
+  return gpt_layer_op(c, 0, (i - d->first_layer_op) % d->ops_per_layer);
+}
+
+/* Replaces dev->op_times, measured on the copy c, by the whole model d's: every op's times
+** from its place in c (op_in_copy), named as in d; the overhead (the step's time outside ops,
+** communication and optimizer: bookkeeping around each op) scaled by d's ops over c's. */
+static int expand_op_times(const GptDesc* d, const GptDesc* c, DeviceInfo* dev) {
+  OpTime* t = calloc((size_t)d->nops + 1, sizeof *t);
+  if (!t) return osdp_fail("out of host memory");
+  for (int i = 0; i < d->nops; i++) {
+    t[i] = dev->op_times[op_in_copy(d, c, i)];
+    snprintf(t[i].name, sizeof t[i].name, "%s", d->ops[i].name);
+  }
+  t[d->nops] = dev->op_times[c->nops];
+  double scale = (double)d->nops / c->nops;
+  for (int l = 0; l < DEVICE_SLICE_LEVELS; l++) {
+    t[d->nops].fixed_s[l] *= scale;
+    t[d->nops].per_sample_s[l] *= scale;
+  }
+  free(dev->op_times);
+  dev->op_times = t;
+  dev->n_op_times = d->nops + 1;
+  return 0;
+}
+
+/* Measures the compute and the collectives inside steps on a copy of d with profiled_layers
+** layers (d itself when it has no more) and leaves d's op times in dev. */
+static int profile_model(const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev) {
+  GptDesc own;
+  const GptDesc* c = d;
+  int L = profiled_layers(d, o);
+  if (L < d->cfg.n_layer) {
+    GptConfig cfg = d->cfg;
+    cfg.n_layer = L;
+    if (gpt_desc_build(&own, &cfg)) return -1;
+    c = &own;
+    if (o->verbose && comm_rank() == 0)
+      printf("profile: timing a copy with %d of the %d layers (identical layers share their times; "
+             "--profile-layers N)\n", L, d->cfg.n_layer);
+  }
+  DpPoints pts;
+  int rc = device_alloc_op_times(dev, c->nops + 1);
+  if (!rc) rc = profile_compute(d, c, o, dev, &pts);
+  if (!rc) rc = profile_steps(c, o, dev, &pts);
+  if (!rc && c != d) rc = expand_op_times(d, c, dev);
+  if (c != d) gpt_desc_free(&own);
+  return rc;
+}
+
 int profile_device(const GptDesc* d, const ProfileOptions* opt, DeviceInfo* dev) {
   ProfileOptions own = *opt;
   const ProfileOptions* o = &own;
@@ -683,11 +750,9 @@ int profile_device(const GptDesc* d, const ProfileOptions* opt, DeviceInfo* dev)
   comm_use_backend(bk);
   if (profile_collectives(dev, bk, o->verbose)) return -1;
   dev->flops = 1e9 * profile_sgemm(d, bk, o->seq);
-  if (device_alloc_op_times(dev, d->nops + 1)) return -1;
   snprintf(dev->compute_model, sizeof dev->compute_model, "%s", d->cfg.name);
   dev->compute_seq = o->seq;
-  DpPoints pts;
-  if (profile_compute(d, o, dev, &pts) || profile_steps(d, o, dev, &pts)) {
+  if (profile_model(d, o, dev)) {
     device_free(dev);
     return osdp_fail("profile: cannot run %s here to time it (%s); describe the device with "
                      "--flops instead", d->cfg.name, osdp_last_error());

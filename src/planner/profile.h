@@ -18,6 +18,8 @@ typedef struct ProfileOptions {
   int threads;        /* kernel threads per rank */
   size_t mem_limit;   /* recorded in the device information (0: physical memory / ranks) */
   int steps;          /* timed steps per micro-batch size (after one warm-up) */
+  int layers;         /* layers of the copy measured (0: 4, the fewest that run every slice
+                      ** level in one step; the model's own when it has no more) */
   int verbose;        /* progress lines on rank 0 */
   const Backend* backend; /* the device measured (NULL: the CPU) */
   double started;     /* set by profile_device: when it began (progress lines give the time since) */
