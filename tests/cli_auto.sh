@@ -65,6 +65,17 @@ done
 if [ $copied = 1 ]; then ok; else bad "the 6-layer profile does not time every op from the copy: $(head -c 400 six-dev.json)"; fi
 if "$OSDP" plan --model six.json --seq 64 --devices six-dev.json --mem-limit 16MiB --json >six-plan.out 2>err.txt \
    && grep -q '"plan":' six-plan.out; then ok; else bad "plan from the 6-layer profile: $(cat err.txt)"; fi
+# The search does not extrapolate the op times past twice the largest micro-batch they were
+# measured at, unless --max-batch asks it to.
+mb=$(grep -o '"max_batch":[[:space:]]*[0-9]*' six-dev.json | grep -o '[0-9]*$')
+"$OSDP" plan --model six.json --seq 64 --devices six-dev.json --mem-limit 4GiB >cap.out 2>err.txt
+B=$(sed -n 's/^osdp *micro-batch *\([0-9]*\).*/\1/p' cap.out)
+if [ -n "$mb" ] && [ -n "$B" ] && [ "$B" -le $((2 * mb)) ] && grep -q "^plan: micro-batches up to $((2 * mb))," cap.out; then ok
+else bad "plan from a profile measured to micro-batch '$mb' chose '$B': $(head -2 cap.out) $(cat err.txt)"; fi
+"$OSDP" plan --model six.json --seq 64 --devices six-dev.json --mem-limit 4GiB --max-batch $((4 * mb)) >cap.out 2>err.txt
+B=$(sed -n 's/^osdp *micro-batch *\([0-9]*\).*/\1/p' cap.out)
+if [ -n "$B" ] && [ "$B" -gt $((2 * mb)) ] && ! grep -q "^plan: micro-batches up to" cap.out; then ok
+else bad "--max-batch $((4 * mb)) did not search past the profiled micro-batches: B '$B' $(head -2 cap.out) $(cat err.txt)"; fi
 
 # The smallest limit any plan fits (from the error message for a far too small limit): only a
 # fully sharded plan with split operators fits there.

@@ -68,7 +68,8 @@ typedef struct OsdpDeviceSpec {
 typedef struct OsdpSearchOptions {
   int seq;                 /* sequence length (0: the one the device file's op times were
                            ** measured at for this model, else the model's max_seq) */
-  int max_batch;           /* the largest micro-batch to consider (512) */
+  int max_batch;           /* the largest micro-batch to consider (0, the default: 512, or twice
+                           ** the largest the device file's op times were measured at) */
   size_t mem_limit;        /* memory limit per rank (0: the devices' own) */
   int recompute;           /* exactly this many layers recompute their activations in backward
                            ** (-1, the default: the planner chooses) */
@@ -163,7 +164,7 @@ int osdp_devices_describe(const OsdpDevices* devices, OsdpDeviceSpec* spec);
 /* Releases a device description (NULL: nothing). */
 void osdp_devices_free(OsdpDevices* devices);
 
-/* Sets *o to the defaults of `osdp plan`: seq 0 (its default rule), max_batch 512, the
+/* Sets *o to the defaults of `osdp plan`: seq 0 (its default rule), max_batch 0 (its rule), the
 ** devices' limit, the planner choosing recomputation, shard groups and nothing else (fp32
 ** reductions). */
 void osdp_search_options_init(OsdpSearchOptions* o);

@@ -215,7 +215,7 @@ void osdp_devices_free(OsdpDevices* devices) {
 void osdp_search_options_init(OsdpSearchOptions* o) {
   if (!o) return;
   memset(o, 0, sizeof *o);
-  o->max_batch = 512;
+  o->max_batch = 0;
   o->recompute = -1;
 }
 
@@ -230,10 +230,12 @@ static int search_options_from(const OsdpSearchOptions* o, const GptDesc* d, con
   if (T < 1 || T > d->cfg.max_seq)
     return osdp_fail("search options: seq = %d must be in [1, %d] (model %s's max_seq), or 0 for "
                      "the default", T, d->cfg.max_seq, d->cfg.name);
-  if (o->max_batch < 1 || o->max_batch > (1 << 20))
-    return osdp_fail("search options: max_batch = %d must be in [1, %d]", o->max_batch, 1 << 20);
+  if (o->max_batch < 0 || o->max_batch > (1 << 20))
+    return osdp_fail("search options: max_batch = %d must be in [1, %d], or 0 for the default",
+                     o->max_batch, 1 << 20);
   planner_default_options(so, T);
-  so->max_batch = o->max_batch;
+  if (o->max_batch) so->max_batch = o->max_batch;
+  else planner_cap_batch(d, dev, so);
   const char* rd = o->reduce_dtype ? o->reduce_dtype : "fp32";
   if (strcmp(rd, "auto") == 0) so->reduce_dtype = SEARCH_REDUCE_AUTO;
   else if (reduce_dtype_parse(rd) >= 0) so->reduce_dtype = reduce_dtype_parse(rd);

@@ -405,7 +405,9 @@ static int search_options_from_args(const Args* a, const GptDesc* d, const Devic
     return -1;
   planner_default_options(so, (int)T);
   so->max_batch = (int)maxb;
-  return setup_search_options(a, d, dev->ranks, so);
+  if (setup_search_options(a, d, dev->ranks, so)) return -1;
+  setup_cap_batch(a, d, dev, so, args_has(a, "json") || args_has(a, "quiet"));
+  return 0;
 }
 
 int cmd_plan(int argc, char** argv) {

@@ -89,6 +89,17 @@ static int shard_group_option(const Args* a, int ranks, int* G) {
   return 0;
 }
 
+void setup_cap_batch(const Args* a, const GptDesc* d, const DeviceInfo* dev, SearchOptions* so, int quiet) {
+  if (args_has(a, "max-batch") || args_has(a, "batch")) return;
+  int cap = planner_cap_batch(d, dev, so);
+  if (cap && !quiet) {
+    printf("plan: micro-batches up to %d, %dx the largest the op times were measured at (%d); "
+           "--max-batch B searches further on extrapolated times\n", cap, PLANNER_EXTRAPOLATE,
+           dev->compute_max_batch);
+    fflush(stdout);
+  }
+}
+
 int setup_search_options(const Args* a, const GptDesc* d, int ranks, SearchOptions* so) {
   const char* rd = args_get(a, "reduce-dtype", "fp32");
   if (strcmp(rd, "auto") == 0) so->reduce_dtype = SEARCH_REDUCE_AUTO;
@@ -301,6 +312,7 @@ int setup_auto_plan(const Args* a, const GptDesc* d, int T, int min_batch, int m
   so.max_batch = max_batch;
   so.min_batch = min_batch;
   if (setup_search_options(a, d, dev.ranks, &so)) { device_free(&dev); return -1; }
+  setup_cap_batch(a, d, &dev, &so, quiet || comm_rank() != 0);
   memset(report, 0, sizeof *report);
   snprintf(report->trial_cache, sizeof report->trial_cache, "%s", trial);
   report->reuse_trial = reuse;

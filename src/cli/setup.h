@@ -60,6 +60,9 @@ int setup_recompute_search(const Args* a, const GptDesc* d, SearchOptions* so);
 /* The search options of the command line: --reduce-dtype fp32|bf16|auto, --shard-group G (fixes
 ** every op's group; absent: the planner chooses), --recompute N|all (the count fixed). */
 int setup_search_options(const Args* a, const GptDesc* d, int ranks, SearchOptions* so);
+/* Without --max-batch or --batch: the largest micro-batch searched lowered to what dev's op
+** times may be extrapolated to (planner_cap_batch), with a line saying so unless quiet. */
+void setup_cap_batch(const Args* a, const GptDesc* d, const DeviceInfo* dev, SearchOptions* so, int quiet);
 /* The matmul mode of --matmul fp32|tf32|bf16 (default tf32) or of the older --tf32 on|off (on:
 ** tf32, off: fp32) into *mode; 0, or -1 with a one-line error for a bad value or when both are
 ** given and disagree. */

@@ -72,6 +72,17 @@ SearchOptions normalized_options(const GptDesc* d, const SearchOptions* in) {
   return o;
 }
 
+int planner_cap_batch(const GptDesc* d, const DeviceInfo* dev, SearchOptions* o) {
+  int seq = o->seq > 0 ? o->seq : d->cfg.max_seq;
+  if (!device_measured_for(dev, d, seq) || dev->compute_max_batch <= 0) return 0;
+  int cap = PLANNER_EXTRAPOLATE * dev->compute_max_batch;
+  int max = o->max_batch > 0 ? o->max_batch : 512;
+  if (cap >= max || cost_largest_batch(d, dev, seq, cap + 1) <= cap) return 0; /* nothing larger fits */
+  o->max_batch = cap;
+  if (o->min_batch > cap) o->min_batch = cap;
+  return cap;
+}
+
 /* Slices of one op with the same parameter count: interchangeable for every cost. */
 typedef struct SliceGroup {
   size_t n;                     /* parameters of each slice */

@@ -158,6 +158,20 @@ size_t cost_batch_bytes(const GptDesc* d, const DeviceInfo* dev, int B, int T, c
   return acts + gpt_scratch_bytes(d, B, T, sizeof(float), dev->threads, 0);
 }
 
+int cost_largest_batch(const GptDesc* d, const DeviceInfo* dev, int T, int max) {
+  int* all = malloc((size_t)(d->cfg.n_layer > 0 ? d->cfg.n_layer : 1) * sizeof *all);
+  for (int l = 0; all && l < d->cfg.n_layer; l++) all[l] = 1;
+  int B = 0;
+  while (B < max) {
+    size_t plain = cost_batch_bytes(d, dev, B + 1, T, NULL);
+    size_t rec = cost_batch_bytes(d, dev, B + 1, T, all);
+    if ((plain < rec ? plain : rec) > dev->mem_limit) break;
+    B++;
+  }
+  free(all);
+  return B;
+}
+
 /* ---- The replay of one step ---------------------------------------------------------------- */
 
 /* The communication channel of non-blocking collectives: a queue of jobs, each with the

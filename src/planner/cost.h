@@ -142,6 +142,9 @@ double cost_compute_s(const GptDesc* d, const DeviceInfo* dev, int B, int T);
 ** as gpt_acts_layout places them (a recomputed layer keeps its output; the rest of its blocks
 ** share one buffer with the other recomputed layers) + backward scratch. */
 size_t cost_batch_bytes(const GptDesc* d, const DeviceInfo* dev, int B, int T, const int* recompute);
+/* The largest micro-batch up to max whose batch bytes alone fit dev->mem_limit, with every layer
+** recomputed where that needs fewer bytes: no plan (they may recompute) runs a larger one. */
+int cost_largest_batch(const GptDesc* d, const DeviceInfo* dev, int T, int max);
 
 /* Cost of plan p (its micro_batch, seq, shard groups, prefetch, overlap_reduce and
 ** reduce_dtype) on dev, by replaying the step. The

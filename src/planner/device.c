@@ -98,8 +98,7 @@ double device_step_collective_s(const DeviceInfo* dev, int kind, double bytes) {
   return device_shape_step_s(dev, device_world_shape(dev), kind, bytes);
 }
 
-/* Whether the device's measured compute times are for model d at sequence length T. */
-static int device_measured_for(const DeviceInfo* dev, const GptDesc* d, int T) {
+int device_measured_for(const DeviceInfo* dev, const GptDesc* d, int T) {
   return dev->n_op_times > 0 && dev->compute_seq == T && strcmp(dev->compute_model, d->cfg.name) == 0;
 }
 
@@ -441,6 +440,10 @@ static int json_compute(const cJSON* root, const char* path, DeviceInfo* dev) {
                      path, sizeof dev->compute_model - 1);
   snprintf(dev->compute_model, sizeof dev->compute_model, "%s", model->valuestring);
   if (json_integer(c, "seq", "compute.seq", 1, path, &dev->compute_seq)) return -1;
+  if (json_integer(c, "max_batch", "compute.max_batch", 0, path, &dev->compute_max_batch)) return -1;
+  if (dev->compute_max_batch < 0)
+    return osdp_fail("%s: field \"compute.max_batch\" = %d must be the largest micro-batch the op "
+                     "times were measured at (>= 1), or absent", path, dev->compute_max_batch);
   const cJSON* ops = cJSON_GetObjectItemCaseSensitive(c, "ops");
   if (!cJSON_IsArray(ops))
     return osdp_fail("%s: missing array \"compute.ops\" of {\"name\", \"fixed_s\", \"per_sample_s\"}", path);
@@ -561,6 +564,7 @@ static cJSON* device_to_json(const DeviceInfo* dev) {
     cJSON* comp = cJSON_AddObjectToObject(root, "compute");
     cJSON_AddStringToObject(comp, "model", dev->compute_model);
     cJSON_AddNumberToObject(comp, "seq", dev->compute_seq);
+    if (dev->compute_max_batch > 0) cJSON_AddNumberToObject(comp, "max_batch", dev->compute_max_batch);
     cJSON* ops = cJSON_AddArrayToObject(comp, "ops");
     for (int i = 0; i < dev->n_op_times; i++) {
       const OpTime* t = &dev->op_times[i];

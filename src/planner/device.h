@@ -129,6 +129,7 @@ typedef struct DeviceInfo {
   ** model's ops it may hold "overhead": the rest of a step (zeroing, norms, bookkeeping). */
   char compute_model[48];
   int compute_seq;
+  int compute_max_batch;      /* the largest micro-batch they were measured at (0: not recorded) */
   int n_op_times;             /* 0 when not measured */
   OpTime* op_times;           /* n_op_times entries */
 } DeviceInfo;
@@ -163,6 +164,8 @@ double device_reduce_factor(const DeviceInfo* dev, int kind, int bf16);
 /* Forward+backward time of op i of model d at micro-batch B, sequence T and k slices: measured
 ** when the device holds times for this model and T, else from FLOPs and dev->flops. */
 double device_op_time_s(const DeviceInfo* dev, const GptDesc* d, int op, int B, int T, int k);
+/* Whether the device's measured compute times are for model d at sequence length T. */
+int device_measured_for(const DeviceInfo* dev, const GptDesc* d, int T);
 /* The measured entry called `name` when the device's times are for model d at sequence T
 ** (NULL otherwise). */
 const OpTime* device_measured_op(const DeviceInfo* dev, const GptDesc* d, int T, const char* name);

@@ -293,22 +293,6 @@ typedef struct DpPoints {
   double ops_s[PROFILE_MAX_POINTS];   /* sum of the measured op compute */
 } DpPoints;
 
-/* The largest micro-batch up to max whose activations fit the limit, with every layer
-** recomputed where that needs fewer bytes (plans may recompute). */
-static int largest_fitting_batch(const GptDesc* d, const DeviceInfo* dev, int T, int max) {
-  int* all = malloc((size_t)(d->cfg.n_layer > 0 ? d->cfg.n_layer : 1) * sizeof *all);
-  for (int l = 0; all && l < d->cfg.n_layer; l++) all[l] = 1;
-  int B = 0;
-  while (B < max) {
-    size_t plain = cost_batch_bytes(d, dev, B + 1, T, NULL);
-    size_t rec = cost_batch_bytes(d, dev, B + 1, T, all);
-    if ((plain < rec ? plain : rec) > dev->mem_limit) break;
-    B++;
-  }
-  free(all);
-  return B;
-}
-
 /* ---- Compute: every op at every slice count, identical layers sharing the work ---------- */
 
 /* Every layer has the same ops, so one step can time an op at all four slice levels (k = 1, 2,
@@ -472,10 +456,16 @@ static int profile_outer_split(const GptDesc* d, const ProfileOptions* o, int B,
   return rc;
 }
 
+/* Seconds of a dp step after which the profile measures no larger micro-batch: each point costs
+** about four steps, and the search extrapolates the fitted line to PLANNER_EXTRAPOLATE x the
+** largest point (gpt2-124m on 2 ranks of this 2-core machine: micro-batches 1, 2, 4 of the
+** 4-layer copy, a search up to 8). */
+#define PROFILE_LONG_STEP 2.0
+
 /* Times every op of d (the model measured: the whole model or its copy with fewer layers, see
 ** profile_device) inside real dp steps at micro-batches 1, 2, 4, ... (until a step takes a
-** quarter second and no larger batch fits the limit, or a step takes 4 s, or 64; what fits is
-** the whole model's, `whole`), every level of the layers' splittable ops in the same steps
+** quarter second and no larger batch fits the limit, or a step takes PROFILE_LONG_STEP, or 64;
+** what fits is the whole model's, `whole`), every level of the layers' splittable ops in the same steps
 ** (rotations), the ops outside the layers at k = 2, 4, 8 at the middle micro-batch, and fits
 ** each op per slice count into dev->op_times. The first rotation's step figures are kept in
 ** *pts for the rest of the profile. */
@@ -487,7 +477,7 @@ static int profile_compute(const GptDesc* whole, const GptDesc* d, const Profile
   double* op_s = malloc((size_t)n * sizeof(double));
   if (!x.sum || !x.count || !op_s) rc = osdp_fail("out of host memory");
   memset(pts, 0, sizeof *pts);
-  int bfit = largest_fitting_batch(whole, dev, o->seq, 64); /* plans may use it */
+  int bfit = cost_largest_batch(whole, dev, o->seq, 64); /* plans may use it */
   for (int B = 1; !rc && pts->n < PROFILE_MAX_POINTS && B <= 64; B *= 2) {
     int j = pts->n;
     progress(o, R > 1 ? "timing dp steps (every operator, every slice count)"
@@ -501,8 +491,9 @@ static int profile_compute(const GptDesc* whole, const GptDesc* d, const Profile
     /* Enough: two points and a quarter-second step, unless plans may use larger batches, which
     ** are then measured rather than extrapolated (while a step takes at most 4 s). */
     double st = pts->m[j].step_s;
-    if (pts->n >= 2 && st > 0.25 && (2 * B > bfit || st > 4.0)) break;
+    if (pts->n >= 2 && st > 0.25 && (2 * B > bfit || st > PROFILE_LONG_STEP)) break;
   }
+  dev->compute_max_batch = pts->n ? pts->B[pts->n - 1] : 0;
   int jm = pts->n / 2;
   double* split = NULL;
   if (!rc && has_outer_slices(d)) {

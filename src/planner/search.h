@@ -76,6 +76,18 @@ typedef struct PlannerStats {
 ** number of recomputed layers, shard groups chosen, fp32 reductions. */
 void planner_default_options(SearchOptions* o, int seq);
 
+/* How far the search may extrapolate measured op times in the micro-batch: the times are a line
+** fitted over the micro-batches profiled, so past twice the largest of them the search does not
+** go (gpt2-124m, profiled to 4: ranked micro-batch 23 first at 1.54 samples/s predicted; it ran
+** at 0.75). */
+#define PLANNER_EXTRAPOLATE 2
+
+/* Lowers o->max_batch to PLANNER_EXTRAPOLATE x the largest micro-batch dev's op times were
+** measured at for model d at o->seq, when those times are d's and record it and a larger
+** micro-batch could fit dev->mem_limit (cost_largest_batch). Returns the new max_batch when it
+** lowered it, else 0. For a caller whose user did not fix the largest micro-batch. */
+int planner_cap_batch(const GptDesc* d, const DeviceInfo* dev, SearchOptions* o);
+
 /* The shard groups a search gives an op's sharded slices a choice of (ascending), into out
 ** (room for PLANNER_MAX_GROUPS): o->shard_group when set; else the divisors G of the ranks N
 ** that keep a group within one host (G <= H dividing H, G > 1) or span whole hosts (G a
