@@ -457,11 +457,13 @@ extern "C" long long emu_lt_matmuls(void) { return lt_matmuls; }
 /* D = epilogue(alpha op(A) op(B) + beta C [+ bias]) on emu_gemm's reference product: the sum in
 ** double, rounded to fp32 once (C not read when beta = 0). GELU_AUX writes that fp32 sum to aux
 ** and GELU of it to D, so D = GELU(aux) exactly as osdp's CPU computes GELU from the stored
-** pre-activation. The real cuBLASLt evaluates its GELU epilogue in fp32 on the accumulator;
-** NVIDIA documents it only as "GELU", and it is the tanh approximation (llm.c's GPT-2 relies on
-** that; the GPU run of test_cuda_kernels holds it to the CPU's tanh form to 1e-5, which the erf
-** form, up to 4.7e-4 away, would fail). Checked first: the problem (lt_problem), the algorithm
-** (the emulated heuristic's, for this m, n, k), the pointers' alignment and the workspace. */
+** pre-activation. The real cuBLASLt evaluates its GELU epilogue in fp32 on the fp32 sum, with
+** its own tanh; cublasLt.h documents it only as "GELU" (x := GELU(x)). It is taken to be this
+** tanh approximation, as llm.c takes it for GPT-2; a GPU run of test_cuda_kernels checks that:
+** its fp32-mode cases hold the fused GELU to the CPU's tanh form within 1e-5 of the largest
+** value, which the erf form (up to 4.7e-4 away where pre is about -2.7) would not meet. Checked
+** first: the problem (lt_problem), the algorithm (the emulated heuristic's, for this m, n, k),
+** the pointers' alignment and the workspace. */
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void* alpha_, const void* A_,
                               cublasLtMatrixLayout_t Ad, const void* B_, cublasLtMatrixLayout_t Bd, const void* beta_,
                               const void* C_, cublasLtMatrixLayout_t Cd, void* D_, cublasLtMatrixLayout_t Dd,
