@@ -331,15 +331,15 @@ static const char* mode_label(MatmulMode m) {
   return m == MATMUL_BF16 ? " BF16" : m == MATMUL_TF32 ? " TF32" : "";
 }
 
-/* matmul_gelu_forward in the matmul mode set (named `mode` in check lines), against the CPU's matmul then GELU:
-** OC a multiple of 8 and overwriting (one cuBLASLt product with the GELU_AUX epilogue) and the
-** unfused path (OC not a multiple of 8, accumulate), with and without bias, the input a column
-** slice of a wider row (ldinp > K) starting 0 or 1 float in (a 4-byte aligned product). w is
-** scaled by 1/sqrt(K), so pre is about N(0, 1) where GELU bends: in fp32 mode TOL then also
-** tells the tanh GELU from the erf one (up to 4.7e-4 apart), on a GPU too. */
+/* matmul_gelu_forward in the matmul mode set (named `mode` in check lines), against the CPU's
+** matmul then GELU: OC a multiple of 8 and overwriting (one cuBLASLt product with the GELU_AUX
+** epilogue) and the unfused path (OC not a multiple of 8, accumulate), with and without bias, the
+** input a column slice of a wider row (ldinp > K) starting 0 or 1 float in (a 4-byte aligned
+** product). w is scaled by 1/sqrt(K), so pre is about N(0, 1) where GELU bends: in fp32 mode TOL
+** then also tells the tanh GELU from the erf one (up to 4.7e-4 apart), on a GPU too. */
 static void test_matmul_gelu_mode(double tol, const char* mode) {
-  int shapes[][5] = {/* BT, K, OC, ldinp, first column */ {37, 50, 64, 64, 0}, {64, 128, 96, 130, 1},
-                     {100, 33, 17, 40, 0}, {1, 7, 8, 8, 1}};
+  int shapes[][5] = {/* BT, K, OC, ldinp, first column */ {37, 50, 64, 64, 0},
+                     {64, 128, 96, 130, 1}, {100, 33, 17, 40, 0}, {1, 7, 8, 8, 1}};
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
     int BT = shapes[si][0], K = shapes[si][1], OC = shapes[si][2], ld = shapes[si][3];
     int c0 = shapes[si][4];

@@ -408,8 +408,10 @@ static void test_matmul_gelu(void) {
     matmul_reference(ref, c.inp, ld, c.w, bias, BT, K, OC);
     gelu_reference(gref, ref, no);
     f64->matmul_gelu_forward(c.act, c.out, c.inp, ld, c.w, bias, BT, K, OC, 0);
-    check_close(with_bias ? "matmul_gelu_forward pre bias" : "matmul_gelu_forward pre", c.out, ref, no, 1e-14);
-    check_close(with_bias ? "matmul_gelu_forward out bias" : "matmul_gelu_forward out", c.act, gref, no, 1e-14);
+    check_close(with_bias ? "matmul_gelu_forward pre bias" : "matmul_gelu_forward pre", c.out,
+                ref, no, 1e-14);
+    check_close(with_bias ? "matmul_gelu_forward out bias" : "matmul_gelu_forward out", c.act,
+                gref, no, 1e-14);
   }
   for (size_t i = 0; i < no; i++) ref[i] += c.out0[i];
   gelu_reference(gref, ref, no);

@@ -1,7 +1,7 @@
 /*
 ** cuda_backend.cu: the CUDA backend: device memory, copies on one compute stream, the event
-** clock, cuBLAS and cuBLASLt set-up and the fp32 kernel table (cuda_kernels.cu, cuda_attention.cu). See
-** backend.h.
+** clock, cuBLAS and cuBLASLt set-up and the fp32 kernel table (cuda_kernels.cu,
+** cuda_attention.cu). See backend.h.
 **
 ** Initialised on the first call of backend_cuda(): the process's GPU is the local rank (MPI or
 ** Slurm launcher environment) modulo the GPUs visible, so one rank per GPU needs no set-up and

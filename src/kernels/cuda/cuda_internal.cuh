@@ -1,7 +1,7 @@
 /*
 ** cuda_internal.cuh: what the files of the CUDA backend share: the backend's state (device,
-** compute stream, cuBLAS and cuBLASLt handles, fixed reduction scratch), the error checks that abort on a
-** failed CUDA or cuBLAS call, the launch macro, and the warp / block reductions.
+** compute stream, cuBLAS and cuBLASLt handles, fixed reduction scratch), the error checks that
+** abort on a failed CUDA or cuBLAS call, the launch macro, and the warp / block reductions.
 **
 ** Every kernel and every cuBLAS call goes on cuda_ctx.stream, in the order the host issues
 ** them. Kernels allocate nothing: the only device memory besides the arena is allocated once
