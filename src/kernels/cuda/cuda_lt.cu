@@ -50,26 +50,24 @@ static void pref_set(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAt
   CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, v, size));
 }
 
-/* The operation: no transposes, host scalars, the epilogue with its fp32 bias and aux (aux's
-** leading dimension OC, the rows of D). */
+/* The operation: no transposes, host scalars, the epilogue with its bias and aux (aux's leading
+** dimension OC, the rows of D). The bias and aux types are left at their default, D's (fp32):
+** cublasLt.h documents their attributes for other types (fp8 outputs, IMMA), and a type set
+** where the kernel does not take one makes cublasLtMatmul fail. */
 static void lt_operation(LtProduct* p, const float* bias, float* aux, int OC,
                          cublasLtEpilogue_t epilogue) {
   CUDA_CHECK(cublasLtMatmulDescCreate(&p->op, cuda_ctx.gemm_compute, CUDA_R_32F));
-  int32_t no_transpose = CUBLAS_OP_N, host = CUBLASLT_POINTER_MODE_HOST, fp32 = CUDA_R_32F;
+  int32_t no_transpose = CUBLAS_OP_N, host = CUBLASLT_POINTER_MODE_HOST;
   uint32_t kind = (uint32_t)epilogue;
   op_set(p->op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &host, sizeof host);
   op_set(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &no_transpose, sizeof no_transpose);
   op_set(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &no_transpose, sizeof no_transpose);
   op_set(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &kind, sizeof kind);
-  if (bias != NULL) {
-    op_set(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
-    op_set(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &fp32, sizeof fp32);
-  }
+  if (bias != NULL) op_set(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
   if (aux != NULL) {
     int64_t aux_ld = OC;
     op_set(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
     op_set(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
-    op_set(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &fp32, sizeof fp32);
   }
 }
 
