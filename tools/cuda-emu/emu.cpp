@@ -1,7 +1,9 @@
 // tools/cuda-emu/emu.cpp: see build.sh. Not a GPU: a check of the CUDA code's logic on a CPU.
 /* CPU emulation of the CUDA runtime subset used by osdp's CUDA backend: each block runs as
 ** blockDim fibers, __syncthreads and warp shuffles are barriers among them, cuBLAS is a
-** reference GEMM (fp64 sums; TF32 compute rounds its inputs to TF32 first, bf16 compute to bf16).
+** reference GEMM (fp64 sums; TF32 compute rounds its inputs to TF32 first, bf16 compute to bf16),
+** and cuBLASLt the same GEMM with the bias and GELU epilogues, checking its descriptors as the
+** library does.
 **
 ** Fibers: on x86-64 a fiber switch is emu_switch below (callee-saved registers, MXCSR and the
 ** x87 control word pushed on the fiber's own stack, then the stack pointer swapped: a few
