@@ -1,11 +1,13 @@
 # The CUDA kernels checked on this machine's CPU (label gpu-emu, in every `make test`): the
 # sources of src/kernels/cuda are compiled with the C++ compiler against the CUDA emulation of
 # tools/cuda-emu (every thread block run as blockDim fibers with real barriers and warp
-# shuffles, cuBLAS as a reference GEMM that honours TF32 and bf16 compute) and
-# tests/test_cuda_kernels.c runs on them: every kernel against the CPU kernels in fp32 mode, and
-# matmul and attention also in tf32 and bf16 modes. Built with everything else
+# shuffles, cuBLAS as a reference GEMM that honours TF32 and bf16 compute, cuBLASLt as the same
+# GEMM with the bias and GELU epilogues) and tests/test_cuda_kernels.c runs on them: every kernel
+# against the CPU kernels in fp32 mode, and matmul, matmul + GELU and attention also in tf32 and
+# bf16 modes. Built with everything else
 # (build/test_cuda_kernels_emu); nothing is written outside the build tree.
-# gpu_emu_primitives checks the emulator's own numerics (bf16, TF32, WMMA fragments). Says
+# gpu_emu_primitives checks the emulator's own numerics (bf16, TF32, WMMA fragments, cuBLASLt's
+# epilogues and refusals). Says
 # nothing about speed or the GPU's own rounding: that is `ctest -L gpu` on a GPU.
 # Skipped (77, with the reason) without a C++ compiler, and in sanitizer builds (the fibers
 # switch stacks behind AddressSanitizer's back).
@@ -51,7 +53,7 @@ foreach(cu ${osdp_emu_cu})
   list(APPEND osdp_emu_sources ${osdp_emu_gen}/${name}.cpp)
 endforeach()
 
-# The emulator itself (the CUDA runtime, cuBLAS; headers for bf16 and WMMA in include/).
+# The emulator itself (the CUDA runtime, cuBLAS, cuBLASLt; headers for bf16 and WMMA in include/).
 add_library(osdp_emu_runtime OBJECT ${osdp_emu_dir}/emu.cpp)
 set_target_properties(osdp_emu_runtime PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON
   CXX_EXTENSIONS OFF)
@@ -71,7 +73,7 @@ add_library(osdp_cuda_emu OBJECT ${osdp_emu_sources} ${PROJECT_SOURCE_DIR}/src/k
 target_link_libraries(osdp_cuda_emu PRIVATE MPI::MPI_C)
 set_target_properties(osdp_cuda_emu PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON
   CXX_EXTENSIONS OFF)
-# The emulator's include/ first: its cuda_runtime.h and cublas_v2.h, and its
+# The emulator's include/ first: its cuda_runtime.h, cublas_v2.h and cublasLt.h, and its
 # kernels/cuda/cuda_internal.cuh (the real one with CUDA_LAUNCH as an emulated launch).
 target_include_directories(osdp_cuda_emu BEFORE PRIVATE ${osdp_emu_dir}/include)
 target_include_directories(osdp_cuda_emu PRIVATE ${PROJECT_SOURCE_DIR}/src ${CBLAS_INCLUDE})
@@ -97,7 +99,7 @@ add_test(NAME gpu_emu_kernels COMMAND test_cuda_kernels_emu)
 set_tests_properties(gpu_emu_kernels PROPERTIES LABELS "gpu-emu" SKIP_RETURN_CODE 77 TIMEOUT 300)
 
 # The emulator's own numerics (tools/cuda-emu/emu_checks.cpp): bf16 conversions, TF32 rounding,
-# the WMMA fragments (m16n16k8 tf32, m16n16k16 bf16) and cuBLAS's compute types.
+# the WMMA fragments (m16n16k8 tf32, m16n16k16 bf16), cuBLAS's compute types and cuBLASLt.
 add_executable(cuda_emu_checks ${osdp_emu_dir}/emu_checks.cpp $<TARGET_OBJECTS:osdp_emu_runtime>)
 set_target_properties(cuda_emu_checks PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON
   CXX_EXTENSIONS OFF)

@@ -61,6 +61,33 @@ static const Backend* gpu;
 static const Kernels_f32* gk; /* CUDA kernels */
 static const Kernels_f32* ck; /* CPU kernels */
 
+#ifdef OSDP_CUDA_EMU
+/* The emulated cuBLASLt's count of products (tools/cuda-emu/emu.cpp). */
+long long emu_lt_matmuls(void);
+#endif
+
+/* Checks, in the emulation, that the kernel call between the count `before` and now made exactly
+** `expected` cuBLASLt products: its fused epilogue path ran (1), or its unfused path (0). A GPU
+** has no such count: there the comparison with the CPU is the check. */
+static void check_lt_path(const char* name, long long before, int expected) {
+#ifdef OSDP_CUDA_EMU
+  long long made = emu_lt_matmuls() - before;
+  CHECK_MSG(made == expected, "%s: %lld cuBLASLt products, expected %d (%s path)", name, made,
+            expected, expected ? "the epilogue" : "the unfused");
+#else
+  (void)name; (void)before; (void)expected;
+#endif
+}
+
+/* The emulated cuBLASLt's count of products so far (0 on a GPU). */
+static long long lt_count(void) {
+#ifdef OSDP_CUDA_EMU
+  return emu_lt_matmuls();
+#else
+  return 0;
+#endif
+}
+
 // ----------------------------------------------------------------------------
 // host and device buffers
 
@@ -304,10 +331,48 @@ static const char* mode_label(MatmulMode m) {
   return m == MATMUL_BF16 ? " BF16" : m == MATMUL_TF32 ? " TF32" : "";
 }
 
+/* matmul_gelu_forward in the matmul mode set (named `mode` in check lines), against the CPU's
+** matmul then GELU: OC a multiple of 8 and overwriting (one cuBLASLt product with the GELU_AUX
+** epilogue) and the unfused path (OC not a multiple of 8, accumulate), with and without bias, the
+** input a column slice of a wider row (ldinp > K) starting 0 or 1 float in (a 4-byte aligned
+** product). w is scaled by 1/sqrt(K), so pre is about N(0, 1) where GELU bends: in fp32 mode TOL
+** then also tells the tanh GELU from the erf one (up to 4.7e-4 apart), on a GPU too. */
+static void test_matmul_gelu_mode(double tol, const char* mode) {
+  int shapes[][5] = {/* BT, K, OC, ldinp, first column */ {37, 50, 64, 64, 0},
+                     {64, 128, 96, 130, 1}, {100, 33, 17, 40, 0}, {1, 7, 8, 8, 1}};
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    int BT = shapes[si][0], K = shapes[si][1], OC = shapes[si][2], ld = shapes[si][3];
+    int c0 = shapes[si][4];
+    size_t ni = (size_t)BT * ld, nw = (size_t)K * OC, no = (size_t)BT * OC;
+    for (int variant = 0; variant < 4; variant++) {
+      device_reset();
+      int with_bias = variant & 1, accumulate = variant >> 1;
+      float *inp = frandn(ni, 1, 0), *w = frandn(nw, 1 / sqrt(K), 0), *bias = frandn(OC, 0.5, 0);
+      float *pre = frandn(no, 0.5, 0), *out = frandn(no, 1, 0);
+      float *d_pre = upload_f(pre, no), *d_out = upload_f(out, no);
+      ck->matmul_gelu_forward(out, pre, inp + c0, ld, w, with_bias ? bias : NULL, BT, K, OC,
+                              accumulate);
+      float *d_inp = upload_f(inp, ni) + c0, *d_w = upload_f(w, nw);
+      float* d_bias = with_bias ? upload_f(bias, OC) : NULL;
+      long long before = lt_count();
+      gk->matmul_gelu_forward(d_out, d_pre, d_inp, ld, d_w, d_bias, BT, K, OC, accumulate);
+      char name[96];
+      snprintf(name, sizeof name, "matmul_gelu%s BT%d K%d OC%d ld%d+%d%s%s", mode, BT, K, OC, ld,
+               c0, with_bias ? " bias" : "", accumulate ? " acc" : "");
+      /* fused: OC % 8 == 0 and overwriting; else matmul_forward (an epilogue with a bias) */
+      check_lt_path(name, before, (OC % 8 == 0 && !accumulate) || with_bias);
+      compare(name, d_out, out, no, tol);
+      strncat(name, " pre", sizeof name - strlen(name) - 1);
+      compare(name, d_pre, pre, no, tol);
+      free(inp); free(w); free(bias); free(pre); free(out);
+    }
+  }
+}
+
 /* matmul forward with bias / without, accumulate 0 / 1, on strided inputs (ldinp > K); backward
 ** with dinp and dbias present and both NULL, dw and dbias accumulated and overwritten, over
 ** random values (the padding columns of dinp stay untouched, which the comparison of the whole
-** strided buffer checks). */
+** strided buffer checks); then matmul_gelu_forward's cases. */
 static void test_matmul_mode(MatmulMode m) {
   double tol = matmul_tol(m);
   const char* mode = mode_label(m);
@@ -326,10 +391,13 @@ static void test_matmul_mode(MatmulMode m) {
       float* out = frandn(no, 1, 0);
       float* d_out = upload_f(out, no);
       ck->matmul_forward(out, inp, ld, w, with_bias ? bias : NULL, BT, K, OC, accumulate);
-      gk->matmul_forward(d_out, upload_f(inp, ni), ld, upload_f(w, nw),
-                         with_bias ? upload_f(bias, OC) : NULL, BT, K, OC, accumulate);
+      float *d_inp = upload_f(inp, ni), *d_w = upload_f(w, nw);
+      float* d_bias = with_bias ? upload_f(bias, OC) : NULL;
+      long long before = lt_count();
+      gk->matmul_forward(d_out, d_inp, ld, d_w, d_bias, BT, K, OC, accumulate);
       snprintf(name, sizeof name, "matmul_forward%s BT%d K%d OC%d ld%d%s%s", mode, BT, K, OC, ld,
                with_bias ? " bias" : "", accumulate ? " accumulate" : "");
+      check_lt_path(name, before, with_bias); /* the bias as cuBLASLt's epilogue */
       compare(name, d_out, out, no, tol);
       free(inp); free(w); free(bias); free(out);
     }
@@ -357,6 +425,7 @@ static void test_matmul_mode(MatmulMode m) {
       free(inp); free(w); free(dout); free(dinp); free(dw); free(db);
     }
   }
+  test_matmul_gelu_mode(tol, mode);
   gpu->set_matmul_mode(MATMUL_FP32);
 }
 

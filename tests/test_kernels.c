@@ -291,7 +291,11 @@ static void test_embed_tok(void) {
 // ----------------------------------------------------------------------------
 // matmul
 
-typedef struct { double *inp, *w, *bias, *out0, *out, *R; int BT, K, OC, ldinp; } MatmulCtx;
+typedef struct {
+  double *inp, *w, *bias, *out0, *out, *R;
+  int BT, K, OC, ldinp;
+  double* act; /* matmul_gelu_forward's GELU output (its out is the pre-activation) */
+} MatmulCtx;
 
 /* L = sum((out0 + inp @ w + bias) * R), using accumulate = 1 on a strided input. */
 static double matmul_objective(void* p) {
@@ -319,7 +323,7 @@ static void test_matmul(void) {
   int BT = 10, K = 18, OC = 13, ld = 23;
   size_t ni = (size_t)BT * ld, nw = (size_t)K * OC, no = (size_t)BT * OC;
   MatmulCtx c = { drandn(ni, 1, 0), drandn(nw, 1, 0), drandn(OC, 1, 0), drandn(no, 1, 0),
-                  dalloc(no), drandn(no, 1, 0), BT, K, OC, ld };
+                  dalloc(no), drandn(no, 1, 0), BT, K, OC, ld, NULL };
   double* ref = dalloc(no);
   double* out = dalloc(no);
   matmul_reference(ref, c.inp, ld, c.w, c.bias, BT, K, OC);
@@ -369,6 +373,70 @@ static void test_matmul(void) {
   free(di64); free(dw64); free(db64);
   free(c.inp); free(c.w); free(c.bias); free(c.out0); free(c.out); free(c.R);
   free(ref); free(out); free(dinp); free(dw); free(db); free(gi); free(gw); free(gb); free(dw2);
+}
+
+// ----------------------------------------------------------------------------
+// matmul + GELU (GPT-2's fc)
+
+/* L = sum(GELU(out0 + inp @ w + bias) * R) through matmul_gelu_forward with accumulate = 1. */
+static double matmul_gelu_objective(void* p) {
+  MatmulCtx* c = p;
+  size_t n = (size_t)c->BT * c->OC;
+  memcpy(c->out, c->out0, n * sizeof(double));
+  f64->matmul_gelu_forward(c->act, c->out, c->inp, c->ldinp, c->w, c->bias, c->BT, c->K, c->OC, 1);
+  return dot(c->act, c->R, n);
+}
+
+/* The tanh-approximation GELU of x[0..n) into y, written out. */
+static void gelu_reference(double* y, const double* x, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    y[i] = 0.5 * x[i] * (1 + tanh(sqrt(2 / M_PI) * (x[i] + 0.044715 * x[i] * x[i] * x[i])));
+}
+
+/* matmul_gelu_forward: pre and out against matmul's reference and the GELU formula (overwrite,
+** with and without bias, and accumulate), its gradients (through gelu_backward and
+** matmul_backward, as the step's backward takes them) against finite differences of the fused
+** forward, and fp32 against fp64. */
+static void test_matmul_gelu(void) {
+  int BT = 9, K = 11, OC = 8, ld = 14;
+  size_t ni = (size_t)BT * ld, nw = (size_t)K * OC, no = (size_t)BT * OC;
+  MatmulCtx c = { drandn(ni, 0.6, 0), drandn(nw, 0.6, 0), drandn(OC, 0.8, 0), drandn(no, 0.8, 0),
+                  dalloc(no), drandn(no, 1, 0), BT, K, OC, ld, dalloc(no) };
+  double *ref = dalloc(no), *gref = dalloc(no);
+  for (int with_bias = 0; with_bias < 2; with_bias++) {
+    const double* bias = with_bias ? c.bias : NULL;
+    matmul_reference(ref, c.inp, ld, c.w, bias, BT, K, OC);
+    gelu_reference(gref, ref, no);
+    f64->matmul_gelu_forward(c.act, c.out, c.inp, ld, c.w, bias, BT, K, OC, 0);
+    check_close(with_bias ? "matmul_gelu_forward pre bias" : "matmul_gelu_forward pre", c.out,
+                ref, no, 1e-14);
+    check_close(with_bias ? "matmul_gelu_forward out bias" : "matmul_gelu_forward out", c.act,
+                gref, no, 1e-14);
+  }
+  for (size_t i = 0; i < no; i++) ref[i] += c.out0[i];
+  gelu_reference(gref, ref, no);
+  matmul_gelu_objective(&c);
+  check_close("matmul_gelu_forward pre accumulate", c.out, ref, no, 1e-14);
+  check_close("matmul_gelu_forward out accumulate", c.act, gref, no, 1e-14);
+
+  double *dpre = dalloc(no), *dinp = dalloc(ni), *dw = dalloc(nw), *db = dalloc(OC);
+  f64->gelu_backward(dpre, c.out, c.R, no);
+  f64->matmul_backward(dinp, dw, db, dpre, c.inp, ld, c.w, BT, K, OC, 0);
+  for (int i = 0; i < BT; i++)
+    for (int k = K; k < ld; k++) dinp[i * ld + k] = 0; /* padding columns: no gradient */
+  check_grad("matmul_gelu.dinp (ld>K)", matmul_gelu_objective, &c, c.inp, dinp, ni);
+  check_grad("matmul_gelu.dw", matmul_gelu_objective, &c, c.w, dw, nw);
+  check_grad("matmul_gelu.dbias", matmul_gelu_objective, &c, c.bias, db, OC);
+
+  float *i32 = to_f32(c.inp, ni), *w32 = to_f32(c.w, nw), *b32 = to_f32(c.bias, OC);
+  float *pre32 = to_f32(c.out0, no), *out32 = falloc(no);
+  matmul_gelu_objective(&c); /* c.out, c.act: the fp64 accumulate case */
+  f32->matmul_gelu_forward(out32, pre32, i32, ld, w32, b32, BT, K, OC, 1);
+  check_f32("matmul_gelu_forward pre", pre32, c.out, no);
+  check_f32("matmul_gelu_forward out", out32, c.act, no);
+  free(i32); free(w32); free(b32); free(pre32); free(out32);
+  free(dpre); free(dinp); free(dw); free(db); free(ref); free(gref);
+  free(c.inp); free(c.w); free(c.bias); free(c.out0); free(c.out); free(c.R); free(c.act);
 }
 
 // ----------------------------------------------------------------------------
@@ -776,10 +844,7 @@ static void test_elementwise(void) {
   EwCtx c = { drandn(n, 2, 0), dalloc(n), drandn(n, 1, 0), n };
   c.inp[0] = 9.0; c.inp[1] = -9.0; c.inp[2] = 0.0;
   double* ref = dalloc(n);
-  for (size_t i = 0; i < n; i++) {
-    double x = c.inp[i];
-    ref[i] = 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-  }
+  gelu_reference(ref, c.inp, n);
   gelu_objective(&c);
   check_close("gelu_forward", c.out, ref, n, 1e-15);
   double* dx = dalloc(n);
@@ -1392,6 +1457,7 @@ int main(void) {
   test_embed_pos();
   test_embed_tok();
   test_matmul();
+  test_matmul_gelu();
   test_layernorm();
   test_rmsnorm();
   test_attention_forward();

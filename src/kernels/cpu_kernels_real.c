@@ -769,6 +769,14 @@ static void gelu_backward(real* restrict dinp, const real* restrict inp, const r
   }
 }
 
+/* GPT-2's fc linear then its GELU (KERNEL_LIST's matmul_gelu_forward): the two kernels one
+** after the other, so the values are exactly theirs (the CUDA backend fuses them in cuBLASLt). */
+static void matmul_gelu_forward(real* out, real* pre, const real* inp, int ldinp, const real* w,
+                                const real* bias, int BT, int K, int OC, int accumulate) {
+  matmul_forward(pre, inp, ldinp, w, bias, BT, K, OC, accumulate);
+  gelu_forward(out, pre, (size_t)BT * OC);
+}
+
 #undef GELU_SCALING
 #undef GELU_CUBE
 

@@ -122,6 +122,13 @@
   X(void, gelu_forward, (real* out, const real* inp, size_t N))                               \
   /* dinp = GELU'(inp) * dout (OVERWRITTEN). */                                               \
   X(void, gelu_backward, (real* dinp, const real* inp, const real* dout, size_t N))           \
+  /* GPT-2's fc linear, then GELU: pre[BT, OC] as matmul_forward(pre, inp, ldinp, w, bias,    \
+  ** BT, K, OC, accumulate) leaves it (the pre-activation gelu_backward needs), then out[BT,  \
+  ** OC] = GELU(pre) as gelu_forward leaves it (OVERWRITTEN). The CPU makes exactly those two \
+  ** calls; CUDA fuses them where it can (a cuBLASLt epilogue), to fp32 rounding. */          \
+  X(void, matmul_gelu_forward, (real* out, real* pre, const real* inp, int ldinp,             \
+                                const real* w, const real* bias, int BT, int K, int OC,       \
+                                int accumulate))                                              \
   /* Fused softmax cross-entropy over logits[BT, Vp] of which the first V columns are real.   \
   ** targets[i] < 0 marks a position without a loss. For each position with a target,         \
   ** losses[i] = -log softmax(logits[i])[targets[i]]; for the others losses[i] = 0. Then      \

@@ -74,13 +74,6 @@ static void attention_bwd(const GptDesc* d, GptActs* a, int opi, real* dqkv, con
   gpt_op_timer_stop(a, opi, tm);
 }
 
-/* GELU op opi over inp ([BT, 4C]) into its out. */
-static void gelu_fwd(const GptDesc* d, GptActs* a, int opi, const real* inp) {
-  OpTimer tm = gpt_op_timer_start(a);
-  kern(a)->gelu_forward(out_of(a, opi), inp, (size_t)a->B * a->T * 4 * d->cfg.n_embd);
-  gpt_op_timer_stop(a, opi, tm);
-}
-
 /* Backward of GELU op opi (input inp): dinp = GELU'(inp) * dout, overwritten. */
 static void gelu_bwd(const GptDesc* d, GptActs* a, int opi, real* dinp, const real* inp,
                      const real* dout) {
@@ -178,8 +171,9 @@ static void layer_forward(const GptDesc* d, GptActs* a, const GptParamHooks* h, 
   attention_fwd(d, a, o + GPT_ATTN, out_of(a, o + GPT_QKV), att_scratch);
   linear_fwd(d, a, h, slices, o + GPT_PROJ, out_of(a, o + GPT_PROJ), out_of(a, o + GPT_ATTN), residual, phase);
   layernorm_fwd(d, a, h, o + GPT_LN2, out_of(a, o + GPT_PROJ), phase);
-  linear_fwd(d, a, h, slices, o + GPT_FC, out_of(a, o + GPT_FC), out_of(a, o + GPT_LN2), NULL, phase);
-  gelu_fwd(d, a, o + GPT_GELU, out_of(a, o + GPT_FC));
+  /* fc and GELU in one pass (matmul_gelu_forward): gelu's out from fc's, timed as fc's */
+  linear_fwd_gelu(d, a, h, slices, o + GPT_FC, out_of(a, o + GPT_FC), out_of(a, o + GPT_LN2), NULL,
+                  out_of(a, o + GPT_GELU), phase);
   if (phase == GPT_RECOMPUTE) return;
   linear_fwd(d, a, h, slices, o + GPT_FCPROJ, out_of(a, o + GPT_FCPROJ), out_of(a, o + GPT_GELU),
              out_of(a, o + GPT_PROJ), phase);

@@ -42,21 +42,34 @@ static inline real* out_of(const GptActs* a, int op) { return (real*)a->op_acts[
 
 /* Forward of a (possibly split) linear op: out = inp W + b (b only when the op has one), plus
 ** the residual input when the op adds to the residual stream. One slice of rows of W is live
-** at a time. */
-static inline void linear_fwd(const GptDesc* d, GptActs* a, const GptParamHooks* h,
-                              const int* slices, int opi, real* out, const real* inp,
-                              const real* residual, GptPhase phase) {
+** at a time. With gelu_out (GPT-2's fc), the last slice's call also writes GELU(out) there
+** (matmul_gelu_forward: one fused pass on CUDA), and the op's time includes it. */
+static inline void linear_fwd_gelu(const GptDesc* d, GptActs* a, const GptParamHooks* h,
+                                   const int* slices, int opi, real* out, const real* inp,
+                                   const real* residual, real* gelu_out, GptPhase phase) {
   OpTimer tm = gpt_op_timer_start(a);
   const GptOp* op = &d->ops[opi];
   int BT = a->B * a->T, K = op->K, OC = op->OC, k = slices[opi];
   if (residual) gpt_step_backend(a)->copy(out, residual, (size_t)BT * OC * sizeof(real));
   for (int i = 0; i < k; i++) {
     ParamView w = gpt_acquire_weights(d, a, h, opi, k, i, phase);
-    kern(a)->matmul_forward(out, inp + w.row0, K, w.t[STEP_LINEAR_W], w.t[STEP_LINEAR_B], BT,
-                            (int)w.nrows, OC, residual || i > 0);
+    int accumulate = residual || i > 0;
+    if (gelu_out && i == k - 1)
+      kern(a)->matmul_gelu_forward(gelu_out, out, inp + w.row0, K, w.t[STEP_LINEAR_W],
+                                   w.t[STEP_LINEAR_B], BT, (int)w.nrows, OC, accumulate);
+    else
+      kern(a)->matmul_forward(out, inp + w.row0, K, w.t[STEP_LINEAR_W], w.t[STEP_LINEAR_B], BT,
+                              (int)w.nrows, OC, accumulate);
     h->release_weight(h->ctx, opi, i, phase);
   }
   gpt_op_timer_stop(a, opi, tm);
+}
+
+/* Forward of a linear op without an activation (see linear_fwd_gelu). */
+static inline void linear_fwd(const GptDesc* d, GptActs* a, const GptParamHooks* h,
+                              const int* slices, int opi, real* out, const real* inp,
+                              const real* residual, GptPhase phase) {
+  linear_fwd_gelu(d, a, h, slices, opi, out, inp, residual, NULL, phase);
 }
 
 /* Backward of a linear op: dinp = dout W^T (each slice overwrites its columns of dinp), dW +=

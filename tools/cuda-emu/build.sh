@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# tools/cuda-emu/build.sh: builds osdp's CUDA backend against a CPU emulation of the CUDA runtime
-# and cuBLAS (emu.cpp), for checking the CUDA kernels' LOGIC on a machine without a GPU: every
-# thread block runs as blockDim fibers with real barriers and warp shuffles, shared memory starts
-# as NaN garbage, launches are checked against CUDA's limits, and cuBLAS is a column-major fp64
+# tools/cuda-emu/build.sh: builds osdp's CUDA backend against a CPU emulation of the CUDA runtime,
+# cuBLAS and cuBLASLt (emu.cpp), for checking the CUDA kernels' LOGIC on a machine without a GPU:
+# every thread block runs as blockDim fibers with real barriers and warp shuffles, shared memory
+# starts as NaN garbage, launches are checked against CUDA's limits, and cuBLAS is a column-major fp64
 # reference GEMM that checks its leading dimensions and rounds its inputs to TF32 or bf16 in those
-# compute types.
+# compute types; cuBLASLt is that GEMM with the bias and GELU epilogues (descriptors, alignment
+# and workspace checked as the library checks them).
 # include/ also emulates cuda_bf16.h (bfloat16) and mma.h (WMMA fragments m16n16k8 tf32 and
 # m16n16k16 bf16), whose numerics emu_checks.cpp checks. It says nothing about speed, real
 # concurrency or the GPU's rounding: a GPU result needs a GPU (scripts/gpu-check.sh).

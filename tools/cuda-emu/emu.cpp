@@ -1,7 +1,9 @@
 // tools/cuda-emu/emu.cpp: see build.sh. Not a GPU: a check of the CUDA code's logic on a CPU.
 /* CPU emulation of the CUDA runtime subset used by osdp's CUDA backend: each block runs as
 ** blockDim fibers, __syncthreads and warp shuffles are barriers among them, cuBLAS is a
-** reference GEMM (fp64 sums; TF32 compute rounds its inputs to TF32 first, bf16 compute to bf16).
+** reference GEMM (fp64 sums; TF32 compute rounds its inputs to TF32 first, bf16 compute to bf16),
+** and cuBLASLt the same GEMM with the bias and GELU epilogues, checking its descriptors as the
+** library does.
 **
 ** Fibers: on x86-64 a fiber switch is emu_switch below (callee-saved registers, MXCSR and the
 ** x87 control word pushed on the fiber's own stack, then the stack pointer swapped: a few
@@ -18,6 +20,7 @@
 ** never reach): reported and aborted, instead of hanging. */
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include <cublasLt.h>
 #if !defined(__x86_64__) || defined(EMU_UCONTEXT)
 #include <ucontext.h>
 #endif
@@ -226,40 +229,277 @@ float emu_round_tf32(float x) {
   return x;
 }
 
-/* Column-major C = alpha op(A) op(B) + beta C with cuBLAS's argument checks. Each product is
-** summed in double from fp32 inputs (CUBLAS_COMPUTE_32F: a reference the GPU's fp32 sums are
-** within rounding of) or from inputs first rounded to what the tensor cores multiply: TF32
-** (CUBLAS_COMPUTE_32F_FAST_TF32) or bf16, to nearest even (CUBLAS_COMPUTE_32F_FAST_16BF); so a
-** TF32- or bf16-mode run shows that format's error and an fp32 run does not.
+/* x as the tensor cores of compute type ct multiply it: fp32 as it is (CUBLAS_COMPUTE_32F),
+** rounded to TF32 (CUBLAS_COMPUTE_32F_FAST_TF32) or to bf16, to nearest even
+** (CUBLAS_COMPUTE_32F_FAST_16BF). */
+static double emu_gemm_input(float x, cublasComputeType_t ct) {
+  if (ct == CUBLAS_COMPUTE_32F_FAST_TF32) return (double)emu_round_tf32(x);
+  if (ct == CUBLAS_COMPUTE_32F_FAST_16BF) return (double)__bfloat162float(__float2bfloat16(x));
+  return (double)x;
+}
+
+/* The reference product of cuBLAS and cuBLASLt: for every element (i, j) of the column-major
+** m x n result, store(i, j, s) with s = sum_l op(A)(i, l) op(B)(l, j) in double over the inputs
+** as compute type ct rounds them (emu_gemm_input); so a TF32- or bf16-mode run shows that
+** format's error and an fp32 run does not (fp32 sums on a GPU are within rounding of it).
 ** op(A) rows and op(B) columns are copied out contiguous first, so the inner loop is a dot
 ** product of two contiguous double arrays. */
-cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void* alpha_, const void* A_, cudaDataType, int lda, const void* B_, cudaDataType, int ldb, const void* beta_, void* C_, cudaDataType, int ldc, cublasComputeType_t ct, cublasGemmAlgo_t) {
-  int rowsA = ta == CUBLAS_OP_N ? m : k, rowsB = tb == CUBLAS_OP_N ? k : n;
-  if (m < 0 || n < 0 || k < 0 || lda < std::max(1, rowsA) || ldb < std::max(1, rowsB) || ldc < std::max(1, m) ||
-      (ct != CUBLAS_COMPUTE_32F && ct != CUBLAS_COMPUTE_32F_FAST_TF32 && ct != CUBLAS_COMPUTE_32F_FAST_16BF)) {
-    fprintf(stderr, "emu: cublasGemmEx invalid: ta %d tb %d m %d n %d k %d lda %d ldb %d ldc %d compute %d\n", ta, tb, m, n, k, lda, ldb, ldc, (int)ct);
-    return CUBLAS_STATUS_INVALID_VALUE;
-  }
-  const float *A = (const float*)A_, *B = (const float*)B_; float* C = (float*)C_;
-  float alpha = *(const float*)alpha_, beta = *(const float*)beta_;
-  auto in = [&](float x) {
-    if (ct == CUBLAS_COMPUTE_32F_FAST_TF32) return (double)emu_round_tf32(x);
-    if (ct == CUBLAS_COMPUTE_32F_FAST_16BF) return (double)__bfloat162float(__float2bfloat16(x));
-    return (double)x;
-  };
+static void emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* A,
+                     int lda, const float* B, int ldb, cublasComputeType_t ct,
+                     const std::function<void(int, int, double)>& store) {
   std::vector<double> a((size_t)m * k), b((size_t)n * k); /* a[i][l] = op(A)(i, l), b[j][l] = op(B)(l, j) */
   for (int i = 0; i < m; i++)
-    for (int l = 0; l < k; l++) a[(size_t)i * k + l] = in(ta == CUBLAS_OP_N ? A[i + (size_t)l * lda] : A[l + (size_t)i * lda]);
+    for (int l = 0; l < k; l++) a[(size_t)i * k + l] = emu_gemm_input(ta == CUBLAS_OP_N ? A[i + (size_t)l * lda] : A[l + (size_t)i * lda], ct);
   for (int j = 0; j < n; j++)
-    for (int l = 0; l < k; l++) b[(size_t)j * k + l] = in(tb == CUBLAS_OP_N ? B[l + (size_t)j * ldb] : B[j + (size_t)l * ldb]);
+    for (int l = 0; l < k; l++) b[(size_t)j * k + l] = emu_gemm_input(tb == CUBLAS_OP_N ? B[l + (size_t)j * ldb] : B[j + (size_t)l * ldb], ct);
   for (int j = 0; j < n; j++)
     for (int i = 0; i < m; i++) {
       const double *ai = &a[(size_t)i * k], *bj = &b[(size_t)j * k];
       double s = 0;
       for (int l = 0; l < k; l++) s += ai[l] * bj[l];
-      float* c = &C[i + (size_t)j * ldc];
-      *c = (float)(alpha * s + (beta != 0 ? beta * (double)*c : 0.0));
+      store(i, j, s);
     }
+}
+
+/* Whether ct is a compute type the emulation (and osdp) uses. */
+static bool emu_compute_ok(cublasComputeType_t ct) {
+  return ct == CUBLAS_COMPUTE_32F || ct == CUBLAS_COMPUTE_32F_FAST_TF32 || ct == CUBLAS_COMPUTE_32F_FAST_16BF;
+}
+
+/* Column-major C = alpha op(A) op(B) + beta C with cuBLAS's argument checks, on emu_gemm's
+** reference product (C not read when beta = 0, as cuBLAS). */
+cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void* alpha_, const void* A_, cudaDataType, int lda, const void* B_, cudaDataType, int ldb, const void* beta_, void* C_, cudaDataType, int ldc, cublasComputeType_t ct, cublasGemmAlgo_t) {
+  int rowsA = ta == CUBLAS_OP_N ? m : k, rowsB = tb == CUBLAS_OP_N ? k : n;
+  if (m < 0 || n < 0 || k < 0 || lda < std::max(1, rowsA) || ldb < std::max(1, rowsB) || ldc < std::max(1, m) ||
+      !emu_compute_ok(ct)) {
+    fprintf(stderr, "emu: cublasGemmEx invalid: ta %d tb %d m %d n %d k %d lda %d ldb %d ldc %d compute %d\n", ta, tb, m, n, k, lda, ldb, ldc, (int)ct);
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  float* C = (float*)C_;
+  float alpha = *(const float*)alpha_, beta = *(const float*)beta_;
+  emu_gemm(ta, tb, m, n, k, (const float*)A_, lda, (const float*)B_, ldb, ct, [&](int i, int j, double s) {
+    float* c = &C[i + (size_t)j * ldc];
+    *c = (float)(alpha * s + (beta != 0 ? beta * (double)*c : 0.0));
+  });
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// ----------------------------------------------------------------------------
+// cuBLASLt: descriptors, heuristic and matmul with the epilogues osdp uses (bias, GELU + aux)
+
+struct EmuLtContext { int live; };
+struct EmuLtMatmulDesc {
+  cublasComputeType_t compute;
+  int32_t pointer_mode = CUBLASLT_POINTER_MODE_HOST, transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
+  uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+  void* aux = nullptr;
+  int64_t aux_ld = 0;
+  int32_t bias_type = -1, aux_type = -1; /* -1: D's type */
+};
+struct EmuLtLayout { cudaDataType type; uint64_t rows, cols; int64_t ld; };
+struct EmuLtPreference { uint64_t max_workspace = 0; uint32_t align[4] = {256, 256, 256, 256}; };
+/* What the emulated heuristic puts in an algorithm: a tag, the alignments of A, B, C, D it
+** assumed (the preference's), its workspace and the problem's m, n, k. */
+enum { ALGO_TAG, ALGO_ALIGN, ALGO_WORKSPACE = ALGO_ALIGN + 4, ALGO_MNK };
+static const uint64_t EMU_ALGO_TAG = 0x656d756c74616c67ull; /* "emultalg" */
+/* The workspace the emulated algorithm asks for (at most the preference's): a call that forgot
+** to pass the workspace fails as it would on a GPU whose algorithm needs one. */
+static const uint64_t EMU_ALGO_WORKSPACE = (uint64_t)1 << 20;
+
+/* Prints "emu: cublasLt<call>: <why>" and returns CUBLAS_STATUS_INVALID_VALUE: what the real
+** library refuses, or what the emulation does not model, fails loudly. */
+static cublasStatus_t lt_invalid(const char* call, const char* why, long long value = 0) {
+  fprintf(stderr, "emu: cublasLt%s: %s (%lld)\n", call, why, value);
+  return CUBLAS_STATUS_INVALID_VALUE;
+}
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) { *h = new EmuLtContext{1}; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) { delete h; return CUBLAS_STATUS_SUCCESS; }
+
+/* The operation's compute type must be one cuBLAS's GEMM emulation has, and its scale type
+** (alpha, beta) fp32. */
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t ct, cudaDataType_t scale) {
+  if (!emu_compute_ok(ct)) return lt_invalid("MatmulDescCreate", "compute type not emulated", ct);
+  if (scale != CUDA_R_32F) return lt_invalid("MatmulDescCreate", "scale type is not CUDA_R_32F", scale);
+  *d = new EmuLtMatmulDesc;
+  (*d)->compute = ct;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { delete d; return CUBLAS_STATUS_SUCCESS; }
+
+/* Copies the attribute's value when buf holds exactly its type's size (the library's check). */
+template <class T> static cublasStatus_t lt_take(T* field, const void* buf, size_t size, const char* call, int attr) {
+  if (buf == nullptr || size != sizeof(T)) return lt_invalid(call, "attribute value of the wrong size (or NULL)", attr);
+  memcpy(field, buf, sizeof(T));
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+/* Whether e is an epilogue the emulation computes. */
+static bool lt_epilogue_ok(uint32_t e) {
+  return e == CUBLASLT_EPILOGUE_DEFAULT || e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU ||
+         e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+
+/* The attributes osdp sets, each of its documented type; any other attribute is refused. */
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void* buf, size_t size) {
+  const char* call = "MatmulDescSetAttribute";
+  cublasStatus_t st;
+  switch (a) {
+    case CUBLASLT_MATMUL_DESC_POINTER_MODE: return lt_take(&d->pointer_mode, buf, size, call, a);
+    case CUBLASLT_MATMUL_DESC_TRANSA: return lt_take(&d->transa, buf, size, call, a);
+    case CUBLASLT_MATMUL_DESC_TRANSB: return lt_take(&d->transb, buf, size, call, a);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+      if ((st = lt_take(&d->epilogue, buf, size, call, a)) != CUBLAS_STATUS_SUCCESS) return st;
+      return lt_epilogue_ok(d->epilogue) ? st : lt_invalid(call, "epilogue not emulated", d->epilogue);
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return lt_take(&d->bias, buf, size, call, a);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return lt_take(&d->aux, buf, size, call, a);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return lt_take(&d->aux_ld, buf, size, call, a);
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return lt_take(&d->bias_type, buf, size, call, a);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: return lt_take(&d->aux_type, buf, size, call, a);
+    default: return lt_invalid(call, "attribute not emulated", a);
+  }
+}
+
+/* A column-major fp32 layout with ld >= rows (the only kind osdp describes). */
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType type, uint64_t rows, uint64_t cols, int64_t ld) {
+  if (type != CUDA_R_32F) return lt_invalid("MatrixLayoutCreate", "data type not emulated", type);
+  if (ld < 1 || (uint64_t)ld < rows) return lt_invalid("MatrixLayoutCreate", "leading dimension below the rows", ld);
+  *l = new EmuLtLayout{type, rows, cols, ld};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { delete l; return CUBLAS_STATUS_SUCCESS; }
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) { *p = new EmuLtPreference; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { delete p; return CUBLAS_STATUS_SUCCESS; }
+
+/* The workspace limit (uint64_t) and the alignments of A, B, C, D (uint32_t, powers of two). */
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t a, const void* buf, size_t size) {
+  const char* call = "MatmulPreferenceSetAttribute";
+  if (a == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return lt_take(&p->max_workspace, buf, size, call, a);
+  if (a < CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES || a > CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES)
+    return lt_invalid(call, "preference not emulated", a);
+  uint32_t v;
+  cublasStatus_t st = lt_take(&v, buf, size, call, a);
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  if (v == 0 || (v & (v - 1)) != 0) return lt_invalid(call, "alignment not a power of two", v);
+  p->align[a - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES] = v;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+/* The problem's m, n, k from the layouts, or an error: op(A) is m x k, op(B) k x n, C and D
+** m x n with the same layout (osdp multiplies in place, C == D), the operation's settings
+** consistent with its epilogue (bias and aux pointers set, fp32 types, aux ld a multiple of 8 and
+** at least m: cublasLt.h's rules), host scalars. The heuristic and the matmul both check it, as
+** the library does. */
+static cublasStatus_t lt_problem(const char* call, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
+                                 cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D, uint64_t mnk[3]) {
+  if (!d || !A || !B || !C || !D) return lt_invalid(call, "a descriptor is NULL");
+  if (d->pointer_mode != CUBLASLT_POINTER_MODE_HOST) return lt_invalid(call, "pointer mode not host (osdp passes host scalars)", d->pointer_mode);
+  if ((d->transa != CUBLAS_OP_N && d->transa != CUBLAS_OP_T) || (d->transb != CUBLAS_OP_N && d->transb != CUBLAS_OP_T))
+    return lt_invalid(call, "transpose not N or T", d->transa * 10 + d->transb);
+  uint64_t m = D->rows, n = D->cols;
+  uint64_t am = d->transa == CUBLAS_OP_N ? A->rows : A->cols, k = d->transa == CUBLAS_OP_N ? A->cols : A->rows;
+  uint64_t bk = d->transb == CUBLAS_OP_N ? B->rows : B->cols, bn = d->transb == CUBLAS_OP_N ? B->cols : B->rows;
+  if (am != m || bk != k || bn != n) return lt_invalid(call, "op(A), op(B) and D do not chain (m x k, k x n, m x n)");
+  if (C->rows != m || C->cols != n || C->ld != D->ld) return lt_invalid(call, "C's layout is not D's");
+  bool bias = d->epilogue & CUBLASLT_EPILOGUE_BIAS, aux = (d->epilogue & 128) != 0;
+  if (bias && d->bias == nullptr) return lt_invalid(call, "bias epilogue without CUBLASLT_MATMUL_DESC_BIAS_POINTER");
+  if (bias && d->bias_type != -1 && d->bias_type != CUDA_R_32F) return lt_invalid(call, "bias type is not D's (CUDA_R_32F)", d->bias_type);
+  if (aux && d->aux == nullptr) return lt_invalid(call, "GELU_AUX epilogue without CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER");
+  if (aux && (d->aux_ld < (int64_t)m || d->aux_ld % 8 != 0)) return lt_invalid(call, "aux ld below m or not a multiple of 8", d->aux_ld);
+  if (aux && d->aux_type != -1 && d->aux_type != CUDA_R_32F) return lt_invalid(call, "aux type is not D's (CUDA_R_32F)", d->aux_type);
+  mnk[0] = m; mnk[1] = n; mnk[2] = k;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+/* One algorithm for any valid problem, carrying the preference's alignments and a workspace of
+** at most the preference's limit (EMU_ALGO_WORKSPACE); the matmul then holds its pointers to
+** them, as a GPU kernel chosen for those alignments needs. */
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A,
+                                              cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D,
+                                              cublasLtMatmulPreference_t p, int requested, cublasLtMatmulHeuristicResult_t results[],
+                                              int* count) {
+  const char* call = "MatmulAlgoGetHeuristic";
+  if (!h || !p || requested < 1 || !results || !count) return lt_invalid(call, "handle, preference, results or count missing", requested);
+  uint64_t mnk[3];
+  cublasStatus_t st = lt_problem(call, d, A, B, C, D, mnk);
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  memset(&results[0], 0, sizeof results[0]);
+  uint64_t* algo = results[0].algo.data;
+  algo[ALGO_TAG] = EMU_ALGO_TAG;
+  for (int i = 0; i < 4; i++) algo[ALGO_ALIGN + i] = p->align[i];
+  algo[ALGO_WORKSPACE] = std::min(p->max_workspace, EMU_ALGO_WORKSPACE);
+  algo[ALGO_MNK] = mnk[0] << 42 | mnk[1] << 21 | mnk[2];
+  results[0].workspaceSize = algo[ALGO_WORKSPACE];
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  results[0].wavesCount = 1.0f;
+  *count = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+/* The tanh-approximation GELU, the formula of osdp's CPU kernel (cpu_kernels_real.c), in double:
+** 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+static double emu_gelu(double x) {
+  return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+/* Checks that pointer p of matrix `which` is aligned as the algorithm assumed. */
+static cublasStatus_t lt_aligned(const void* p, uint64_t align, const char* which) {
+  if ((uintptr_t)p % align == 0) return CUBLAS_STATUS_SUCCESS;
+  fprintf(stderr, "emu: cublasLtMatmul: %s at %p is not %llu-byte aligned as the algorithm assumed\n", which, p, (unsigned long long)align);
+  return CUBLAS_STATUS_INVALID_VALUE;
+}
+
+static long long lt_matmuls; /* cublasLtMatmul calls that computed a product */
+/* How many products cublasLtMatmul has computed: the kernel checks (test_cuda_kernels.c) tell
+** from it that a kernel took its cuBLASLt path and not its unfused fallback. */
+extern "C" long long emu_lt_matmuls(void) { return lt_matmuls; }
+
+/* D = epilogue(alpha op(A) op(B) + beta C [+ bias]) on emu_gemm's reference product: the sum in
+** double, rounded to fp32 once (C not read when beta = 0). GELU_AUX writes that fp32 sum to aux
+** and GELU of it to D, so D = GELU(aux) exactly as osdp's CPU computes GELU from the stored
+** pre-activation. The real cuBLASLt evaluates its GELU epilogue in fp32 on the fp32 sum, with
+** its own tanh; cublasLt.h documents it only as "GELU" (x := GELU(x)). It is taken to be this
+** tanh approximation, as llm.c takes it for GPT-2; a GPU run of test_cuda_kernels checks that:
+** its fp32-mode cases hold the fused GELU to the CPU's tanh form within 1e-5 of the largest
+** value, which the erf form (up to 4.7e-4 away where pre is about -2.7) would not meet. Checked
+** first: the problem (lt_problem), the algorithm (the emulated heuristic's, for this m, n, k),
+** the pointers' alignment and the workspace. */
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void* alpha_, const void* A_,
+                              cublasLtMatrixLayout_t Ad, const void* B_, cublasLtMatrixLayout_t Bd, const void* beta_,
+                              const void* C_, cublasLtMatrixLayout_t Cd, void* D_, cublasLtMatrixLayout_t Dd,
+                              const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes, cudaStream_t) {
+  const char* call = "Matmul";
+  uint64_t mnk[3];
+  if (!h || !alpha_ || !beta_ || !A_ || !B_ || !C_ || !D_) return lt_invalid(call, "handle, scalar or matrix pointer NULL");
+  cublasStatus_t st = lt_problem(call, d, Ad, Bd, Cd, Dd, mnk);
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  if (!algo || algo->data[ALGO_TAG] != EMU_ALGO_TAG || algo->data[ALGO_MNK] != (mnk[0] << 42 | mnk[1] << 21 | mnk[2]))
+    return lt_invalid(call, "no algorithm, or one the heuristic chose for another problem");
+  const void* ptrs[4] = {A_, B_, C_, D_};
+  const char* names[4] = {"A", "B", "C", "D"};
+  for (int i = 0; i < 4; i++)
+    if ((st = lt_aligned(ptrs[i], algo->data[ALGO_ALIGN + i], names[i])) != CUBLAS_STATUS_SUCCESS) return st;
+  if (workspace_bytes < algo->data[ALGO_WORKSPACE] || (workspace_bytes > 0 && workspace == nullptr))
+    return lt_invalid(call, "workspace smaller than the algorithm's (or NULL)", (long long)workspace_bytes);
+  int m = (int)mnk[0], n = (int)mnk[1], k = (int)mnk[2];
+  const float* C = (const float*)C_;
+  float* D = (float*)D_;
+  const float* bias = (d->epilogue & CUBLASLT_EPILOGUE_BIAS) ? (const float*)d->bias : nullptr;
+  float* aux = (d->epilogue & 128) ? (float*)d->aux : nullptr;
+  bool gelu = (d->epilogue & CUBLASLT_EPILOGUE_GELU) != 0;
+  double alpha = *(const float*)alpha_, beta = *(const float*)beta_;
+  int64_t ld = Dd->ld;
+  emu_gemm((cublasOperation_t)d->transa, (cublasOperation_t)d->transb, m, n, k, (const float*)A_, (int)Ad->ld,
+           (const float*)B_, (int)Bd->ld, d->compute, [&](int i, int j, double s) {
+    size_t at = i + (size_t)j * ld;
+    double v = alpha * s + (beta != 0 ? beta * (double)C[at] : 0.0) + (bias ? (double)bias[i] : 0.0);
+    float pre = (float)v;
+    if (aux) aux[i + (size_t)j * d->aux_ld] = pre;
+    D[at] = gelu ? (float)emu_gelu(pre) : pre;
+  });
+  lt_matmuls++;
   return CUBLAS_STATUS_SUCCESS;
 }
 struct Report { ~Report() { if (launches) fprintf(stderr, "emu: %lld launches, %lld switches\n", launches, switches); } } report;

@@ -2,10 +2,14 @@
 // gpu_emu_primitives, label gpu-emu): bfloat16 conversions against an independent reference
 // over every bf16 and a million float bit patterns, TF32 rounding, the WMMA fragments
 // (m16n16k8 tf32, m16n16k16 bf16, both operand layouts, accumulator load/store in both memory
-// layouts) run by one emulated warp against a reference product, and the emulated cuBLAS's fp32,
-// TF32 and bf16 compute types. Prints each check; exits 1 on a failure.
+// layouts) run by one emulated warp against a reference product, the emulated cuBLAS's fp32,
+// TF32 and bf16 compute types, and the emulated cuBLASLt: its bias and GELU epilogues against a
+// reference, its input rounding per compute type, and its refusals (pointer mode, bias and aux
+// types, aux ld, layouts, alignment, workspace, attribute sizes). Prints each check; exits 1 on a
+// failure.
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
+#include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <mma.h>
 #include <cmath>
@@ -175,6 +179,122 @@ static void check_cublas_modes() {
   check(cublas_product(tie8, 1, CUBLAS_COMPUTE_32F_FAST_TF32) == tie8, "cuBLAS TF32: 1 + 2^-8 is exact");
 }
 
+/* One cuBLASLt product as cuda_lt.cu sets it up: column-major D[M, N] = A[M, K] B[K, N] + bias
+** with epilogue GELU_AUX_BIAS (aux = the sum), host scalars, 4-byte alignments declared, a 1 MiB
+** workspace. bad(op, pref) may spoil one setting first; returns the status of the first call
+** that fails (or of cublasLtMatmul). */
+enum { LT_M = 8, LT_N = 3, LT_K = 4 };
+struct LtCase {
+  float A[LT_M * LT_K], B[LT_K * LT_N], bias[LT_M], D[LT_M * LT_N + 1], aux[LT_M * LT_N];
+  std::vector<char> workspace = std::vector<char>(1 << 20);
+};
+static cublasStatus_t lt_run(LtCase& c, cublasComputeType_t ct, float* D, int64_t aux_ld, int ldd,
+                             void (*bad)(cublasLtMatmulDesc_t, cublasLtMatmulPreference_t), bool with_workspace) {
+  cublasLtHandle_t h = nullptr; cublasLtMatmulDesc_t op = nullptr; cublasLtMatmulPreference_t pref = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtCreate(&h);
+  cublasLtMatmulPreferenceCreate(&pref);
+  uint32_t epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS, align = 4;
+  const float* bias = c.bias;
+  float* aux = c.aux;
+  uint64_t ws = c.workspace.size();
+  cublasStatus_t st = cublasLtMatmulDescCreate(&op, ct, CUDA_R_32F);
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    for (int i = CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES; i <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES; i++)
+      cublasLtMatmulPreferenceSetAttribute(pref, (cublasLtMatmulPreferenceAttributes_t)i, &align, sizeof align);
+    if (bad) bad(op, pref);
+  }
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&a, CUDA_R_32F, LT_M, LT_K, LT_M);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&b, CUDA_R_32F, LT_K, LT_N, LT_K);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&d, CUDA_R_32F, LT_M, LT_N, ldd);
+  cublasLtMatmulHeuristicResult_t r;
+  int count = 0;
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulAlgoGetHeuristic(h, op, a, b, d, d, pref, 1, &r, &count);
+  float one = 1, zero = 0;
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmul(h, op, &one, c.A, a, c.B, b, &zero, D, d, D, d, &r.algo,
+                        with_workspace ? c.workspace.data() : nullptr, with_workspace ? c.workspace.size() : 0, nullptr);
+  cublasLtMatrixLayoutDestroy(d); cublasLtMatrixLayoutDestroy(b); cublasLtMatrixLayoutDestroy(a);
+  cublasLtMatmulDescDestroy(op); cublasLtMatmulPreferenceDestroy(pref); cublasLtDestroy(h);
+  return st;
+}
+
+/* The settings cuBLASLt refuses, one per function (each spoils a valid set-up). */
+static void bad_pointer_mode(cublasLtMatmulDesc_t op, cublasLtMatmulPreference_t) {
+  int32_t device = CUBLASLT_POINTER_MODE_DEVICE;
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &device, sizeof device);
+}
+static void bad_bias_type(cublasLtMatmulDesc_t op, cublasLtMatmulPreference_t) {
+  int32_t bf16 = CUDA_R_16BF;
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bf16, sizeof bf16);
+}
+static void bad_aux_type(cublasLtMatmulDesc_t op, cublasLtMatmulPreference_t) {
+  int32_t half = CUDA_R_16F;
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &half, sizeof half);
+}
+static void no_bias(cublasLtMatmulDesc_t op, cublasLtMatmulPreference_t) {
+  const float* none = nullptr;
+  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &none, sizeof none);
+}
+static void alignment_256(cublasLtMatmulDesc_t, cublasLtMatmulPreference_t pref) {
+  uint32_t align = 256;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align, sizeof align);
+}
+
+/* The emulated cuBLASLt: GELU_AUX_BIAS gives aux = A B + bias (fp32) and D = its tanh GELU;
+** TF32 compute rounds the inputs; and every wrong setting fails with INVALID_VALUE. */
+static void check_cublaslt() {
+  LtCase c;
+  for (int i = 0; i < LT_M * LT_K; i++) c.A[i] = 0.25f * (float)((i * 7) % 11) - 1.25f;
+  for (int i = 0; i < LT_K * LT_N; i++) c.B[i] = 0.125f * (float)((i * 5) % 9) - 0.5f;
+  for (int i = 0; i < LT_M; i++) c.bias[i] = 0.3f * (float)i - 1.0f;
+  bool ok = lt_run(c, CUBLAS_COMPUTE_32F, c.D, 8, LT_M, nullptr, true) == CUBLAS_STATUS_SUCCESS;
+  double worst = 0;
+  for (int j = 0; j < LT_N; j++)
+    for (int i = 0; i < LT_M; i++) {
+      double s = c.bias[i];
+      for (int l = 0; l < LT_K; l++) s += (double)c.A[i + l * LT_M] * c.B[l + j * LT_K];
+      float pre = (float)s;
+      double g = 0.5 * pre * (1 + std::tanh(std::sqrt(2 / M_PI) * (pre + 0.044715 * pre * pre * pre)));
+      ok = ok && c.aux[i + j * 8] == pre;
+      worst = std::max(worst, std::fabs(c.D[i + j * LT_M] - g));
+    }
+  check(ok && worst <= 1e-6, "cuBLASLt GELU_AUX_BIAS: aux = A B + bias, D = tanh GELU of aux");
+  LtCase t = c;
+  t.A[0] = 1.0f + 0x1p-11f;
+  for (int i = 1; i < LT_M * LT_K; i++) t.A[i] = 0;
+  for (int i = 0; i < LT_K * LT_N; i++) t.B[i] = 1;
+  for (int i = 0; i < LT_M; i++) t.bias[i] = 0;
+  ok = lt_run(t, CUBLAS_COMPUTE_32F_FAST_TF32, t.D, 8, LT_M, nullptr, true) == CUBLAS_STATUS_SUCCESS;
+  check(ok && t.aux[0] == 1.0f + 0x1p-10f, "cuBLASLt TF32: inputs rounded to TF32 (ties away)");
+  const cublasStatus_t bad = CUBLAS_STATUS_INVALID_VALUE;
+  check(lt_run(c, CUBLAS_COMPUTE_32F, c.D, 8, LT_M, bad_pointer_mode, true) == bad, "cuBLASLt refuses: device pointer mode");
+  check(lt_run(c, CUBLAS_COMPUTE_32F, c.D, 8, LT_M, bad_bias_type, true) == bad, "cuBLASLt refuses: a bf16 bias for fp32 D");
+  check(lt_run(c, CUBLAS_COMPUTE_32F, c.D, 8, LT_M, bad_aux_type, true) == bad, "cuBLASLt refuses: an fp16 aux for fp32 D");
+  check(lt_run(c, CUBLAS_COMPUTE_32F, c.D, 8, LT_M, no_bias, true) == bad, "cuBLASLt refuses: a bias epilogue without a bias");
+  check(lt_run(c, CUBLAS_COMPUTE_32F, c.D, 12, LT_M, nullptr, true) == bad, "cuBLASLt refuses: aux ld not a multiple of 8");
+  check(lt_run(c, CUBLAS_COMPUTE_32F, c.D, 8, LT_M - 1, nullptr, true) == bad, "cuBLASLt refuses: D's ld below its rows");
+  float* misaligned = (uintptr_t)c.D % 256 == 0 ? c.D + 1 : c.D;
+  check(lt_run(c, CUBLAS_COMPUTE_32F, misaligned, 8, LT_M, alignment_256, true) == bad,
+        "cuBLASLt refuses: D less aligned than the preference said");
+  check(lt_run(c, CUBLAS_COMPUTE_32F, c.D, 8, LT_M, nullptr, false) == bad, "cuBLASLt refuses: no workspace for the algorithm");
+  cublasLtMatmulDesc_t op;
+  cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  int64_t wide = CUBLAS_OP_N;
+  uint32_t dgelu = CUBLASLT_EPILOGUE_DGELU_BGRAD;
+  check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &wide, sizeof wide) == bad,
+        "cuBLASLt refuses: an attribute of the wrong size");
+  check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &dgelu, sizeof dgelu) == bad,
+        "cuBLASLt emulation refuses: an epilogue it does not compute");
+  cublasLtMatmulDescDestroy(op);
+  check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_16BF) == bad, "cuBLASLt refuses: a bf16 scale type");
+}
+
 int main() {
   printf("tools/cuda-emu: the emulator's numerics\n");
   check_bf16();
@@ -188,6 +308,7 @@ int main() {
   check_wmma<16, 16, 16, __nv_bfloat16, __nv_bfloat16, wmma::col_major, wmma::row_major>(
       "m16n16k16 bf16 A col B row", false, as_is, 1e-2);
   check_cublas_modes();
+  check_cublaslt();
   printf("%s\n", failures ? "FAILED" : "all passed");
   return failures ? 1 : 0;
 }

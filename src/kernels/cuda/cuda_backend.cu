@@ -1,16 +1,16 @@
 /*
 ** cuda_backend.cu: the CUDA backend: device memory, copies on one compute stream, the event
-** clock, cuBLAS set-up and the fp32 kernel table (cuda_kernels.cu, cuda_attention.cu). See
-** backend.h.
+** clock, cuBLAS and cuBLASLt set-up and the fp32 kernel table (cuda_kernels.cu,
+** cuda_attention.cu). See backend.h.
 **
 ** Initialised on the first call of backend_cuda(): the process's GPU is the local rank (MPI or
 ** Slurm launcher environment) modulo the GPUs visible, so one rank per GPU needs no set-up and
 ** several ranks may share a GPU (each has its own context, stream and memory). Besides the
 ** arena's block (reserve), the backend holds device memory for the CUDA context itself (a few
-** hundred MiB, the driver's), the cuBLAS handle and its fixed workspace (CUBLAS_WORKSPACE_BYTES)
-** and the reduction scratch ((CUDA_REDUCE_BLOCKS + 1) doubles, and the column sums'
-** COLSUM_SCRATCH_FLOATS floats: 4 MiB). Not thread-safe: the first call
-** must not race with another.
+** hundred MiB, the driver's), the cuBLAS and cuBLASLt handles and their one fixed workspace
+** (CUBLAS_WORKSPACE_BYTES) and the reduction scratch ((CUDA_REDUCE_BLOCKS + 1) doubles, and the
+** column sums' COLSUM_SCRATCH_FLOATS floats: 4 MiB). Not thread-safe: the first call must not
+** race with another.
 */
 #include "kernels/cuda/cuda_internal.cuh"
 
@@ -190,8 +190,9 @@ static int init_failed(const char* message) {
   } while (0)
 
 /* Picks the GPU, creates the stream, the clock's events, the cuBLAS handle with its workspace
-** and the reduction scratch, and fills the backend. Returns 0, or -1 with init_error set
-** (whatever was created before a failure is left to process exit). */
+** (lent to cuBLASLt's calls too), the cuBLASLt handle and the reduction scratch, and fills the
+** backend. Returns 0, or -1 with init_error set (whatever was created before a failure is left
+** to process exit). */
 static int init_device(void) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
@@ -216,6 +217,9 @@ static int init_device(void) {
   INIT_CHECK(cublasSetStream(cuda_ctx.cublas, cuda_ctx.stream));
   INIT_CHECK(cudaMalloc(&workspace, CUBLAS_WORKSPACE_BYTES));
   INIT_CHECK(cublasSetWorkspace(cuda_ctx.cublas, workspace, CUBLAS_WORKSPACE_BYTES));
+  INIT_CHECK(cublasLtCreate(&cuda_ctx.cublaslt));
+  cuda_ctx.gemm_workspace = workspace;
+  cuda_ctx.gemm_workspace_bytes = CUBLAS_WORKSPACE_BYTES;
   cuda_set_matmul_mode(MATMUL_TF32);
 
   INIT_CHECK(cudaMalloc(&cuda_ctx.reduce_partials, (CUDA_REDUCE_BLOCKS + 1) * sizeof(double)));

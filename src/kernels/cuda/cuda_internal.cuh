@@ -1,7 +1,7 @@
 /*
 ** cuda_internal.cuh: what the files of the CUDA backend share: the backend's state (device,
-** compute stream, cuBLAS handle, fixed reduction scratch), the error checks that abort on a
-** failed CUDA or cuBLAS call, the launch macro, and the warp / block reductions.
+** compute stream, cuBLAS and cuBLASLt handles, fixed reduction scratch), the error checks that
+** abort on a failed CUDA or cuBLAS call, the launch macro, and the warp / block reductions.
 **
 ** Every kernel and every cuBLAS call goes on cuda_ctx.stream, in the order the host issues
 ** them. Kernels allocate nothing: the only device memory besides the arena is allocated once
@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -39,6 +40,9 @@ extern "C" {
 typedef struct CudaContext {
   cudaStream_t stream;              /* the compute stream: every kernel, copy and GEMM */
   cublasHandle_t cublas;            /* bound to stream, with a fixed workspace */
+  cublasLtHandle_t cublaslt;        /* the fused products (cuda_lt.cu); same stream per call */
+  void* gemm_workspace;             /* cuBLAS's workspace, lent to each cuBLASLt call: every */
+  size_t gemm_workspace_bytes;      /* product runs on the one stream, so none overlap */
   MatmulMode matmul_mode;           /* set_matmul_mode's: chooses cuBLAS's compute and attention */
   cublasComputeType_t gemm_compute; /* _32F, _32F_FAST_TF32 or _32F_FAST_16BF, by matmul_mode */
   /* Device scratch of the fixed-order reductions: CUDA_REDUCE_BLOCKS partial sums followed by
@@ -67,6 +71,16 @@ void cuda_abort(const char* what, const char* message);
     kernel<<<(grid), (block), (smem_bytes), cuda_ctx.stream>>>(__VA_ARGS__);   \
     cuda_check(cudaGetLastError(), "launch of " #kernel);                       \
   } while (0)
+
+/* A linear's forward with its bias (and GELU) in cuBLASLt's epilogue (cuda_lt.cu): the
+** row-major out[BT, OC] = inp[BT, K] (row stride ldinp) @ w[K, OC] + beta * out + bias, with
+** epilogue CUBLASLT_EPILOGUE_BIAS; or, with CUBLASLT_EPILOGUE_GELU_AUX_BIAS (_GELU_AUX without a
+** bias), aux[BT, OC] = that sum and out = its GELU (OC a multiple of 8: the aux ld's rule).
+** Compute type: set_matmul_mode's. Returns 0, or -1 when cuBLASLt has no algorithm for it (the
+** caller then takes its unfused path); any other failure aborts, as CUDA_CHECK. */
+int cuda_lt_linear(float* out, float* aux, const float* inp, int ldinp, const float* w,
+                   const float* bias, int BT, int K, int OC, float beta,
+                   cublasLtEpilogue_t epilogue);
 
 /* The fp32 kernel table of the CUDA kernels, one per entry of KERNEL_LIST (cuda_kernels.cu). */
 extern const Kernels_f32 cuda_kernels_f32;

@@ -12,8 +12,9 @@
 ** then the chunks added in order (colsum_run); every embedding gradient entry has one owner
 ** adding positions in order; the loss and the sum of squares are reduced by fixed-shape trees
 ** (over many arrays, added in array order). Results are therefore bit-identical from run to run
-** on the same GPU. Matrix products go through cuBLAS, deterministic on a given GPU and cuBLAS
-** version (fixed workspace, one stream).
+** on the same GPU. Matrix products go through cuBLAS, and those with a bias (and GPT-2's GELU)
+** through cuBLASLt with the bias (and GELU) as the product's epilogue (cuda_lt.cu), deterministic
+** on a given GPU and library version (fixed workspace, one stream).
 */
 #include "kernels/cuda/cuda_internal.cuh"
 
@@ -327,14 +328,19 @@ static __global__ void bias_rows_kernel(float* out, const float* bias, size_t n,
   }
 }
 
-/* out[BT, OC] = (or += when accumulate) inp[BT, K] (row stride ldinp) @ w[K, OC] + bias: the
-** bias rows are written (or added) first and the product is then accumulated (beta = 1), as
-** on the CPU. Column-major: out^T[OC, BT] = w^T[OC, K] inp^T[K, BT]. */
+/* out[BT, OC] = (or += when accumulate) inp[BT, K] (row stride ldinp) @ w[K, OC] + bias. With a
+** bias, in one pass: cuBLASLt's bias epilogue, out = inp w + bias + beta out (beta 1 or 0: it
+** expresses both forms); where cuBLASLt has no algorithm for it, the bias rows are written (or
+** added) first and the product then accumulated (beta = 1), as on the CPU. Column-major:
+** out^T[OC, BT] = w^T[OC, K] inp^T[K, BT]. */
 static void cuda_matmul_forward(float* out, const float* inp, int ldinp, const float* w,
                                 const float* bias, int BT, int K, int OC, int accumulate) {
   if (BT <= 0 || OC <= 0) return;
   float beta = accumulate ? 1.0f : 0.0f;
   if (bias != NULL) {
+    if (K > 0 && cuda_lt_linear(out, NULL, inp, ldinp, w, bias, BT, K, OC, beta,
+                                CUBLASLT_EPILOGUE_BIAS) == 0)
+      return;
     size_t n = (size_t)BT * OC;
     CUDA_LAUNCH(bias_rows_kernel, grid_for(n), THREADS, 0, out, bias, n, OC, accumulate);
     beta = 1.0f;
@@ -531,6 +537,24 @@ static __global__ void gelu_backward_kernel(float* dinp, const float* inp, const
 /* Table entry gelu_backward (overwrites dinp). */
 static void cuda_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
   CUDA_LAUNCH(gelu_backward_kernel, grid_for(n), THREADS, 0, dinp, inp, dout, n);
+}
+
+/* Table entry matmul_gelu_forward: pre = (or += when accumulate) inp @ w + bias, out = GELU(pre).
+** Overwriting, with OC a multiple of 8 (the aux matrix's ld rule), it is one cuBLASLt product
+** whose GELU_AUX(_BIAS) epilogue writes pre as its aux output and GELU(pre) as its result (see
+** cublasLtMatmul in tools/cuda-emu/emu.cpp for the GELU it computes); otherwise, or without an
+** algorithm for it, matmul_forward into pre and then gelu_forward: an epilogue cannot read the
+** old pre and also write it as aux. */
+static void cuda_matmul_gelu_forward(float* out, float* pre, const float* inp, int ldinp,
+                                     const float* w, const float* bias, int BT, int K, int OC,
+                                     int accumulate) {
+  if (BT <= 0 || OC <= 0) return;
+  cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  if (!accumulate && K > 0 && OC % 8 == 0 &&
+      cuda_lt_linear(out, pre, inp, ldinp, w, bias, BT, K, OC, 0.0f, epilogue) == 0)
+    return;
+  cuda_matmul_forward(pre, inp, ldinp, w, bias, BT, K, OC, accumulate);
+  cuda_gelu_forward(out, pre, (size_t)BT * OC);
 }
 
 #undef GELU_SCALING

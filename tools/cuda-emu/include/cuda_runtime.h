@@ -62,11 +62,13 @@ inline void __syncwarp(unsigned = 0xffffffffu) { emu_warp_barrier(); }
 float* emu_dynamic_smem(void);
 void emu_launch(const void* fn, dim3 grid, dim3 block, size_t smem, std::function<void()> body);
 /* cuBLAS */
-typedef enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_INVALID_VALUE = 7 } cublasStatus_t;
+typedef enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_INITIALIZED = 1, CUBLAS_STATUS_INVALID_VALUE = 7, CUBLAS_STATUS_NOT_SUPPORTED = 15 } cublasStatus_t;
 typedef struct cublasContext* cublasHandle_t;
 typedef enum { CUBLAS_OP_N, CUBLAS_OP_T } cublasOperation_t;
 typedef enum { CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_16BF = 75, CUBLAS_COMPUTE_32F_FAST_TF32 = 77 } cublasComputeType_t;
-typedef enum { CUDA_R_32F = 0 } cudaDataType;
+/* the real values; only CUDA_R_32F is emulated, the others are there to be refused */
+typedef enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType;
+typedef cudaDataType cudaDataType_t;
 typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
 const char* cublasGetStatusString(cublasStatus_t);
 cublasStatus_t cublasCreate(cublasHandle_t*);
