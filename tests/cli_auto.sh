@@ -48,7 +48,7 @@ else bad "train --plan plan.json: peak $(num peak_bytes <run.out) vs predicted $
 # A model with more layers than a profile needs is timed on a copy with 4 (identical layers share
 # their times): the device file still times every op of the model, the copy's layer ops standing
 # for all layers, and plans from it.
-printf '{"name": "six", "n_layer": 6, "n_embd": 64, "n_head": 4, "vocab_size": 256, "max_seq": 128}\n' >six.json
+printf '{"name": "six", "n_layer": 6, "n_embd": 64, "n_head": 4, "vocab_size": 4096, "max_seq": 128}\n' >six.json
 if "${mpirun[@]}" -np 2 "$OSDP" profile --model six.json --seq 64 --mem-limit 16MiB --out six-dev.json >six.out 2>err.txt \
    && grep -q "copy with 4 of the 6 layers" six.out; then ok; else bad "profile of a 6-layer model: $(cat err.txt) $(head -3 six.out)"; fi
 # op_entry NAME <dev.json: the lines of op NAME's entry after its name, up to the next name
@@ -62,6 +62,10 @@ for op in qkv attn fc; do
     [ -n "$(op_entry h0.$op <six-dev.json)" ] && [ "$(op_entry h$l.$op <six-dev.json)" = "$(op_entry h0.$op <six-dev.json)" ] || copied=0
   done
 done
+# op_time NAME B <dev.json: op NAME's unsplit seconds at micro-batch B
+op_time() { op_entry "$1" | awk -v B="$2" '/"fixed_s":/ && !f {f = $2 + 0} /"per_sample_s":/ && !p {p = $2 + 0} END {print f + B * p}'; }
+# The head (64 x 4096 per token) after the layers is the copy's head, not a layer op in its place.
+awk -v h="$(op_time lm_head 8 <six-dev.json)" -v f="$(op_time h5.fc 8 <six-dev.json)" 'BEGIN{exit !(h > 4 * f)}' || copied=0
 if [ $copied = 1 ]; then ok; else bad "the 6-layer profile does not time every op from the copy: $(head -c 400 six-dev.json)"; fi
 if "$OSDP" plan --model six.json --seq 64 --devices six-dev.json --mem-limit 16MiB --json >six-plan.out 2>err.txt \
    && grep -q '"plan":' six-plan.out; then ok; else bad "plan from the 6-layer profile: $(cat err.txt)"; fi

@@ -419,11 +419,12 @@ static int has_outer_slices(const GptDesc* d) {
   return 0;
 }
 
-/* The index in the one-layer copy r of op i of d, an op outside the layers; -1 for a layer op. */
+/* The index in r, a copy of d with fewer layers, of op i of d, an op outside the layers; -1 for a
+** layer op. */
 static int outer_op_in_copy(const GptDesc* d, const GptDesc* r, int i) {
   if (d->ops[i].layer >= 0) return -1;
   int after = d->first_layer_op + d->cfg.n_layer * d->ops_per_layer; /* d's first op past them */
-  return i < d->first_layer_op ? i : i - after + r->first_layer_op + r->ops_per_layer;
+  return i < d->first_layer_op ? i : i - after + r->first_layer_op + r->cfg.n_layer * r->ops_per_layer;
 }
 
 /* The ops outside the layers (the embedding and the head using its weights) at each slice level
