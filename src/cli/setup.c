@@ -376,7 +376,8 @@ const OptionSpec setup_auto_options[] = {
     {NULL, NULL, NULL, NULL}};
 
 const OptionSpec setup_profile_options[] = {
-    {"profile-steps", "N", "3", "training steps timed per micro-batch while profiling"},
+    {"profile-steps", "N", "3", "training steps timed per measurement while profiling (at least:\n"
+                                "steps shorter than a third of a second run for a second)"},
     {"profile-layers", "N", "4",
      "layers of the model copy timed (identical layers share their times; 4 run\n"
      "every slice count in one step; more: more samples per op, slower)"},

@@ -51,6 +51,14 @@
 #include "planner/trial.h"
 #include "runtime/engine.h"
 
+/* Seconds of timed steps a profile measurement runs at least per step asked for (--profile-steps;
+** 64 steps at most): short steps vary more, and the fits and in-step factors from 3 of them
+** moved between two profiles of one idle machine (small: all-gather in-step x2.5 and x3.3). */
+#define PROFILE_STEP_S (1.0 / 3)
+
+/* The timed seconds each measurement of profile o runs at least. */
+static double min_seconds(const ProfileOptions* o) { return o->steps * PROFILE_STEP_S; }
+
 /* ---- Collectives ------------------------------------------------------------------------- */
 
 /* Seconds of one collective of kind over communicator c on a full buffer of n floats (a
@@ -349,7 +357,7 @@ static int measure_rotated(const GptDesc* d, const ProfileOptions* o, int B, int
                            OpSamples* x, double* op_s, PlanMeasure* m, double* ops_s) {
   Plan p;
   if (rotated_plan(d, B, o->seq, r, outer, &p)) return -1;
-  int rc = planner_measure_plan(d, &p, o->backend, o->threads, 0, o->steps, m, op_s);
+  int rc = planner_measure_plan(d, &p, o->backend, o->threads, 0, o->steps, min_seconds(o), m, op_s);
   plan_free(&p);
   if (rc) return -1;
   *ops_s = 0;
@@ -445,7 +453,7 @@ static int profile_outer_split(const GptDesc* d, const ProfileOptions* o, int B,
     Plan p;
     PlanMeasure m;
     if (rotated_plan(&r, B, o->seq, 0, l, &p)) { rc = -1; break; }
-    rc = planner_measure_plan(&r, &p, o->backend, o->threads, 0, o->steps, &m, op_s);
+    rc = planner_measure_plan(&r, &p, o->backend, o->threads, 0, o->steps, min_seconds(o), &m, op_s);
     plan_free(&p);
     for (int i = 0; !rc && i < d->nops; i++) {
       int ir = outer_op_in_copy(d, &r, i);
@@ -585,14 +593,14 @@ static void profile_hosts_steps(const GptDesc* d, const ProfileOptions* o, Devic
   PlanMeasure m1, m2;
   if (profile_plan(d, STRAT_ZERO3, B, o->seq, 1, &p1)) { osdp_clear_error(); return; }
   plan_set_group(&p1, H);
-  if (planner_measure_plan(d, &p1, o->backend, o->threads, 0, steps, &m1, NULL) == 0) {
+  if (planner_measure_plan(d, &p1, o->backend, o->threads, 0, steps, min_seconds(o), &m1, NULL) == 0) {
     calibrate(d, dev, &p1, COLL_ALLGATHER, m1.wait_s[COMM_ALLGATHER]);
     calibrate(d, dev, &p1, COLL_REDUCE_SCATTER, m1.wait_s[COMM_REDUCE_SCATTER]);
     calibrate(d, dev, &p1, COLL_ALLREDUCE, m1.wait_s[COMM_ALLREDUCE]); /* the shards, across hosts */
     if (Bmax > B && profile_plan(d, STRAT_ZERO3, Bmax, o->seq, 1, &p2) == 0) {
       plan_set_group(&p2, H);
       progress(o, "timing zero3 steps within hosts (all-reduce between hosts)", Bmax);
-      if (planner_measure_plan(d, &p2, o->backend, o->threads, 0, steps, &m2, NULL) == 0)
+      if (planner_measure_plan(d, &p2, o->backend, o->threads, 0, steps, min_seconds(o), &m2, NULL) == 0)
         fit_across_pair(d, dev, &p1, m1.wait_s[COMM_ALLREDUCE], &p2, m2.wait_s[COMM_ALLREDUCE]);
       plan_free(&p2);
     }
@@ -636,12 +644,12 @@ static int profile_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* 
   int steps = o->steps + 1; /* one plan calibrates two kinds: one step more */
   progress(o, "timing zero3 steps (all-gather, reduce-scatter, prefetch)", B);
   if (profile_plan(d, STRAT_ZERO3, B, o->seq, 1, &p)) return -1;
-  int rc = planner_measure_plan(d, &p, o->backend, o->threads, 0, steps, &m, NULL);
+  int rc = planner_measure_plan(d, &p, o->backend, o->threads, 0, steps, min_seconds(o), &m, NULL);
   if (!rc) {
     calibrate(d, dev, &p, COLL_ALLGATHER, m.wait_s[COMM_ALLGATHER]);
     calibrate(d, dev, &p, COLL_REDUCE_SCATTER, m.wait_s[COMM_REDUCE_SCATTER]);
     p.prefetch = 1;
-    rc = planner_measure_plan(d, &p, o->backend, o->threads, 0, steps, &m, NULL);
+    rc = planner_measure_plan(d, &p, o->backend, o->threads, 0, steps, min_seconds(o), &m, NULL);
     /* Prefetched gathers that waited less than the replay without overlap: the share hidden
     ** (the in-step factor of the blocking gathers stays). */
     if (!rc && m.wait_s[COMM_ALLGATHER] < replay_exposed(d, dev, &p, COLL_ALLGATHER))

@@ -62,8 +62,11 @@ static void critical_rank_figures(double* x, int nf, int comm) {
   x[0] = step;
 }
 
+/* The most timed steps a measurement with a time floor (min_s) runs. */
+#define MEASURE_MAX_STEPS 64
+
 int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int threads, size_t mem_limit, int steps,
-                         PlanMeasure* m, double* op_s) {
+                         double min_s, PlanMeasure* m, double* op_s) {
   TrainOptions opt;
   Engine e;
   train_options_default(&opt);
@@ -73,9 +76,10 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
   opt.timing_only = 1; /* the weights' values do not change a step's time */
   memset(m, 0, sizeof *m);
   if (steps < 1) steps = 1;
+  int cap = min_s > 0 && steps < MEASURE_MAX_STEPS ? MEASURE_MAX_STEPS : steps; /* room for steps */
   enum { F_STEP, F_OPTIM, F_COMM, F_WAIT0, NF = F_WAIT0 + COMM_KINDS };
-  double* v = malloc((size_t)steps * NF * sizeof *v);
-  double* per_step = op_s ? calloc((size_t)steps * (size_t)(d->nops + 1), sizeof *per_step) : NULL;
+  double* v = malloc((size_t)cap * NF * sizeof *v);
+  double* per_step = op_s ? calloc((size_t)cap * (size_t)(d->nops + 1), sizeof *per_step) : NULL;
   if (!v || (op_s && !per_step)) { free(v); free(per_step); return osdp_fail("out of host memory"); }
   if (engine_create(&e, d, p, &opt)) { free(v); free(per_step); return -1; } /* nothing left to destroy */
   Rng g;
@@ -88,8 +92,9 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
   free(tok);
   StepResult sr;
   long targets = (long)BT * comm_size();
-  int checked = 0, second = steps > 1; /* with one step asked for, the first always warms up */
-  for (int s = 0; s < steps; s++) {
+  int checked = 0, second = steps > 1, n = 0; /* with one step asked for, the first always warms up */
+  double timed = 0; /* seconds of the steps kept, the same on every rank (the slowest's) */
+  for (int s = 0; s < steps || (timed < min_s && s < cap); s++) {
     if (op_s) engine_time_ops(&e, per_step + (size_t)s * d->nops); /* this step's ops */
     comm_reset_stats();
     comm_barrier(comm_world());
@@ -101,18 +106,24 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
       x[F_COMM] += cs.seconds[k];
     }
     critical_rank_figures(x, NF, F_COMM);
-    for (int f = 0; f < NF; f++) v[(size_t)f * steps + s] = x[f];
+    for (int f = 0; f < NF; f++) v[(size_t)f * cap + s] = x[f];
+    timed += x[F_STEP];
     if (!checked && s == second) {
       checked = 1;
-      if (!second || v[0] > WARM_UP_RATIO * v[1]) s = drop_first_step(v, per_step, NF, steps, d->nops, s);
+      if (!second || v[0] > WARM_UP_RATIO * v[1]) {
+        timed -= v[0];
+        s = drop_first_step(v, per_step, NF, cap, d->nops, s);
+      }
     }
+    n = s + 1;
   }
-  m->step_s = median_of(v + (size_t)F_STEP * steps, steps);
-  m->optim_s = median_of(v + (size_t)F_OPTIM * steps, steps);
-  m->comm_s = median_of(v + (size_t)F_COMM * steps, steps);
-  for (int k = 0; k < COMM_KINDS; k++) m->wait_s[k] = median_of(v + (size_t)(F_WAIT0 + k) * steps, steps);
+  m->step_s = median_of(v + (size_t)F_STEP * cap, n);
+  m->optim_s = median_of(v + (size_t)F_OPTIM * cap, n);
+  m->comm_s = median_of(v + (size_t)F_COMM * cap, n);
+  for (int k = 0; k < COMM_KINDS; k++) m->wait_s[k] = median_of(v + (size_t)(F_WAIT0 + k) * cap, n);
+  m->steps = n;
   m->peak = (size_t)comm_allreduce_max_f64(comm_world(), (double)engine_peak_bytes(&e, NULL));
-  if (op_s) slowest_rank_ops(per_step, op_s, d->nops, steps);
+  if (op_s) slowest_rank_ops(per_step, op_s, d->nops, n);
   engine_destroy(&e);
   free(v);
   free(per_step);
@@ -263,7 +274,7 @@ int planner_trial(const GptDesc* d, const Candidate* c, int n, const Backend* bk
     for (int i = 0; i < n; i++) {
       if (round > 0 && (!r[i].ok || dropped[i])) continue; /* did not run, or clearly slower */
       PlanMeasure m;
-      int failed = planner_measure_plan(d, &c[i].plan, bk, threads, mem_limit, per_round, &m, NULL);
+      int failed = planner_measure_plan(d, &c[i].plan, bk, threads, mem_limit, per_round, 0, &m, NULL);
       if (verbose) trial_progress(&clock, &c[i], i, n, per_round, failed ? NULL : &m);
       if (failed) continue;
       /* Noise only ever slows a step down: keep the fastest round's median. */

@@ -22,17 +22,21 @@ typedef struct PlanMeasure {
   double step_s, optim_s, comm_s;
   double wait_s[3];
   size_t peak;        /* arena peak, the largest over ranks */
+  int steps;          /* the timed steps the medians are over */
 } PlanMeasure;
 
-/* Runs plan p on a fresh engine on backend bk (NULL: the CPU; threads, arena limit mem_limit; 0: none) for `steps`
-** timed steps (a first step over 1.1x slower than the second is a warm-up: dropped, and one more
-** runs; with steps = 1 the first always is) on synthetic tokens (a step's time does not depend on their values),
-** then destroys it. With op_s (nops entries) not NULL, also each op's compute seconds per step
-** without its hooks' communication (engine_time_ops): each op's median over the steps, then
-** the slowest rank's total shared among the ops by their mean over the ranks.
-** Collective. Returns 0, or -1 with the engine's error (e.g. the plan does not fit). */
+/* Runs plan p on a fresh engine on backend bk (NULL: the CPU; threads, arena limit mem_limit,
+** 0: none) on synthetic tokens (a step's time does not depend on their values) for `steps`
+** timed steps, and more while they add up to less than min_s seconds (0: none; 64 steps at
+** most: a profile's millisecond steps then give medians that move less between profiles), then
+** destroys it. A first step over 1.1x slower than the second is a warm-up: dropped, and one
+** more runs (with steps = 1 the first always is). With op_s (nops entries) not NULL, also each
+** op's compute seconds per step without its hooks' communication (engine_time_ops): each op's
+** median over the steps, then the slowest rank's total shared among the ops by their mean
+** over the ranks. Collective. Returns 0, or -1 with the engine's error (e.g. the plan does not
+** fit). */
 int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int threads, size_t mem_limit, int steps,
-                         PlanMeasure* m, double* op_s);
+                         double min_s, PlanMeasure* m, double* op_s);
 
 typedef struct TrialResult {
   int ok;             /* 1 when the candidate ran */
