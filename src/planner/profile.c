@@ -21,8 +21,9 @@
 **    enough: a model with more is measured on a copy with four (--profile-layers), every layer
 **    taking the copy's times, and the step figures below come from the copy's steps too
 **    (gpt2-124m: a step of the copy costs about half the 12-layer model's). The embedding and
-**    head are split (k = 1, 2, 4, 8) at the middle micro-batch on a copy of the model with one layer
-**    (their times depend on their shapes only), their levels' ratios scaling the unsplit fit;
+**    head are split (k = 1, 2, 4, 8) at the middle micro-batch on a copy of the model with one
+**    layer (their times depend on their shapes only), their levels' ratios scaling the unsplit
+**    fit;
 **  - the rest of a step ("overhead") and the optimizer: the dp step minus its op compute,
 **    optimizer and time in communication calls;
 **  - the collectives inside steps: real dp steps (all-reduce buckets) and zero3 steps (blocking
@@ -474,10 +475,10 @@ static int profile_outer_split(const GptDesc* d, const ProfileOptions* o, int B,
 /* Times every op of d (the model measured: the whole model or its copy with fewer layers, see
 ** profile_device) inside real dp steps at micro-batches 1, 2, 4, ... (until a step takes a
 ** quarter second and no larger batch fits the limit, or a step takes PROFILE_LONG_STEP, or 64;
-** what fits is the whole model's, `whole`), every level of the layers' splittable ops in the same steps
-** (rotations), the ops outside the layers at k = 2, 4, 8 at the middle micro-batch, and fits
-** each op per slice count into dev->op_times. The first rotation's step figures are kept in
-** *pts for the rest of the profile. */
+** what fits is the whole model's, `whole`), every level of the layers' splittable ops in the
+** same steps (rotations), the ops outside the layers at k = 2, 4, 8 at the middle micro-batch,
+** and fits each op per slice count into dev->op_times. The first rotation's step figures are
+** kept in *pts for the rest of the profile. */
 static int profile_compute(const GptDesc* whole, const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev,
                            DpPoints* pts) {
   int n = d->nops, rc = 0, R = rotations(d);
@@ -498,7 +499,7 @@ static int profile_compute(const GptDesc* whole, const GptDesc* d, const Profile
     if (rc) { if (j >= 2) { rc = 0; osdp_clear_error(); } break; } /* out of memory: fit what we have */
     pts->B[pts->n++] = B;
     /* Enough: two points and a quarter-second step, unless plans may use larger batches, which
-    ** are then measured rather than extrapolated (while a step takes at most 4 s). */
+    ** are then measured rather than extrapolated (while a step takes at most PROFILE_LONG_STEP). */
     double st = pts->m[j].step_s;
     if (pts->n >= 2 && st > 0.25 && (2 * B > bfit || st > PROFILE_LONG_STEP)) break;
   }
