@@ -97,8 +97,9 @@ PY
   echo "$p: profile and planning with a trial $((SECONDS - t0)) s"
 done
 plans=(copy full)
+same=0
 if cmp -s "$work/copy-plan.json" "$work/full-plan.json"; then
-  echo "the two profiles chose the same plan (byte for byte): it is trained once, as copy"; plans=(copy)
+  echo "the two profiles chose the same plan (byte for byte): it is trained once, as copy"; plans=(copy); same=1
 fi
 [ -s "$work/full-uniform-plan.json" ] && cp "$work/full-uniform-plan.json" "$work/uniform-plan.json" && plans+=(uniform)
 for p in "${plans[@]}"; do : >"$work/$p.times"; done
@@ -123,7 +124,6 @@ for p in "${plans[@]}"; do
   printf '%-8s %11s %14.4f %10.3f\n' "$p" "$B" "$m" "$sps"
   printf -v "sps_$p" '%s' "$sps"
 done
-same=0; [ ${#plans[@]} -gt 0 ] && [ "${plans[1]:-}" != full ] && same=1
 awk -v c="$sps_copy" -v f="$sps_full" -v u="$sps_uniform" -v same=$same 'BEGIN{
   if (c > 0 && f == 0 && same) printf "copy-profile plan / full-profile plan: 1.000x (the same plan)\n"
   if (c > 0 && f > 0) printf "copy-profile plan / full-profile plan: %.3fx (the issue asks >= 0.97x)\n", c / f

@@ -73,11 +73,11 @@ SearchOptions normalized_options(const GptDesc* d, const SearchOptions* in) {
 }
 
 int planner_cap_batch(const GptDesc* d, const DeviceInfo* dev, SearchOptions* o) {
-  int seq = o->seq > 0 ? o->seq : d->cfg.max_seq;
-  if (!device_measured_for(dev, d, seq) || dev->compute_max_batch <= 0) return 0;
+  SearchOptions n = normalized_options(d, o); /* the defaults of seq and max_batch filled in */
+  if (!device_measured_for(dev, d, n.seq) || dev->compute_max_batch <= 0) return 0;
   int cap = PLANNER_EXTRAPOLATE * dev->compute_max_batch;
-  int max = o->max_batch > 0 ? o->max_batch : 512;
-  if (cap >= max || cost_largest_batch(d, dev, seq, cap + 1) <= cap) return 0; /* nothing larger fits */
+  if (cap >= n.max_batch || cost_largest_batch(d, dev, n.seq, cap + 1) <= cap)
+    return 0; /* no bound needed, or nothing larger fits anyway */
   o->max_batch = cap;
   if (o->min_batch > cap) o->min_batch = cap;
   return cap;
