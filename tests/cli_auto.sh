@@ -62,6 +62,15 @@ for op in qkv attn fc; do
     [ -n "$(op_entry h0.$op <six-dev.json)" ] && [ "$(op_entry h$l.$op <six-dev.json)" = "$(op_entry h0.$op <six-dev.json)" ] || copied=0
   done
 done
+# The passes are timed apart: every op with a backward has its forward's share of its time, the
+# head (all forward) none.
+share() { op_entry "$1" | awk -v k="\"$2\":" '$1 == k {gsub(/,/, "", $2); print $2 + 0; exit}'; }
+shares=1
+for op in h0.ln1 h0.qkv h0.attn h0.proj h0.fc h0.fcproj embed lnf; do
+  awk -v s="$(share $op forward_share <dev.json)" 'BEGIN{exit !(s > 0 && s < 1)}' || shares=0
+done
+[ -z "$(share lm_head forward_share <dev.json)" ] || shares=0
+if [ $shares = 1 ]; then ok; else bad "the profile's forward shares: $(op_entry h0.qkv <dev.json | head -5)"; fi
 # op_time NAME B <dev.json: op NAME's unsplit seconds at micro-batch B
 op_time() { op_entry "$1" | awk -v B="$2" '/"fixed_s":/ && !f {f = $2 + 0} /"per_sample_s":/ && !p {p = $2 + 0} END {print f + B * p}'; }
 # The head (64 x 4096 per token) after the layers is the copy's head, not a layer op in its place.

@@ -138,7 +138,8 @@ static void check_same_device(const DeviceInfo* a, const DeviceInfo* b) {
       const CollectiveModel *x = device_link(a, l, k), *y = device_link(b, l, k);
       CHECK(device_link_ranks(a, l, k) == device_link_ranks(b, l, k));
       CHECK(x->latency_s == y->latency_s && x->bandwidth_Bps == y->bandwidth_Bps && x->overlap == y->overlap &&
-            x->in_step == y->in_step && x->npoints == y->npoints && x->bf16_factor == y->bf16_factor);
+            x->in_step == y->in_step && x->npoints == y->npoints && x->bf16_factor == y->bf16_factor &&
+            x->async_in_step == y->async_in_step);
     }
   }
   CHECK(a->flops == b->flops && a->optimizer_s_per_param == b->optimizer_s_per_param);
@@ -158,6 +159,7 @@ static void check_same_device(const DeviceInfo* a, const DeviceInfo* b) {
     for (int l = 0; l < DEVICE_SLICE_LEVELS; l++)
       CHECK(x->measured[l] == y->measured[l] &&
             (!x->measured[l] || (x->fixed_s[l] == y->fixed_s[l] && x->per_sample_s[l] == y->per_sample_s[l])));
+    CHECK(x->forward_share == y->forward_share);
   }
 }
 
@@ -184,6 +186,10 @@ static void test_device_files(void) {
   CHECK(strcmp(a.compute_model, "tiny") == 0 && a.compute_seq == 64);
   a.flops = 1.0 / 3.0; /* a value that needs all 17 digits */
   a.coll[COLL_REDUCE_SCATTER].bf16_factor = 2.25; /* measured by osdp profile */
+  CHECK(a.op_times[0].forward_share == 0); /* not given */
+  a.op_times[0].forward_share = 0.3; /* measured by osdp profile */
+  CHECK(a.coll[COLL_ALLGATHER].async_in_step == 0); /* not given */
+  a.coll[COLL_ALLGATHER].async_in_step = 2.5;
   check_round_trip(&a);
   CHECK(a.n_op_times == 0 && a.op_times == NULL);
 
@@ -216,9 +222,17 @@ static void test_device_files(void) {
   expect_device_error(device_variant("\"per_sample_s\": 0.125", "\"per_sample_s\": \"x\""),
                       "compute.ops[1].per_sample_s");
   expect_device_error(device_variant("{\"k\": 2,", "{\"k\": 3,"), "compute.ops[0].slices[0].k");
+  expect_device_error(device_variant("\"per_sample_s\": 2e-3,", "\"per_sample_s\": 2e-3, \"forward_share\": 1,"),
+                      "compute.ops[0].forward_share");
+  expect_device_error(device_variant("\"per_sample_s\": 0.125", "\"per_sample_s\": 0.125, \"forward_share\": -0.1"),
+                      "compute.ops[1].forward_share");
+  expect_device_error(device_variant("\"per_sample_s\": 0.125", "\"per_sample_s\": 0.125, \"forward_share\": \"x\""),
+                      "compute.ops[1].forward_share");
   expect_device_error(device_variant("\"fixed_s\": 6e-4", "\"fixed_s\": -6e-4"),
                       "compute.ops[0].slices[k=8].fixed_s");
   expect_device_error(device_variant("\"overlap\": 0.25", "\"overlap\": 1.5"), "collectives.allreduce.overlap");
+  expect_device_error(device_variant("\"overlap\": 0.25", "\"overlap\": 0.25, \"async_in_step\": 0"),
+                      "collectives.allreduce.async_in_step");
   expect_device_error(device_variant("[4096, 2.5e-5]", "[512, 2.5e-5]"), "collectives.reduce_scatter.points[1]");
   expect_device_error(device_variant("[4096, 2.5e-5]", "[4096]"), "collectives.reduce_scatter.points[1]");
   osdp_clear_error();
@@ -420,6 +434,19 @@ static void test_device_times(void) {
     third += device_op_time_s(&dev, &d, gpt_op_layer(0, j), 3, 64, 1) / 3;
   CHECK_NEAR(cost_recompute_s(&d, &dev, 3, 64, rec), third, 1e-15);
   CHECK(cost_recompute_s(&d, &dev, 3, 64, NULL) == 0);
+  /* A measured forward share replaces the third: the forward and a recomputed forward take it,
+  ** the backward the rest. */
+  OpTime* qt = (OpTime*)device_measured_op(&dev, &d, 64, d.ops[qkv].name);
+  CHECK(qt != NULL);
+  qt->forward_share = 0.2;
+  CHECK_NEAR(device_op_pass_share(&dev, &d, qkv, 64, GPT_FORWARD), 0.2, 1e-15);
+  CHECK_NEAR(device_op_pass_share(&dev, &d, qkv, 64, GPT_BACKWARD), 0.8, 1e-15);
+  CHECK_NEAR(device_op_pass_share(&dev, &d, qkv, 64, GPT_RECOMPUTE), 0.2, 1e-15);
+  double t1 = device_op_time_s(&dev, &d, qkv, 3, 64, 1);
+  CHECK_NEAR(cost_recompute_s(&d, &dev, 3, 64, rec), third - t1 / 3 + 0.2 * t1, 1e-15);
+  CHECK(device_op_pass_share(&dev, &d, d.head_op, 64, GPT_FORWARD) == 1); /* no backward pass */
+  CHECK(device_op_pass_share(&dev, &d, d.head_op, 64, GPT_BACKWARD) == 0);
+  qt->forward_share = 0;
   /* Compute time: every op + the overhead entry, only where the measurements apply. */
   double sum = 0, sum32 = 0;
   for (int i = 0; i < d.nops; i++) {
@@ -682,6 +709,16 @@ static void test_overlap(void) {
   dev.coll[COLL_ALLGATHER].overlap = 0; /* no progress beside compute: prefetch gains nothing */
   CHECK(plan_cost(&d, &dev, &p, &c1) == 0);
   CHECK_NEAR(c1.step_s, c0.step_s, 1e-12 * c0.step_s);
+  /* Prefetched gathers twice as slow inside a step as blocking ones (async_in_step): prefetch
+  ** without overlap costs the gathers' time again. */
+  dev.coll[COLL_ALLGATHER].in_step = 1;
+  dev.coll[COLL_ALLGATHER].async_in_step = 2;
+  CHECK(plan_cost(&d, &dev, &p, &c1) == 0);
+  CHECK(c1.exposed_s[COLL_ALLGATHER] > 1.5 * c0.exposed_s[COLL_ALLGATHER] && c1.step_s > c0.step_s);
+  p.prefetch = 0;
+  CHECK(plan_cost(&d, &dev, &p, &c1) == 0); /* blocking gathers keep in_step */
+  CHECK_NEAR(c1.step_s, c0.step_s, 1e-12 * c0.step_s);
+  dev.coll[COLL_ALLGATHER].async_in_step = 0;
   plan_free(&p);
   gpt_desc_free(&d);
 }

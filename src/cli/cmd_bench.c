@@ -123,7 +123,7 @@ int cmd_bench(int argc, char** argv) {
   ** reading it waits for the device after each op, so the timed steps run untouched and one
   ** extra step gives the breakdown. */
   int sync_clock = opt.backend && opt.backend->device_memory;
-  if (!sync_clock) engine_time_ops(&e, op_s);
+  if (!sync_clock) engine_time_ops(&e, op_s, NULL);
   comm_reset_stats();
   double total = 0, worst = 0, optim = 0;
   double* times = calloc((size_t)steps, sizeof(double));
@@ -142,7 +142,7 @@ int cmd_bench(int argc, char** argv) {
   free(times);
   CommStats cs = comm_stats();
   if (sync_clock) {
-    engine_time_ops(&e, op_s);
+    engine_time_ops(&e, op_s, NULL);
     engine_step(&e, (long)comm_size() * p.micro_batch * p.seq, &sr);
     for (int i = 0; i < d.nops; i++) op_s[i] *= (double)steps; /* per step below */
   }

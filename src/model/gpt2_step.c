@@ -224,7 +224,11 @@ static void gpt2_backward(const GptDesc* d, GptActs* a, const GptParamHooks* h, 
   layernorm_bwd(d, a, h, lnf, g.dres, g.dbuf_a, layer_input(d, a, L));
   for (int l = L - 1; l >= 0; l--) {
     const real* residual = layer_input(d, a, l);
-    if (a->recompute && a->recompute[l]) layer_forward(d, a, h, slices, l, residual, GPT_RECOMPUTE);
+    if (a->recompute && a->recompute[l]) {
+      a->phase = GPT_RECOMPUTE;
+      layer_forward(d, a, h, slices, l, residual, GPT_RECOMPUTE);
+      a->phase = GPT_BACKWARD;
+    }
     layer_backward(d, a, h, slices, l, residual, &g);
   }
   embed_bwd(d, a, h, slices, g.dres);

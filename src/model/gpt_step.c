@@ -134,24 +134,29 @@ OpTimer gpt_op_timer_start(const GptActs* a) {
 
 void gpt_op_timer_stop(GptActs* a, int op, OpTimer t) {
   if (!a->op_seconds) return;
-  a->op_seconds[op] += gpt_step_backend(a)->clock() - t.t0 -
-                       (a->exclude_clock ? *a->exclude_clock - t.x0 : 0);
+  double s = gpt_step_backend(a)->clock() - t.t0 - (a->exclude_clock ? *a->exclude_clock - t.x0 : 0);
+  a->op_seconds[op] += s;
+  if (a->op_phase_seconds) a->op_phase_seconds[(size_t)op * 3 + (size_t)a->phase] += s;
 }
 
 double gpt_forward_f32(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
                        GptForwardMode mode, double loss_scale, int* argmax) {
+  a->phase = GPT_FORWARD;
   return d->family->f32->forward(d, a, h, slices, mode, loss_scale, argmax);
 }
 
 double gpt_forward_f64(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
                        GptForwardMode mode, double loss_scale, int* argmax) {
+  a->phase = GPT_FORWARD;
   return d->family->f64->forward(d, a, h, slices, mode, loss_scale, argmax);
 }
 
 void gpt_backward_f32(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices) {
+  a->phase = GPT_BACKWARD;
   d->family->f32->backward(d, a, h, slices);
 }
 
 void gpt_backward_f64(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices) {
+  a->phase = GPT_BACKWARD;
   d->family->f64->backward(d, a, h, slices);
 }

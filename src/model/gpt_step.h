@@ -61,6 +61,11 @@ typedef struct GptActs {
   const int* recompute; /* NULL, or n_layer flags: which layers recompute */
   void* scratch;    /* gpt_scratch_bytes */
   double* op_seconds; /* NULL, or nops counters that receive each op's forward+backward time */
+  double* op_phase_seconds; /* NULL, or 3 * nops counters: [op * 3 + phase] receives op's
+                            ** time in each GptPhase (forward, backward, recomputed forward);
+                            ** needs op_seconds */
+  GptPhase phase;   /* the pass running: set by gpt_forward_* and gpt_backward_*, and by the
+                    ** families' backward around a layer's recomputed forward */
   const double* exclude_clock; /* NULL, or a clock of seconds (e.g. spent communicating inside
                                 ** the hooks) whose advance during an op is left out of its time */
   int head_rows;    /* rows of the LM head's chunks (gpt_head_rows; 0: the default) */
@@ -151,7 +156,8 @@ ParamView gpt_acquire_grads(const GptDesc* d, const GptActs* a, const GptParamHo
 
 /* Times one op's pass when the caller asked for per-op timing (GptActs.op_seconds): start before
 ** the pass, stop after it; the op's counter gains the wall time less what the exclude clock
-** (time the hooks spent communicating) advanced meanwhile. */
+** (time the hooks spent communicating) advanced meanwhile, and so does its op_phase_seconds
+** counter of the pass running (GptActs.phase). */
 typedef struct OpTimer { double t0, x0; } OpTimer;
 OpTimer gpt_op_timer_start(const GptActs* a);
 void gpt_op_timer_stop(GptActs* a, int op, OpTimer t);

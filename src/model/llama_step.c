@@ -248,7 +248,11 @@ static void llama_backward(const GptDesc* d, GptActs* a, const GptParamHooks* h,
   rmsnorm_bwd(d, a, h, lnf, w.dres, w.dx, layer_input(d, a, L));
   for (int l = L - 1; l >= 0; l--) {
     const real* x = layer_input(d, a, l);
-    if (a->recompute && a->recompute[l]) layer_forward(d, a, h, slices, l, x, GPT_RECOMPUTE);
+    if (a->recompute && a->recompute[l]) {
+      a->phase = GPT_RECOMPUTE;
+      layer_forward(d, a, h, slices, l, x, GPT_RECOMPUTE);
+      a->phase = GPT_BACKWARD;
+    }
     layer_backward(d, a, h, slices, l, x, &w);
   }
   embed_bwd(d, a, h, slices, w.dres);

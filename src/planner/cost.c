@@ -9,19 +9,16 @@
 #include "model/gpt_step.h"
 #include "model/step_walk.h"
 
-/* The compute share of op i's measured forward+backward time in a phase: a third forward (and
-** recomputed forward), two thirds backward; an op without a backward pass (the LM head, whose
-** backward is fused into its forward with the loss) is all forward. */
-static double op_share(const GptDesc* d, int i, GptPhase phase) {
-  if (!d->ops[i].has_backward) return phase == GPT_BACKWARD ? 0.0 : 1.0;
-  return phase == GPT_BACKWARD ? 2.0 / 3.0 : 1.0 / 3.0;
+/* The compute share of op i's measured forward+backward time in a phase at sequence T
+** (device_op_pass_share: measured by the profile, else a third forward). */
+static double op_share(const GptDesc* d, const DeviceInfo* dev, int i, int T, GptPhase phase) {
+  return device_op_pass_share(dev, d, i, T, phase);
 }
 
 /* The sum of op i's compute shares over its passes in one step: 1 (forward and backward), plus
 ** the recomputed forward's share when its layer recomputes (gpt_op_recomputes). */
-static double op_passes(const GptDesc* d, int i, const int* recompute) {
-  double t = op_share(d, i, GPT_FORWARD) + op_share(d, i, GPT_BACKWARD);
-  return t + (gpt_op_recomputes(d, recompute, i) ? op_share(d, i, GPT_RECOMPUTE) : 0);
+static double op_passes(const GptDesc* d, const DeviceInfo* dev, int i, int T, const int* recompute) {
+  return 1.0 + (gpt_op_recomputes(d, recompute, i) ? op_share(d, dev, i, T, GPT_RECOMPUTE) : 0);
 }
 
 /* The uses of op's parameters counted from the op list's step flags, for when the schedule
@@ -140,7 +137,7 @@ double cost_split_extra_s(const GptDesc* d, const DeviceInfo* dev, int op, int k
   double t = 0;
   for (int i = 0; i < d->nops; i++)
     if (d->ops[i].owner == op)
-      t += op_passes(d, i, recompute) *
+      t += op_passes(d, dev, i, T, recompute) *
            (device_op_time_s(dev, d, i, B, T, k) - device_op_time_s(dev, d, i, B, T, 1));
   return t;
 }
@@ -149,7 +146,7 @@ double cost_recompute_s(const GptDesc* d, const DeviceInfo* dev, int B, int T, c
   double t = 0;
   for (int i = 0; recompute && i < d->nops; i++)
     if (gpt_op_recomputes(d, recompute, i))
-      t += op_share(d, i, GPT_RECOMPUTE) * device_op_time_s(dev, d, i, B, T, 1);
+      t += op_share(d, dev, i, T, GPT_RECOMPUTE) * device_op_time_s(dev, d, i, B, T, 1);
   return t;
 }
 
@@ -223,7 +220,7 @@ static void replay_wait(Replay* r, int j) {
 
 /* Queues a non-blocking collective of `bytes` over communicator shape sh; returns its job. */
 static int replay_start(Replay* r, int kind, CommShape sh, double bytes) {
-  r->rem[r->tail] = device_shape_step_s(r->dev, sh, kind, bytes);
+  r->rem[r->tail] = device_shape_async_step_s(r->dev, sh, kind, bytes);
   r->rate[r->tail] = device_link(r->dev, sh.level, kind)->overlap;
   r->kind[r->tail] = kind;
   return r->tail++;
@@ -300,7 +297,7 @@ static void replay_op(Replay* r, int i, GptPhase phase, int B) {
   const GptDesc* d = r->d;
   int owner = d->ops[i].owner;
   int k = owner >= 0 ? r->p->ops[owner].k : 1;
-  double t = op_share(d, i, phase) * device_op_time_s(r->dev, d, i, B, r->p->seq, k);
+  double t = op_share(d, r->dev, i, r->p->seq, phase) * device_op_time_s(r->dev, d, i, B, r->p->seq, k);
   if (owner < 0) { replay_compute(r, t); return; }
   int run;
   for (int s = 0; s < k && walk_run_begin(r->walk, &run) >= 0; s += run) {

@@ -90,6 +90,11 @@ double device_shape_step_s(const DeviceInfo* dev, CommShape sh, int kind, double
   return (f > 0 ? f : 1.0) * device_shape_collective_s(dev, sh, kind, bytes);
 }
 
+double device_shape_async_step_s(const DeviceInfo* dev, CommShape sh, int kind, double bytes) {
+  double f = device_link(dev, sh.level, kind)->async_in_step;
+  return f > 0 ? f * device_shape_collective_s(dev, sh, kind, bytes) : device_shape_step_s(dev, sh, kind, bytes);
+}
+
 double device_collective_s(const DeviceInfo* dev, int kind, double bytes) {
   return device_shape_collective_s(dev, device_world_shape(dev), kind, bytes);
 }
@@ -135,6 +140,13 @@ double device_op_time_s(const DeviceInfo* dev, const GptDesc* d, int op, int B, 
   const OpTime* t = device_measured_op(dev, d, T, d->ops[op].name);
   if (t) return measured_time_at_k(t, B, k < 1 ? 1 : k);
   return 3.0 * gpt_op_flops_per_token(d, &d->ops[op], T) * (double)B * (double)T / dev->flops;
+}
+
+double device_op_pass_share(const DeviceInfo* dev, const GptDesc* d, int op, int T, GptPhase phase) {
+  if (!d->ops[op].has_backward) return phase == GPT_BACKWARD ? 0.0 : 1.0;
+  const OpTime* t = device_measured_op(dev, d, T, d->ops[op].name);
+  if (!t || t->forward_share <= 0) return phase == GPT_BACKWARD ? DEVICE_BACKWARD_SHARE : DEVICE_FORWARD_SHARE;
+  return phase == GPT_BACKWARD ? 1.0 - t->forward_share : t->forward_share;
 }
 
 int device_alloc_op_times(DeviceInfo* dev, int n) {
@@ -183,6 +195,10 @@ static int validate_compute(const DeviceInfo* dev, const char* where) {
       snprintf(field, sizeof field, "compute.ops[%d]%s%s.per_sample_s", i, at, kk);
       if (check_number(t->per_sample_s[l], 1, where, field, "give seconds, e.g. 2e-3")) return -1;
     }
+    if (!(t->forward_share >= 0 && t->forward_share < 1)) /* also catches NaN */
+      return osdp_fail("%s: field \"compute.ops[%d].forward_share\" = %g must be in (0, 1): the share of "
+                       "the op's time its forward pass takes (leave it out for %.2f)", where, i,
+                       t->forward_share, DEVICE_FORWARD_SHARE);
   }
   return 0;
 }
@@ -202,6 +218,8 @@ static int validate_collective(const CollectiveModel* c, const char* where, cons
   if (check_number(c->residual, 1, where, field, "give a relative error >= 0, or omit it")) return -1;
   snprintf(field, sizeof field, "%s.in_step", name);
   if (check_number(c->in_step, 1, where, field, "give a factor > 0 such as 1.2, or omit it")) return -1;
+  snprintf(field, sizeof field, "%s.async_in_step", name);
+  if (check_number(c->async_in_step, 1, where, field, "give a factor > 0 such as 1.2, or omit it")) return -1;
   snprintf(field, sizeof field, "%s.bf16_factor", name);
   if (check_number(c->bf16_factor, 1, where, field, "give a share > 0 such as 0.5, or omit it")) return -1;
   for (int i = 0; i < c->npoints; i++) {
@@ -335,6 +353,11 @@ static int json_collective(const cJSON* o, const char* path, const char* name, C
   if (json_number(o, "in_step", field, 0, path, &c->in_step)) return -1;
   if (c->in_step <= 0)
     return osdp_fail("%s: field \"%s\" = %g must be > 0 (1: as measured alone)", path, field, c->in_step);
+  snprintf(field, sizeof field, "%s.async_in_step", name);
+  if (json_number(o, "async_in_step", field, 0, path, &c->async_in_step)) return -1;
+  if (cJSON_GetObjectItemCaseSensitive(o, "async_in_step") && !(c->async_in_step > 0))
+    return osdp_fail("%s: field \"%s\" = %g must be > 0 (1: as measured alone; omit it for in_step's)", path,
+                     field, c->async_in_step);
   snprintf(field, sizeof field, "%s.bf16_factor", name);
   if (json_number(o, "bf16_factor", field, 0, path, &c->bf16_factor)) return -1;
   if (c->bf16_factor < 0 || c->bf16_factor > 4)
@@ -411,6 +434,18 @@ static int json_op_slices(const cJSON* e, int i, const char* path, OpTime* t) {
   return 0;
 }
 
+/* Reads the optional share `key` of entry i of "compute.ops" (a pass's time over the op's
+** forward+backward time: in (0, 1); absent: 0, not measured). */
+static int json_share(const cJSON* e, const char* key, int i, const char* path, double* out) {
+  char field[64];
+  snprintf(field, sizeof field, "compute.ops[%d].%s", i, key);
+  if (json_number(e, key, field, 0, path, out)) return -1;
+  if (cJSON_GetObjectItemCaseSensitive(e, key) && !(*out > 0 && *out < 1))
+    return osdp_fail("%s: field \"%s\" = %g must be in (0, 1): a pass's time over the op's forward+backward "
+                     "time (leave it out to have it assumed)", path, field, *out);
+  return 0;
+}
+
 /* Reads one entry of "compute.ops" into slot i. */
 static int json_op_time(const cJSON* e, int i, const char* path, DeviceInfo* dev) {
   char field[64];
@@ -425,6 +460,7 @@ static int json_op_time(const cJSON* e, int i, const char* path, DeviceInfo* dev
   snprintf(field, sizeof field, "compute.ops[%d].per_sample_s", i);
   if (json_number(e, "per_sample_s", field, 1, path, &t->per_sample_s[0])) return -1;
   t->measured[0] = 1;
+  if (json_share(e, "forward_share", i, path, &t->forward_share)) return -1;
   return json_op_slices(e, i, path, t);
 }
 
@@ -519,6 +555,7 @@ static void collective_to_json(cJSON* o, const CollectiveModel* c) {
   cJSON_AddNumberToObject(o, "overlap", c->overlap);
   cJSON_AddNumberToObject(o, "residual", c->residual);
   cJSON_AddNumberToObject(o, "in_step", c->in_step > 0 ? c->in_step : 1);
+  if (c->async_in_step > 0) cJSON_AddNumberToObject(o, "async_in_step", c->async_in_step);
   if (c->bf16_factor > 0) cJSON_AddNumberToObject(o, "bf16_factor", c->bf16_factor);
   if (c->npoints > 0) {
     cJSON* pts = cJSON_AddArrayToObject(o, "points");
@@ -572,6 +609,7 @@ static cJSON* device_to_json(const DeviceInfo* dev) {
       cJSON_AddStringToObject(e, "name", t->name);
       cJSON_AddNumberToObject(e, "fixed_s", t->fixed_s[0]);
       cJSON_AddNumberToObject(e, "per_sample_s", t->per_sample_s[0]);
+      if (t->forward_share > 0) cJSON_AddNumberToObject(e, "forward_share", t->forward_share);
       cJSON* sl = NULL;
       for (int l = 1; l < DEVICE_SLICE_LEVELS; l++) {
         if (!t->measured[l]) continue;

@@ -67,6 +67,7 @@
 #include <stddef.h>
 
 #include "model/gpt.h"
+#include "model/gpt_step.h"
 
 /* Most measured sizes a collective keeps. */
 #define DEVICE_MAX_POINTS 24
@@ -76,6 +77,9 @@ typedef struct CollectiveModel {
   double bandwidth_Bps;  /* beta: bytes per second of the full buffer */
   double overlap;        /* 0..1: progress of a non-blocking call while the rank computes */
   double in_step;        /* time of the collective inside a training step / alone (> 0; 1) */
+  double async_in_step;  /* the same for a non-blocking call of the kind where it differs (a
+                         ** prefetched gather: posted early, it shares the rank with compute
+                         ** and the calls in between; 0: in_step) */
   double residual;       /* largest relative error of the model at measured sizes (informational) */
   double bf16_factor;    /* reductions: a bf16 one costs what an fp32 one of this share of the
                          ** bytes costs (0: not measured, 0.5: only the bytes count) */
@@ -101,13 +105,20 @@ typedef struct CommShape {
 #define DEVICE_SLICE_LEVELS 4
 
 /* Measured forward+backward seconds of one op at micro-batch B: fixed_s + B * per_sample_s,
-** per slice-count level (level l is k = 2^l; measured[l] says whether it was measured). */
+** per slice-count level (level l is k = 2^l; measured[l] says whether it was measured); the
+** time of its forward pass as a share of them (0: not measured, DEVICE_FORWARD_SHARE). */
 typedef struct OpTime {
   char name[24];
   double fixed_s[DEVICE_SLICE_LEVELS];
   double per_sample_s[DEVICE_SLICE_LEVELS];
   int measured[DEVICE_SLICE_LEVELS];
+  double forward_share;
 } OpTime;
+
+/* The forward and backward passes' shares of an op's forward+backward time when the device does
+** not give them: a linear's forward is one of its three matrix products. */
+#define DEVICE_FORWARD_SHARE (1.0 / 3.0)
+#define DEVICE_BACKWARD_SHARE (2.0 / 3.0)
 
 typedef struct DeviceInfo {
   int ranks;
@@ -154,6 +165,8 @@ int device_link_ranks(const DeviceInfo* dev, int level, int kind);
 double device_shape_collective_s(const DeviceInfo* dev, CommShape sh, int kind, double bytes);
 /* The same inside a training step: times the level's in_step factor for the kind. */
 double device_shape_step_s(const DeviceInfo* dev, CommShape sh, int kind, double bytes);
+/* The same for a non-blocking call (its link's async_in_step, else in_step). */
+double device_shape_async_step_s(const DeviceInfo* dev, CommShape sh, int kind, double bytes);
 /* Time of one collective over all the ranks (device_world_shape), alone and inside a step. */
 double device_collective_s(const DeviceInfo* dev, int kind, double bytes);
 double device_step_collective_s(const DeviceInfo* dev, int kind, double bytes);
@@ -164,6 +177,11 @@ double device_reduce_factor(const DeviceInfo* dev, int kind, int bf16);
 /* Forward+backward time of op i of model d at micro-batch B, sequence T and k slices: measured
 ** when the device holds times for this model and T, else from FLOPs and dev->flops. */
 double device_op_time_s(const DeviceInfo* dev, const GptDesc* d, int op, int B, int T, int k);
+/* The time of op i's pass `phase` as a share of its forward+backward time: the forward's (and a
+** recomputed forward's) measured when the device gives it for model d at sequence T, else
+** DEVICE_FORWARD_SHARE; the backward's the rest. An op without a backward pass (the LM head
+** fused with the loss) is all forward. */
+double device_op_pass_share(const DeviceInfo* dev, const GptDesc* d, int op, int T, GptPhase phase);
 /* Whether the device's measured compute times are for model d at sequence length T. */
 int device_measured_for(const DeviceInfo* dev, const GptDesc* d, int T);
 /* The measured entry called `name` when the device's times are for model d at sequence T

@@ -14,7 +14,9 @@
 **    ranks one level is measured over the world;
 **  - compute: every op's forward+backward time inside real dp steps of the engine, without the
 **    time its hooks spend in communication calls (engine_time_ops), at micro-batch 1, 2, 4, ...
-**    and, for the splittable ops, at k = 1, 2, 4, 8 slices; fitted as fixed + per-sample seconds.
+**    and, for the splittable ops, at k = 1, 2, 4, 8 slices; fitted as fixed + per-sample seconds;
+**    the forward pass's share of each op's time (GptActs.phase tells the timer the pass), for
+**    the replay to price each pass (a recomputed forward as the forward).
 **    The layers are identical, so they share the work: in one step each layer's splittable ops
 **    run at one of the four slice counts in turn, and an op's time at a count is the mean over
 **    the layers that ran it (one step instead of four per micro-batch). Four layers are thus
@@ -334,11 +336,13 @@ static int rotated_plan(const GptDesc* d, int B, int T, int r, int outer, Plan* 
   return 0;
 }
 
-/* Op seconds summed per (op, level, micro-batch point) over the measurements, and how many. */
+/* Op seconds summed per (op, level, micro-batch point) over the measurements, and how many;
+** per op, its seconds in each pass summed over the dp steps ([op * 3 + GptPhase]). */
 typedef struct OpSamples {
   int nops;
   double* sum;  /* [level][point][op] */
   int* count;
+  double* pass;
 } OpSamples;
 
 #define SAMPLE(x, l, j, i) ((size_t)((l) * PROFILE_MAX_POINTS + (j)) * (size_t)(x)->nops + (size_t)(i))
@@ -352,13 +356,19 @@ static int measured_level(const GptDesc* d, int i, int r, int outer) {
   return op_level(d, tied ? op->owner : i, r, outer);
 }
 
+/* Adds op i's seconds op_s[i], shared among the passes by share[i * 3 + phase], to pass. */
+static void add_passes(double* pass, const double* op_s, const double* share, int i) {
+  for (int f = 0; f < 3; f++) pass[(size_t)i * 3 + f] += op_s[i] * share[(size_t)i * 3 + f];
+}
+
 /* Measures plan (r, outer) at micro-batch point j (micro-batch B) and adds each op's seconds to
-** x; the step's figures go to *m and its op compute sum to *ops_s. */
+** x; the step's figures go to *m and its op compute sum to *ops_s. op_s: room for 4 * nops. */
 static int measure_rotated(const GptDesc* d, const ProfileOptions* o, int B, int j, int r, int outer,
                            OpSamples* x, double* op_s, PlanMeasure* m, double* ops_s) {
   Plan p;
+  double* share = op_s + d->nops;
   if (rotated_plan(d, B, o->seq, r, outer, &p)) return -1;
-  int rc = planner_measure_plan(d, &p, o->backend, o->threads, 0, o->steps, min_seconds(o), m, op_s);
+  int rc = planner_measure_plan(d, &p, o->backend, o->threads, 0, o->steps, min_seconds(o), m, op_s, share);
   plan_free(&p);
   if (rc) return -1;
   *ops_s = 0;
@@ -366,9 +376,29 @@ static int measure_rotated(const GptDesc* d, const ProfileOptions* o, int B, int
     int l = measured_level(d, i, r, outer);
     x->sum[SAMPLE(x, l, j, i)] += op_s[i];
     x->count[SAMPLE(x, l, j, i)]++;
+    add_passes(x->pass, op_s, share, i);
     *ops_s += op_s[i];
   }
   return 0;
+}
+
+/* Op i's seconds in pass `phase` over its forward+backward seconds in the dp steps (pass:
+** x->pass), summed over them and, for a layer op, pooled over the layers (as its times are); 0
+** when not measured. A recomputed forward costs what the forward does: timed in a step that
+** recomputes every layer, the linears' and attention's recomputed forwards took 0.28-0.35 of
+** their time where their forwards took 0.30-0.33 (small, seq 64), while the step's own growth,
+** a difference of two steps, moved between 0.09 and 0.34 from one profile to the next. */
+static double pass_share(const GptDesc* d, const double* pass, int i, GptPhase phase) {
+  double fb = 0, t = 0;
+  for (int ii = 0; ii < d->nops; ii++) {
+    int same = d->ops[i].layer < 0 ? ii == i
+                                   : d->ops[ii].layer >= 0 && (ii - d->first_layer_op) % d->ops_per_layer ==
+                                                                 (i - d->first_layer_op) % d->ops_per_layer;
+    if (!same) continue;
+    fb += pass[(size_t)ii * 3 + GPT_FORWARD] + pass[(size_t)ii * 3 + GPT_BACKWARD];
+    t += pass[(size_t)ii * 3 + phase];
+  }
+  return fb > 0 && t > 0 && t < fb ? t / fb : 0;
 }
 
 /* Mean seconds of op i at level l, point j: over the layers for a layer op (identical layers
@@ -393,13 +423,17 @@ static double sample_mean(const GptDesc* d, const OpSamples* x, int i, int l, in
 /* Fits op i's times into ot: each level from the micro-batch points measured at it. An op
 ** outside the layers was measured unsplit only (level 0); its other levels are level 0's fit
 ** scaled by their ratio to level 0 in split (op i's seconds per level from the one-layer copy,
-** [i * DEVICE_SLICE_LEVELS + l]; NULL when the model has no such split). */
+** [i * DEVICE_SLICE_LEVELS + l]; NULL when the model has no such split), at least 1: each level
+** is one step of its own, and a split that measured faster than the whole op (the head at k = 2:
+** 0.98x in one profile, 1.03-1.10x in the others) is noise the search would bet on (the plan
+** splitting the head in two then measured 0.91x the best uniform one). */
 static void fit_op(const GptDesc* d, const OpSamples* x, const DpPoints* pts, const double* split, int i,
                    OpTime* ot) {
   const GptOp* op = &d->ops[i];
   int sliced = op->splittable || (op->owner >= 0 && op->owner != i);
   const double* own = split ? split + (size_t)i * DEVICE_SLICE_LEVELS : NULL;
   snprintf(ot->name, sizeof ot->name, "%s", op->name);
+  ot->forward_share = op->has_backward ? pass_share(d, x->pass, i, GPT_FORWARD) : 0;
   for (int l = 0; l < (sliced ? DEVICE_SLICE_LEVELS : 1); l++) {
     int Bl[PROFILE_MAX_POINTS], m = 0;
     double col[PROFILE_MAX_POINTS];
@@ -412,13 +446,26 @@ static void fit_op(const GptDesc* d, const OpSamples* x, const DpPoints* pts, co
     if (m > 0) {
       fit_op_time(Bl, col, m, &ot->fixed_s[l], &ot->per_sample_s[l]);
     } else if (l > 0 && ot->measured[0] && own && own[0] > 0 && own[l] > 0) {
-      ot->fixed_s[l] = own[l] / own[0] * ot->fixed_s[0];
-      ot->per_sample_s[l] = own[l] / own[0] * ot->per_sample_s[0];
+      double ratio = own[l] > own[0] ? own[l] / own[0] : 1.0; /* see below */
+      ot->fixed_s[l] = ratio * ot->fixed_s[0];
+      ot->per_sample_s[l] = ratio * ot->per_sample_s[0];
     } else {
       continue;
     }
     ot->measured[l] = 1;
   }
+}
+
+/* The forward passes' share of the layer ops' time at micro-batch 1 (dev's fits of d). */
+static double layer_forward_share(const GptDesc* d, const DeviceInfo* dev) {
+  double all = 0, fwd = 0;
+  for (int i = 0; i < d->nops; i++) {
+    const OpTime* t = &dev->op_times[i];
+    if (d->ops[i].layer < 0 || !d->ops[i].has_backward) continue;
+    all += t->fixed_s[0] + t->per_sample_s[0];
+    fwd += (t->fixed_s[0] + t->per_sample_s[0]) * (t->forward_share > 0 ? t->forward_share : DEVICE_FORWARD_SHARE);
+  }
+  return all > 0 ? fwd / all : 0;
 }
 
 /* Whether the model has splittable ops outside its layers (the embedding). */
@@ -441,8 +488,12 @@ static int outer_op_in_copy(const GptDesc* d, const GptDesc* r, int i) {
 ** depend on their own shapes only, and a step of the copy costs a fraction of the model's
 ** (gpt2-124m: about 0.37), so the four steps cost less than three of the whole model would.
 ** Only the levels' ratios are used (fit_op scales the whole model's level-0 fit by them), so
-** what the one layer adds to a step cancels. split[i * DEVICE_SLICE_LEVELS + l]: op i's seconds
-** at level l (0 for layer ops). Collective. */
+** what the one layer adds to a step cancels. Level 0 runs again after the others and keeps the
+** faster of its two: each level is one measurement, and a slow one at level 0 made every split
+** look faster than the whole op (small: the head 0.76x unsplit at k = 4, where other profiles
+** measured 1.13-1.31x; the plan that split it measured 0.88x the best uniform one), while a
+** slow split level only makes the planner split less. split[i * DEVICE_SLICE_LEVELS + l]: op
+** i's seconds at level l (0 for layer ops). Collective. */
 static int profile_outer_split(const GptDesc* d, const ProfileOptions* o, int B, double* split) {
   GptConfig cfg = d->cfg;
   GptDesc r;
@@ -450,15 +501,17 @@ static int profile_outer_split(const GptDesc* d, const ProfileOptions* o, int B,
   if (gpt_desc_build(&r, &cfg)) return -1;
   double* op_s = malloc((size_t)r.nops * sizeof *op_s);
   int rc = op_s ? 0 : osdp_fail("out of host memory");
-  for (int l = 0; !rc && l < DEVICE_SLICE_LEVELS; l++) {
+  for (int n = 0; !rc && n <= DEVICE_SLICE_LEVELS; n++) {
+    int l = n % DEVICE_SLICE_LEVELS; /* 0, 1, 2, 3, then 0 again */
     Plan p;
     PlanMeasure m;
     if (rotated_plan(&r, B, o->seq, 0, l, &p)) { rc = -1; break; }
-    rc = planner_measure_plan(&r, &p, o->backend, o->threads, 0, o->steps, min_seconds(o), &m, op_s);
+    rc = planner_measure_plan(&r, &p, o->backend, o->threads, 0, o->steps, min_seconds(o), &m, op_s, NULL);
     plan_free(&p);
     for (int i = 0; !rc && i < d->nops; i++) {
       int ir = outer_op_in_copy(d, &r, i);
-      if (ir >= 0) split[(size_t)i * DEVICE_SLICE_LEVELS + l] = op_s[ir];
+      double* s = &split[(size_t)i * DEVICE_SLICE_LEVELS + l];
+      if (ir >= 0 && (n == l || op_s[ir] < *s)) *s = op_s[ir];
     }
   }
   free(op_s);
@@ -483,9 +536,10 @@ static int profile_compute(const GptDesc* whole, const GptDesc* d, const Profile
                            DpPoints* pts) {
   int n = d->nops, rc = 0, R = rotations(d);
   OpSamples x = {n, calloc((size_t)n * PROFILE_MAX_POINTS * DEVICE_SLICE_LEVELS, sizeof(double)),
-                 calloc((size_t)n * PROFILE_MAX_POINTS * DEVICE_SLICE_LEVELS, sizeof(int))};
-  double* op_s = malloc((size_t)n * sizeof(double));
-  if (!x.sum || !x.count || !op_s) rc = osdp_fail("out of host memory");
+                 calloc((size_t)n * PROFILE_MAX_POINTS * DEVICE_SLICE_LEVELS, sizeof(int)),
+                 calloc((size_t)n * 3, sizeof(double))};
+  double* op_s = malloc((size_t)n * 4 * sizeof(double)); /* seconds, then shares per pass */
+  if (!x.sum || !x.count || !x.pass || !op_s) rc = osdp_fail("out of host memory");
   memset(pts, 0, sizeof *pts);
   int bfit = cost_largest_batch(whole, dev, o->seq, 64); /* plans may use it */
   for (int B = 1; !rc && pts->n < PROFILE_MAX_POINTS && B <= 64; B *= 2) {
@@ -507,14 +561,18 @@ static int profile_compute(const GptDesc* whole, const GptDesc* d, const Profile
   int jm = pts->n / 2;
   double* split = NULL;
   if (!rc && has_outer_slices(d)) {
-    progress(o, "timing the embedding and head split (k = 1, 2, 4, 8, on a one-layer copy)", pts->B[jm]);
+    progress(o, "timing the embedding and head split (k = 1, 2, 4, 8, 1 again, on a one-layer copy)", pts->B[jm]);
     split = calloc((size_t)n * DEVICE_SLICE_LEVELS, sizeof *split);
     rc = split ? profile_outer_split(d, o, pts->B[jm], split) : osdp_fail("out of host memory");
   }
   for (int i = 0; !rc && i < n; i++) fit_op(d, &x, pts, split, i, &dev->op_times[i]);
+  if (!rc && o->verbose && comm_rank() == 0)
+    printf("profile: the forward passes take %.2f of the layers' op time (the rest: backward)\n",
+           layer_forward_share(d, dev));
   free(split);
   free(x.sum);
   free(x.count);
+  free(x.pass);
   free(op_s);
   return rc;
 }
@@ -584,6 +642,111 @@ static void fit_across_pair(const GptDesc* d, DeviceInfo* dev, const Plan* p1, d
   c->overlap = best_ov;
 }
 
+/* zero3 steps of one micro-batch, unsplit (every weight gathered, every gradient
+** reduce-scattered): blocking and with prefetch. */
+typedef struct Zero3Steps {
+  Plan p;                  /* blocking; its prefetch flag set for the replay of the other */
+  PlanMeasure blocking, prefetched;
+} Zero3Steps;
+
+/* Measures z at micro-batch B (steps timed steps each); -1 (error cleared, nothing left to free)
+** when zero3 does not run here. */
+static int measure_zero3(const GptDesc* d, const ProfileOptions* o, int B, int steps, Zero3Steps* z) {
+  if (profile_plan(d, STRAT_ZERO3, B, o->seq, 1, &z->p)) { osdp_clear_error(); return -1; }
+  int rc = planner_measure_plan(d, &z->p, o->backend, o->threads, 0, steps, min_seconds(o), &z->blocking, NULL, NULL);
+  z->p.prefetch = 1;
+  if (!rc) rc = planner_measure_plan(d, &z->p, o->backend, o->threads, 0, steps, min_seconds(o), &z->prefetched, NULL, NULL);
+  z->p.prefetch = 0;
+  if (rc) { osdp_clear_error(); plan_free(&z->p); }
+  return rc;
+}
+
+/* The blocking steps' waits for `kind` over the replay's without in-step factor (its own table
+** times); 0 when the replay gives none. */
+static double blocking_ratio(const GptDesc* d, DeviceInfo* dev, const Zero3Steps* z, int kind) {
+  CollectiveModel* c = plan_model(dev, &z->p, kind);
+  double keep = c->in_step;
+  c->in_step = 1;
+  double alone = replay_exposed(d, dev, &z->p, kind);
+  c->in_step = keep;
+  int k = kind == COLL_ALLGATHER ? COMM_ALLGATHER : COMM_REDUCE_SCATTER;
+  return alone > 0 ? z->blocking.wait_s[k] / alone : 0;
+}
+
+/* What z's prefetched gathers cost its steps: the replay's blocking gathers plus what the steps
+** with prefetch waited more (or less) than the blocking ones, gathers and reduce-scatters
+** together (a gather posted early progresses inside the calls after it: with prefetch the
+** reduce-scatters waited 1-2 ms a step more here). */
+static double prefetch_wait(const GptDesc* d, const DeviceInfo* dev, const Zero3Steps* z) {
+  const double *pf = z->prefetched.wait_s, *bl = z->blocking.wait_s;
+  double w = replay_exposed(d, dev, &z->p, COLL_ALLGATHER) + pf[COMM_ALLGATHER] + pf[COMM_REDUCE_SCATTER] -
+             bl[COMM_ALLGATHER] - bl[COMM_REDUCE_SCATTER];
+  return w > 0 ? w : 0;
+}
+
+/* The prefetched gathers' in-step factor (async_in_step) and overlap rate, fitted together to
+** zero3 steps at the middle micro-batch (zm) and at the smallest (z0): neither alone tells a
+** gather that is slow when posted early but hides beside compute from one that is neither
+** (here prefetch cost 5-7 ms a step at micro-batch 1-2, and saved time from 4 on). For each
+** factor on a grid (0.5 .. 4 x the blocking gathers') the overlap at which zm's replay with
+** prefetch waits what its steps did (bisection), keeping the pair that best matches z0's. With
+** zm alone (z0 NULL), the overlap alone, as far as the gathers waited less than blocking ones. */
+static void fit_prefetch(const GptDesc* d, DeviceInfo* dev, Zero3Steps* zm, Zero3Steps* z0) {
+  CollectiveModel* c = plan_model(dev, &zm->p, COLL_ALLGATHER);
+  double wm = prefetch_wait(d, dev, zm), w0 = z0 ? prefetch_wait(d, dev, z0) : 0;
+  zm->p.prefetch = 1;
+  if (z0) z0->p.prefetch = 1;
+  if (!z0) {
+    if (wm < replay_exposed(d, dev, &zm->p, COLL_ALLGATHER)) fit_overlap(d, dev, &zm->p, COLL_ALLGATHER, wm);
+  } else {
+    double base = c->in_step, best_err = -1, best_f = 0, best_ov = 0;
+    for (int i = 0; i <= 60; i++) {
+      c->async_in_step = base * 0.5 * pow(8.0, i / 60.0);
+      fit_overlap(d, dev, &zm->p, COLL_ALLGATHER, wm);
+      double err = fabs(log((replay_exposed(d, dev, &z0->p, COLL_ALLGATHER) + 1e-4) / (w0 + 1e-4)));
+      if (best_err < 0 || err < best_err) { best_err = err; best_f = c->async_in_step; best_ov = c->overlap; }
+    }
+    c->async_in_step = best_f;
+    c->overlap = best_ov;
+  }
+  zm->p.prefetch = 0;
+  if (z0) z0->p.prefetch = 0;
+}
+
+/* The share of a blocking zero3 step spent in gathers and reduce-scatters below which the
+** profile does not measure zero3 steps at a second micro-batch: prefetch then moves a step by
+** less than the machine's noise (gpt2-124m at seq 128 here: about 4%, and the second pair cost
+** 8 s of a first start that should take at most 2 minutes; small at seq 64: 6%). */
+#define PROFILE_ZERO3_SECOND_SHARE 0.05
+
+/* The gathers and reduce-scatters inside steps, from zero3 steps at the middle micro-batch B and
+** the smallest B0: each kind's in-step factor the mean of its blocking steps' ratios at the two
+** (the waits hold the ranks' jitter, which grows with the compute between calls: at B0 the
+** ratio is lower, at the largest micro-batches higher, and plans use all of them), then the
+** prefetched gathers' factor and overlap (fit_prefetch). B0's steps are measured only where the
+** collectives take PROFILE_ZERO3_SECOND_SHARE of B's blocking step. */
+static void profile_zero3(const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev, int B, int B0, int steps) {
+  Zero3Steps zm, z0;
+  progress(o, "timing zero3 steps (all-gather, reduce-scatter, prefetch)", B);
+  if (measure_zero3(d, o, B, steps, &zm)) return; /* zero3 does not run here: keep the table's times */
+  int two = 0;
+  const PlanMeasure* bl = &zm.blocking;
+  if (B0 < B && bl->wait_s[COMM_ALLGATHER] + bl->wait_s[COMM_REDUCE_SCATTER] >= PROFILE_ZERO3_SECOND_SHARE * bl->step_s) {
+    progress(o, "timing zero3 steps (all-gather, reduce-scatter, prefetch)", B0);
+    two = measure_zero3(d, o, B0, steps - 1, &z0) == 0; /* its ratios only: a step fewer */
+  }
+  for (int kind = COLL_ALLGATHER; kind <= COLL_REDUCE_SCATTER; kind++) {
+    double r = blocking_ratio(d, dev, &zm, kind);
+    if (two) r = 0.5 * (r + blocking_ratio(d, dev, &z0, kind));
+    CollectiveModel* c = plan_model(dev, &zm.p, kind);
+    c->in_step = 1;
+    calibrate(d, dev, &zm.p, kind, r * replay_exposed(d, dev, &zm.p, kind));
+  }
+  fit_prefetch(d, dev, &zm, two ? &z0 : NULL);
+  plan_free(&zm.p);
+  if (two) plan_free(&z0.p);
+}
+
 /* Several hosts: zero3 sharded within each host, at micro-batch B, calibrates the intra-host
 ** gathers and reduce-scatters; with the same plan at the largest measured micro-batch Bmax, the
 ** all-reduces between hosts (fit_across_pair). */
@@ -594,14 +757,14 @@ static void profile_hosts_steps(const GptDesc* d, const ProfileOptions* o, Devic
   PlanMeasure m1, m2;
   if (profile_plan(d, STRAT_ZERO3, B, o->seq, 1, &p1)) { osdp_clear_error(); return; }
   plan_set_group(&p1, H);
-  if (planner_measure_plan(d, &p1, o->backend, o->threads, 0, steps, min_seconds(o), &m1, NULL) == 0) {
+  if (planner_measure_plan(d, &p1, o->backend, o->threads, 0, steps, min_seconds(o), &m1, NULL, NULL) == 0) {
     calibrate(d, dev, &p1, COLL_ALLGATHER, m1.wait_s[COMM_ALLGATHER]);
     calibrate(d, dev, &p1, COLL_REDUCE_SCATTER, m1.wait_s[COMM_REDUCE_SCATTER]);
     calibrate(d, dev, &p1, COLL_ALLREDUCE, m1.wait_s[COMM_ALLREDUCE]); /* the shards, across hosts */
     if (Bmax > B && profile_plan(d, STRAT_ZERO3, Bmax, o->seq, 1, &p2) == 0) {
       plan_set_group(&p2, H);
       progress(o, "timing zero3 steps within hosts (all-reduce between hosts)", Bmax);
-      if (planner_measure_plan(d, &p2, o->backend, o->threads, 0, steps, min_seconds(o), &m2, NULL) == 0)
+      if (planner_measure_plan(d, &p2, o->backend, o->threads, 0, steps, min_seconds(o), &m2, NULL, NULL) == 0)
         fit_across_pair(d, dev, &p1, m1.wait_s[COMM_ALLREDUCE], &p2, m2.wait_s[COMM_ALLREDUCE]);
       plan_free(&p2);
     }
@@ -640,34 +803,20 @@ static int profile_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* 
   if (rotated_plan(d, B, o->seq, 0, 0, &p)) return -1;
   calibrate(d, dev, &p, COLL_ALLREDUCE, median_of(ratio, np) * replay_exposed(d, dev, &p, COLL_ALLREDUCE));
   plan_free(&p);
-  /* zero3, unsplit: every weight gathered, every gradient reduce-scattered, blocking. */
-  PlanMeasure m;
   int steps = o->steps + 1; /* one plan calibrates two kinds: one step more */
-  progress(o, "timing zero3 steps (all-gather, reduce-scatter, prefetch)", B);
-  if (profile_plan(d, STRAT_ZERO3, B, o->seq, 1, &p)) return -1;
-  int rc = planner_measure_plan(d, &p, o->backend, o->threads, 0, steps, min_seconds(o), &m, NULL);
-  if (!rc) {
-    calibrate(d, dev, &p, COLL_ALLGATHER, m.wait_s[COMM_ALLGATHER]);
-    calibrate(d, dev, &p, COLL_REDUCE_SCATTER, m.wait_s[COMM_REDUCE_SCATTER]);
-    p.prefetch = 1;
-    rc = planner_measure_plan(d, &p, o->backend, o->threads, 0, steps, min_seconds(o), &m, NULL);
-    /* Prefetched gathers that waited less than the replay without overlap: the share hidden
-    ** (the in-step factor of the blocking gathers stays). */
-    if (!rc && m.wait_s[COMM_ALLGATHER] < replay_exposed(d, dev, &p, COLL_ALLGATHER))
-      fit_overlap(d, dev, &p, COLL_ALLGATHER, m.wait_s[COMM_ALLGATHER]);
-  }
-  plan_free(&p);
-  if (rc) osdp_clear_error(); /* zero3 does not run here: keep the table's times */
+  profile_zero3(d, o, dev, B, pts->B[0], steps);
   int H = device_ranks_per_host(dev);
   if (H > 1 && H < N) profile_hosts_steps(d, o, dev, B, pts->B[np - 1], steps);
   int wl = device_world_shape(dev).level;
   const CollectiveModel *ar = device_link(dev, wl, COLL_ALLREDUCE), *ag = device_link(dev, wl, COLL_ALLGATHER),
                         *rs = device_link(dev, wl, COLL_REDUCE_SCATTER);
   if (o->verbose && comm_rank() == 0)
-    printf("profile: inside steps vs alone%s: all-reduce x%.2f, all-gather x%.2f, reduce-scatter x%.2f; "
-           "beside compute: all-reduce %.0f%%, prefetched all-gather %.0f%% (micro-batch %d)\n",
-           H < N ? " (over the world)" : "", ar->in_step, ag->in_step, rs->in_step,
-           100 * ar->overlap, 100 * ag->overlap, B);
+    printf("profile: inside steps vs alone%s: all-reduce x%.2f, all-gather x%.2f (prefetched x%.2f), "
+           "reduce-scatter x%.2f; beside compute: all-reduce %.0f%%, prefetched all-gather %.0f%% "
+           "(micro-batch %d)\n",
+           H < N ? " (over the world)" : "", ar->in_step, ag->in_step,
+           ag->async_in_step > 0 ? ag->async_in_step : ag->in_step, rs->in_step, 100 * ar->overlap,
+           100 * ag->overlap, B);
   if (o->verbose && comm_rank() == 0 && H > 1 && H < N)
     printf("profile: inside steps vs alone (zero3 within hosts): all-gather x%.2f, reduce-scatter "
            "x%.2f; between hosts: all-reduce x%.2f, beside compute %.0f%%\n",

@@ -14,8 +14,8 @@
 ** where batch_bytes(B, R) is the activations as gpt_acts_layout places them plus scratch,
 ** recompute(B, R) the recomputed forwards (cost_recompute_s), and an op of a recomputed layer
 ** has its own configuration times t_{B,R}: a zero3 slice gathers once more for the recomputed
-** forward, and the extra compute of splitting counts 4/3 times. We want the (x, B, R) with the
-** highest samples/s and peak <= limit.
+** forward, and the extra compute of splitting counts 1 + its forward share times (about 4/3).
+** We want the (x, B, R) with the highest samples/s and peak <= limit.
 **
 ** Micro-batches and recompute counts. Each (B, R) is its own problem. Micro-batches are
 ** searched largest first; one whose bound N B / (compute(B) + recompute(B, R_min) + least

@@ -29,19 +29,37 @@ static void slowest_rank_ops(double* per_step, double* op_s, int nops, int steps
   for (int i = 0; i < nops; i++) op_s[i] = mean > 0 ? op_s[i] / mean * slowest : 0;
 }
 
+/* Each op's share of its seconds spent in each pass, share[op * 3 + GptPhase]: this rank's
+** seconds in the pass over its total across the `steps` kept (per_step: nops a step; ph_step:
+** 3 * nops a step), then the mean over the ranks (0 for an op that took no measurable time).
+** Collective. */
+static void phase_shares(const double* per_step, const double* ph_step, double* share, int nops, int steps) {
+  for (int i = 0; i < nops; i++) {
+    double tot = 0, ph[3] = {0, 0, 0};
+    for (int s = 0; s < steps; s++) {
+      tot += per_step[(size_t)s * nops + i];
+      for (int f = 0; f < 3; f++) ph[f] += ph_step[((size_t)s * nops + i) * 3 + f];
+    }
+    for (int f = 0; f < 3; f++) share[(size_t)i * 3 + f] = tot > 0 ? ph[f] / tot : 0;
+  }
+  comm_allreduce_f64_array(comm_world(), share, 3 * nops);
+  for (int i = 0; i < 3 * nops; i++) share[i] /= comm_size();
+}
+
 /* A first timed step more than this much slower than the second was a warm-up (first touches
 ** of arena pages not committed before, buffers built lazily): it is dropped and one more step
 ** runs. After an engine reused the pages of one before it (the CPU backend keeps a released
 ** range), the first step is a step like the others and counts. */
 #define WARM_UP_RATIO 1.10
 
-/* Drops timed step 0 of the `last` + 1 filled (v: nf columns of `steps`; per_step: nops op
-** times a step, or NULL), moving steps 1..last down one; returns the index the loop is now at
-** (last - 1), so the dropped step's place is measured again. */
-static int drop_first_step(double* v, double* per_step, int nf, int steps, int nops, int last) {
+/* Drops timed step 0 of the `last` + 1 filled (v: nf columns of `steps`; per_step: nops op times
+** a step, ph_step: 3 * nops, either NULL), moving steps 1..last down one; returns the index the
+** loop is now at (last - 1), so the dropped step's place is measured again. */
+static int drop_first_step(double* v, double* per_step, double* ph_step, int nf, int steps, int nops, int last) {
   for (int f = 0; f < nf; f++)
     memmove(v + (size_t)f * steps, v + (size_t)f * steps + 1, (size_t)last * sizeof *v);
   if (per_step) memmove(per_step, per_step + nops, (size_t)last * (size_t)nops * sizeof *per_step);
+  if (ph_step) memmove(ph_step, ph_step + 3 * nops, (size_t)last * 3 * (size_t)nops * sizeof *ph_step);
   return last - 1;
 }
 
@@ -66,7 +84,7 @@ static void critical_rank_figures(double* x, int nf, int comm) {
 #define MEASURE_MAX_STEPS 64
 
 int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int threads, size_t mem_limit, int steps,
-                         double min_s, PlanMeasure* m, double* op_s) {
+                         double min_s, PlanMeasure* m, double* op_s, double* phase_share) {
   TrainOptions opt;
   Engine e;
   train_options_default(&opt);
@@ -80,13 +98,17 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
   enum { F_STEP, F_OPTIM, F_COMM, F_WAIT0, NF = F_WAIT0 + COMM_KINDS };
   double* v = malloc((size_t)cap * NF * sizeof *v);
   double* per_step = op_s ? calloc((size_t)cap * (size_t)(d->nops + 1), sizeof *per_step) : NULL;
-  if (!v || (op_s && !per_step)) { free(v); free(per_step); return osdp_fail("out of host memory"); }
-  if (engine_create(&e, d, p, &opt)) { free(v); free(per_step); return -1; } /* nothing left to destroy */
+  double* ph_step = op_s && phase_share ? calloc((size_t)cap * 3 * (size_t)d->nops, sizeof *ph_step) : NULL;
+  if (!v || (op_s && !per_step) || (op_s && phase_share && !ph_step)) {
+    free(v); free(per_step); free(ph_step);
+    return osdp_fail("out of host memory");
+  }
+  if (engine_create(&e, d, p, &opt)) { free(v); free(per_step); free(ph_step); return -1; } /* nothing left to destroy */
   Rng g;
   rng_seed(&g, 4242 + (uint64_t)comm_rank());
   int BT = p->micro_batch * p->seq;
   int* tok = malloc((size_t)BT * 2 * sizeof *tok);
-  if (!tok) { engine_destroy(&e); free(v); free(per_step); return osdp_fail("out of host memory"); }
+  if (!tok) { engine_destroy(&e); free(v); free(per_step); free(ph_step); return osdp_fail("out of host memory"); }
   for (int i = 0; i < 2 * BT; i++) tok[i] = (int)rng_below(&g, (uint64_t)d->cfg.vocab_size);
   engine_set_batch(&e, tok, tok + BT);
   free(tok);
@@ -95,7 +117,7 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
   int checked = 0, second = steps > 1, n = 0; /* with one step asked for, the first always warms up */
   double timed = 0; /* seconds of the steps kept, the same on every rank (the slowest's) */
   for (int s = 0; s < steps || (timed < min_s && s < cap); s++) {
-    if (op_s) engine_time_ops(&e, per_step + (size_t)s * d->nops); /* this step's ops */
+    if (op_s) engine_time_ops(&e, per_step + (size_t)s * d->nops, ph_step ? ph_step + (size_t)s * 3 * d->nops : NULL);
     comm_reset_stats();
     comm_barrier(comm_world());
     engine_step(&e, targets, &sr);
@@ -112,7 +134,7 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
       checked = 1;
       if (!second || v[0] > WARM_UP_RATIO * v[1]) {
         timed -= v[0];
-        s = drop_first_step(v, per_step, NF, cap, d->nops, s);
+        s = drop_first_step(v, per_step, ph_step, NF, cap, d->nops, s);
       }
     }
     n = s + 1;
@@ -123,10 +145,12 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
   for (int k = 0; k < COMM_KINDS; k++) m->wait_s[k] = median_of(v + (size_t)(F_WAIT0 + k) * cap, n);
   m->steps = n;
   m->peak = (size_t)comm_allreduce_max_f64(comm_world(), (double)engine_peak_bytes(&e, NULL));
+  if (ph_step) phase_shares(per_step, ph_step, phase_share, d->nops, n);
   if (op_s) slowest_rank_ops(per_step, op_s, d->nops, n);
   engine_destroy(&e);
   free(v);
   free(per_step);
+  free(ph_step);
   return 0;
 }
 
@@ -274,7 +298,7 @@ int planner_trial(const GptDesc* d, const Candidate* c, int n, const Backend* bk
     for (int i = 0; i < n; i++) {
       if (round > 0 && (!r[i].ok || dropped[i])) continue; /* did not run, or clearly slower */
       PlanMeasure m;
-      int failed = planner_measure_plan(d, &c[i].plan, bk, threads, mem_limit, per_round, 0, &m, NULL);
+      int failed = planner_measure_plan(d, &c[i].plan, bk, threads, mem_limit, per_round, 0, &m, NULL, NULL);
       if (verbose) trial_progress(&clock, &c[i], i, n, per_round, failed ? NULL : &m);
       if (failed) continue;
       /* Noise only ever slows a step down: keep the fastest round's median. */

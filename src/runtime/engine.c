@@ -380,8 +380,9 @@ void engine_destroy(Engine* e) {
   memset(e, 0, sizeof *e);
 }
 
-void engine_time_ops(Engine* e, double* op_seconds) {
+void engine_time_ops(Engine* e, double* op_seconds, double* op_phase_seconds) {
   e->acts.op_seconds = op_seconds;
+  e->acts.op_phase_seconds = op_seconds ? op_phase_seconds : NULL;
   e->acts.exclude_clock = op_seconds ? comm_clock() : NULL;
 }
 

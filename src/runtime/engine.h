@@ -136,8 +136,9 @@ double engine_eval(Engine* e, const int* problem, long* problems_total, long* pr
 
 /* Per-op timing for the profiler and bench: from now on each step adds every op's
 ** forward+backward compute seconds, without the time its hooks spent communicating, into
-** op_seconds[nops] (NULL: stop timing). */
-void engine_time_ops(Engine* e, double* op_seconds);
+** op_seconds[nops] (NULL: stop timing), and the same seconds per pass into
+** op_phase_seconds[op * 3 + GptPhase] (3 * nops; NULL: not kept apart). */
+void engine_time_ops(Engine* e, double* op_seconds, double* op_phase_seconds);
 
 /* Copies all parameters, in op-block order (gpt.h), into full[d->n_params] on every rank. Collective. */
 void engine_get_params(Engine* e, float* full);
