@@ -9,16 +9,10 @@
 #include "model/gpt_step.h"
 #include "model/step_walk.h"
 
-/* The compute share of op i's measured forward+backward time in a phase at sequence T
-** (device_op_pass_share: measured by the profile, else a third forward). */
-static double op_share(const GptDesc* d, const DeviceInfo* dev, int i, int T, GptPhase phase) {
-  return device_op_pass_share(dev, d, i, T, phase);
-}
-
 /* The sum of op i's compute shares over its passes in one step: 1 (forward and backward), plus
 ** the recomputed forward's share when its layer recomputes (gpt_op_recomputes). */
 static double op_passes(const GptDesc* d, const DeviceInfo* dev, int i, int T, const int* recompute) {
-  return 1.0 + (gpt_op_recomputes(d, recompute, i) ? op_share(d, dev, i, T, GPT_RECOMPUTE) : 0);
+  return 1.0 + (gpt_op_recomputes(d, recompute, i) ? device_op_pass_share(dev, d, i, T, GPT_RECOMPUTE) : 0);
 }
 
 /* The uses of op's parameters counted from the op list's step flags, for when the schedule
@@ -146,7 +140,7 @@ double cost_recompute_s(const GptDesc* d, const DeviceInfo* dev, int B, int T, c
   double t = 0;
   for (int i = 0; recompute && i < d->nops; i++)
     if (gpt_op_recomputes(d, recompute, i))
-      t += op_share(d, dev, i, T, GPT_RECOMPUTE) * device_op_time_s(dev, d, i, B, T, 1);
+      t += device_op_pass_share(dev, d, i, T, GPT_RECOMPUTE) * device_op_time_s(dev, d, i, B, T, 1);
   return t;
 }
 
@@ -297,7 +291,8 @@ static void replay_op(Replay* r, int i, GptPhase phase, int B) {
   const GptDesc* d = r->d;
   int owner = d->ops[i].owner;
   int k = owner >= 0 ? r->p->ops[owner].k : 1;
-  double t = op_share(d, r->dev, i, r->p->seq, phase) * device_op_time_s(r->dev, d, i, B, r->p->seq, k);
+  double t = device_op_pass_share(r->dev, d, i, r->p->seq, phase) *
+             device_op_time_s(r->dev, d, i, B, r->p->seq, k);
   if (owner < 0) { replay_compute(r, t); return; }
   int run;
   for (int s = 0; s < k && walk_run_begin(r->walk, &run) >= 0; s += run) {

@@ -337,12 +337,13 @@ static int rotated_plan(const GptDesc* d, int B, int T, int r, int outer, Plan* 
 }
 
 /* Op seconds summed per (op, level, micro-batch point) over the measurements, and how many;
-** per op, its seconds in each pass summed over the dp steps ([op * 3 + GptPhase]). */
+** per op, its seconds and its forward pass's seconds summed over them. */
 typedef struct OpSamples {
   int nops;
   double* sum;  /* [level][point][op] */
   int* count;
-  double* pass;
+  double* all;  /* [op] */
+  double* fwd;  /* [op] */
 } OpSamples;
 
 #define SAMPLE(x, l, j, i) ((size_t)((l) * PROFILE_MAX_POINTS + (j)) * (size_t)(x)->nops + (size_t)(i))
@@ -356,13 +357,8 @@ static int measured_level(const GptDesc* d, int i, int r, int outer) {
   return op_level(d, tied ? op->owner : i, r, outer);
 }
 
-/* Adds op i's seconds op_s[i], shared among the passes by share[i * 3 + phase], to pass. */
-static void add_passes(double* pass, const double* op_s, const double* share, int i) {
-  for (int f = 0; f < 3; f++) pass[(size_t)i * 3 + f] += op_s[i] * share[(size_t)i * 3 + f];
-}
-
 /* Measures plan (r, outer) at micro-batch point j (micro-batch B) and adds each op's seconds to
-** x; the step's figures go to *m and its op compute sum to *ops_s. op_s: room for 4 * nops. */
+** x; the step's figures go to *m and its op compute sum to *ops_s. op_s: room for 2 * nops. */
 static int measure_rotated(const GptDesc* d, const ProfileOptions* o, int B, int j, int r, int outer,
                            OpSamples* x, double* op_s, PlanMeasure* m, double* ops_s) {
   Plan p;
@@ -376,29 +372,28 @@ static int measure_rotated(const GptDesc* d, const ProfileOptions* o, int B, int
     int l = measured_level(d, i, r, outer);
     x->sum[SAMPLE(x, l, j, i)] += op_s[i];
     x->count[SAMPLE(x, l, j, i)]++;
-    add_passes(x->pass, op_s, share, i);
+    x->all[i] += op_s[i];
+    x->fwd[i] += op_s[i] * share[i];
     *ops_s += op_s[i];
   }
   return 0;
 }
 
-/* Op i's seconds in pass `phase` over its forward+backward seconds in the dp steps (pass:
-** x->pass), summed over them and, for a layer op, pooled over the layers (as its times are); 0
-** when not measured. A recomputed forward costs what the forward does: timed in a step that
+/* Op i's forward seconds over all its seconds in the dp steps, summed over them and, for a
+** layer op, pooled over the layers (as sample_mean pools its times); 0 when not measured. A
+** recomputed forward costs what the forward does: timed in a step that
 ** recomputes every layer, the linears' and attention's recomputed forwards took 0.28-0.35 of
 ** their time where their forwards took 0.30-0.33 (small, seq 64), while the step's own growth,
 ** a difference of two steps, moved between 0.09 and 0.34 from one profile to the next. */
-static double pass_share(const GptDesc* d, const double* pass, int i, GptPhase phase) {
-  double fb = 0, t = 0;
-  for (int ii = 0; ii < d->nops; ii++) {
-    int same = d->ops[i].layer < 0 ? ii == i
-                                   : d->ops[ii].layer >= 0 && (ii - d->first_layer_op) % d->ops_per_layer ==
-                                                                 (i - d->first_layer_op) % d->ops_per_layer;
-    if (!same) continue;
-    fb += pass[(size_t)ii * 3 + GPT_FORWARD] + pass[(size_t)ii * 3 + GPT_BACKWARD];
-    t += pass[(size_t)ii * 3 + phase];
+static double forward_share(const GptDesc* d, const OpSamples* x, int i) {
+  int layer_op = d->ops[i].layer >= 0, within = (i - d->first_layer_op) % d->ops_per_layer;
+  double all = 0, fwd = 0;
+  for (int ll = 0; ll < (layer_op ? d->cfg.n_layer : 1); ll++) {
+    int ii = layer_op ? gpt_layer_op(d, ll, within) : i;
+    all += x->all[ii];
+    fwd += x->fwd[ii];
   }
-  return fb > 0 && t > 0 && t < fb ? t / fb : 0;
+  return all > 0 && fwd > 0 && fwd < all ? fwd / all : 0;
 }
 
 /* Mean seconds of op i at level l, point j: over the layers for a layer op (identical layers
@@ -433,7 +428,7 @@ static void fit_op(const GptDesc* d, const OpSamples* x, const DpPoints* pts, co
   int sliced = op->splittable || (op->owner >= 0 && op->owner != i);
   const double* own = split ? split + (size_t)i * DEVICE_SLICE_LEVELS : NULL;
   snprintf(ot->name, sizeof ot->name, "%s", op->name);
-  ot->forward_share = op->has_backward ? pass_share(d, x->pass, i, GPT_FORWARD) : 0;
+  ot->forward_share = op->has_backward ? forward_share(d, x, i) : 0;
   for (int l = 0; l < (sliced ? DEVICE_SLICE_LEVELS : 1); l++) {
     int Bl[PROFILE_MAX_POINTS], m = 0;
     double col[PROFILE_MAX_POINTS];
@@ -537,9 +532,9 @@ static int profile_compute(const GptDesc* whole, const GptDesc* d, const Profile
   int n = d->nops, rc = 0, R = rotations(d);
   OpSamples x = {n, calloc((size_t)n * PROFILE_MAX_POINTS * DEVICE_SLICE_LEVELS, sizeof(double)),
                  calloc((size_t)n * PROFILE_MAX_POINTS * DEVICE_SLICE_LEVELS, sizeof(int)),
-                 calloc((size_t)n * 3, sizeof(double))};
-  double* op_s = malloc((size_t)n * 4 * sizeof(double)); /* seconds, then shares per pass */
-  if (!x.sum || !x.count || !x.pass || !op_s) rc = osdp_fail("out of host memory");
+                 calloc((size_t)n, sizeof(double)), calloc((size_t)n, sizeof(double))};
+  double* op_s = malloc((size_t)n * 2 * sizeof(double)); /* seconds, then forward shares */
+  if (!x.sum || !x.count || !x.all || !x.fwd || !op_s) rc = osdp_fail("out of host memory");
   memset(pts, 0, sizeof *pts);
   int bfit = cost_largest_batch(whole, dev, o->seq, 64); /* plans may use it */
   for (int B = 1; !rc && pts->n < PROFILE_MAX_POINTS && B <= 64; B *= 2) {
@@ -572,7 +567,8 @@ static int profile_compute(const GptDesc* whole, const GptDesc* d, const Profile
   free(split);
   free(x.sum);
   free(x.count);
-  free(x.pass);
+  free(x.all);
+  free(x.fwd);
   free(op_s);
   return rc;
 }
@@ -653,9 +649,12 @@ typedef struct Zero3Steps {
 ** when zero3 does not run here. */
 static int measure_zero3(const GptDesc* d, const ProfileOptions* o, int B, int steps, Zero3Steps* z) {
   if (profile_plan(d, STRAT_ZERO3, B, o->seq, 1, &z->p)) { osdp_clear_error(); return -1; }
-  int rc = planner_measure_plan(d, &z->p, o->backend, o->threads, 0, steps, min_seconds(o), &z->blocking, NULL, NULL);
-  z->p.prefetch = 1;
-  if (!rc) rc = planner_measure_plan(d, &z->p, o->backend, o->threads, 0, steps, min_seconds(o), &z->prefetched, NULL, NULL);
+  PlanMeasure* into[2] = {&z->blocking, &z->prefetched};
+  int rc = 0;
+  for (int pf = 0; !rc && pf < 2; pf++) {
+    z->p.prefetch = pf;
+    rc = planner_measure_plan(d, &z->p, o->backend, o->threads, 0, steps, min_seconds(o), into[pf], NULL, NULL);
+  }
   z->p.prefetch = 0;
   if (rc) { osdp_clear_error(); plan_free(&z->p); }
   return rc;
@@ -731,7 +730,8 @@ static void profile_zero3(const GptDesc* d, const ProfileOptions* o, DeviceInfo*
   if (measure_zero3(d, o, B, steps, &zm)) return; /* zero3 does not run here: keep the table's times */
   int two = 0;
   const PlanMeasure* bl = &zm.blocking;
-  if (B0 < B && bl->wait_s[COMM_ALLGATHER] + bl->wait_s[COMM_REDUCE_SCATTER] >= PROFILE_ZERO3_SECOND_SHARE * bl->step_s) {
+  double waits = bl->wait_s[COMM_ALLGATHER] + bl->wait_s[COMM_REDUCE_SCATTER];
+  if (B0 < B && waits >= PROFILE_ZERO3_SECOND_SHARE * bl->step_s) {
     progress(o, "timing zero3 steps (all-gather, reduce-scatter, prefetch)", B0);
     two = measure_zero3(d, o, B0, steps - 1, &z0) == 0; /* its ratios only: a step fewer */
   }

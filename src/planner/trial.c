@@ -29,21 +29,21 @@ static void slowest_rank_ops(double* per_step, double* op_s, int nops, int steps
   for (int i = 0; i < nops; i++) op_s[i] = mean > 0 ? op_s[i] / mean * slowest : 0;
 }
 
-/* Each op's share of its seconds spent in each pass, share[op * 3 + GptPhase]: this rank's
-** seconds in the pass over its total across the `steps` kept (per_step: nops a step; ph_step:
-** 3 * nops a step), then the mean over the ranks (0 for an op that took no measurable time).
-** Collective. */
-static void phase_shares(const double* per_step, const double* ph_step, double* share, int nops, int steps) {
+/* Each op's share of its seconds spent in the forward pass, fwd_share[op]: this rank's forward
+** seconds over its seconds in all passes across the `steps` kept (ph_step: [op * 3 + GptPhase]
+** a step), then the mean over the ranks (0 for an op that took no measurable time). Collective. */
+static void forward_shares(const double* ph_step, double* fwd_share, int nops, int steps) {
   for (int i = 0; i < nops; i++) {
-    double tot = 0, ph[3] = {0, 0, 0};
+    double all = 0, fwd = 0;
     for (int s = 0; s < steps; s++) {
-      tot += per_step[(size_t)s * nops + i];
-      for (int f = 0; f < 3; f++) ph[f] += ph_step[((size_t)s * nops + i) * 3 + f];
+      const double* ph = ph_step + ((size_t)s * nops + i) * 3;
+      all += ph[GPT_FORWARD] + ph[GPT_BACKWARD] + ph[GPT_RECOMPUTE];
+      fwd += ph[GPT_FORWARD];
     }
-    for (int f = 0; f < 3; f++) share[(size_t)i * 3 + f] = tot > 0 ? ph[f] / tot : 0;
+    fwd_share[i] = all > 0 ? fwd / all : 0;
   }
-  comm_allreduce_f64_array(comm_world(), share, 3 * nops);
-  for (int i = 0; i < 3 * nops; i++) share[i] /= comm_size();
+  comm_allreduce_f64_array(comm_world(), fwd_share, nops);
+  for (int i = 0; i < nops; i++) fwd_share[i] /= comm_size();
 }
 
 /* A first timed step more than this much slower than the second was a warm-up (first touches
@@ -84,7 +84,7 @@ static void critical_rank_figures(double* x, int nf, int comm) {
 #define MEASURE_MAX_STEPS 64
 
 int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int threads, size_t mem_limit, int steps,
-                         double min_s, PlanMeasure* m, double* op_s, double* phase_share) {
+                         double min_s, PlanMeasure* m, double* op_s, double* fwd_share) {
   TrainOptions opt;
   Engine e;
   train_options_default(&opt);
@@ -98,8 +98,8 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
   enum { F_STEP, F_OPTIM, F_COMM, F_WAIT0, NF = F_WAIT0 + COMM_KINDS };
   double* v = malloc((size_t)cap * NF * sizeof *v);
   double* per_step = op_s ? calloc((size_t)cap * (size_t)(d->nops + 1), sizeof *per_step) : NULL;
-  double* ph_step = op_s && phase_share ? calloc((size_t)cap * 3 * (size_t)d->nops, sizeof *ph_step) : NULL;
-  if (!v || (op_s && !per_step) || (op_s && phase_share && !ph_step)) {
+  double* ph_step = op_s && fwd_share ? calloc((size_t)cap * 3 * (size_t)d->nops, sizeof *ph_step) : NULL;
+  if (!v || (op_s && !per_step) || (op_s && fwd_share && !ph_step)) {
     free(v); free(per_step); free(ph_step);
     return osdp_fail("out of host memory");
   }
@@ -145,7 +145,7 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
   for (int k = 0; k < COMM_KINDS; k++) m->wait_s[k] = median_of(v + (size_t)(F_WAIT0 + k) * cap, n);
   m->steps = n;
   m->peak = (size_t)comm_allreduce_max_f64(comm_world(), (double)engine_peak_bytes(&e, NULL));
-  if (ph_step) phase_shares(per_step, ph_step, phase_share, d->nops, n);
+  if (ph_step) forward_shares(ph_step, fwd_share, d->nops, n);
   if (op_s) slowest_rank_ops(per_step, op_s, d->nops, n);
   engine_destroy(&e);
   free(v);

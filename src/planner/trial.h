@@ -33,12 +33,12 @@ typedef struct PlanMeasure {
 ** more runs (with steps = 1 the first always is). With op_s (nops entries) not NULL, also each
 ** op's compute seconds per step without its hooks' communication (engine_time_ops): each op's
 ** median over the steps, then the slowest rank's total shared among the ops by their mean
-** over the ranks; with phase_share (3 * nops entries) also not NULL, each op's share of its
-** time spent in each pass, [op * 3 + GptPhase] (the mean over the ranks of the pass's seconds
-** over all the op's seconds).
+** over the ranks; with fwd_share (nops entries) also not NULL, each op's share of its time
+** spent in the forward pass (the mean over the ranks of its forward seconds over all its
+** seconds).
 ** Collective. Returns 0, or -1 with the engine's error (e.g. the plan does not fit). */
 int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int threads, size_t mem_limit, int steps,
-                         double min_s, PlanMeasure* m, double* op_s, double* phase_share);
+                         double min_s, PlanMeasure* m, double* op_s, double* fwd_share);
 
 typedef struct TrialResult {
   int ok;             /* 1 when the candidate ran */
