@@ -12,7 +12,8 @@
 #   environment: MODEL (gpt2-124m), SEQ (128), RANKS (2), LIMIT (1.6GiB), LAYERS (12: the
 #                model's layer count, for part 2), COMPARE (1), ROUNDS (3), STEPS (4), DATA
 #                (a text file to train on; default: the repository's docs), FIRST (1; 0 skips
-#                part 1), MPIRUN (the launch
+#                part 1), KEEP (a directory to keep part 1's timestamped logs in: first.txt,
+#                second.txt), MPIRUN (the launch
 #                command: "mpirun --oversubscribe --bind-to none -np RANKS").
 # Exit status: 0, 1 when a run failed (its error is shown), 2 on bad usage.
 set -u
@@ -62,6 +63,7 @@ for run in first second; do
   chosen=$(sed -n 's/.*\* chosen: \(.*\) (.*/\1/p' "$work/$run.txt" | head -1)
   ratio=$(sed -n 's/.*the chosen plan is \([0-9.]*x\) the best uniform plan.*/\1/p' "$work/$run.txt" | head -1)
   printf '%-8s %9s %9s %9s  %s (%s)\n' "$run" "$prof" "$trial" "$step" "${chosen:-?}" "${ratio:-?}"
+  [ -z "${KEEP:-}" ] || { mkdir -p "$KEEP" && cp "$work/$run.txt" "$KEEP/$run.txt"; }
 done
 echo "(seconds from launch at which the profile was kept or reused, the trial's last candidate ran"
 echo " or the trial was reused, and step 1 was done)"

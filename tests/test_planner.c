@@ -160,6 +160,11 @@ static void check_same_device(const DeviceInfo* a, const DeviceInfo* b) {
       CHECK(x->measured[l] == y->measured[l] &&
             (!x->measured[l] || (x->fixed_s[l] == y->fixed_s[l] && x->per_sample_s[l] == y->per_sample_s[l])));
     CHECK(x->forward_share == y->forward_share);
+    for (int l = 0; l < DEVICE_SLICE_LEVELS; l++) {
+      CHECK(x->npoints[l] == y->npoints[l]);
+      for (int j = 0; j < x->npoints[l] && j < y->npoints[l]; j++)
+        CHECK(x->point_batch[l][j] == y->point_batch[l][j] && x->point_s[l][j] == y->point_s[l][j]);
+    }
   }
 }
 
@@ -190,6 +195,14 @@ static void test_device_files(void) {
   a.op_times[0].forward_share = 0.3; /* measured by osdp profile */
   CHECK(a.coll[COLL_ALLGATHER].async_in_step == 0); /* not given */
   a.coll[COLL_ALLGATHER].async_in_step = 2.5;
+  CHECK(a.op_times[0].npoints[0] == 0 && a.op_times[0].npoints[3] == 0); /* not given */
+  OpTime* q = &a.op_times[0]; /* measured points at k = 1 and k = 8, as osdp profile writes */
+  q->npoints[0] = 3;
+  q->npoints[3] = 2;
+  for (int j = 0; j < 3; j++) {
+    q->point_batch[0][j] = q->point_batch[3][j] = 1 << (2 * j);
+    q->point_s[0][j] = q->point_s[3][j] = 1e-3 * (j + 1) / 3.0;
+  }
   check_round_trip(&a);
   CHECK(a.n_op_times == 0 && a.op_times == NULL);
 
@@ -233,6 +246,20 @@ static void test_device_files(void) {
   expect_device_error(device_variant("\"overlap\": 0.25", "\"overlap\": 1.5"), "collectives.allreduce.overlap");
   expect_device_error(device_variant("\"overlap\": 0.25", "\"overlap\": 0.25, \"async_in_step\": 0"),
                       "collectives.allreduce.async_in_step");
+  expect_device_error(device_variant("\"per_sample_s\": 2e-3,", "\"per_sample_s\": 2e-3, \"points\": [[1, 1e-3], [1, 2e-3]],"),
+                      "compute.ops[0].points[1]");
+  expect_device_error(device_variant("\"per_sample_s\": 2e-3,", "\"per_sample_s\": 2e-3, \"points\": [[0, 1e-3]],"),
+                      "compute.ops[0].points[0]");
+  expect_device_error(device_variant("\"per_sample_s\": 2e-3,", "\"per_sample_s\": 2e-3, \"points\": [[1.5, 1e-3]],"),
+                      "compute.ops[0].points[0]");
+  expect_device_error(device_variant("\"per_sample_s\": 2e-3,", "\"per_sample_s\": 2e-3, \"points\": [[2, -1e-3]],"),
+                      "compute.ops[0].points[0]");
+  expect_device_error(device_variant("\"per_sample_s\": 2e-3,", "\"per_sample_s\": 2e-3, \"points\": [],"),
+                      "compute.ops[0].points");
+  expect_device_error(device_variant("\"per_sample_s\": 4e-3}", "\"per_sample_s\": 4e-3, \"points\": [[2, 1e-3], [1, 1e-3]]}"),
+                      "compute.ops[0].slices[k=8].points[1]");
+  expect_device_error(device_variant("\"per_sample_s\": 4e-3}", "\"per_sample_s\": 4e-3, \"points\": [[2]]}"),
+                      "compute.ops[0].slices[1].points[0]");
   expect_device_error(device_variant("[4096, 2.5e-5]", "[512, 2.5e-5]"), "collectives.reduce_scatter.points[1]");
   expect_device_error(device_variant("[4096, 2.5e-5]", "[4096]"), "collectives.reduce_scatter.points[1]");
   osdp_clear_error();
@@ -417,6 +444,21 @@ static void test_device_times(void) {
   CHECK(device_op_time_s(&dev, &d, qkv, 3, 64, 8) == 6e-4 + 3 * 4e-3);     /* and k=8 */
   double t2 = 2e-4 + 3 * 2.5e-3, t8 = 6e-4 + 3 * 4e-3;                      /* k=4: between */
   CHECK_NEAR(device_op_time_s(&dev, &d, qkv, 3, 64, 4), t2 + (t8 - t2) * (4 - 2) / 6.0, 1e-15);
+  { /* Measured points: interpolated between, per_sample_s a micro-batch past the ends. */
+    OpTime* pt = (OpTime*)device_measured_op(&dev, &d, 64, d.ops[qkv].name);
+    int pb[3] = {2, 4, 8};
+    double ps[3] = {5e-3, 9e-3, 20e-3};
+    pt->npoints[0] = 3;
+    memcpy(pt->point_batch[0], pb, sizeof pb);
+    memcpy(pt->point_s[0], ps, sizeof ps);
+    CHECK(device_op_time_s(&dev, &d, qkv, 4, 64, 1) == 9e-3);                      /* a point */
+    CHECK_NEAR(device_op_time_s(&dev, &d, qkv, 3, 64, 1), 7e-3, 1e-15);            /* between */
+    CHECK_NEAR(device_op_time_s(&dev, &d, qkv, 6, 64, 1), 14.5e-3, 1e-15);
+    CHECK_NEAR(device_op_time_s(&dev, &d, qkv, 10, 64, 1), 20e-3 + 2 * 2e-3, 1e-15); /* past the last */
+    CHECK_NEAR(device_op_time_s(&dev, &d, qkv, 1, 64, 1), 5e-3 - 2e-3, 1e-15);      /* before the first */
+    CHECK(device_op_time_s(&dev, &d, qkv, 3, 64, 2) == t2);                        /* k=2: its own line */
+    pt->npoints[0] = 0;
+  }
   CHECK(device_op_time_s(&dev, &d, gpt_op_layer(0, GPT_LN1), 3, 64, 1) ==
         3.0 * gpt_op_flops_per_token(&d, &d.ops[gpt_op_layer(0, GPT_LN1)], 64) * 3 * 64 / dev.flops);
   double flops_time = 3.0 * gpt_op_flops_per_token(&d, &d.ops[proj], 64) * 3 * 64 / dev.flops;
@@ -824,6 +866,7 @@ static void test_hybrid_cost(void) {
   /* bf16 with no latency: gradient reductions take half as long, gathers as long. */
   for (int l = 0; l < LINK_LEVELS; l++)
     for (int k = 0; k < COLL_COUNT; k++) (l ? dev.inter : dev.coll)[k].latency_s = 0;
+  plan_free(&p);
   plan_uniform(&p, &d, STRAT_ZERO3, 4, 2, 16);
   plan_set_group(&p, 2);
   p.ops[gpt_op_layer(1, GPT_FC)].strat[0] = STRAT_DP; /* and a dp bucket */

@@ -114,10 +114,21 @@ const OpTime* device_measured_op(const DeviceInfo* dev, const GptDesc* d, int T,
   return NULL;
 }
 
-/* Seconds of a measured op at micro-batch B at slice-count level l. */
-static double level_time(const OpTime* t, int l, int B) {
-  return t->fixed_s[l] + (double)B * t->per_sample_s[l];
+double device_op_level_s(const OpTime* t, int l, int B) {
+  int n = t->npoints[l];
+  if (n == 0) return t->fixed_s[l] + (double)B * t->per_sample_s[l];
+  const int* b = t->point_batch[l];
+  const double* s = t->point_s[l];
+  for (int j = 0; j + 1 < n; j++)
+    if (B >= b[j] && B <= b[j + 1])
+      return s[j] + (s[j + 1] - s[j]) * (double)(B - b[j]) / (double)(b[j + 1] - b[j]);
+  int e = B < b[0] ? 0 : n - 1;
+  double v = s[e] + (double)(B - b[e]) * t->per_sample_s[l];
+  return v > 0 ? v : 0;
 }
+
+/* Seconds of a measured op at micro-batch B at slice-count level l. */
+static double level_time(const OpTime* t, int l, int B) { return device_op_level_s(t, l, B); }
 
 /* Measured time at k slices: the level of k if measured, else linear in k between the nearest
 ** measured levels below and above (the nearest one alone at the ends). Level 0 is always
@@ -171,6 +182,25 @@ static int check_number(double v, int zero_ok, const char* where, const char* fi
                    zero_ok ? "a finite number >= 0" : "a finite number > 0", hint);
 }
 
+/* Checks level l's points of op time t (`field` names them): at most DEVICE_OP_POINTS, micro-
+** batches >= 1 and ascending, seconds finite and >= 0. */
+static int validate_points(const OpTime* t, int l, const char* where, const char* field) {
+  int n = t->npoints[l];
+  if (n < 0 || n > DEVICE_OP_POINTS)
+    return osdp_fail("%s: field \"%s\" has %d points; give at most %d [micro_batch, seconds] pairs", where,
+                     field, n, DEVICE_OP_POINTS);
+  for (int j = 0; j < n; j++) {
+    int b = t->point_batch[l][j];
+    if (b < 1 || (j > 0 && b <= t->point_batch[l][j - 1]))
+      return osdp_fail("%s: field \"%s[%d]\" has micro-batch %d; micro-batches must be >= 1 and ascending",
+                       where, field, j, b);
+    if (!(isfinite(t->point_s[l][j]) && t->point_s[l][j] >= 0))
+      return osdp_fail("%s: field \"%s[%d]\" has seconds %g; give a finite number >= 0", where, field, j,
+                       t->point_s[l][j]);
+  }
+  return 0;
+}
+
 /* Checks the measured compute section, if any: every measured level's figures >= 0, and the
 ** unsplit level present. */
 static int validate_compute(const DeviceInfo* dev, const char* where) {
@@ -194,6 +224,8 @@ static int validate_compute(const DeviceInfo* dev, const char* where) {
       if (check_number(t->fixed_s[l], 1, where, field, "give seconds, e.g. 1e-4")) return -1;
       snprintf(field, sizeof field, "compute.ops[%d]%s%s.per_sample_s", i, at, kk);
       if (check_number(t->per_sample_s[l], 1, where, field, "give seconds, e.g. 2e-3")) return -1;
+      snprintf(field, sizeof field, "compute.ops[%d]%s%s.points", i, at, kk);
+      if (validate_points(t, l, where, field)) return -1;
     }
     if (!(t->forward_share >= 0 && t->forward_share < 1)) /* also catches NaN */
       return osdp_fail("%s: field \"compute.ops[%d].forward_share\" = %g must be in (0, 1): the share of "
@@ -407,6 +439,29 @@ static int json_level(const cJSON* root, const char* key, const char* path, Coll
   return 0;
 }
 
+/* Reads the optional "points" of `obj` ([[micro_batch, seconds], ...], `field` naming it) into
+** level l of t; validate_compute checks their values. */
+static int json_op_points(const cJSON* obj, const char* field, const char* path, OpTime* t, int l) {
+  const cJSON* pts = cJSON_GetObjectItemCaseSensitive(obj, "points");
+  if (!pts) return 0;
+  int n = cJSON_IsArray(pts) ? cJSON_GetArraySize(pts) : -1;
+  if (n < 1 || n > DEVICE_OP_POINTS)
+    return osdp_fail("%s: field \"%s.points\" must be an array of 1 to %d [micro_batch, seconds] pairs", path,
+                     field, DEVICE_OP_POINTS);
+  for (int j = 0; j < n; j++) {
+    const cJSON* p = cJSON_GetArrayItem(pts, j);
+    const cJSON *b = cJSON_GetArrayItem(p, 0), *s = cJSON_GetArrayItem(p, 1);
+    if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) != 2 || !cJSON_IsNumber(b) || !cJSON_IsNumber(s) ||
+        b->valuedouble != (double)(int)b->valuedouble)
+      return osdp_fail("%s: field \"%s.points[%d]\" must be a pair [micro_batch, seconds] (a whole number, "
+                       "then a number)", path, field, j);
+    t->point_batch[l][j] = (int)b->valuedouble;
+    t->point_s[l][j] = s->valuedouble;
+  }
+  t->npoints[l] = n;
+  return 0;
+}
+
 /* Reads the optional "slices" array of entry i: {"k": 2|4|8, "fixed_s", "per_sample_s"}. */
 static int json_op_slices(const cJSON* e, int i, const char* path, OpTime* t) {
   const cJSON* sl = cJSON_GetObjectItemCaseSensitive(e, "slices");
@@ -428,6 +483,8 @@ static int json_op_slices(const cJSON* e, int i, const char* path, OpTime* t) {
     if (json_number(x, "fixed_s", field, 1, path, &t->fixed_s[l])) return -1;
     snprintf(field, sizeof field, "compute.ops[%d].slices[%d].per_sample_s", i, j);
     if (json_number(x, "per_sample_s", field, 1, path, &t->per_sample_s[l])) return -1;
+    snprintf(field, sizeof field, "compute.ops[%d].slices[%d]", i, j);
+    if (json_op_points(x, field, path, t, l)) return -1;
     t->measured[l] = 1;
     j++;
   }
@@ -460,6 +517,8 @@ static int json_op_time(const cJSON* e, int i, const char* path, DeviceInfo* dev
   snprintf(field, sizeof field, "compute.ops[%d].per_sample_s", i);
   if (json_number(e, "per_sample_s", field, 1, path, &t->per_sample_s[0])) return -1;
   t->measured[0] = 1;
+  snprintf(field, sizeof field, "compute.ops[%d]", i);
+  if (json_op_points(e, field, path, t, 0)) return -1;
   if (json_share(e, "forward_share", i, path, &t->forward_share)) return -1;
   return json_op_slices(e, i, path, t);
 }
@@ -566,6 +625,16 @@ static void collective_to_json(cJSON* o, const CollectiveModel* c) {
   }
 }
 
+/* Adds level l's points of op time t to object o as "points", when it has any. */
+static void op_points_to_json(cJSON* o, const OpTime* t, int l) {
+  if (t->npoints[l] == 0) return;
+  cJSON* pts = cJSON_AddArrayToObject(o, "points");
+  for (int j = 0; j < t->npoints[l]; j++) {
+    double v[2] = {t->point_batch[l][j], t->point_s[l][j]};
+    cJSON_AddItemToArray(pts, cJSON_CreateDoubleArray(v, 2));
+  }
+}
+
 /* Builds the JSON object of a device (the ranks per host and the measured rank counts written
 ** out, defaults resolved). */
 static cJSON* device_to_json(const DeviceInfo* dev) {
@@ -609,6 +678,7 @@ static cJSON* device_to_json(const DeviceInfo* dev) {
       cJSON_AddStringToObject(e, "name", t->name);
       cJSON_AddNumberToObject(e, "fixed_s", t->fixed_s[0]);
       cJSON_AddNumberToObject(e, "per_sample_s", t->per_sample_s[0]);
+      op_points_to_json(e, t, 0);
       if (t->forward_share > 0) cJSON_AddNumberToObject(e, "forward_share", t->forward_share);
       cJSON* sl = NULL;
       for (int l = 1; l < DEVICE_SLICE_LEVELS; l++) {
@@ -618,6 +688,7 @@ static cJSON* device_to_json(const DeviceInfo* dev) {
         cJSON_AddNumberToObject(x, "k", 1 << l);
         cJSON_AddNumberToObject(x, "fixed_s", t->fixed_s[l]);
         cJSON_AddNumberToObject(x, "per_sample_s", t->per_sample_s[l]);
+        op_points_to_json(x, t, l);
         cJSON_AddItemToArray(sl, x);
       }
       cJSON_AddItemToArray(ops, e);

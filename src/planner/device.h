@@ -41,7 +41,12 @@
 ** informational) is the fit's largest relative error over the measured sizes.
 ** An op's time at micro-batch B is fixed_s + B * per_sample_s when measured (at k slices: the
 ** "slices" entry for k, interpolated linearly in k between measured slice counts, and the
-** unsplit time where none is measured); otherwise 3 * forward FLOPs / flops.
+** unsplit time where none is measured); otherwise 3 * forward FLOPs / flops. An op entry or a
+** slices entry may also give "points": [[micro_batch, seconds], ...] (micro-batches ascending,
+** at most DEVICE_OP_POINTS): its time is then interpolated linearly between them, and past
+** the last (or before the first) that point's plus per_sample_s a micro-batch, since measured
+** times follow no one line over micro-batches 1..64 (small on this machine: 4% below it at 4,
+** caches).
 **
 ** The collective model over a communicator (CommShape: how many ranks, which link level).
 **  - Levels. A collective over G consecutive world ranks (a shard group, comm_group) runs on
@@ -104,16 +109,30 @@ typedef struct CommShape {
 /* Slice counts with their own measured op times: k = 1, 2, 4, 8 (index = log2 k). */
 #define DEVICE_SLICE_LEVELS 4
 
-/* Measured forward+backward seconds of one op at micro-batch B: fixed_s + B * per_sample_s,
-** per slice-count level (level l is k = 2^l; measured[l] says whether it was measured); the
-** time of its forward pass as a share of them (0: not measured, DEVICE_FORWARD_SHARE). */
+/* The most measured micro-batches an op's time keeps per slice-count level. */
+#define DEVICE_OP_POINTS 8
+
+/* Measured forward+backward seconds of one op at micro-batch B, per slice-count level (level l
+** is k = 2^l; measured[l] says whether it was measured): fixed_s + B * per_sample_s, or, with
+** points, interpolated linearly between the measured (micro-batch, seconds) points and
+** per_sample_s a micro-batch beyond them (device_op_level_s); the time of its forward pass as
+** a share of them (0: not measured, DEVICE_FORWARD_SHARE). */
 typedef struct OpTime {
   char name[24];
   double fixed_s[DEVICE_SLICE_LEVELS];
   double per_sample_s[DEVICE_SLICE_LEVELS];
   int measured[DEVICE_SLICE_LEVELS];
+  int npoints[DEVICE_SLICE_LEVELS];                       /* 0: the line alone */
+  int point_batch[DEVICE_SLICE_LEVELS][DEVICE_OP_POINTS]; /* ascending, >= 1 */
+  double point_s[DEVICE_SLICE_LEVELS][DEVICE_OP_POINTS];
   double forward_share;
 } OpTime;
+
+/* Seconds of measured op t at micro-batch B at slice-count level l (measured[l] set): between
+** two of its points, the line joining them; at or past the last point (or before the first),
+** that point's time plus per_sample_s a micro-batch (at least 0); without points, fixed_s + B *
+** per_sample_s. */
+double device_op_level_s(const OpTime* t, int l, int B);
 
 /* The forward and backward passes' shares of an op's forward+backward time when the device does
 ** not give them: a linear's forward is one of its three matrix products. */
