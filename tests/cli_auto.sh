@@ -77,6 +77,15 @@ kept=1
 for op in h0.qkv h0.attn h0.fc embed lm_head; do op_entry $op <dev.json | grep -q '"points":' || kept=0; done
 ! op_entry overhead <dev.json | grep -q '"points":' || kept=0
 if [ $kept = 1 ]; then ok; else bad "the profile's op points: $(op_entry h0.qkv <dev.json | head -12)"; fi
+# Prefetched gathers are priced no faster per byte than blocking ones (what prefetch gains is
+# the overlap): their in-step factor, where the profile fitted one, is at least the blocking one.
+factors() { awk -v k="\"$1\":" '$1 == k {on = 1} on && $1 == "\"in_step\":" {i = $2} on && $1 == "\"async_in_step\":" {a = $2}
+  on && /^[[:space:]]*}/ {exit} END {gsub(/,/, "", i); gsub(/,/, "", a); print i, a}'; }
+for f in dev.json six-dev.json; do
+  read -r ins asy < <(factors allgather <$f)
+  if [ -n "$ins" ] && { [ -z "$asy" ] || awk -v i="$ins" -v a="$asy" 'BEGIN{exit !(a >= i)}'; }; then ok
+  else bad "$f: prefetched all-gathers at x'$asy' against blocking x'$ins'"; fi
+done
 # op_time NAME B <dev.json: op NAME's unsplit seconds at micro-batch B
 op_time() { op_entry "$1" | awk -v B="$2" '/"fixed_s":/ && !f {f = $2 + 0} /"per_sample_s":/ && !p {p = $2 + 0} END {print f + B * p}'; }
 # The head (64 x 4096 per token) after the layers is the copy's head, not a layer op in its place.

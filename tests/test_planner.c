@@ -721,6 +721,58 @@ static void check_plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan*
   ref_exposure = saved_exposure;
 }
 
+/* Whether plan p has a zero3 slice. */
+static int has_zero3(const Plan* p) {
+  for (int i = 0; i < p->nops; i++)
+    for (int j = 0; j < p->ops[i].k; j++)
+      if (p->ops[i].strat[j] == STRAT_ZERO3) return 1;
+  return 0;
+}
+
+/* The candidates prefetch their zero3 gathers exactly where the replay finds it at least
+** PLANNER_PREFETCH_MIN_GAIN faster (their other options as chosen), over prefetched gathers'
+** overlap rates from none to full; some rate gives a gain below the margin (faster, yet
+** blocking), some one above it. */
+static void check_prefetch_margin(const GptDesc* d, DeviceInfo* dev) {
+  SearchOptions o;
+  planner_default_options(&o, 16);
+  int on = 0, below = 0;
+  double flops = dev->flops;
+  dev->flops = 1e11; /* gathers worth hiding */
+  dev->coll[COLL_ALLGATHER].in_step = 3;
+  for (int r = 0; r <= 4; r++) {
+    dev->coll[COLL_ALLGATHER].overlap = r == 0 ? 0 : pow(4.0, r - 4); /* 0, 1/64 .. 1 */
+    Candidate cand[8];
+    int n = planner_candidates(d, dev, &o, cand, 8, NULL, NULL);
+    CHECK(n > 0);
+    for (int i = 0; i < n; i++) {
+      Plan q;
+      PlanCost off, pf;
+      CHECK(plan_copy(&q, &cand[i].plan) == 0);
+      q.prefetch = 0;
+      CHECK(plan_cost(d, dev, &q, &off) == 0);
+      q.prefetch = 1;
+      CHECK(plan_cost(d, dev, &q, &pf) == 0);
+      double judged = pf.step_s * (1 + PLANNER_PREFETCH_MIN_GAIN);
+      if (cand[i].plan.prefetch) {
+        on++;
+        CHECK_MSG(judged < off.step_s, "%s prefetches at %.6g s against %.6g blocking", cand[i].origin, pf.step_s,
+                  off.step_s);
+      } else if (has_zero3(&q) && pf.mem.peak <= dev->mem_limit) {
+        below += pf.step_s < off.step_s;
+        CHECK_MSG(judged >= off.step_s * (1 - 1e-12), "%s blocks at %.6g s against %.6g prefetching",
+                  cand[i].origin, off.step_s, pf.step_s);
+      }
+      plan_free(&q);
+      plan_free(&cand[i].plan);
+    }
+  }
+  CHECK_MSG(on > 0 && below > 0, "prefetching candidates %d, faster with prefetch yet blocking %d", on, below);
+  dev->coll[COLL_ALLGATHER].overlap = 0;
+  dev->coll[COLL_ALLGATHER].in_step = 1;
+  dev->flops = flops;
+}
+
 /* Overlap: with the channel running beside compute, the replay hides part of the dp
 ** all-reduce (never more than it would wait without overlap) and prefetched zero3 gathers;
 ** the fitted factor makes the search model agree with the replay on the all-dp plan. */
@@ -762,6 +814,7 @@ static void test_overlap(void) {
   CHECK_NEAR(c1.step_s, c0.step_s, 1e-12 * c0.step_s);
   dev.coll[COLL_ALLGATHER].async_in_step = 0;
   plan_free(&p);
+  check_prefetch_margin(&d, &dev);
   gpt_desc_free(&d);
 }
 

@@ -18,12 +18,14 @@
 typedef struct Choice {
   int prefetch, overlap_reduce, found;
   PlanCost cost;
+  double judged_s; /* the step time it was chosen by (prefetch's margin added) */
 } Choice;
 
 /* Decides c's prefetch (when it has zero3 slices) and overlap_reduce (when it has sharded
 ** slices): of the combinations that fit under the limit, the fastest by the replay (ties: the
-** fewer switched on); with rd == SEARCH_REDUCE_AUTO for each reduce dtype, bf16 kept only when
-** its best is REDUCE_BF16_MIN_GAIN faster than fp32's. Sets c's plan and cost. */
+** fewer switched on), a prefetching one counted PLANNER_PREFETCH_MIN_GAIN slower than it is;
+** with rd == SEARCH_REDUCE_AUTO for each reduce dtype, bf16 kept only when its best is
+** REDUCE_BF16_MIN_GAIN faster than fp32's. Sets c's plan and cost. */
 static int decide_options(const GptDesc* d, const DeviceInfo* dev, int rd, Candidate* c) {
   int z3 = 0, sharded = 0;
   for (int i = 0; i < d->nops; i++)
@@ -44,8 +46,9 @@ static int decide_options(const GptDesc* d, const DeviceInfo* dev, int rd, Candi
         c->plan.overlap_reduce = ov;
         if (plan_cost(d, dev, &c->plan, &k)) return -1;
         if (k.mem.peak > dev->mem_limit) continue;
-        if (best[t].found && k.step_s >= best[t].cost.step_s * (1 - 1e-12)) continue;
-        best[t] = (Choice){pf, ov, 1, k};
+        double judged = k.step_s * (pf ? 1 + PLANNER_PREFETCH_MIN_GAIN : 1);
+        if (best[t].found && judged >= best[t].judged_s * (1 - 1e-12)) continue;
+        best[t] = (Choice){pf, ov, 1, k, judged};
       }
   int t = ndt == 2 && best[1].found &&
           (!best[0].found || best[1].cost.step_s < best[0].cost.step_s * (1 - REDUCE_BF16_MIN_GAIN));

@@ -45,6 +45,12 @@ typedef struct SearchOptions {
 /* The least relative step-time gain for which auto chooses bf16 reductions (they round the
 ** gradients; fp32 is kept where they buy little). */
 #define REDUCE_BF16_MIN_GAIN 0.01
+/* The least relative step-time gain for which a plan prefetches its zero3 gathers: the replay
+** prices prefetched gathers with two factors fitted to two noisy points of a profile, and where
+** it predicted gains of 0.04-1.0% (zero3 at micro-batch 1, small, seq 64, 2 ranks: three
+** profiles) the plan measured 0.99, 1.08 and 1.10 of its prediction, while blocking it measured
+** 0.94-1.00 of its own (three other profiles). */
+#define PLANNER_PREFETCH_MIN_GAIN 0.02
 /* Most shard groups a search considers per op. */
 #define PLANNER_MAX_GROUPS 64
 
