@@ -252,6 +252,8 @@ static void test_device_files(void) {
                       "compute.ops[0].points[0]");
   expect_device_error(device_variant("\"per_sample_s\": 2e-3,", "\"per_sample_s\": 2e-3, \"points\": [[1.5, 1e-3]],"),
                       "compute.ops[0].points[0]");
+  expect_device_error(device_variant("\"per_sample_s\": 2e-3,", "\"per_sample_s\": 2e-3, \"points\": [[1e20, 1e-3]],"),
+                      "compute.ops[0].points[0]");
   expect_device_error(device_variant("\"per_sample_s\": 2e-3,", "\"per_sample_s\": 2e-3, \"points\": [[2, -1e-3]],"),
                       "compute.ops[0].points[0]");
   expect_device_error(device_variant("\"per_sample_s\": 2e-3,", "\"per_sample_s\": 2e-3, \"points\": [],"),

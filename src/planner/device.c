@@ -452,7 +452,7 @@ static int json_op_points(const cJSON* obj, const char* field, const char* path,
     const cJSON* p = cJSON_GetArrayItem(pts, j);
     const cJSON *b = cJSON_GetArrayItem(p, 0), *s = cJSON_GetArrayItem(p, 1);
     if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) != 2 || !cJSON_IsNumber(b) || !cJSON_IsNumber(s) ||
-        b->valuedouble != (double)(int)b->valuedouble)
+        !(fabs(b->valuedouble) <= 1e9) || b->valuedouble != floor(b->valuedouble)) /* an int, then */
       return osdp_fail("%s: field \"%s.points[%d]\" must be a pair [micro_batch, seconds] (a whole number, "
                        "then a number)", path, field, j);
     t->point_batch[l][j] = (int)b->valuedouble;
