@@ -127,9 +127,6 @@ double device_op_level_s(const OpTime* t, int l, int B) {
   return v > 0 ? v : 0;
 }
 
-/* Seconds of a measured op at micro-batch B at slice-count level l. */
-static double level_time(const OpTime* t, int l, int B) { return device_op_level_s(t, l, B); }
-
 /* Measured time at k slices: the level of k if measured, else linear in k between the nearest
 ** measured levels below and above (the nearest one alone at the ends). Level 0 is always
 ** measured. */
@@ -138,13 +135,13 @@ static double measured_time_at_k(const OpTime* t, int B, int k) {
   for (int l = 0; l < DEVICE_SLICE_LEVELS; l++) {
     if (!t->measured[l]) continue;
     int kl = 1 << l;
-    if (kl == k) return level_time(t, l, B);
+    if (kl == k) return device_op_level_s(t, l, B);
     if (kl < k) lo = l;
     else if (hi < 0) hi = l;
   }
-  if (hi < 0) return level_time(t, lo, B);
+  if (hi < 0) return device_op_level_s(t, lo, B);
   double k0 = (double)(1 << lo), k1 = (double)(1 << hi), f = ((double)k - k0) / (k1 - k0);
-  return (1 - f) * level_time(t, lo, B) + f * level_time(t, hi, B);
+  return (1 - f) * device_op_level_s(t, lo, B) + f * device_op_level_s(t, hi, B);
 }
 
 double device_op_time_s(const DeviceInfo* dev, const GptDesc* d, int op, int B, int T, int k) {

@@ -349,6 +349,26 @@ typedef struct OpSamples {
 
 #define SAMPLE(x, l, j, i) ((size_t)((l) * PROFILE_MAX_POINTS + (j)) * (size_t)(x)->nops + (size_t)(i))
 
+/* Frees what op_samples_alloc allocated (any of it NULL). */
+static void op_samples_free(OpSamples* x) {
+  free(x->sum);
+  free(x->count);
+  free(x->all);
+  free(x->fwd);
+  *x = (OpSamples){0};
+}
+
+/* Allocates x's zeroed sums for n ops; -1 (an error set, nothing left allocated) when out of
+** memory. */
+static int op_samples_alloc(OpSamples* x, int n) {
+  size_t cells = (size_t)n * PROFILE_MAX_POINTS * DEVICE_SLICE_LEVELS;
+  *x = (OpSamples){n, calloc(cells, sizeof(double)), calloc(cells, sizeof(int)), calloc((size_t)n, sizeof(double)),
+                   calloc((size_t)n, sizeof(double))};
+  if (x->sum && x->count && x->all && x->fwd) return 0;
+  op_samples_free(x);
+  return osdp_fail("out of host memory");
+}
+
 /* Which level op i ran at in a measurement: its own for a splittable op or one using another
 ** op's (split) weights; level 0 for the rest, which have no slices. */
 static int measured_level(const GptDesc* d, int i, int r, int outer) {
@@ -402,11 +422,9 @@ static int measure_point(const GptDesc* d, const ProfileOptions* o, int B, int j
 ** whose steps are long enough run once (3 of them: a median already drops one slow one), so
 ** the profile takes about as long as with one window of the whole floor. */
 static int second_windows(const GptDesc* d, const ProfileOptions* o, DpPoints* pts, OpSamples* x, double* op_s) {
-  int n = d->nops, levels = DEVICE_SLICE_LEVELS, rc = 0;
-  size_t cells = (size_t)n * PROFILE_MAX_POINTS * DEVICE_SLICE_LEVELS;
-  OpSamples y = {n, calloc(cells, sizeof(double)), calloc(cells, sizeof(int)), calloc((size_t)n, sizeof(double)),
-                 calloc((size_t)n, sizeof(double))};
-  if (!y.sum || !y.count || !y.all || !y.fwd) rc = osdp_fail("out of host memory");
+  int n = d->nops;
+  OpSamples y;
+  int rc = op_samples_alloc(&y, n);
   for (int j = 0; !rc && j < pts->n; j++) {
     if (pts->m[j].steps * pts->m[j].step_s >= min_seconds(o)) continue;
     progress(o, "timing a dp step again (a second window)", pts->B[j]);
@@ -416,7 +434,7 @@ static int second_windows(const GptDesc* d, const ProfileOptions* o, DpPoints* p
     if (rc || ops_s >= pts->ops_s[j]) continue;
     pts->m[j] = m;
     pts->ops_s[j] = ops_s;
-    for (int l = 0; l < levels; l++)
+    for (int l = 0; l < DEVICE_SLICE_LEVELS; l++)
       for (int i = 0; i < n; i++) {
         x->sum[SAMPLE(x, l, j, i)] = y.sum[SAMPLE(&y, l, j, i)];
         x->count[SAMPLE(x, l, j, i)] = y.count[SAMPLE(&y, l, j, i)];
@@ -426,10 +444,7 @@ static int second_windows(const GptDesc* d, const ProfileOptions* o, DpPoints* p
     x->all[i] += y.all[i];
     x->fwd[i] += y.fwd[i];
   }
-  free(y.sum);
-  free(y.count);
-  free(y.all);
-  free(y.fwd);
+  op_samples_free(&y);
   return rc;
 }
 
@@ -596,11 +611,10 @@ static int profile_outer_split(const GptDesc* d, const ProfileOptions* o, int B,
 static int profile_compute(const GptDesc* whole, const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev,
                            DpPoints* pts) {
   int n = d->nops, rc = 0, R = rotations(d);
-  OpSamples x = {n, calloc((size_t)n * PROFILE_MAX_POINTS * DEVICE_SLICE_LEVELS, sizeof(double)),
-                 calloc((size_t)n * PROFILE_MAX_POINTS * DEVICE_SLICE_LEVELS, sizeof(int)),
-                 calloc((size_t)n, sizeof(double)), calloc((size_t)n, sizeof(double))};
+  OpSamples x;
   double* op_s = malloc((size_t)n * 2 * sizeof(double)); /* seconds, then forward shares */
-  if (!x.sum || !x.count || !x.all || !x.fwd || !op_s) rc = osdp_fail("out of host memory");
+  if (op_samples_alloc(&x, n)) rc = -1;
+  else if (!op_s) rc = osdp_fail("out of host memory");
   memset(pts, 0, sizeof *pts);
   int bfit = cost_largest_batch(whole, dev, o->seq, 64); /* plans may use it */
   for (int B = 1; !rc && pts->n < PROFILE_MAX_POINTS && B <= 64; B *= 2) {
@@ -629,10 +643,7 @@ static int profile_compute(const GptDesc* whole, const GptDesc* d, const Profile
     printf("profile: the forward passes take %.2f of the layers' op time (the rest: backward)\n",
            layer_forward_share(d, dev));
   free(split);
-  free(x.sum);
-  free(x.count);
-  free(x.all);
-  free(x.fwd);
+  op_samples_free(&x);
   free(op_s);
   return rc;
 }
