@@ -283,7 +283,9 @@ static int trial_or_kept(const GptDesc* d, const DeviceInfo* dev, const Candidat
              "measures anew)\n", ro->trial_cache);
     return chosen;
   }
-  if (verbose) printf("trial: training each of %d candidate plans for %d steps\n", n, ro->trial_steps);
+  if (verbose)
+    printf("trial: training each of %d candidate plans for %d step%s (at least %.1f s)\n", n, ro->trial_steps,
+           ro->trial_steps == 1 ? "" : "s", ro->trial_steps * PLANNER_TRIAL_STEP_S);
   const Backend* bk = backend_by_name(dev->backend[0] ? dev->backend : "cpu", "device");
   chosen = bk ? planner_trial(d, c, n, bk, dev->threads, dev->mem_limit, ro->trial_steps, verbose, tr)
               : -1;

@@ -303,7 +303,7 @@ int setup_auto_plan(const Args* a, const GptDesc* d, int T, int min_batch, int m
   if (profile_options_from_args(a, d, T, &po)) return -1;
   po.verbose = !quiet;
   long trial_steps;
-  if (args_int(a, "trial-steps", 2, 0, 1000, &trial_steps)) return -1;
+  if (args_int(a, "trial-steps", 1, 0, 1000, &trial_steps)) return -1;
   char trial[4200];
   int reuse;
   if (auto_device(a, d, &po, trial_steps, &dev, trial, &reuse)) return -1;
@@ -363,9 +363,10 @@ const OptionSpec setup_plan_switches[] = {
 const OptionSpec setup_auto_options[] = {
     {"max-batch", "B", "512, or --batch", "with --plan auto: the largest micro-batch to consider\n"
                                           "(train --batch B instead fixes it at B)"},
-    {"trial-steps", "N", "2", "with --plan auto: steps each candidate plan trains in the trial, in one\n"
-                              "round per 2 steps, at most 3 (6: three rounds, surer between close\n"
-                              "candidates; 0: the prediction alone chooses)"},
+    {"trial-steps", "N", "1", "with --plan auto: steps each candidate plan trains in the trial (at\n"
+                              "least 1/3 s of steps each), in one round per 2 steps, at most 3 (6:\n"
+                              "three rounds, surer between close candidates; 0: the prediction\n"
+                              "alone chooses)"},
     {"devices", "FILE", NULL, "with --plan auto: plan with this device file (osdp profile --out)\n"
                               "instead of profiling"},
     {"profile-cache", "DIR|off", "~/.cache/osdp",

@@ -23,9 +23,9 @@
 **    enough: a model with more is measured on a copy with four (--profile-layers), every layer
 **    taking the copy's times, and the step figures below come from the copy's steps too
 **    (gpt2-124m: a step of the copy costs about half the 12-layer model's). The embedding and
-**    head are split (k = 1, 2, 4, 8) at the middle micro-batch on a copy of the model with one
-**    layer (their times depend on their shapes only), their levels' ratios scaling the unsplit
-**    fit;
+**    head are split (k = 1, 2, 4, 8) at the middle micro-batch (a smaller one where its steps
+**    are long: split_point) on a copy of the model with one layer (their times depend on their
+**    shapes only), their levels' ratios scaling the unsplit fit;
 **  - the rest of a step ("overhead") and the optimizer: the dp step minus its op compute,
 **    optimizer and time in communication calls;
 **  - the collectives inside steps: real dp steps (all-reduce buckets) and zero3 steps (blocking
@@ -386,7 +386,7 @@ static int measure_rotated(const GptDesc* d, const ProfileOptions* o, int B, int
   Plan p;
   double* share = op_s + d->nops;
   if (rotated_plan(d, B, o->seq, r, outer, &p)) return -1;
-  int rc = planner_measure_plan(d, &p, o->backend, o->threads, 0, o->steps, floor, m, op_s, share);
+  int rc = planner_measure_plan(d, &p, o->backend, o->threads, 0, o->steps, 0, floor, m, op_s, share);
   plan_free(&p);
   if (rc) return -1;
   *ops_s = 0;
@@ -582,7 +582,7 @@ static int profile_outer_split(const GptDesc* d, const ProfileOptions* o, int B,
     Plan p;
     PlanMeasure m;
     if (rotated_plan(&r, B, o->seq, 0, l, &p)) { rc = -1; break; }
-    rc = planner_measure_plan(&r, &p, o->backend, o->threads, 0, o->steps, min_seconds(o), &m, op_s, NULL);
+    rc = planner_measure_plan(&r, &p, o->backend, o->threads, 0, o->steps, 0, min_seconds(o), &m, op_s, NULL);
     plan_free(&p);
     for (int i = 0; !rc && i < d->nops; i++) {
       int ir = outer_op_in_copy(d, &r, i);
@@ -601,11 +601,25 @@ static int profile_outer_split(const GptDesc* d, const ProfileOptions* o, int B,
 ** 4-layer copy, a search up to 8). */
 #define PROFILE_LONG_STEP 2.0
 
+/* Seconds of a dp step above which the ops outside the layers are split at a smaller micro-batch
+** than the middle one: their levels' ratios depend on their shapes, and at micro-batch 1 a
+** 128-token head is a matrix product large enough to time (gpt2-124m: the split's five
+** measurements at micro-batch 2 took 15 s of a first start that should take at most 2 minutes). */
+#define PROFILE_SPLIT_STEP 1.0
+
+/* The point at which the ops outside the layers are split: the middle one, or the largest
+** smaller one whose dp step took at most PROFILE_SPLIT_STEP (the first when none did). */
+static int split_point(const DpPoints* pts) {
+  int j = pts->n / 2;
+  while (j > 0 && pts->m[j].step_s > PROFILE_SPLIT_STEP) j--;
+  return j;
+}
+
 /* Times every op of d (the model measured: the whole model or its copy with fewer layers, see
 ** profile_device) inside real dp steps at micro-batches 1, 2, 4, ... (until a step takes a
 ** quarter second and no larger batch fits the limit, or a step takes PROFILE_LONG_STEP, or 64;
 ** what fits is the whole model's, `whole`), every level of the layers' splittable ops in the
-** same steps (rotations), the ops outside the layers at k = 2, 4, 8 at the middle micro-batch,
+** same steps (rotations), the ops outside the layers at k = 2, 4, 8 at one of them (split_point),
 ** and fits each op per slice count into dev->op_times. The first rotation's step figures are
 ** kept in *pts for the rest of the profile. */
 static int profile_compute(const GptDesc* whole, const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev,
@@ -631,12 +645,12 @@ static int profile_compute(const GptDesc* whole, const GptDesc* d, const Profile
   }
   if (!rc) rc = second_windows(d, o, pts, &x, op_s);
   dev->compute_max_batch = pts->n ? pts->B[pts->n - 1] : 0;
-  int jm = pts->n / 2;
+  int js = split_point(pts);
   double* split = NULL;
   if (!rc && has_outer_slices(d)) {
-    progress(o, "timing the embedding and head split (k = 1, 2, 4, 8, 1 again, on a one-layer copy)", pts->B[jm]);
+    progress(o, "timing the embedding and head split (k = 1, 2, 4, 8, 1 again, on a one-layer copy)", pts->B[js]);
     split = calloc((size_t)n * DEVICE_SLICE_LEVELS, sizeof *split);
-    rc = split ? profile_outer_split(d, o, pts->B[jm], split) : osdp_fail("out of host memory");
+    rc = split ? profile_outer_split(d, o, pts->B[js], split) : osdp_fail("out of host memory");
   }
   for (int i = 0; !rc && i < n; i++) fit_op(d, &x, pts, split, i, &dev->op_times[i]);
   if (!rc && o->verbose && comm_rank() == 0)
@@ -728,7 +742,7 @@ static int measure_zero3(const GptDesc* d, const ProfileOptions* o, int B, int s
   int rc = 0;
   for (int pf = 0; !rc && pf < 2; pf++) {
     z->p.prefetch = pf;
-    rc = planner_measure_plan(d, &z->p, o->backend, o->threads, 0, steps, min_seconds(o), into[pf], NULL, NULL);
+    rc = planner_measure_plan(d, &z->p, o->backend, o->threads, 0, steps, 0, min_seconds(o), into[pf], NULL, NULL);
   }
   z->p.prefetch = 0;
   if (rc) { osdp_clear_error(); plan_free(&z->p); }
@@ -834,14 +848,14 @@ static void profile_hosts_steps(const GptDesc* d, const ProfileOptions* o, Devic
   PlanMeasure m1, m2;
   if (profile_plan(d, STRAT_ZERO3, B, o->seq, 1, &p1)) { osdp_clear_error(); return; }
   plan_set_group(&p1, H);
-  if (planner_measure_plan(d, &p1, o->backend, o->threads, 0, steps, min_seconds(o), &m1, NULL, NULL) == 0) {
+  if (planner_measure_plan(d, &p1, o->backend, o->threads, 0, steps, 0, min_seconds(o), &m1, NULL, NULL) == 0) {
     calibrate(d, dev, &p1, COLL_ALLGATHER, m1.wait_s[COMM_ALLGATHER]);
     calibrate(d, dev, &p1, COLL_REDUCE_SCATTER, m1.wait_s[COMM_REDUCE_SCATTER]);
     calibrate(d, dev, &p1, COLL_ALLREDUCE, m1.wait_s[COMM_ALLREDUCE]); /* the shards, across hosts */
     if (Bmax > B && profile_plan(d, STRAT_ZERO3, Bmax, o->seq, 1, &p2) == 0) {
       plan_set_group(&p2, H);
       progress(o, "timing zero3 steps within hosts (all-reduce between hosts)", Bmax);
-      if (planner_measure_plan(d, &p2, o->backend, o->threads, 0, steps, min_seconds(o), &m2, NULL, NULL) == 0)
+      if (planner_measure_plan(d, &p2, o->backend, o->threads, 0, steps, 0, min_seconds(o), &m2, NULL, NULL) == 0)
         fit_across_pair(d, dev, &p1, m1.wait_s[COMM_ALLREDUCE], &p2, m2.wait_s[COMM_ALLREDUCE]);
       plan_free(&p2);
     }

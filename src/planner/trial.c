@@ -84,7 +84,7 @@ static void critical_rank_figures(double* x, int nf, int comm) {
 #define MEASURE_MAX_STEPS 64
 
 int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int threads, size_t mem_limit, int steps,
-                         double min_s, PlanMeasure* m, double* op_s, double* fwd_share) {
+                         int warm, double min_s, PlanMeasure* m, double* op_s, double* fwd_share) {
   TrainOptions opt;
   Engine e;
   train_options_default(&opt);
@@ -114,7 +114,7 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
   free(tok);
   StepResult sr;
   long targets = (long)BT * comm_size();
-  int checked = 0, second = steps > 1, n = 0; /* with one step asked for, the first always warms up */
+  int checked = warm, second = steps > 1, n = 0; /* with one step asked for, the first warms up */
   double timed = 0; /* seconds of the steps kept, the same on every rank (the slowest's) */
   for (int s = 0; s < steps || (timed < min_s && s < cap); s++) {
     if (op_s) engine_time_ops(&e, per_step + (size_t)s * d->nops, ph_step ? ph_step + (size_t)s * 3 * d->nops : NULL);
@@ -270,11 +270,10 @@ static void warm_memory(const Backend* bk, const Candidate* c, int n) {
 
 int planner_trial(const GptDesc* d, const Candidate* c, int n, const Backend* bk, int threads, size_t mem_limit,
                   int steps, int verbose, TrialResult* r) {
-  int best = -1, nrounds = steps / 2;
+  int best = -1, nrounds = steps / 2, warmed = 0;
   if (nrounds < 1) nrounds = 1;
   if (nrounds > TRIAL_ROUNDS) nrounds = TRIAL_ROUNDS;
   int per_round = (steps + nrounds - 1) / nrounds;
-  if (per_round < 2) per_round = 2;
   int* dropped = calloc((size_t)(n > 0 ? n : 1), sizeof *dropped);
   int* rounds = calloc((size_t)(n > 0 ? n : 1), sizeof *rounds);
   double* worst = calloc((size_t)(n > 0 ? n : 1), sizeof *worst);
@@ -292,15 +291,18 @@ int planner_trial(const GptDesc* d, const Candidate* c, int n, const Backend* bk
       if (round == 0 || (r[i].ok && !dropped[i])) { left++; clock.left_pred += round_pred(&c[i], per_round); }
     if (round > 0 && left <= 1) break; /* the fastest alone is left: nothing to compare */
     if (verbose && comm_rank() == 0) {
-      printf("trial round %d/%d: %d candidates, %d steps each\n", round + 1, nrounds, left, per_round);
+      printf("trial round %d/%d: %d candidates, %d step%s each\n", round + 1, nrounds, left, per_round,
+             per_round == 1 ? "" : "s");
       fflush(stdout);
     }
     for (int i = 0; i < n; i++) {
       if (round > 0 && (!r[i].ok || dropped[i])) continue; /* did not run, or clearly slower */
       PlanMeasure m;
-      int failed = planner_measure_plan(d, &c[i].plan, bk, threads, mem_limit, per_round, 0, &m, NULL, NULL);
+      int failed = planner_measure_plan(d, &c[i].plan, bk, threads, mem_limit, per_round, warmed,
+                                        per_round * PLANNER_TRIAL_STEP_S, &m, NULL, NULL);
       if (verbose) trial_progress(&clock, &c[i], i, n, per_round, failed ? NULL : &m);
       if (failed) continue;
+      warmed = 1; /* the first run's first step may have warmed the process up; later ones' count */
       /* Noise only ever slows a step down: keep the fastest round's median. */
       if (!r[i].ok || m.step_s < r[i].step_s) r[i].step_s = m.step_s;
       if (m.step_s > worst[i]) worst[i] = m.step_s;

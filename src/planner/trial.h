@@ -30,7 +30,8 @@ typedef struct PlanMeasure {
 ** timed steps, and more while they add up to less than min_s seconds (0: none; 64 steps at
 ** most: a profile's millisecond steps then give medians that move less between profiles), then
 ** destroys it. A first step over 1.1x slower than the second is a warm-up: dropped, and one
-** more runs (with steps = 1 the first always is). With op_s (nops entries) not NULL, also each
+** more runs (with steps = 1 the first always is), unless `warm` (the process already ran steps
+** this large: a trial's candidates after the first), when every step counts. With op_s (nops entries) not NULL, also each
 ** op's compute seconds per step without its hooks' communication (engine_time_ops): each op's
 ** median over the steps, then the slowest rank's total shared among the ops by their mean
 ** over the ranks; with fwd_share (nops entries) also not NULL, each op's share of its time
@@ -38,7 +39,7 @@ typedef struct PlanMeasure {
 ** seconds).
 ** Collective. Returns 0, or -1 with the engine's error (e.g. the plan does not fit). */
 int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int threads, size_t mem_limit, int steps,
-                         double min_s, PlanMeasure* m, double* op_s, double* fwd_share);
+                         int warm, double min_s, PlanMeasure* m, double* op_s, double* fwd_share);
 
 typedef struct TrialResult {
   int ok;             /* 1 when the candidate ran */
@@ -48,8 +49,10 @@ typedef struct TrialResult {
 } TrialResult;
 
 /* Trains each of the n candidates for about `steps` timed steps, in one round per 2 steps (at
-** most 3) that visit every candidate in turn (each round: a fresh engine, at least 2 timed
-** steps, planner_measure_plan), with
+** most 3) that visit every candidate in turn (each round: a fresh engine, planner_measure_plan,
+** at least a third of a second of timed steps per step asked for; only the first candidate's
+** first step may be a warm-up: the memory of the largest is committed before, and the others
+** run where it ran), with
 ** backend bk (NULL: the CPU), `threads` kernel threads and the arena limited to mem_limit, and fills r[0..n) with the
 ** fastest round's median step; after a round, a candidate clearly slower than the fastest so
 ** far runs no more rounds (1.25x after one round; after two, more than twice the largest
@@ -61,6 +64,11 @@ typedef struct TrialResult {
 ** error) when none ran. Prints a progress line per round on rank 0 if verbose. */
 int planner_trial(const GptDesc* d, const Candidate* c, int n, const Backend* bk, int threads, size_t mem_limit,
                   int steps, int verbose, TrialResult* r);
+
+/* Seconds of timed steps a trial's candidate runs at least per step asked for (a round of s
+** steps: s times this): millisecond steps (small models) then give medians over many, while a
+** step of seconds (gpt2-124m at seq 128: 2-9 s) is timed once per step asked for. */
+#define PLANNER_TRIAL_STEP_S (1.0 / 3)
 
 /* A trial's choice among candidates c[0..n) measured in r (ok, samples_per_s): the measured
 ** fastest, unless the candidate the cost model ranks first among those that ran (the highest
