@@ -8,7 +8,8 @@
 # usage: bench/profiles.sh [BUILD_DIR]
 #   environment: MODEL (small), SEQ (64), RANKS (2), LIMITS ("64MiB 96MiB 160MiB"), MPIRUN (the
 #                launch command: "mpirun --oversubscribe --bind-to none -np RANKS"), KEEP (a
-#                directory to keep p1.json, p2.json in).
+#                directory to keep p1.json, p2.json in), PROFILE_ARGS (more `osdp profile`
+#                arguments, e.g. "--profile-steps 9": longer windows of timed steps).
 # Exit status: 0, 1 when a profile or plan failed, 2 on bad usage. Needs python3 for the JSON.
 set -u
 build=${1:-build}
@@ -21,10 +22,11 @@ limits=${LIMITS:-"64MiB 96MiB 160MiB"}
 command -v python3 >/dev/null || { echo "profiles.sh: python3 is needed to read the plans' JSON" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 read -ra mpirun <<<"${MPIRUN:-mpirun --oversubscribe --bind-to none -np $ranks}"
+read -ra profile_args <<<"${PROFILE_ARGS:-}"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 for i in 1 2; do
   t0=$(date +%s)
-  if ! "${mpirun[@]}" "$osdp" profile --model "$model" --seq "$seq" --out "$work/p$i.json" >"$work/prof$i.out" 2>&1; then
+  if ! "${mpirun[@]}" "$osdp" profile --model "$model" --seq "$seq" "${profile_args[@]}" --out "$work/p$i.json" >"$work/prof$i.out" 2>&1; then
     echo "profiles.sh: profile $i FAILED: $(tail -2 "$work/prof$i.out" | tr '\n' ' ')" >&2; exit 1
   fi
   echo "profile $i: $(($(date +%s) - t0)) s; $(grep 'inside steps' "$work/prof$i.out" | sed 's/^profile: //')"
