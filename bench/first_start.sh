@@ -5,7 +5,7 @@
 # the profile, the trial and step 1 of each, the chosen plan and the trial's chosen/best-uniform
 # ratio. Part 2 (COMPARE=1): the plan chosen from the default profile (a copy with 4 layers)
 # against the one chosen from a profile of every layer (--profile-layers = the model's layers):
-# each profiled, planned with a trial (osdp plan --trial --trial-steps 2, as train's), then both plans and the best uniform
+# each profiled, planned with a trial (osdp plan --trial --trial-steps 2: two steps per candidate, train's default one), then both plans and the best uniform
 # one trained in rounds (every plan once per round, STEPS steps; the median over rounds of each
 # run's median step counts) and compared. Run it on an idle machine.
 # usage: bench/first_start.sh [BUILD_DIR]
