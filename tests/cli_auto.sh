@@ -51,6 +51,11 @@ else bad "train --plan plan.json: peak $(num peak_bytes <run.out) vs predicted $
 printf '{"name": "six", "n_layer": 6, "n_embd": 64, "n_head": 4, "vocab_size": 4096, "max_seq": 128}\n' >six.json
 if "${mpirun[@]}" -np 2 "$OSDP" profile --model six.json --seq 64 --mem-limit 16MiB --out six-dev.json >six.out 2>err.txt \
    && grep -q "copy with 4 of the 6 layers" six.out; then ok; else bad "profile of a 6-layer model: $(cat err.txt) $(head -3 six.out)"; fi
+# Its progress lines say how long the rest should take, from the second on (the first step
+# times are what the estimate scales).
+eta=$(grep -c "s so far, about [0-9]* s left)" six.out); lines=$(grep -c "s so far" six.out)
+if [ "$lines" -ge 3 ] && [ "$eta" = $((lines - 1)) ]; then ok
+else bad "profile progress lines without 'about N s left' ($eta of $lines): $(grep 'so far' six.out | head -3)"; fi
 # op_entry NAME <dev.json: the lines of op NAME's entry after its name, up to the next name
 op_entry() { awk -v n="\"$1\"" '/"name":/ {on = index($0, n) > 0; next} on'; }
 copied=1

@@ -276,11 +276,14 @@ static void fit_op_time(const int* B, const double* t, int n, double* fixed, dou
   if (*fixed < 0) { *fixed = 0; *per = sxy / sxx; }
 }
 
-/* Prints a progress line on rank 0. */
-static void progress(const ProfileOptions* o, const char* what, int B) {
+/* Prints a progress line on rank 0: what is measured now, the seconds so far and, with `left`
+** >= 0, about how many are left (profile_left). */
+static void progress(const ProfileOptions* o, const char* what, int B, double left) {
   if (!o->verbose || comm_rank() != 0) return;
-  printf("profile: %s at micro-batch %d, seq %d (%.0f s so far)\n", what, B, o->seq,
-         now_seconds() - o->started);
+  char eta[48] = "";
+  if (left >= 0) snprintf(eta, sizeof eta, ", about %.0f s left", left);
+  printf("profile: %s at micro-batch %d, seq %d (%.0f s so far%s)\n", what, B, o->seq,
+         now_seconds() - o->started, eta);
   fflush(stdout);
 }
 
@@ -303,6 +306,7 @@ typedef struct DpPoints {
   int n, B[PROFILE_MAX_POINTS];
   PlanMeasure m[PROFILE_MAX_POINTS];
   double ops_s[PROFILE_MAX_POINTS];   /* sum of the measured op compute */
+  int bfit;                           /* the largest micro-batch the whole model fits at (<= 64) */
 } DpPoints;
 
 /* ---- Compute: every op at every slice count, identical layers sharing the work ---------- */
@@ -412,6 +416,86 @@ static int measure_point(const GptDesc* d, const ProfileOptions* o, int B, int j
   return rc;
 }
 
+/* ---- Progress: what the rest of a profile should take ------------------------------------ */
+
+/* Seconds of a dp step after which the profile measures no larger micro-batch: each point costs
+** about four steps, and the search extrapolates the fitted line to PLANNER_EXTRAPOLATE x the
+** largest point (gpt2-124m on 2 ranks of this 2-core machine: micro-batches 1, 2, 4 of the
+** 4-layer copy, a search up to 8). */
+#define PROFILE_LONG_STEP 2.0
+
+/* Seconds of a dp step above which the ops outside the layers are split at a smaller micro-batch
+** than the middle one: their levels' ratios depend on their shapes, and at micro-batch 1 a
+** 128-token head is a matrix product large enough to time (gpt2-124m: the split's five
+** measurements at micro-batch 2 took 15 s of a first start that should take at most 2 minutes). */
+#define PROFILE_SPLIT_STEP 1.0
+
+/* Whether the model has splittable ops outside its layers (the embedding). */
+static int has_outer_slices(const GptDesc* d) {
+  for (int i = 0; i < d->nops; i++)
+    if (d->ops[i].layer < 0 && d->ops[i].splittable && d->ops[i].n_params) return 1;
+  return 0;
+}
+
+/* The measurements of a profile after the collectives, in the order they run. */
+typedef enum ProfilePhase {
+  PHASE_POINTS,       /* dp steps at micro-batch 1, 2, 4, ... (profile_compute) */
+  PHASE_WINDOWS,      /* the short points timed again (second_windows) */
+  PHASE_SPLIT,        /* the embedding and head split (profile_outer_split) */
+  PHASE_ZERO3,        /* zero3 steps at the middle micro-batch (profile_zero3) */
+  PHASE_ZERO3_SMALL,  /* and at the smallest */
+  PHASE_HOSTS         /* zero3 within hosts (profile_hosts_steps) */
+} ProfilePhase;
+
+/* Seconds one measurement of steps of step_s seconds takes: a first step (it may be a warm-up),
+** then `steps` timed ones, more while they add up to less than `floor` (planner_measure_plan). */
+static double measurement_s(double step_s, int steps, double floor) {
+  double timed = steps * step_s;
+  return step_s + (timed < floor && step_s > 0 ? step_s * ceil(floor / step_s) : timed);
+}
+
+/* The index among n points of dp step seconds t at which the ops outside the layers are split:
+** the middle one, or the largest smaller one whose step took at most PROFILE_SPLIT_STEP (the
+** first when none did). */
+static int split_index(const double* t, int n) {
+  int j = n / 2;
+  while (j > 0 && t[j] > PROFILE_SPLIT_STEP) j--;
+  return j;
+}
+
+/* About how many seconds the profile's measurements from phase `from` on take (in the windows
+** phase, from point `next` on), from the dp steps measured so far (pts): the points still to
+** come by profile_compute's rule, their steps drawn along the last two measured (the first
+** alone: in proportion to the micro-batch); the one-layer copy's steps as 2 / (layers + 1) of
+** the copy's (the embedding and head about one layer's worth); zero3 steps as dp steps. -1
+** before the first point. */
+static double profile_left(const GptDesc* d, const ProfileOptions* o, const DpPoints* pts, ProfilePhase from,
+                           int next) {
+  int n = pts->n, R = rotations(d), B[PROFILE_MAX_POINTS];
+  double t[PROFILE_MAX_POINTS], floor = min_seconds(o), left = 0;
+  if (n == 0) return -1;
+  for (int j = 0; j < n; j++) { B[j] = pts->B[j]; t[j] = pts->m[j].step_s; }
+  while (from == PHASE_POINTS && n < PROFILE_MAX_POINTS && 2 * B[n - 1] <= 64 &&
+         !(n >= 2 && t[n - 1] > 0.25 && (2 * B[n - 1] > pts->bfit || t[n - 1] > PROFILE_LONG_STEP))) {
+    int a = n >= 2 ? n - 2 : 0, b = n - 1;
+    B[n] = 2 * B[n - 1];
+    t[n] = a == b ? t[b] * B[n] / B[b] : t[b] + (t[b] - t[a]) * (B[n] - B[b]) / (double)(B[b] - B[a]);
+    if (t[n] < t[b]) t[n] = t[b];
+    left += R * measurement_s(t[n], o->steps, 0.5 * floor);
+    n++;
+  }
+  for (int j = from == PHASE_WINDOWS ? next : 0; from <= PHASE_WINDOWS && j < n; j++)
+    if (o->steps * t[j] < floor) left += R * measurement_s(t[j], o->steps, 0.5 * floor);
+  if (from <= PHASE_SPLIT && has_outer_slices(d))
+    left += (DEVICE_SLICE_LEVELS + 1) *
+            measurement_s(t[split_index(t, n)] * 2 / (d->cfg.n_layer + 1), o->steps, floor);
+  int jm = n / 2, H = comm_ranks_per_host(), N = comm_size();
+  if (N > 1 && from <= PHASE_ZERO3) left += 2 * measurement_s(t[jm], o->steps + 1, floor);
+  if (N > 1 && from <= PHASE_ZERO3_SMALL && jm > 0) left += 2 * measurement_s(t[0], o->steps, floor);
+  if (from <= PHASE_HOSTS && H > 1 && H < N) left += 2 * measurement_s(t[n - 1], o->steps + 1, floor);
+  return left;
+}
+
 /* Measures again, once every point has run, each point whose first window of timed steps (at
 ** least half the time floor) was shorter than the whole floor, and keeps per point the window
 ** whose ops took less, with its step figures; the forward shares pool both. A slow spell of
@@ -427,7 +511,7 @@ static int second_windows(const GptDesc* d, const ProfileOptions* o, DpPoints* p
   int rc = op_samples_alloc(&y, n);
   for (int j = 0; !rc && j < pts->n; j++) {
     if (pts->m[j].steps * pts->m[j].step_s >= min_seconds(o)) continue;
-    progress(o, "timing a dp step again (a second window)", pts->B[j]);
+    progress(o, "timing a dp step again (a second window)", pts->B[j], profile_left(d, o, pts, PHASE_WINDOWS, j));
     PlanMeasure m;
     double ops_s;
     rc = measure_point(d, o, pts->B[j], j, 0.5 * min_seconds(o), &y, op_s, &m, &ops_s);
@@ -544,13 +628,6 @@ static double layer_forward_share(const GptDesc* d, const DeviceInfo* dev) {
   return all > 0 ? fwd / all : 0;
 }
 
-/* Whether the model has splittable ops outside its layers (the embedding). */
-static int has_outer_slices(const GptDesc* d) {
-  for (int i = 0; i < d->nops; i++)
-    if (d->ops[i].layer < 0 && d->ops[i].splittable && d->ops[i].n_params) return 1;
-  return 0;
-}
-
 /* The index in r, a copy of d with fewer layers, of op i of d, an op outside the layers; -1 for a
 ** layer op. */
 static int outer_op_in_copy(const GptDesc* d, const GptDesc* r, int i) {
@@ -595,24 +672,11 @@ static int profile_outer_split(const GptDesc* d, const ProfileOptions* o, int B,
   return rc;
 }
 
-/* Seconds of a dp step after which the profile measures no larger micro-batch: each point costs
-** about four steps, and the search extrapolates the fitted line to PLANNER_EXTRAPOLATE x the
-** largest point (gpt2-124m on 2 ranks of this 2-core machine: micro-batches 1, 2, 4 of the
-** 4-layer copy, a search up to 8). */
-#define PROFILE_LONG_STEP 2.0
-
-/* Seconds of a dp step above which the ops outside the layers are split at a smaller micro-batch
-** than the middle one: their levels' ratios depend on their shapes, and at micro-batch 1 a
-** 128-token head is a matrix product large enough to time (gpt2-124m: the split's five
-** measurements at micro-batch 2 took 15 s of a first start that should take at most 2 minutes). */
-#define PROFILE_SPLIT_STEP 1.0
-
-/* The point at which the ops outside the layers are split: the middle one, or the largest
-** smaller one whose dp step took at most PROFILE_SPLIT_STEP (the first when none did). */
+/* The point at which the ops outside the layers are split (split_index). */
 static int split_point(const DpPoints* pts) {
-  int j = pts->n / 2;
-  while (j > 0 && pts->m[j].step_s > PROFILE_SPLIT_STEP) j--;
-  return j;
+  double t[PROFILE_MAX_POINTS];
+  for (int j = 0; j < pts->n; j++) t[j] = pts->m[j].step_s;
+  return split_index(t, pts->n);
 }
 
 /* Times every op of d (the model measured: the whole model or its copy with fewer layers, see
@@ -631,10 +695,12 @@ static int profile_compute(const GptDesc* whole, const GptDesc* d, const Profile
   else if (!op_s) rc = osdp_fail("out of host memory");
   memset(pts, 0, sizeof *pts);
   int bfit = cost_largest_batch(whole, dev, o->seq, 64); /* plans may use it */
+  pts->bfit = bfit;
   for (int B = 1; !rc && pts->n < PROFILE_MAX_POINTS && B <= 64; B *= 2) {
     int j = pts->n;
     progress(o, R > 1 ? "timing dp steps (every operator, every slice count)"
-                      : "timing a dp step (every operator, every slice count)", B);
+                      : "timing a dp step (every operator, every slice count)", B,
+             profile_left(d, o, pts, PHASE_POINTS, 0));
     rc = measure_point(d, o, B, j, 0.5 * min_seconds(o), &x, op_s, &pts->m[j], &pts->ops_s[j]);
     if (rc) { if (j >= 2) { rc = 0; osdp_clear_error(); } break; } /* out of memory: fit what we have */
     pts->B[pts->n++] = B;
@@ -648,7 +714,8 @@ static int profile_compute(const GptDesc* whole, const GptDesc* d, const Profile
   int js = split_point(pts);
   double* split = NULL;
   if (!rc && has_outer_slices(d)) {
-    progress(o, "timing the embedding and head split (k = 1, 2, 4, 8, 1 again, on a one-layer copy)", pts->B[js]);
+    progress(o, "timing the embedding and head split (k = 1, 2, 4, 8, 1 again, on a one-layer copy)", pts->B[js],
+             profile_left(d, o, pts, PHASE_SPLIT, 0));
     split = calloc((size_t)n * DEVICE_SLICE_LEVELS, sizeof *split);
     rc = split ? profile_outer_split(d, o, pts->B[js], split) : osdp_fail("out of host memory");
   }
@@ -815,15 +882,17 @@ static void fit_prefetch(const GptDesc* d, DeviceInfo* dev, Zero3Steps* zm, Zero
 ** ratio is lower, at the largest micro-batches higher, and plans use all of them), then the
 ** prefetched gathers' factor and overlap (fit_prefetch). B0's steps are measured only where the
 ** collectives take PROFILE_ZERO3_SECOND_SHARE of B's blocking step. */
-static void profile_zero3(const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev, int B, int B0, int steps) {
+static void profile_zero3(const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev, const DpPoints* pts, int B,
+                          int B0, int steps) {
   Zero3Steps zm, z0;
-  progress(o, "timing zero3 steps (all-gather, reduce-scatter, prefetch)", B);
+  progress(o, "timing zero3 steps (all-gather, reduce-scatter, prefetch)", B, profile_left(d, o, pts, PHASE_ZERO3, 0));
   if (measure_zero3(d, o, B, steps, &zm)) return; /* zero3 does not run here: keep the table's times */
   int two = 0;
   const PlanMeasure* bl = &zm.blocking;
   double waits = bl->wait_s[COMM_ALLGATHER] + bl->wait_s[COMM_REDUCE_SCATTER];
   if (B0 < B && waits >= PROFILE_ZERO3_SECOND_SHARE * bl->step_s) {
-    progress(o, "timing zero3 steps (all-gather, reduce-scatter, prefetch)", B0);
+    progress(o, "timing zero3 steps (all-gather, reduce-scatter, prefetch)", B0,
+             profile_left(d, o, pts, PHASE_ZERO3_SMALL, 0));
     two = measure_zero3(d, o, B0, steps - 1, &z0) == 0; /* its ratios only: a step fewer */
   }
   for (int kind = COLL_ALLGATHER; kind <= COLL_REDUCE_SCATTER; kind++) {
@@ -841,7 +910,7 @@ static void profile_zero3(const GptDesc* d, const ProfileOptions* o, DeviceInfo*
 /* Several hosts: zero3 sharded within each host, at micro-batch B, calibrates the intra-host
 ** gathers and reduce-scatters; with the same plan at the largest measured micro-batch Bmax, the
 ** all-reduces between hosts (fit_across_pair). */
-static void profile_hosts_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev, int B,
+static void profile_hosts_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev, const DpPoints* pts, int B,
                                 int Bmax, int steps) {
   int H = device_ranks_per_host(dev);
   Plan p1, p2;
@@ -854,7 +923,8 @@ static void profile_hosts_steps(const GptDesc* d, const ProfileOptions* o, Devic
     calibrate(d, dev, &p1, COLL_ALLREDUCE, m1.wait_s[COMM_ALLREDUCE]); /* the shards, across hosts */
     if (Bmax > B && profile_plan(d, STRAT_ZERO3, Bmax, o->seq, 1, &p2) == 0) {
       plan_set_group(&p2, H);
-      progress(o, "timing zero3 steps within hosts (all-reduce between hosts)", Bmax);
+      progress(o, "timing zero3 steps within hosts (all-reduce between hosts)", Bmax,
+               profile_left(d, o, pts, PHASE_HOSTS, 0) / 2);
       if (planner_measure_plan(d, &p2, o->backend, o->threads, 0, steps, 0, min_seconds(o), &m2, NULL, NULL) == 0)
         fit_across_pair(d, dev, &p1, m1.wait_s[COMM_ALLREDUCE], &p2, m2.wait_s[COMM_ALLREDUCE]);
       plan_free(&p2);
@@ -898,9 +968,9 @@ static int profile_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* 
   calibrate(d, dev, &p, COLL_ALLREDUCE, median_of(ratio, np) * replay_exposed(d, dev, &p, COLL_ALLREDUCE));
   plan_free(&p);
   int steps = o->steps + 1; /* one plan calibrates two kinds: one step more */
-  profile_zero3(d, o, dev, B, pts->B[0], steps);
+  profile_zero3(d, o, dev, pts, B, pts->B[0], steps);
   int H = device_ranks_per_host(dev);
-  if (H > 1 && H < N) profile_hosts_steps(d, o, dev, B, pts->B[np - 1], steps);
+  if (H > 1 && H < N) profile_hosts_steps(d, o, dev, pts, B, pts->B[np - 1], steps);
   int wl = device_world_shape(dev).level;
   const CollectiveModel *ar = device_link(dev, wl, COLL_ALLREDUCE), *ag = device_link(dev, wl, COLL_ALLGATHER),
                         *rs = device_link(dev, wl, COLL_REDUCE_SCATTER);
