@@ -885,7 +885,8 @@ static void fit_prefetch(const GptDesc* d, DeviceInfo* dev, Zero3Steps* zm, Zero
 static void profile_zero3(const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev, const DpPoints* pts, int B,
                           int B0, int steps) {
   Zero3Steps zm, z0;
-  progress(o, "timing zero3 steps (all-gather, reduce-scatter, prefetch)", B, profile_left(d, o, pts, PHASE_ZERO3, 0));
+  progress(o, "timing zero3 steps (all-gather, reduce-scatter, prefetch)", B,
+           profile_left(d, o, pts, PHASE_ZERO3, 0));
   if (measure_zero3(d, o, B, steps, &zm)) return; /* zero3 does not run here: keep the table's times */
   int two = 0;
   const PlanMeasure* bl = &zm.blocking;
@@ -910,8 +911,8 @@ static void profile_zero3(const GptDesc* d, const ProfileOptions* o, DeviceInfo*
 /* Several hosts: zero3 sharded within each host, at micro-batch B, calibrates the intra-host
 ** gathers and reduce-scatters; with the same plan at the largest measured micro-batch Bmax, the
 ** all-reduces between hosts (fit_across_pair). */
-static void profile_hosts_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev, const DpPoints* pts, int B,
-                                int Bmax, int steps) {
+static void profile_hosts_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* dev, const DpPoints* pts,
+                                int B, int Bmax, int steps) {
   int H = device_ranks_per_host(dev);
   Plan p1, p2;
   PlanMeasure m1, m2;
