@@ -430,6 +430,15 @@ static int measure_point(const GptDesc* d, const ProfileOptions* o, int B, int j
 ** measurements at micro-batch 2 took 15 s of a first start that should take at most 2 minutes). */
 #define PROFILE_SPLIT_STEP 1.0
 
+/* Whether the profile times a point after the n-th, at micro-batch B whose dp step took step_s:
+** while two points and a quarter-second step are not yet there, or plans may use larger batches
+** (bfit: the largest the whole model fits at), which are then measured rather than extrapolated
+** (while a step takes at most PROFILE_LONG_STEP); never past PROFILE_MAX_POINTS or micro-batch 64. */
+static int more_points(int n, int B, double step_s, int bfit) {
+  if (n >= PROFILE_MAX_POINTS || 2 * B > 64) return 0;
+  return !(n >= 2 && step_s > 0.25 && (2 * B > bfit || step_s > PROFILE_LONG_STEP));
+}
+
 /* Whether the model has splittable ops outside its layers (the embedding). */
 static int has_outer_slices(const GptDesc* d) {
   for (int i = 0; i < d->nops; i++)
@@ -471,12 +480,11 @@ static int split_index(const double* t, int n) {
 ** before the first point. */
 static double profile_left(const GptDesc* d, const ProfileOptions* o, const DpPoints* pts, ProfilePhase from,
                            int next) {
-  int n = pts->n, R = rotations(d), B[PROFILE_MAX_POINTS];
-  double t[PROFILE_MAX_POINTS], floor = min_seconds(o), left = 0;
+  int n = pts->n, R = rotations(d), B[PROFILE_MAX_POINTS] = {0};
+  double t[PROFILE_MAX_POINTS] = {0}, floor = min_seconds(o), left = 0;
   if (n == 0) return -1;
   for (int j = 0; j < n; j++) { B[j] = pts->B[j]; t[j] = pts->m[j].step_s; }
-  while (from == PHASE_POINTS && n < PROFILE_MAX_POINTS && 2 * B[n - 1] <= 64 &&
-         !(n >= 2 && t[n - 1] > 0.25 && (2 * B[n - 1] > pts->bfit || t[n - 1] > PROFILE_LONG_STEP))) {
+  while (from == PHASE_POINTS && more_points(n, B[n - 1], t[n - 1], pts->bfit)) {
     int a = n >= 2 ? n - 2 : 0, b = n - 1;
     B[n] = 2 * B[n - 1];
     t[n] = a == b ? t[b] * B[n] / B[b] : t[b] + (t[b] - t[a]) * (B[n] - B[b]) / (double)(B[b] - B[a]);
@@ -694,9 +702,8 @@ static int profile_compute(const GptDesc* whole, const GptDesc* d, const Profile
   if (op_samples_alloc(&x, n)) rc = -1;
   else if (!op_s) rc = osdp_fail("out of host memory");
   memset(pts, 0, sizeof *pts);
-  int bfit = cost_largest_batch(whole, dev, o->seq, 64); /* plans may use it */
-  pts->bfit = bfit;
-  for (int B = 1; !rc && pts->n < PROFILE_MAX_POINTS && B <= 64; B *= 2) {
+  pts->bfit = cost_largest_batch(whole, dev, o->seq, 64); /* plans may use it */
+  for (int B = 1; !rc; B *= 2) {
     int j = pts->n;
     progress(o, R > 1 ? "timing dp steps (every operator, every slice count)"
                       : "timing a dp step (every operator, every slice count)", B,
@@ -704,10 +711,7 @@ static int profile_compute(const GptDesc* whole, const GptDesc* d, const Profile
     rc = measure_point(d, o, B, j, 0.5 * min_seconds(o), &x, op_s, &pts->m[j], &pts->ops_s[j]);
     if (rc) { if (j >= 2) { rc = 0; osdp_clear_error(); } break; } /* out of memory: fit what we have */
     pts->B[pts->n++] = B;
-    /* Enough: two points and a quarter-second step, unless plans may use larger batches, which
-    ** are then measured rather than extrapolated (while a step takes at most PROFILE_LONG_STEP). */
-    double st = pts->m[j].step_s;
-    if (pts->n >= 2 && st > 0.25 && (2 * B > bfit || st > PROFILE_LONG_STEP)) break;
+    if (!more_points(pts->n, B, pts->m[j].step_s, pts->bfit)) break;
   }
   if (!rc) rc = second_windows(d, o, pts, &x, op_s);
   dev->compute_max_batch = pts->n ? pts->B[pts->n - 1] : 0;
@@ -846,8 +850,9 @@ static double prefetch_wait(const GptDesc* d, const DeviceInfo* dev, const Zero3
 ** factor on a grid (1 .. 4 x the blocking gathers': a gather posted early is no faster per
 ** byte than one waited for at once, what it gains is the overlap; one profile's pair fitted
 ** x0.5, priced prefetch at micro-batch 1 as a 5% gain, and the plan measured 1.26 of its
-** prediction) the overlap at which zm's replay with prefetch waits what its steps did (bisection), keeping the pair that best matches z0's. With
-** zm alone (z0 NULL), the overlap alone, as far as the gathers waited less than blocking ones. */
+** prediction) the overlap at which zm's replay with prefetch waits what its steps did
+** (bisection), keeping the pair that best matches z0's. With zm alone (z0 NULL), the overlap
+** alone, as far as the gathers waited less than blocking ones. */
 static void fit_prefetch(const GptDesc* d, DeviceInfo* dev, Zero3Steps* zm, Zero3Steps* z0) {
   CollectiveModel* c = plan_model(dev, &zm->p, COLL_ALLGATHER);
   double wm = prefetch_wait(d, dev, zm), w0 = z0 ? prefetch_wait(d, dev, z0) : 0;
