@@ -238,20 +238,44 @@ static double emu_gemm_input(float x, cublasComputeType_t ct) {
   return (double)x;
 }
 
+/* Element i of a matrix of data type t (CUDA_R_32F or CUDA_R_16BF), as a float. */
+static float emu_load(const void* p, cudaDataType t, size_t i) {
+  return t == CUDA_R_16BF ? __bfloat162float(((const __nv_bfloat16*)p)[i]) : ((const float*)p)[i];
+}
+
+/* Stores v, an fp32 result, as element i of a matrix of data type t: bf16 rounds it to nearest
+** even, as a GPU's epilogue converts its fp32 accumulator. */
+static void emu_store(void* p, cudaDataType t, size_t i, float v) {
+  if (t == CUDA_R_16BF) ((__nv_bfloat16*)p)[i] = __float2bfloat16(v);
+  else ((float*)p)[i] = v;
+}
+
+/* Whether cuBLAS's GEMM takes A and B of type ab and C of type c under compute type ct (the
+** combinations osdp uses, as cuBLAS's table lists them): all fp32 in every compute type the
+** emulation has; bf16 A and B with a bf16 or an fp32 C only under CUBLAS_COMPUTE_32F (the
+** FAST_* types are for fp32 data). */
+static bool emu_types_ok(cudaDataType a, cudaDataType b, cudaDataType c, cublasComputeType_t ct) {
+  if (a != b) return false;
+  if (a == CUDA_R_32F) return c == CUDA_R_32F;
+  return a == CUDA_R_16BF && ct == CUBLAS_COMPUTE_32F && (c == CUDA_R_16BF || c == CUDA_R_32F);
+}
+
 /* The reference product of cuBLAS and cuBLASLt: for every element (i, j) of the column-major
 ** m x n result, store(i, j, s) with s = sum_l op(A)(i, l) op(B)(l, j) in double over the inputs
-** as compute type ct rounds them (emu_gemm_input); so a TF32- or bf16-mode run shows that
+** (A and B of data type ab: fp32 or bf16) as compute type ct rounds them (emu_gemm_input); so a TF32- or bf16-mode run shows that
 ** format's error and an fp32 run does not (fp32 sums on a GPU are within rounding of it).
 ** op(A) rows and op(B) columns are copied out contiguous first, so the inner loop is a dot
 ** product of two contiguous double arrays. */
-static void emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* A,
-                     int lda, const float* B, int ldb, cublasComputeType_t ct,
+static void emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void* A,
+                     int lda, const void* B, int ldb, cudaDataType ab, cublasComputeType_t ct,
                      const std::function<void(int, int, double)>& store) {
   std::vector<double> a((size_t)m * k), b((size_t)n * k); /* a[i][l] = op(A)(i, l), b[j][l] = op(B)(l, j) */
   for (int i = 0; i < m; i++)
-    for (int l = 0; l < k; l++) a[(size_t)i * k + l] = emu_gemm_input(ta == CUBLAS_OP_N ? A[i + (size_t)l * lda] : A[l + (size_t)i * lda], ct);
+    for (int l = 0; l < k; l++)
+      a[(size_t)i * k + l] = emu_gemm_input(emu_load(A, ab, ta == CUBLAS_OP_N ? i + (size_t)l * lda : l + (size_t)i * lda), ct);
   for (int j = 0; j < n; j++)
-    for (int l = 0; l < k; l++) b[(size_t)j * k + l] = emu_gemm_input(tb == CUBLAS_OP_N ? B[l + (size_t)j * ldb] : B[j + (size_t)l * ldb], ct);
+    for (int l = 0; l < k; l++)
+      b[(size_t)j * k + l] = emu_gemm_input(emu_load(B, ab, tb == CUBLAS_OP_N ? l + (size_t)j * ldb : j + (size_t)l * ldb), ct);
   for (int j = 0; j < n; j++)
     for (int i = 0; i < m; i++) {
       const double *ai = &a[(size_t)i * k], *bj = &b[(size_t)j * k];
@@ -266,20 +290,21 @@ static bool emu_compute_ok(cublasComputeType_t ct) {
   return ct == CUBLAS_COMPUTE_32F || ct == CUBLAS_COMPUTE_32F_FAST_TF32 || ct == CUBLAS_COMPUTE_32F_FAST_16BF;
 }
 
-/* Column-major C = alpha op(A) op(B) + beta C with cuBLAS's argument checks, on emu_gemm's
-** reference product (C not read when beta = 0, as cuBLAS). */
-cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void* alpha_, const void* A_, cudaDataType, int lda, const void* B_, cudaDataType, int ldb, const void* beta_, void* C_, cudaDataType, int ldc, cublasComputeType_t ct, cublasGemmAlgo_t) {
+/* Column-major C = alpha op(A) op(B) + beta C with cuBLAS's argument checks and data types
+** (emu_types_ok), on emu_gemm's reference product rounded to fp32 once, then to C's type (C not
+** read when beta = 0, as cuBLAS). */
+cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void* alpha_, const void* A_, cudaDataType at, int lda, const void* B_, cudaDataType bt, int ldb, const void* beta_, void* C_, cudaDataType ct_c, int ldc, cublasComputeType_t ct, cublasGemmAlgo_t) {
   int rowsA = ta == CUBLAS_OP_N ? m : k, rowsB = tb == CUBLAS_OP_N ? k : n;
   if (m < 0 || n < 0 || k < 0 || lda < std::max(1, rowsA) || ldb < std::max(1, rowsB) || ldc < std::max(1, m) ||
-      !emu_compute_ok(ct)) {
-    fprintf(stderr, "emu: cublasGemmEx invalid: ta %d tb %d m %d n %d k %d lda %d ldb %d ldc %d compute %d\n", ta, tb, m, n, k, lda, ldb, ldc, (int)ct);
+      !emu_compute_ok(ct) || !emu_types_ok(at, bt, ct_c, ct)) {
+    fprintf(stderr, "emu: cublasGemmEx invalid: ta %d tb %d m %d n %d k %d lda %d ldb %d ldc %d compute %d types %d %d %d\n",
+            ta, tb, m, n, k, lda, ldb, ldc, (int)ct, (int)at, (int)bt, (int)ct_c);
     return CUBLAS_STATUS_INVALID_VALUE;
   }
-  float* C = (float*)C_;
   float alpha = *(const float*)alpha_, beta = *(const float*)beta_;
-  emu_gemm(ta, tb, m, n, k, (const float*)A_, lda, (const float*)B_, ldb, ct, [&](int i, int j, double s) {
-    float* c = &C[i + (size_t)j * ldc];
-    *c = (float)(alpha * s + (beta != 0 ? beta * (double)*c : 0.0));
+  emu_gemm(ta, tb, m, n, k, A_, lda, B_, ldb, at, ct, [&](int i, int j, double s) {
+    size_t c = i + (size_t)j * ldc;
+    emu_store(C_, ct_c, c, (float)(alpha * s + (beta != 0 ? beta * (double)emu_load(C_, ct_c, c) : 0.0)));
   });
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -491,8 +516,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
   bool gelu = (d->epilogue & CUBLASLT_EPILOGUE_GELU) != 0;
   double alpha = *(const float*)alpha_, beta = *(const float*)beta_;
   int64_t ld = Dd->ld;
-  emu_gemm((cublasOperation_t)d->transa, (cublasOperation_t)d->transb, m, n, k, (const float*)A_, (int)Ad->ld,
-           (const float*)B_, (int)Bd->ld, d->compute, [&](int i, int j, double s) {
+  emu_gemm((cublasOperation_t)d->transa, (cublasOperation_t)d->transb, m, n, k, A_, (int)Ad->ld,
+           B_, (int)Bd->ld, CUDA_R_32F, d->compute, [&](int i, int j, double s) {
     size_t at = i + (size_t)j * ld;
     double v = alpha * s + (beta != 0 ? beta * (double)C[at] : 0.0) + (bias ? (double)bias[i] : 0.0);
     float pre = (float)v;

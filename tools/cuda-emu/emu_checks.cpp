@@ -3,7 +3,8 @@
 // over every bf16 and a million float bit patterns, TF32 rounding, the WMMA fragments
 // (m16n16k8 tf32, m16n16k16 bf16, both operand layouts, accumulator load/store in both memory
 // layouts) run by one emulated warp against a reference product, the emulated cuBLAS's fp32,
-// TF32 and bf16 compute types, and the emulated cuBLASLt: its bias and GELU epilogues against a
+// TF32 and bf16 compute types and its bf16 data (A, B; C bf16 or fp32; the combinations it
+// refuses), and the emulated cuBLASLt: its bias and GELU epilogues against a
 // reference, its input rounding per compute type, and its refusals (pointer mode, bias and aux
 // types, aux ld, layouts, alignment, workspace, attribute sizes). Prints each check; exits 1 on a
 // failure.
@@ -295,6 +296,56 @@ static void check_cublaslt() {
   check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_16BF) == bad, "cuBLASLt refuses: a bf16 scale type");
 }
 
+/* cuBLAS's bf16 data (the GEMMs of bf16 storage): bf16 A and B with an fp32 C give the exact
+** product of the bf16 values rounded to fp32 once; with a bf16 C that fp32 result rounded to
+** nearest even, and beta reads the bf16 C; the combinations cuBLAS does not have are refused. */
+static void check_cublas_bf16() {
+  const int M = 5, N = 3, K = 7;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<__nv_bfloat16> A(M * K), B(K * N), Cb(M * N);
+  std::vector<float> C(M * N);
+  for (auto& x : A) x = __float2bfloat16(u(rng));
+  for (auto& x : B) x = __float2bfloat16(u(rng));
+  float one = 1, zero = 0;
+  /* column-major: C(i, j) = sum_l A(i, l) B(l, j) */
+  auto exact = [&](int i, int j) {
+    double s = 0;
+    for (int l = 0; l < K; l++) s += (double)__bfloat162float(A[i + l * M]) * (double)__bfloat162float(B[l + j * K]);
+    return s;
+  };
+  cublasStatus_t st = cublasGemmEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, A.data(), CUDA_R_16BF, M, B.data(),
+                                   CUDA_R_16BF, K, &zero, C.data(), CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  bool ok = st == CUBLAS_STATUS_SUCCESS;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) ok &= C[i + j * M] == (float)exact(i, j);
+  check(ok, "cuBLAS bf16 A, B, fp32 C: the bf16 values' product, one fp32 rounding");
+  st = cublasGemmEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, A.data(), CUDA_R_16BF, M, B.data(), CUDA_R_16BF, K,
+                    &zero, Cb.data(), CUDA_R_16BF, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  ok = st == CUBLAS_STATUS_SUCCESS;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) ok &= Cb[i + j * M].__x == __float2bfloat16((float)exact(i, j)).__x;
+  check(ok, "cuBLAS bf16 C: the fp32 result rounded to nearest even");
+  std::vector<__nv_bfloat16> prev = Cb;
+  st = cublasGemmEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, A.data(), CUDA_R_16BF, M, B.data(), CUDA_R_16BF, K,
+                    &one, Cb.data(), CUDA_R_16BF, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  ok = st == CUBLAS_STATUS_SUCCESS;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++)
+      ok &= Cb[i + j * M].__x == __float2bfloat16((float)(exact(i, j) + (double)__bfloat162float(prev[i + j * M]))).__x;
+  check(ok, "cuBLAS bf16 C with beta 1: adds the bf16 C, rounds once to bf16");
+  cublasStatus_t bad = CUBLAS_STATUS_INVALID_VALUE;
+  check(cublasGemmEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, A.data(), CUDA_R_16BF, M, C.data(), CUDA_R_32F, K,
+                     &zero, C.data(), CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == bad,
+        "cuBLAS refuses: bf16 A with fp32 B");
+  check(cublasGemmEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, A.data(), CUDA_R_16BF, M, B.data(), CUDA_R_16BF, K,
+                     &zero, C.data(), CUDA_R_32F, M, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT) == bad,
+        "cuBLAS refuses: bf16 data under a FAST_16BF compute type");
+  check(cublasGemmEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, C.data(), CUDA_R_32F, M, C.data(), CUDA_R_32F, K,
+                     &zero, Cb.data(), CUDA_R_16BF, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == bad,
+        "cuBLAS refuses: fp32 A and B with a bf16 C");
+}
+
 int main() {
   printf("tools/cuda-emu: the emulator's numerics\n");
   check_bf16();
@@ -308,6 +359,7 @@ int main() {
   check_wmma<16, 16, 16, __nv_bfloat16, __nv_bfloat16, wmma::col_major, wmma::row_major>(
       "m16n16k16 bf16 A col B row", false, as_is, 1e-2);
   check_cublas_modes();
+  check_cublas_bf16();
   check_cublaslt();
   printf("%s\n", failures ? "FAILED" : "all passed");
   return failures ? 1 : 0;
