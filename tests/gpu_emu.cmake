@@ -99,8 +99,8 @@ add_test(NAME gpu_emu_kernels COMMAND test_cuda_kernels_emu)
 set_tests_properties(gpu_emu_kernels PROPERTIES LABELS "gpu-emu" SKIP_RETURN_CODE 77 TIMEOUT 300)
 
 # The emulator's own numerics (tools/cuda-emu/emu_checks.cpp): bf16 conversions, TF32 rounding,
-# the WMMA fragments (m16n16k8 tf32, m16n16k16 bf16), cuBLAS's compute types and bf16 data, and
-# cuBLASLt.
+# the WMMA fragments (m16n16k8 tf32, m16n16k16 bf16), cuBLAS's compute types, and cuBLAS and
+# cuBLASLt on fp32 and bf16 data.
 add_executable(cuda_emu_checks ${osdp_emu_dir}/emu_checks.cpp $<TARGET_OBJECTS:osdp_emu_runtime>)
 set_target_properties(cuda_emu_checks PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON
   CXX_EXTENSIONS OFF)

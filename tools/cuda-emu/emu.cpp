@@ -386,9 +386,9 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
   }
 }
 
-/* A column-major fp32 layout with ld >= rows (the only kind osdp describes). */
+/* A column-major fp32 or bf16 layout with ld >= rows (the kinds osdp describes). */
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType type, uint64_t rows, uint64_t cols, int64_t ld) {
-  if (type != CUDA_R_32F) return lt_invalid("MatrixLayoutCreate", "data type not emulated", type);
+  if (type != CUDA_R_32F && type != CUDA_R_16BF) return lt_invalid("MatrixLayoutCreate", "data type not emulated", type);
   if (ld < 1 || (uint64_t)ld < rows) return lt_invalid("MatrixLayoutCreate", "leading dimension below the rows", ld);
   *l = new EmuLtLayout{type, rows, cols, ld};
   return CUBLAS_STATUS_SUCCESS;
@@ -413,9 +413,10 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
 }
 
 /* The problem's m, n, k from the layouts, or an error: op(A) is m x k, op(B) k x n, C and D
-** m x n with the same layout (osdp multiplies in place, C == D), the operation's settings
-** consistent with its epilogue (bias and aux pointers set, fp32 types, aux ld a multiple of 8 and
-** at least m: cublasLt.h's rules), host scalars. The heuristic and the matmul both check it, as
+** m x n with the same layout (osdp multiplies in place, C == D), data types cuBLAS's GEMM has
+** (emu_types_ok: fp32, or bf16 A and B with a bf16 or fp32 D), the operation's settings
+** consistent with its epilogue (bias and aux pointers set, bias and aux of D's type, aux ld a
+** multiple of 8 and at least m: cublasLt.h's rules), host scalars. The heuristic and the matmul both check it, as
 ** the library does. */
 static cublasStatus_t lt_problem(const char* call, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
                                  cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D, uint64_t mnk[3]) {
@@ -427,13 +428,15 @@ static cublasStatus_t lt_problem(const char* call, cublasLtMatmulDesc_t d, cubla
   uint64_t am = d->transa == CUBLAS_OP_N ? A->rows : A->cols, k = d->transa == CUBLAS_OP_N ? A->cols : A->rows;
   uint64_t bk = d->transb == CUBLAS_OP_N ? B->rows : B->cols, bn = d->transb == CUBLAS_OP_N ? B->cols : B->rows;
   if (am != m || bk != k || bn != n) return lt_invalid(call, "op(A), op(B) and D do not chain (m x k, k x n, m x n)");
-  if (C->rows != m || C->cols != n || C->ld != D->ld) return lt_invalid(call, "C's layout is not D's");
+  if (C->rows != m || C->cols != n || C->ld != D->ld || C->type != D->type) return lt_invalid(call, "C's layout is not D's");
+  if (!emu_types_ok(A->type, B->type, D->type, d->compute))
+    return lt_invalid(call, "data types of A, B, D and the compute type have no kernel", A->type * 100 + D->type);
   bool bias = d->epilogue & CUBLASLT_EPILOGUE_BIAS, aux = (d->epilogue & 128) != 0;
   if (bias && d->bias == nullptr) return lt_invalid(call, "bias epilogue without CUBLASLT_MATMUL_DESC_BIAS_POINTER");
-  if (bias && d->bias_type != -1 && d->bias_type != CUDA_R_32F) return lt_invalid(call, "bias type is not D's (CUDA_R_32F)", d->bias_type);
+  if (bias && d->bias_type != -1 && d->bias_type != D->type) return lt_invalid(call, "bias type is not D's", d->bias_type);
   if (aux && d->aux == nullptr) return lt_invalid(call, "GELU_AUX epilogue without CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER");
   if (aux && (d->aux_ld < (int64_t)m || d->aux_ld % 8 != 0)) return lt_invalid(call, "aux ld below m or not a multiple of 8", d->aux_ld);
-  if (aux && d->aux_type != -1 && d->aux_type != CUDA_R_32F) return lt_invalid(call, "aux type is not D's (CUDA_R_32F)", d->aux_type);
+  if (aux && d->aux_type != -1 && d->aux_type != D->type) return lt_invalid(call, "aux type is not D's", d->aux_type);
   mnk[0] = m; mnk[1] = n; mnk[2] = k;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -482,7 +485,8 @@ static long long lt_matmuls; /* cublasLtMatmul calls that computed a product */
 extern "C" long long emu_lt_matmuls(void) { return lt_matmuls; }
 
 /* D = epilogue(alpha op(A) op(B) + beta C [+ bias]) on emu_gemm's reference product: the sum in
-** double, rounded to fp32 once (C not read when beta = 0). GELU_AUX writes that fp32 sum to aux
+** double, rounded to fp32 once (C not read when beta = 0), then to D's type (a bf16 D, C, bias and
+** aux are read and written as bf16; the epilogue works on the fp32 value). GELU_AUX writes that fp32 sum to aux
 ** and GELU of it to D, so D = GELU(aux) exactly as osdp's CPU computes GELU from the stored
 ** pre-activation. The real cuBLASLt evaluates its GELU epilogue in fp32 on the fp32 sum, with
 ** its own tanh; cublasLt.h documents it only as "GELU" (x := GELU(x)). It is taken to be this
@@ -509,20 +513,19 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
   if (workspace_bytes < algo->data[ALGO_WORKSPACE] || (workspace_bytes > 0 && workspace == nullptr))
     return lt_invalid(call, "workspace smaller than the algorithm's (or NULL)", (long long)workspace_bytes);
   int m = (int)mnk[0], n = (int)mnk[1], k = (int)mnk[2];
-  const float* C = (const float*)C_;
-  float* D = (float*)D_;
-  const float* bias = (d->epilogue & CUBLASLT_EPILOGUE_BIAS) ? (const float*)d->bias : nullptr;
-  float* aux = (d->epilogue & 128) ? (float*)d->aux : nullptr;
+  cudaDataType dt = Dd->type; /* C's, the bias's and aux's too */
+  const void* bias = (d->epilogue & CUBLASLT_EPILOGUE_BIAS) ? d->bias : nullptr;
+  void* aux = (d->epilogue & 128) ? d->aux : nullptr;
   bool gelu = (d->epilogue & CUBLASLT_EPILOGUE_GELU) != 0;
   double alpha = *(const float*)alpha_, beta = *(const float*)beta_;
   int64_t ld = Dd->ld;
   emu_gemm((cublasOperation_t)d->transa, (cublasOperation_t)d->transb, m, n, k, A_, (int)Ad->ld,
-           B_, (int)Bd->ld, CUDA_R_32F, d->compute, [&](int i, int j, double s) {
+           B_, (int)Bd->ld, Ad->type, d->compute, [&](int i, int j, double s) {
     size_t at = i + (size_t)j * ld;
-    double v = alpha * s + (beta != 0 ? beta * (double)C[at] : 0.0) + (bias ? (double)bias[i] : 0.0);
+    double v = alpha * s + (beta != 0 ? beta * (double)emu_load(C_, dt, at) : 0.0) + (bias ? (double)emu_load(bias, dt, i) : 0.0);
     float pre = (float)v;
-    if (aux) aux[i + (size_t)j * d->aux_ld] = pre;
-    D[at] = gelu ? (float)emu_gelu(pre) : pre;
+    if (aux) emu_store(aux, dt, i + (size_t)j * d->aux_ld, pre);
+    emu_store(D_, dt, at, gelu ? (float)emu_gelu(pre) : pre);
   });
   lt_matmuls++;
   return CUBLAS_STATUS_SUCCESS;

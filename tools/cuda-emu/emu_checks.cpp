@@ -4,7 +4,7 @@
 // (m16n16k8 tf32, m16n16k16 bf16, both operand layouts, accumulator load/store in both memory
 // layouts) run by one emulated warp against a reference product, the emulated cuBLAS's fp32,
 // TF32 and bf16 compute types and its bf16 data (A, B; C bf16 or fp32; the combinations it
-// refuses), and the emulated cuBLASLt: its bias and GELU epilogues against a
+// refuses), and the emulated cuBLASLt (fp32 and bf16 data): its bias and GELU epilogues against a
 // reference, its input rounding per compute type, and its refusals (pointer mode, bias and aux
 // types, aux ld, layouts, alignment, workspace, attribute sizes). Prints each check; exits 1 on a
 // failure.
@@ -180,19 +180,40 @@ static void check_cublas_modes() {
   check(cublas_product(tie8, 1, CUBLAS_COMPUTE_32F_FAST_TF32) == tie8, "cuBLAS TF32: 1 + 2^-8 is exact");
 }
 
-/* One cuBLASLt product as cuda_lt.cu sets it up: column-major D[M, N] = A[M, K] B[K, N] + bias
-** with epilogue GELU_AUX_BIAS (aux = the sum), host scalars, 4-byte alignments declared, a 1 MiB
-** workspace. bad(op, pref) may spoil one setting first; returns the status of the first call
-** that fails (or of cublasLtMatmul). */
 enum { LT_M = 8, LT_N = 3, LT_K = 4 };
 struct LtCase {
   float A[LT_M * LT_K], B[LT_K * LT_N], bias[LT_M], D[LT_M * LT_N + 1], aux[LT_M * LT_N];
   std::vector<char> workspace = std::vector<char>(1 << 20);
 };
+/* The end of every cuBLASLt check: D[M, N] (ld ldd) = A[M, K] B[K, N] under op and pref as
+** set up, A and B of type ab, C = D of type dt; then everything made is destroyed (h, op, pref
+** too). Returns st when it is already an error, else the first failing call's status (or the
+** matmul's). */
+static cublasStatus_t lt_finish(cublasStatus_t st, cublasLtHandle_t h, cublasLtMatmulDesc_t op,
+                                cublasLtMatmulPreference_t pref, const void* A, const void* B, void* D,
+                                cudaDataType ab, cudaDataType dt, int ldd, void* workspace, size_t ws_bytes) {
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&a, ab, LT_M, LT_K, LT_M);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&b, ab, LT_K, LT_N, LT_K);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&d, dt, LT_M, LT_N, ldd);
+  cublasLtMatmulHeuristicResult_t r;
+  int count = 0;
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulAlgoGetHeuristic(h, op, a, b, d, d, pref, 1, &r, &count);
+  float one = 1, zero = 0;
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmul(h, op, &one, A, a, B, b, &zero, D, d, D, d, &r.algo, workspace, ws_bytes, nullptr);
+  cublasLtMatrixLayoutDestroy(d); cublasLtMatrixLayoutDestroy(b); cublasLtMatrixLayoutDestroy(a);
+  cublasLtMatmulDescDestroy(op); cublasLtMatmulPreferenceDestroy(pref); cublasLtDestroy(h);
+  return st;
+}
+
+/* One cuBLASLt product as cuda_lt.cu sets it up: column-major D[M, N] = A[M, K] B[K, N] + bias
+** with epilogue GELU_AUX_BIAS (aux = the sum), host scalars, 4-byte alignments declared, a 1 MiB
+** workspace. bad(op, pref) may spoil one setting first; returns the status of the first call
+** that fails (or of cublasLtMatmul). */
 static cublasStatus_t lt_run(LtCase& c, cublasComputeType_t ct, float* D, int64_t aux_ld, int ldd,
                              void (*bad)(cublasLtMatmulDesc_t, cublasLtMatmulPreference_t), bool with_workspace) {
   cublasLtHandle_t h = nullptr; cublasLtMatmulDesc_t op = nullptr; cublasLtMatmulPreference_t pref = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtCreate(&h);
   cublasLtMatmulPreferenceCreate(&pref);
   uint32_t epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS, align = 4;
@@ -210,19 +231,8 @@ static cublasStatus_t lt_run(LtCase& c, cublasComputeType_t ct, float* D, int64_
       cublasLtMatmulPreferenceSetAttribute(pref, (cublasLtMatmulPreferenceAttributes_t)i, &align, sizeof align);
     if (bad) bad(op, pref);
   }
-  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&a, CUDA_R_32F, LT_M, LT_K, LT_M);
-  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&b, CUDA_R_32F, LT_K, LT_N, LT_K);
-  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&d, CUDA_R_32F, LT_M, LT_N, ldd);
-  cublasLtMatmulHeuristicResult_t r;
-  int count = 0;
-  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulAlgoGetHeuristic(h, op, a, b, d, d, pref, 1, &r, &count);
-  float one = 1, zero = 0;
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmul(h, op, &one, c.A, a, c.B, b, &zero, D, d, D, d, &r.algo,
-                        with_workspace ? c.workspace.data() : nullptr, with_workspace ? c.workspace.size() : 0, nullptr);
-  cublasLtMatrixLayoutDestroy(d); cublasLtMatrixLayoutDestroy(b); cublasLtMatrixLayoutDestroy(a);
-  cublasLtMatmulDescDestroy(op); cublasLtMatmulPreferenceDestroy(pref); cublasLtDestroy(h);
-  return st;
+  return lt_finish(st, h, op, pref, c.A, c.B, D, CUDA_R_32F, CUDA_R_32F, ldd,
+                   with_workspace ? c.workspace.data() : nullptr, with_workspace ? c.workspace.size() : 0);
 }
 
 /* The settings cuBLASLt refuses, one per function (each spoils a valid set-up). */
@@ -296,6 +306,56 @@ static void check_cublaslt() {
   check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_16BF) == bad, "cuBLASLt refuses: a bf16 scale type");
 }
 
+/* One cuBLASLt product D[M, N] = A[M, K] B[K, N] + bias (epilogue BIAS) with A and B of type
+** ab and C = D and the bias of type dt, compute type ct, 2-byte alignments declared, no
+** workspace. */
+static cublasStatus_t lt_typed(const void* A, const void* B, void* D, const void* bias, cudaDataType ab, cudaDataType dt,
+                               cublasComputeType_t ct) {
+  cublasLtHandle_t h = nullptr; cublasLtMatmulDesc_t op = nullptr; cublasLtMatmulPreference_t pref = nullptr;
+  cublasLtCreate(&h);
+  cublasLtMatmulPreferenceCreate(&pref);
+  uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS, align = 2;
+  for (int i = CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES; i <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES; i++)
+    cublasLtMatmulPreferenceSetAttribute(pref, (cublasLtMatmulPreferenceAttributes_t)i, &align, sizeof align);
+  cublasStatus_t st = cublasLtMatmulDescCreate(&op, ct, CUDA_R_32F);
+  if (st == CUBLAS_STATUS_SUCCESS) {
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+  }
+  return lt_finish(st, h, op, pref, A, B, D, ab, dt, LT_M, nullptr, 0);
+}
+
+/* cuBLASLt on bf16 data: bf16 A and B with an fp32 D and bias give the bf16 values' product plus
+** the bias rounded to fp32 once; with a bf16 D and bias, that fp32 value rounded to nearest
+** even; the combinations cuBLAS has no kernel for are refused. */
+static void check_cublaslt_bf16() {
+  __nv_bfloat16 A[LT_M * LT_K], B[LT_K * LT_N], bias_b[LT_M], Db[LT_M * LT_N];
+  float bias[LT_M], D[LT_M * LT_N];
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  for (auto& x : A) x = __float2bfloat16(u(rng));
+  for (auto& x : B) x = __float2bfloat16(u(rng));
+  for (int i = 0; i < LT_M; i++) { bias_b[i] = __float2bfloat16(u(rng)); bias[i] = __bfloat162float(bias_b[i]); }
+  auto exact = [&](int i, int j) {
+    double s = bias[i];
+    for (int l = 0; l < LT_K; l++) s += (double)__bfloat162float(A[i + l * LT_M]) * (double)__bfloat162float(B[l + j * LT_K]);
+    return s;
+  };
+  bool ok = lt_typed(A, B, D, bias, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F) == CUBLAS_STATUS_SUCCESS;
+  for (int i = 0; i < LT_M; i++)
+    for (int j = 0; j < LT_N; j++) ok = ok && D[i + j * LT_M] == (float)exact(i, j);
+  check(ok, "cuBLASLt bf16 A, B, fp32 D and bias: one fp32 rounding");
+  ok = lt_typed(A, B, Db, bias_b, CUDA_R_16BF, CUDA_R_16BF, CUBLAS_COMPUTE_32F) == CUBLAS_STATUS_SUCCESS;
+  for (int i = 0; i < LT_M; i++)
+    for (int j = 0; j < LT_N; j++) ok = ok && Db[i + j * LT_M].__x == __float2bfloat16((float)exact(i, j)).__x;
+  check(ok, "cuBLASLt bf16 D and bias: the fp32 value rounded to nearest even");
+  const cublasStatus_t bad = CUBLAS_STATUS_INVALID_VALUE;
+  check(lt_typed(A, B, D, bias, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_16BF) == bad,
+        "cuBLASLt refuses: bf16 data under a FAST_16BF compute type");
+  check(lt_typed(D, D, Db, bias_b, CUDA_R_32F, CUDA_R_16BF, CUBLAS_COMPUTE_32F) == bad,
+        "cuBLASLt refuses: fp32 A and B with a bf16 D");
+}
+
 /* cuBLAS's bf16 data (the GEMMs of bf16 storage): bf16 A and B with an fp32 C give the exact
 ** product of the bf16 values rounded to fp32 once; with a bf16 C that fp32 result rounded to
 ** nearest even, and beta reads the bf16 C; the combinations cuBLAS does not have are refused. */
@@ -361,6 +421,7 @@ int main() {
   check_cublas_modes();
   check_cublas_bf16();
   check_cublaslt();
+  check_cublaslt_bf16();
   printf("%s\n", failures ? "FAILED" : "all passed");
   return failures ? 1 : 0;
 }
