@@ -33,15 +33,15 @@ ref=${REF:-1}
 ref_steps=${REF_STEPS:-40}
 ref_batch=${REF_BATCH:-8}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-# reference I: the median step of REF_STEPS dp steps (the first two dropped) into $work/ref.I
+# reference I: the median step time of REF_STEPS dp steps (the run's summary line, median_step_s)
+# into $work/ref.I
 reference() {
   if ! "${mpirun[@]}" "$osdp" train --model "$model" --seq "$seq" --batch "$ref_batch" --steps "$ref_steps" \
        --problems 0 --eval-batches 1 --log "$work/ref$1.jsonl" >"$work/ref$1.out" 2>&1; then
     echo "profiles.sh: reference run $1 FAILED: $(tail -2 "$work/ref$1.out" | tr '\n' ' ')" >&2; exit 1
   fi
-  grep '^{"step"' "$work/ref$1.jsonl" | tail -n +3 | sed 's/.*"step_ms":\([0-9.]*\).*/\1/' | sort -g |
-    awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) / 1000 }' >"$work/ref.$1"
-  echo "reference $1: $(cat "$work/ref.$1") s a step (dp, micro-batch $ref_batch)"
+  sed -n 's/.*"median_step_s":\([0-9.e+-]*\).*/\1/p' "$work/ref$1.jsonl" | tail -1 >"$work/ref.$1"
+  printf "reference %s: %.4f s a step (dp, micro-batch %s)\n" "$1" "$(cat "$work/ref.$1")" "$ref_batch"
 }
 [ "$ref" = 1 ] && reference 0
 for i in 1 2; do

@@ -262,8 +262,9 @@ static bool emu_types_ok(cudaDataType a, cudaDataType b, cudaDataType c, cublasC
 
 /* The reference product of cuBLAS and cuBLASLt: for every element (i, j) of the column-major
 ** m x n result, store(i, j, s) with s = sum_l op(A)(i, l) op(B)(l, j) in double over the inputs
-** (A and B of data type ab: fp32 or bf16) as compute type ct rounds them (emu_gemm_input); so a TF32- or bf16-mode run shows that
-** format's error and an fp32 run does not (fp32 sums on a GPU are within rounding of it).
+** (A and B of data type ab: fp32 or bf16) as compute type ct rounds them (emu_gemm_input); so a
+** TF32- or bf16-mode run shows that format's error and an fp32 run does not (fp32 sums on a GPU
+** are within rounding of it).
 ** op(A) rows and op(B) columns are copied out contiguous first, so the inner loop is a dot
 ** product of two contiguous double arrays. */
 static void emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void* A,
@@ -416,8 +417,8 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
 ** m x n with the same layout (osdp multiplies in place, C == D), data types cuBLAS's GEMM has
 ** (emu_types_ok: fp32, or bf16 A and B with a bf16 or fp32 D), the operation's settings
 ** consistent with its epilogue (bias and aux pointers set, bias and aux of D's type, aux ld a
-** multiple of 8 and at least m: cublasLt.h's rules), host scalars. The heuristic and the matmul both check it, as
-** the library does. */
+** multiple of 8 and at least m: cublasLt.h's rules), host scalars. The heuristic and the matmul
+** both check it, as the library does. */
 static cublasStatus_t lt_problem(const char* call, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
                                  cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D, uint64_t mnk[3]) {
   if (!d || !A || !B || !C || !D) return lt_invalid(call, "a descriptor is NULL");
@@ -522,7 +523,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
   emu_gemm((cublasOperation_t)d->transa, (cublasOperation_t)d->transb, m, n, k, A_, (int)Ad->ld,
            B_, (int)Bd->ld, Ad->type, d->compute, [&](int i, int j, double s) {
     size_t at = i + (size_t)j * ld;
-    double v = alpha * s + (beta != 0 ? beta * (double)emu_load(C_, dt, at) : 0.0) + (bias ? (double)emu_load(bias, dt, i) : 0.0);
+    double v = alpha * s + (beta != 0 ? beta * (double)emu_load(C_, dt, at) : 0.0) +
+               (bias ? (double)emu_load(bias, dt, i) : 0.0);
     float pre = (float)v;
     if (aux) emu_store(aux, dt, i + (size_t)j * d->aux_ld, pre);
     emu_store(D_, dt, at, gelu ? (float)emu_gelu(pre) : pre);

@@ -15,6 +15,7 @@
 #include <mma.h>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -306,6 +307,20 @@ static void check_cublaslt() {
   check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_16BF) == bad, "cuBLASLt refuses: a bf16 scale type");
 }
 
+/* Row i of column-major bf16 A (m rows, k columns) times column j of column-major bf16 B (k
+** rows), exactly (in double): the reference of the bf16-data checks. */
+static double bf16_dot(const __nv_bfloat16* A, const __nv_bfloat16* B, int m, int k, int i, int j) {
+  double s = 0;
+  for (int l = 0; l < k; l++) s += (double)__bfloat162float(A[i + l * m]) * (double)__bfloat162float(B[l + j * k]);
+  return s;
+}
+
+/* n values drawn uniformly from [-2, 2) by rng, rounded to bf16. */
+static void bf16_fill(__nv_bfloat16* x, int n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  for (int i = 0; i < n; i++) x[i] = __float2bfloat16(u(rng));
+}
+
 /* One cuBLASLt product D[M, N] = A[M, K] B[K, N] + bias (epilogue BIAS) with A and B of type
 ** ab and C = D and the bias of type dt, compute type ct, 2-byte alignments declared, no
 ** workspace. */
@@ -332,15 +347,11 @@ static void check_cublaslt_bf16() {
   __nv_bfloat16 A[LT_M * LT_K], B[LT_K * LT_N], bias_b[LT_M], Db[LT_M * LT_N];
   float bias[LT_M], D[LT_M * LT_N];
   std::mt19937 rng(11);
-  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
-  for (auto& x : A) x = __float2bfloat16(u(rng));
-  for (auto& x : B) x = __float2bfloat16(u(rng));
-  for (int i = 0; i < LT_M; i++) { bias_b[i] = __float2bfloat16(u(rng)); bias[i] = __bfloat162float(bias_b[i]); }
-  auto exact = [&](int i, int j) {
-    double s = bias[i];
-    for (int l = 0; l < LT_K; l++) s += (double)__bfloat162float(A[i + l * LT_M]) * (double)__bfloat162float(B[l + j * LT_K]);
-    return s;
-  };
+  bf16_fill(A, LT_M * LT_K, rng);
+  bf16_fill(B, LT_K * LT_N, rng);
+  bf16_fill(bias_b, LT_M, rng);
+  for (int i = 0; i < LT_M; i++) bias[i] = __bfloat162float(bias_b[i]);
+  auto exact = [&](int i, int j) { return bias[i] + bf16_dot(A, B, LT_M, LT_K, i, j); };
   bool ok = lt_typed(A, B, D, bias, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F) == CUBLAS_STATUS_SUCCESS;
   for (int i = 0; i < LT_M; i++)
     for (int j = 0; j < LT_N; j++) ok = ok && D[i + j * LT_M] == (float)exact(i, j);
@@ -356,54 +367,48 @@ static void check_cublaslt_bf16() {
         "cuBLASLt refuses: fp32 A and B with a bf16 D");
 }
 
+enum { BF_M = 5, BF_N = 3, BF_K = 7 };
+
+/* cuBLAS's column-major C[BF_M, BF_N] = A[BF_M, BF_K] B[BF_K, BF_N] + beta C, with the data types
+** and compute type given. */
+static cublasStatus_t gemm_typed(const void* A, cudaDataType at, const void* B, cudaDataType bt, float beta, void* C,
+                                 cudaDataType c_type, cublasComputeType_t ct) {
+  float one = 1;
+  return cublasGemmEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, BF_M, BF_N, BF_K, &one, A, at, BF_M, B, bt, BF_K, &beta, C,
+                      c_type, BF_M, ct, CUBLAS_GEMM_DEFAULT);
+}
+
 /* cuBLAS's bf16 data (the GEMMs of bf16 storage): bf16 A and B with an fp32 C give the exact
 ** product of the bf16 values rounded to fp32 once; with a bf16 C that fp32 result rounded to
 ** nearest even, and beta reads the bf16 C; the combinations cuBLAS does not have are refused. */
 static void check_cublas_bf16() {
-  const int M = 5, N = 3, K = 7;
+  const cudaDataType bf = CUDA_R_16BF, f32 = CUDA_R_32F;
+  const cublasStatus_t good = CUBLAS_STATUS_SUCCESS, bad = CUBLAS_STATUS_INVALID_VALUE;
   std::mt19937 rng(7);
-  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
-  std::vector<__nv_bfloat16> A(M * K), B(K * N), Cb(M * N);
-  std::vector<float> C(M * N);
-  for (auto& x : A) x = __float2bfloat16(u(rng));
-  for (auto& x : B) x = __float2bfloat16(u(rng));
-  float one = 1, zero = 0;
-  /* column-major: C(i, j) = sum_l A(i, l) B(l, j) */
-  auto exact = [&](int i, int j) {
-    double s = 0;
-    for (int l = 0; l < K; l++) s += (double)__bfloat162float(A[i + l * M]) * (double)__bfloat162float(B[l + j * K]);
-    return s;
-  };
-  cublasStatus_t st = cublasGemmEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, A.data(), CUDA_R_16BF, M, B.data(),
-                                   CUDA_R_16BF, K, &zero, C.data(), CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  bool ok = st == CUBLAS_STATUS_SUCCESS;
-  for (int i = 0; i < M; i++)
-    for (int j = 0; j < N; j++) ok &= C[i + j * M] == (float)exact(i, j);
+  __nv_bfloat16 A[BF_M * BF_K], B[BF_K * BF_N], Cb[BF_M * BF_N], prev[BF_M * BF_N];
+  float C[BF_M * BF_N];
+  bf16_fill(A, BF_M * BF_K, rng);
+  bf16_fill(B, BF_K * BF_N, rng);
+  bool ok = gemm_typed(A, bf, B, bf, 0, C, f32, CUBLAS_COMPUTE_32F) == good;
+  for (int i = 0; i < BF_M; i++)
+    for (int j = 0; j < BF_N; j++) ok &= C[i + j * BF_M] == (float)bf16_dot(A, B, BF_M, BF_K, i, j);
   check(ok, "cuBLAS bf16 A, B, fp32 C: the bf16 values' product, one fp32 rounding");
-  st = cublasGemmEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, A.data(), CUDA_R_16BF, M, B.data(), CUDA_R_16BF, K,
-                    &zero, Cb.data(), CUDA_R_16BF, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  ok = st == CUBLAS_STATUS_SUCCESS;
-  for (int i = 0; i < M; i++)
-    for (int j = 0; j < N; j++) ok &= Cb[i + j * M].__x == __float2bfloat16((float)exact(i, j)).__x;
+  ok = gemm_typed(A, bf, B, bf, 0, Cb, bf, CUBLAS_COMPUTE_32F) == good;
+  for (int i = 0; i < BF_M; i++)
+    for (int j = 0; j < BF_N; j++) ok &= Cb[i + j * BF_M].__x == __float2bfloat16((float)bf16_dot(A, B, BF_M, BF_K, i, j)).__x;
   check(ok, "cuBLAS bf16 C: the fp32 result rounded to nearest even");
-  std::vector<__nv_bfloat16> prev = Cb;
-  st = cublasGemmEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, A.data(), CUDA_R_16BF, M, B.data(), CUDA_R_16BF, K,
-                    &one, Cb.data(), CUDA_R_16BF, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  ok = st == CUBLAS_STATUS_SUCCESS;
-  for (int i = 0; i < M; i++)
-    for (int j = 0; j < N; j++)
-      ok &= Cb[i + j * M].__x == __float2bfloat16((float)(exact(i, j) + (double)__bfloat162float(prev[i + j * M]))).__x;
+  memcpy(prev, Cb, sizeof Cb);
+  ok = gemm_typed(A, bf, B, bf, 1, Cb, bf, CUBLAS_COMPUTE_32F) == good;
+  for (int i = 0; i < BF_M; i++)
+    for (int j = 0; j < BF_N; j++) {
+      double s = bf16_dot(A, B, BF_M, BF_K, i, j) + (double)__bfloat162float(prev[i + j * BF_M]);
+      ok &= Cb[i + j * BF_M].__x == __float2bfloat16((float)s).__x;
+    }
   check(ok, "cuBLAS bf16 C with beta 1: adds the bf16 C, rounds once to bf16");
-  cublasStatus_t bad = CUBLAS_STATUS_INVALID_VALUE;
-  check(cublasGemmEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, A.data(), CUDA_R_16BF, M, C.data(), CUDA_R_32F, K,
-                     &zero, C.data(), CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == bad,
-        "cuBLAS refuses: bf16 A with fp32 B");
-  check(cublasGemmEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, A.data(), CUDA_R_16BF, M, B.data(), CUDA_R_16BF, K,
-                     &zero, C.data(), CUDA_R_32F, M, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT) == bad,
+  check(gemm_typed(A, bf, C, f32, 0, C, f32, CUBLAS_COMPUTE_32F) == bad, "cuBLAS refuses: bf16 A with fp32 B");
+  check(gemm_typed(A, bf, B, bf, 0, C, f32, CUBLAS_COMPUTE_32F_FAST_16BF) == bad,
         "cuBLAS refuses: bf16 data under a FAST_16BF compute type");
-  check(cublasGemmEx(nullptr, CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, C.data(), CUDA_R_32F, M, C.data(), CUDA_R_32F, K,
-                     &zero, Cb.data(), CUDA_R_16BF, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == bad,
-        "cuBLAS refuses: fp32 A and B with a bf16 C");
+  check(gemm_typed(C, f32, C, f32, 0, Cb, bf, CUBLAS_COMPUTE_32F) == bad, "cuBLAS refuses: fp32 A and B with a bf16 C");
 }
 
 int main() {
