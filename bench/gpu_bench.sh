@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # gpu_bench.sh: osdp's CUDA backend against plain PyTorch on one GPU, GPT-2 124M at seq 1024.
 # For each precision (fp32 with TF32 matmuls, and bf16):
-#   1. osdp: `osdp bench --device cuda --matmul tf32|bf16 --json` at a few micro-batch
+#   1. osdp: `osdp bench --device cuda --matmul tf32 --json` (fp32), `... --matmul bf16
+#      --precision bf16 --json` (bf16) at a few micro-batch
 #      sizes (BENCH_BATCHES, default "8 16 32"; a few steps each), keeping the fastest;
 #   2. PyTorch (bench/gpu_torch.py) at the same precision and that batch: eager, then
 #      torch.compile (its own timeout; skipped with a note when it does not fit).
 # Writes $OUT/gpu-bench.md (one table) and $OUT/gpu-bench.json: tokens/s, MFU (same FLOP count on
 # both sides: osdp's flops_per_token when it reports one, else the same formula, see
 # bench/gpu_torch.py), peak memory (osdp: measured and predicted; PyTorch: max_memory_allocated).
-# osdp's bf16 row computes on bf16 tensor cores (matmuls and attention, fp32 accumulation) but
-# stores fp32 (`--precision bf16`, bf16 storage, is not built yet; its JSON says "precision":
-# "fp32", which the table notes), against PyTorch's bf16 autocast.
+# osdp's bf16 row stores activations and weight copies in bf16 (`--precision bf16`: fp32 master
+# weights, gradients and AdamW; products and attention on bf16 tensor cores with fp32
+# accumulation), against PyTorch's bf16 autocast.
 # What could not run (no GPU, osdp without --device cuda or bf16, no PyTorch, compile too slow)
 # is recorded as not available with the reason, never a crash.
 #
@@ -100,9 +101,8 @@ say "osdp: $OSDP; python: $PY"
 # 1. osdp: the fastest micro-batch per precision.
 declare -A BEST_BATCH
 for prec in $PRECISIONS; do
-  mm=tf32
-  [ "$prec" = fp32 ] || mm=$prec
-  flags=(--device cuda --matmul "$mm" --threads "$OSDP_THREADS")
+  flags=(--device cuda --matmul tf32 --threads "$OSDP_THREADS")
+  [ "$prec" = fp32 ] || flags=(--device cuda --matmul "$prec" --precision "$prec" --threads "$OSDP_THREADS")
   if [ ! -x "$OSDP" ]; then
     n=$((n + 1)); echo "osdp $prec - failed 0" > "$RUNS/$n.meta"; : > "$RUNS/$n.out"
     echo "no osdp binary at $OSDP" > "$RUNS/$n.err"; say "osdp $prec: no binary at $OSDP"; continue

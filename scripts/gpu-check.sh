@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu-check.sh: the one command of a GPU device run. It builds osdp with the CUDA backend, runs
 # the CPU smoke runs, a GPU probe (one process, then 2 ranks sharing the GPU, then one process
-# with --matmul bf16), the GPU tests
+# with --matmul bf16 and one with --precision bf16), the GPU tests
 # (CTest label `gpu`) and the GPU benchmark (bench/gpu_bench.sh), and writes to OUT (the first
 # argument, else $OUT, else ./out):
 #   gpu-check.log   everything it printed and everything the tools printed
@@ -27,7 +27,7 @@
 # Time: the device machine's time is scarce, so the run is time-boxed (GPU_CHECK_BUDGET
 # seconds, default 330; the whole run stays under 6 minutes): each phase runs under `timeout`
 # with what is left. The GPU-test phase's limit is sized from the GPU probe's measured process
-# start (about 35 CUDA process starts, see gpu_tests below).
+# start (about 45 CUDA process starts, see gpu_tests below).
 #
 # Dependencies: the GPU machine has CUDA, gcc, cmake and python3 + PyTorch, but probably no
 # OpenMPI, OpenBLAS, cJSON or pkg-config, and no network: scripts/gpu-deps.sh (run on the dev
@@ -538,6 +538,12 @@ if [ "$BUILT" = yes ] && [ "$GPU_VISIBLE" = 1 ]; then
     CAPTURE=$SCRATCH/gpu1bf16 run_phase gpu_1rank_bf16 60 120 "$OSDP" "${SMOKE[@]}" --device cuda --matmul bf16
     record_run gpu_1rank_bf16 cuda 1 fp32 bf16 "${PH_STATUS[gpu_1rank_bf16]}" "$PHASE_SECONDS" "$SCRATCH/gpu1bf16"
     [ "${PH_STATUS[gpu_1rank_bf16]}" = ok ] || phase_problem gpu_1rank_bf16 "osdp train --matmul bf16 on the GPU" "$SCRATCH/gpu1bf16"
+    # And with bf16 storage (--precision bf16: bf16 activations and weight copies).
+    CAPTURE=$SCRATCH/gpu1bf16s run_phase gpu_1rank_bf16_storage 60 120 "$OSDP" train --model tiny --steps 3 \
+      --precision bf16 --json --device cuda --matmul bf16
+    record_run gpu_1rank_bf16_storage cuda 1 bf16 bf16 "${PH_STATUS[gpu_1rank_bf16_storage]}" "$PHASE_SECONDS" "$SCRATCH/gpu1bf16s"
+    [ "${PH_STATUS[gpu_1rank_bf16_storage]}" = ok ] ||
+      phase_problem gpu_1rank_bf16_storage "osdp train --precision bf16 on the GPU" "$SCRATCH/gpu1bf16s"
   else
     phase_problem gpu_1rank "the CUDA backend did not start although $GPU_WHY" "$SCRATCH/gpu1"
   fi
@@ -547,13 +553,14 @@ fi
 # ctest -L '^gpu$' (GPU_CHECK_TEST_LABEL: another label, to try this on the dev machine). Each
 # test's line "N/M Test #K: NAME .....   Passed|***Failed|***Skipped|***Timeout ... S sec" gives
 # its outcome. A GPU test skips (77) only where no GPU is visible and OSDP_REQUIRE_GPU is unset.
-# The limit: the tests start about 35 CUDA processes (gpu_train.sh: 2 models x (5 plans on 1
-# rank + 5 on 2 ranks + 1) + its probe, and test_cuda_kernels), each costing about the probe's
-# time: 60 s + 40 x the probe's seconds, from 120 to 240 s.
+# The limit: the tests start about 45 CUDA processes (gpu_train.sh: 2 models x (7 plans on 1
+# rank, 5 of them fp32 and 2 bf16, + 7 on 2 ranks + 1) + its probe, test_cuda_kernels and
+# test_cuda_bf16), each costing about the probe's time: 60 s + 50 x the probe's seconds, from
+# 120 to 270 s.
 if [ "$BUILT" = yes ]; then
   cap=120
   if [ -n "$START_COST" ]; then
-    cap=$((60 + 40 * START_COST)); [ $cap -lt 120 ] && cap=120; [ $cap -gt 240 ] && cap=240
+    cap=$((60 + 50 * START_COST)); [ $cap -lt 120 ] && cap=120; [ $cap -gt 270 ] && cap=270
     say "one CUDA process start measured at ~${START_COST}s: the GPU tests get up to ${cap}s"
   fi
   CTEST_LOG=$SCRATCH/ctest
@@ -590,6 +597,7 @@ if [ "$BUILT" = yes ]; then
         nbad=$((nbad + 1))
         case $t in
           gpu_kernels) pat='^test_cuda_kernels: FAIL|CHECK failed|osdp: error' ;;
+          gpu_bf16) pat='^test_cuda_bf16: FAIL|CHECK failed|osdp: error' ;;
           gpu_train) pat='^gpu_train: FAIL|^FAIL ' ;;
           *) pat='FAIL|CHECK failed|osdp: error' ;;
         esac

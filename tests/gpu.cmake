@@ -16,6 +16,11 @@ endif()
 osdp_add_test_exe(test_cuda_kernels ${PROJECT_SOURCE_DIR}/tests/test_cuda_kernels.c)
 add_test(NAME gpu_kernels COMMAND test_cuda_kernels)
 set_tests_properties(gpu_kernels PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77)
+# The bf16 table (bf16 activations and weights, fp32 gradients and statistics) against the CPU's
+# fp32 kernels on the same bf16-representable inputs; skipped as gpu_kernels.
+osdp_add_test_exe(test_cuda_bf16 ${PROJECT_SOURCE_DIR}/tests/test_cuda_bf16.c)
+add_test(NAME gpu_bf16 COMMAND test_cuda_bf16)
+set_tests_properties(gpu_bf16 PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77)
 # Training on the GPU reproduces the CPU (tiny and small, ddp / zero2 / zero3 / sliced plans,
 # 20 steps, 1e-4), 2 ranks sharing the GPU reproduce 1, measured peak = predicted.
 add_test(NAME gpu_train

@@ -60,7 +60,7 @@ check nogpu PATH="$work/none:$PATH" GPU_CHECK_SKIP_BENCH=1 OSDP_REQUIRE_GPU=
 expect "no GPU: exit status" "$rc" 3
 expect "no GPU: verdict" "$(field nogpu 'd["verdict"], d["ok"], d["gpu_visible"]')" "no_gpu False False"
 expect "no GPU: GPU tests" "$(field nogpu 'sorted((t["name"], t["result"]) for t in d["gpu_tests"]["tests"])')" \
-  "[('gpu_kernels', 'skip'), ('gpu_train', 'skip')]"
+  "[('gpu_bf16', 'skip'), ('gpu_kernels', 'skip'), ('gpu_train', 'skip')]"
 grep -q 'gpu-check: verdict: NO GPU' "$work/nogpu.out" || bad "no GPU: no 'verdict: NO GPU' line"
 grep -qE 'verdict: OK|: OK$' "$work/nogpu.out" && bad "no GPU: says OK"
 grep -q '^# GPU check: NO GPU' "$work/nogpu/gpu-check.md" || bad "no GPU: gpu-check.md does not say NO GPU"
@@ -71,10 +71,10 @@ check brokengpu PATH="$work/h200:$PATH" BENCH_PRECISIONS=fp32 BENCH_BATCHES=8 BE
 expect "broken GPU: exit status" "$rc" 1
 expect "broken GPU: verdict" "$(field brokengpu 'd["verdict"], d["ok"], d["gpu_visible"]')" "failed False True"
 expect "broken GPU: GPU tests" "$(field brokengpu 'sorted((t["name"], t["result"]) for t in d["gpu_tests"]["tests"])')" \
-  "[('gpu_kernels', 'fail'), ('gpu_train', 'fail')]"
+  "[('gpu_bf16', 'fail'), ('gpu_kernels', 'fail'), ('gpu_train', 'fail')]"
 expect "broken GPU: problems naming the backend's failure" \
   "$(field brokengpu 'sorted(p.split(":")[0].split(" (")[0] for p in d["problems"] if "no CUDA GPU is visible" in p)')" \
-  "['bench', 'gpu test gpu_kernels', 'gpu test gpu_train', 'gpu_1rank']"
+  "['bench', 'gpu test gpu_bf16', 'gpu test gpu_kernels', 'gpu test gpu_train', 'gpu_1rank']"
 expect "broken GPU: runs recorded with precision, matmul mode, TF32, transport" \
   "$(field brokengpu '[(r["name"], r["device"], r["precision"], r["matmul"], r["tf32"], r["transport"]) for r in d["runs"] if r["name"].startswith(("smoke_2", "gpu_"))]')" \
   "[('smoke_2ranks', 'cpu', 'fp32', 'n/a', 'n/a', 'mpi'), ('gpu_1rank', 'cuda', 'fp32', 'tf32', 'on', 'none')]"

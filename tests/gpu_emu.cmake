@@ -3,9 +3,12 @@
 # tools/cuda-emu (every thread block run as blockDim fibers with real barriers and warp
 # shuffles, cuBLAS as a reference GEMM that honours TF32 and bf16 compute, cuBLASLt as the same
 # GEMM with the bias and GELU epilogues) and tests/test_cuda_kernels.c runs on them: every kernel
-# against the CPU kernels in fp32 mode, and matmul, matmul + GELU and attention also in tf32 and
-# bf16 modes. Built with everything else
-# (build/test_cuda_kernels_emu); nothing is written outside the build tree.
+# of the fp32 table against the CPU kernels in fp32 mode, and matmul, matmul + GELU and attention
+# also in tf32 and bf16 modes (gpu_emu_kernels); tests/test_cuda_bf16.c runs every kernel of the
+# bf16 table (bf16 activations and weights, fp32 gradients and statistics) against the CPU's
+# fp32 kernels on the same bf16-representable inputs (gpu_emu_bf16). Built with everything else
+# (build/test_cuda_kernels_emu, build/test_cuda_bf16_emu); nothing is written outside the build
+# tree.
 # gpu_emu_primitives checks the emulator's own numerics (bf16, TF32, WMMA fragments, cuBLASLt's
 # epilogues and refusals). Says
 # nothing about speed or the GPU's own rounding: that is `ctest -L gpu` on a GPU.
@@ -30,7 +33,7 @@ else()
   endif()
 endif()
 if(osdp_emu_why)
-  foreach(name gpu_emu_kernels gpu_emu_primitives gpu_emu_train)
+  foreach(name gpu_emu_kernels gpu_emu_bf16 gpu_emu_primitives gpu_emu_train)
     add_test(NAME ${name} COMMAND sh -c "echo \"$0\"; exit 77" "${name}: SKIP: ${osdp_emu_why}")
     set_tests_properties(${name} PROPERTIES LABELS "gpu-emu" SKIP_RETURN_CODE 77)
   endforeach()
@@ -81,22 +84,29 @@ target_include_directories(osdp_cuda_emu PRIVATE ${PROJECT_SOURCE_DIR}/src ${CBL
 target_compile_definitions(osdp_cuda_emu PRIVATE OSDP_HAVE_CUDA COLSUM_SCRATCH_FLOATS=16384)
 target_compile_options(osdp_cuda_emu PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:-Wno-unknown-pragmas>")
 
-# The kernel checks on the emulated backend. The CPU side comes from osdp_lib's archive, linked
-# after the emulated objects: those define every symbol of the archive's backend.c, comm_nccl.c
-# and CUDA members, so the linker never takes those members (nor the CUDA runtime they need),
-# whether or not this build also has the real CUDA backend. OSDP_CUDA_EMU shrinks what only costs time
-# in the emulation (the clock check's products).
-add_executable(test_cuda_kernels_emu ${PROJECT_SOURCE_DIR}/tests/test_cuda_kernels.c
-  $<TARGET_OBJECTS:osdp_cuda_emu> $<TARGET_OBJECTS:osdp_emu_runtime>)
-set_target_properties(test_cuda_kernels_emu PROPERTIES LINKER_LANGUAGE CXX)
-target_compile_definitions(test_cuda_kernels_emu PRIVATE OSDP_CUDA_EMU)
-target_include_directories(test_cuda_kernels_emu PRIVATE ${PROJECT_SOURCE_DIR}/src
-  ${PROJECT_SOURCE_DIR}/tests ${CBLAS_INCLUDE})
-add_dependencies(test_cuda_kernels_emu osdp_lib)
-target_link_libraries(test_cuda_kernels_emu PRIVATE $<TARGET_FILE:osdp_lib> MPI::MPI_C
-  OpenMP::OpenMP_C Threads::Threads PkgConfig::CJSON ${OPENBLAS_LIB} m)
-add_test(NAME gpu_emu_kernels COMMAND test_cuda_kernels_emu)
-set_tests_properties(gpu_emu_kernels PROPERTIES LABELS "gpu-emu" SKIP_RETURN_CODE 77 TIMEOUT 300)
+# The kernel checks on the emulated backend: tests/test_cuda_kernels.c (the fp32 table,
+# test_cuda_kernels_emu, CTest gpu_emu_kernels) and tests/test_cuda_bf16.c (the bf16 table,
+# test_cuda_bf16_emu, gpu_emu_bf16), built alike. The CPU side comes from osdp_lib's archive,
+# linked after the emulated objects: those define every symbol of the archive's backend.c,
+# comm_nccl.c and CUDA members, so the linker never takes those members (nor the CUDA runtime
+# they need), whether or not this build also has the real CUDA backend. OSDP_CUDA_EMU shrinks
+# what only costs time in the emulation (the clock check's products) and tells the checks that
+# the emulated cuBLASLt counts its products.
+foreach(table kernels bf16)
+  set(exe test_cuda_${table}_emu)
+  add_executable(${exe} ${PROJECT_SOURCE_DIR}/tests/test_cuda_${table}.c
+    $<TARGET_OBJECTS:osdp_cuda_emu> $<TARGET_OBJECTS:osdp_emu_runtime>)
+  set_target_properties(${exe} PROPERTIES LINKER_LANGUAGE CXX)
+  target_compile_definitions(${exe} PRIVATE OSDP_CUDA_EMU)
+  target_include_directories(${exe} PRIVATE ${PROJECT_SOURCE_DIR}/src
+    ${PROJECT_SOURCE_DIR}/tests ${CBLAS_INCLUDE})
+  add_dependencies(${exe} osdp_lib)
+  target_link_libraries(${exe} PRIVATE $<TARGET_FILE:osdp_lib> MPI::MPI_C
+    OpenMP::OpenMP_C Threads::Threads PkgConfig::CJSON ${OPENBLAS_LIB} m)
+  add_test(NAME gpu_emu_${table} COMMAND ${exe})
+  set_tests_properties(gpu_emu_${table} PROPERTIES LABELS "gpu-emu" SKIP_RETURN_CODE 77
+    TIMEOUT 300)
+endforeach()
 
 # The emulator's own numerics (tools/cuda-emu/emu_checks.cpp): bf16 conversions, TF32 rounding,
 # the WMMA fragments (m16n16k8 tf32, m16n16k16 bf16), cuBLAS's compute types, and cuBLAS and

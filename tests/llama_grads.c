@@ -6,7 +6,7 @@
 ** MODEL is a preset name or an osdp model JSON file (gpt_config_load). The parameters are drawn
 ** from SEED (init_params: every tensor away from its trained-from-scratch start, so that each
 ** one matters), rounded to float32, and both passes use those very values: once in double
-** (gpt_forward_f64 / gpt_backward_f64) and once in float (the training step's fp32 path), with
+** (gpt_forward / gpt_backward in PRECISION_FP64) and once in float (the training step's fp32 path), with
 ** local hooks over full tensors, one slice per op (as tests/test_model.c does). Writes into DIR:
 **   params.safetensors     the parameters (safetensors_save: Hugging Face names and layout)
 **   grads64.safetensors    the fp64 pass's gradients of the mean loss, rounded to float32 (hi)
@@ -131,22 +131,18 @@ static double run_pass(const GptDesc* d, size_t elem, void* w, void* g, int B, i
   }
   Local lp = {d, elem, w, g, base};
   GptParamHooks h = {&lp, local_weight, local_release, local_grad, local_release_grad};
-  GptActs a = {.B = B, .T = T, .elem = elem};
+  Precision prec = elem == sizeof(double) ? PRECISION_FP64 : PRECISION_FP32;
+  GptActs a = {.B = B, .T = T, .precision = prec};
   a.op_acts = calloc((size_t)n, sizeof(void*));
-  gpt_acts_layout(d, B, T, elem, NULL, own, NULL, NULL);
+  gpt_acts_layout(d, B, T, prec, NULL, own, NULL, NULL);
   for (int i = 0; i < n; i++) a.op_acts[i] = calloc(1, own[i] ? own[i] : 1);
   a.head_rows = 3; /* several chunks of the head, the last one short */
-  a.scratch = calloc(1, gpt_scratch_bytes(d, B, T, elem, kernels_threads(), a.head_rows));
+  a.scratch = calloc(1, gpt_scratch_bytes(d, B, T, prec, kernels_threads(), a.head_rows));
   memcpy(gpt_acts_tokens(d, &a), tok, (size_t)B * T * sizeof(int));
   memcpy(gpt_acts_targets(d, &a), tg, (size_t)B * T * sizeof(int));
   double scale = 1.0 / ntargets, sum;
-  if (elem == sizeof(double)) {
-    sum = gpt_forward_f64(d, &a, &h, slices, GPT_TRAIN, scale, NULL);
-    gpt_backward_f64(d, &a, &h, slices);
-  } else {
-    sum = gpt_forward_f32(d, &a, &h, slices, GPT_TRAIN, scale, NULL);
-    gpt_backward_f32(d, &a, &h, slices);
-  }
+  sum = gpt_forward(d, &a, &h, slices, GPT_TRAIN, scale, NULL);
+  gpt_backward(d, &a, &h, slices);
   for (int i = 0; i < n; i++) free(a.op_acts[i]);
   free(a.op_acts); free(a.scratch); free(base); free(own); free(slices);
   return sum * scale;

@@ -1,8 +1,9 @@
 /*
 ** test_cuda_kernels.c: the CUDA backend (src/kernels/cuda) against the CPU backend.
 **
-** Exits 77 (CTest: skipped) only when the CUDA runtime sees no GPU and none is required (may_skip;
-** any other failure to start fails). Otherwise, in matmul mode fp32 (MATMUL_FP32):
+** Exits 77 (CTest: skipped) only when the CUDA runtime sees no GPU and none is required (may_skip
+** in tests/cuda_check.h, the scaffolding shared with test_cuda_bf16.c; any other failure to
+** start fails). Otherwise, in matmul mode fp32 (MATMUL_FP32):
 **  0. every entry of the backend's fp32 table (KERNEL_LIST) and every member of the backend is
 **     set;
 **  1. the backend's memory services: to_device, copy, zero and to_host round-trip bit-exactly,
@@ -27,15 +28,7 @@
 ** squares (both in double), 1e-2 for TF32 matmul and 3e-3 for TF32 attention, BF16_TOL and
 ** ATT_BF16_TOL (below) in bf16 mode. Every comparison prints its error.
 */
-#include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "check.h"
-#include "core/util.h"
-#include "kernels/backend.h"
+#include "cuda_check.h"
 #include "kernels/cpu_kernels.h"
 
 #define TOL 1e-5         /* fp32 GPU vs fp32 CPU, relative to the largest reference value */
@@ -49,136 +42,21 @@
 ** 1.3u; each case prints its own). Attention, osdp's own kernels: 2.5u = 9.8e-3, twice the
 ** largest, and below what rounding toward zero instead of to nearest gives (tried: backward
 ** 1.26e-2). Matmul: 4u = 1.6e-2, as cuBLAS chooses how it converts (`CUBLAS_COMPUTE_32F_FAST_16BF`
-** allows bf16 or TF32; a truncating conversion would double the error). */
-#define BF16_U (1.0 / 256)
+** allows bf16 or TF32; a truncating conversion would double the error). u: BF16_U. */
 #define BF16_TOL (4 * BF16_U)       /* matmul on bf16 tensor cores (cuBLAS) */
 #define ATT_BF16_TOL (2.5 * BF16_U) /* attention on bf16 tensor cores: Q, K, V, dO, P, dS rounded */
-#define SKIP_EXIT 77     /* CTest's SKIP_RETURN_CODE */
-#define DEVICE_BYTES ((size_t)64 << 20)
 
-static Rng rng;
-static const Backend* gpu;
 static const Kernels_f32* gk; /* CUDA kernels */
-static const Kernels_f32* ck; /* CPU kernels */
-
-#ifdef OSDP_CUDA_EMU
-/* The emulated cuBLASLt's count of products (tools/cuda-emu/emu.cpp). */
-long long emu_lt_matmuls(void);
-#endif
-
-/* Checks, in the emulation, that the kernel call between the count `before` and now made exactly
-** `expected` cuBLASLt products: its fused epilogue path ran (1), or its unfused path (0). A GPU
-** has no such count: there the comparison with the CPU is the check. */
-static void check_lt_path(const char* name, long long before, int expected) {
-#ifdef OSDP_CUDA_EMU
-  long long made = emu_lt_matmuls() - before;
-  CHECK_MSG(made == expected, "%s: %lld cuBLASLt products, expected %d (%s path)", name, made,
-            expected, expected ? "the epilogue" : "the unfused");
-#else
-  (void)name; (void)before; (void)expected;
-#endif
-}
-
-/* The emulated cuBLASLt's count of products so far (0 on a GPU). */
-static long long lt_count(void) {
-#ifdef OSDP_CUDA_EMU
-  return emu_lt_matmuls();
-#else
-  return 0;
-#endif
-}
-
-// ----------------------------------------------------------------------------
-// host and device buffers
-
-/* malloc that ends the test on failure. */
-static void* xmalloc(size_t bytes) {
-  void* p = malloc(bytes ? bytes : 1);
-  if (!p) { fprintf(stderr, "out of memory\n"); exit(2); }
-  return p;
-}
-
-/* A new array of n values normal(offset, sd). */
-static float* frandn(size_t n, double sd, double offset) {
-  float* a = xmalloc(n * sizeof(float));
-  for (size_t i = 0; i < n; i++) a[i] = (float)(offset + sd * rng_normal(&rng));
-  return a;
-}
-
-/* The device block every test carves its buffers from (one reserve), and the bytes in use. */
-static char* device_base;
-static size_t device_used;
-
-/* The next `bytes` of the device block, 256-byte aligned. */
-static void* device_alloc(size_t bytes) {
-  size_t offset = (device_used + 255) / 256 * 256;
-  if (offset + bytes > DEVICE_BYTES) {
-    fprintf(stderr, "test device block too small for %zu more bytes\n", bytes);
-    exit(2);
-  }
-  device_used = offset + bytes;
-  return device_base + offset;
-}
-
-/* Frees every buffer carved so far (each test starts from an empty block). */
-static void device_reset(void) { device_used = 0; }
-
-/* A new device buffer holding a copy of host[0..bytes). */
-static void* upload(const void* host, size_t bytes) {
-  void* d = device_alloc(bytes);
-  gpu->to_device(d, host, bytes);
-  return d;
-}
-
-static float* upload_f(const float* host, size_t n) { return upload(host, n * sizeof(float)); }
-static int* upload_i(const int* host, size_t n) { return upload(host, n * sizeof(int)); }
-
-/* A new host copy of the device buffer dev[0..n). */
-static float* download(const float* dev, size_t n) {
-  float* h = xmalloc(n * sizeof(float));
-  gpu->to_host(h, dev, n * sizeof(float));
-  return h;
-}
 
 // ----------------------------------------------------------------------------
 // comparisons
 
-/* max |a - ref| / max |ref| (0 when both are all zero). */
-static double rel_err(const float* a, const float* ref, size_t n) {
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < n; i++) {
-    diff = fmax(diff, fabs((double)a[i] - (double)ref[i]));
-    scale = fmax(scale, fabs((double)ref[i]));
-  }
-  if (diff == 0) return 0;
-  return scale > 0 ? diff / scale : INFINITY;
-}
-
-/* Checks the device result dev[0..n) against the CPU's ref to tol (norm-relative); prints the
-** error and returns it. */
-static double compare(const char* name, const float* dev, const float* ref, size_t n, double tol) {
-  float* got = download(dev, n);
-  double err = rel_err(got, ref, n);
-  printf("  %-52s %8zu values, max rel err %.2e\n", name, n, err);
-  CHECK_MSG(err <= tol, "%s: relative error %.3g > %.3g", name, err, tol);
-  free(got);
-  return err;
-}
-
 /* Checks that the device buffers a and b hold bit-identical values (run-to-run determinism). */
 static void compare_identical(const char* name, const float* a, const float* b, size_t n) {
-  float *ha = download(a, n), *hb = download(b, n);
+  float *ha = download_f(a, n), *hb = download_f(b, n);
   CHECK_MSG(memcmp(ha, hb, n * sizeof(float)) == 0, "%s: two runs differ", name);
   free(ha);
   free(hb);
-}
-
-/* Checks a scalar result against the CPU's to tol relative to |ref|; prints the error. */
-static void compare_scalar(const char* name, double got, double ref, double tol) {
-  double err = fabs(got - ref) / fmax(fabs(ref), 1e-300);
-  printf("  %-52s %8d values, max rel err %.2e\n", name, 1, err);
-  CHECK_MSG(err <= tol, "%s: %.17g vs %.17g (relative error %.3g > %.3g)", name, got, ref, err,
-            tol);
 }
 
 // ----------------------------------------------------------------------------
@@ -189,7 +67,7 @@ static void compare_scalar(const char* name, double got, double ref, double tol)
 static void test_table(void) {
 #define CHECK_TABLE_ENTRY(ret, kernel, params) \
   CHECK_MSG(gk->kernel != NULL, "cuda: fp32 table: %s is NULL", #kernel);
-  KERNEL_LIST(CHECK_TABLE_ENTRY, float)
+  KERNEL_LIST(CHECK_TABLE_ENTRY, float, float, float, float)
 #undef CHECK_TABLE_ENTRY
   CHECK(gpu->reserve && gpu->release && gpu->available && gpu->zero && gpu->copy &&
         gpu->to_device && gpu->to_host && gpu->synchronize && gpu->clock && gpu->set_threads &&
@@ -211,8 +89,8 @@ static void test_memory(void) {
   float* b = device_alloc(n * sizeof(float));
   gpu->copy(b, a, n * sizeof(float));
   gpu->zero(b + z0, nz * sizeof(float));
-  float* back = download(b, n);
-  float* again = download(a, n);
+  float* back = download_f(b, n);
+  float* again = download_f(a, n);
   int ok = memcmp(again, h, n * sizeof(float)) == 0;
   for (size_t i = 0; i < n; i++) {
     float want = i >= z0 && i < z0 + nz ? 0.0f : h[i];
@@ -261,14 +139,14 @@ static void test_embed_pos(void) {
   ck->embed_pos_forward(out, wpe, B, T, C);
   float* d_out = device_alloc(n * sizeof(float));
   gk->embed_pos_forward(d_out, upload_f(wpe, nw), B, T, C);
-  compare("embed_pos_forward", d_out, out, n, TOL);
+  compare_f("embed_pos_forward", d_out, out, n, TOL);
 
   for (int acc = 0; acc <= 1; acc++) { /* overwrite, then accumulate, over random values */
     float *dwpe = frandn(nw, 1, 0), *dout = frandn(n, 1, 0);
     float* d_dwpe = upload_f(dwpe, nw);
     ck->embed_pos_backward(dwpe, dout, B, T, C, acc);
     gk->embed_pos_backward(d_dwpe, upload_f(dout, n), B, T, C, acc);
-    compare(acc ? "embed_pos_backward accumulate" : "embed_pos_backward", d_dwpe, dwpe, nw, TOL);
+    compare_f(acc ? "embed_pos_backward accumulate" : "embed_pos_backward", d_dwpe, dwpe, nw, TOL);
     free(dwpe); free(dout);
   }
   free(wpe); free(out);
@@ -298,7 +176,7 @@ static void test_embed_tok(void) {
                           Vp);
     char name[96];
     snprintf(name, sizeof name, "embed_tok_forward BT%d C%d rows %d..%d", BT, C, c0, c0 + nrows);
-    compare(name, d_out, out, no, TOL);
+    compare_f(name, d_out, out, no, TOL);
 
     float *dt = frandn(nt, 1, 0), *dout = frandn(no, 1, 0);
     float *d_dt = upload_f(dt, nt), *d_dt2 = upload_f(dt, nt), *d_dout = upload_f(dout, no);
@@ -306,14 +184,14 @@ static void test_embed_tok(void) {
     gk->embed_tok_backward(d_dt + (size_t)c0 * Vp, d_dout + c0, C, d_tok, BT, nrows, Vp, 1);
     gk->embed_tok_backward(d_dt2 + (size_t)c0 * Vp, d_dout + c0, C, d_tok, BT, nrows, Vp, 1);
     snprintf(name, sizeof name, "embed_tok_backward BT%d C%d rows %d..%d", BT, C, c0, c0 + nrows);
-    compare(name, d_dt, dt, nt, TOL);
+    compare_f(name, d_dt, dt, nt, TOL);
     compare_identical(name, d_dt, d_dt2, nt);
     float* d_dt3 = upload_f(dt, nt);
     ck->embed_tok_backward(dt + (size_t)c0 * Vp, dout + c0, C, tok, BT, nrows, Vp, 0);
     gk->embed_tok_backward(d_dt3 + (size_t)c0 * Vp, d_dout + c0, C, d_tok, BT, nrows, Vp, 0);
     snprintf(name, sizeof name, "embed_tok_backward overwrite BT%d C%d rows %d..%d", BT, C, c0,
              c0 + nrows);
-    compare(name, d_dt3, dt, nt, TOL);
+    compare_f(name, d_dt3, dt, nt, TOL);
     free(tok); free(table); free(out); free(dt); free(dout);
   }
 }
@@ -361,9 +239,9 @@ static void test_matmul_gelu_mode(double tol, const char* mode) {
                c0, with_bias ? " bias" : "", accumulate ? " acc" : "");
       /* fused: OC % 8 == 0 and overwriting; else matmul_forward (an epilogue with a bias) */
       check_lt_path(name, before, (OC % 8 == 0 && !accumulate) || with_bias);
-      compare(name, d_out, out, no, tol);
+      compare_f(name, d_out, out, no, tol);
       strncat(name, " pre", sizeof name - strlen(name) - 1);
-      compare(name, d_pre, pre, no, tol);
+      compare_f(name, d_pre, pre, no, tol);
       free(inp); free(w); free(bias); free(pre); free(out);
     }
   }
@@ -398,7 +276,7 @@ static void test_matmul_mode(MatmulMode m) {
       snprintf(name, sizeof name, "matmul_forward%s BT%d K%d OC%d ld%d%s%s", mode, BT, K, OC, ld,
                with_bias ? " bias" : "", accumulate ? " accumulate" : "");
       check_lt_path(name, before, with_bias); /* the bias as cuBLASLt's epilogue */
-      compare(name, d_out, out, no, tol);
+      compare_f(name, d_out, out, no, tol);
       free(inp); free(w); free(bias); free(out);
     }
     for (int variant = 0; variant < 4; variant++) {
@@ -413,15 +291,15 @@ static void test_matmul_mode(MatmulMode m) {
                           upload_f(dout, no), upload_f(inp, ni), ld, upload_f(w, nw), BT, K, OC,
                           acc);
       const char* which = optional ? (acc ? " accumulate" : "")
-                                   : (acc ? " accumulate (dinp, dbias NULL)" : " (dinp, dbias NULL)");
+                          : (acc ? " accumulate (dinp, dbias NULL)" : " (dinp, dbias NULL)");
       snprintf(name, sizeof name, "matmul_backward.dw%s BT%d K%d OC%d%s", mode, BT, K, OC, which);
-      compare(name, d_dw, dw, nw, tol);
+      compare_f(name, d_dw, dw, nw, tol);
       snprintf(name, sizeof name, "matmul_backward.dinp%s BT%d K%d OC%d ld%d%s", mode, BT, K, OC,
                ld, which);
-      compare(name, d_dinp, dinp, ni, tol);
+      compare_f(name, d_dinp, dinp, ni, tol);
       snprintf(name, sizeof name, "matmul_backward.dbias%s BT%d K%d OC%d%s", mode, BT, K, OC,
                which);
-      compare(name, d_db, db, OC, tol);
+      compare_f(name, d_db, db, OC, tol);
       free(inp); free(w); free(dout); free(dinp); free(dw); free(db);
     }
   }
@@ -462,8 +340,8 @@ static void test_matmul_fast(MatmulMode m) {
   gpu->set_matmul_mode(MATMUL_FP32);
   char name[96];
   snprintf(name, sizeof name, "matmul_forward%s BT256 K512 OC384", mode_label(m));
-  compare(name, d_out, out, no, matmul_tol(m));
-  float* got = download(d_out, no);
+  compare_f(name, d_out, out, no, matmul_tol(m));
+  float* got = download_f(d_out, no);
   double err = rel_err(got, out, no);
   /* the product of the rounded inputs, in double, rounded to float once */
   float* rounded = xmalloc(no * sizeof(float));
@@ -477,8 +355,8 @@ static void test_matmul_fast(MatmulMode m) {
     }
   double err_rounded = rel_err(got, rounded, no);
   snprintf(name, sizeof name, "%s in effect", mode_label(m) + 1);
-  printf("  %-52s %s (error %.2e vs fp32's %.0e; %.2e from the product of the rounded inputs)\n",
-         name, err > TOL ? "yes" : "no", err, TOL, err_rounded);
+  printf("  %-*s %s (error %.2e vs fp32's %.0e; %.2e from the product of the rounded inputs)\n",
+         check_name_width, name, err > TOL ? "yes" : "no", err, TOL, err_rounded);
 #ifdef OSDP_CUDA_EMU
   CHECK_MSG(err > TOL, "%s mode: error %.3g is fp32's: the inputs were not rounded", name, err);
   CHECK_MSG(err_rounded <= 1e-6, "%s mode: %.3g from the product of the inputs rounded to the "
@@ -509,11 +387,11 @@ static void test_layernorm(void) {
     gk->layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, BT, C);
     char name[96];
     snprintf(name, sizeof name, "layernorm_forward BT%d C%d", BT, C);
-    compare(name, d_out, out, n, TOL);
+    compare_f(name, d_out, out, n, TOL);
     snprintf(name, sizeof name, "layernorm_forward.mean BT%d C%d", BT, C);
-    compare(name, d_mean, mean, BT, TOL);
+    compare_f(name, d_mean, mean, BT, TOL);
     snprintf(name, sizeof name, "layernorm_forward.rstd BT%d C%d", BT, C);
-    compare(name, d_rstd, rstd, BT, TOL);
+    compare_f(name, d_rstd, rstd, BT, TOL);
 
     /* the backward of both runs on the CPU's saved statistics */
     float *dout = frandn(n, 1, 0), *dinp = frandn(n, 1, 0), *dw = frandn(C, 1, 0);
@@ -525,21 +403,21 @@ static void test_layernorm(void) {
     gk->layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_m, d_r, BT, C, 1);
     gk->layernorm_backward(d_dinp2, d_dw2, d_db2, d_dout, d_inp, d_w, d_m, d_r, BT, C, 1);
     snprintf(name, sizeof name, "layernorm_backward.dinp BT%d C%d", BT, C);
-    compare(name, d_dinp, dinp, n, TOL);
+    compare_f(name, d_dinp, dinp, n, TOL);
     compare_identical(name, d_dinp, d_dinp2, n);
     snprintf(name, sizeof name, "layernorm_backward.dw BT%d C%d", BT, C);
-    compare(name, d_dw, dw, C, TOL);
+    compare_f(name, d_dw, dw, C, TOL);
     compare_identical(name, d_dw, d_dw2, C);
     snprintf(name, sizeof name, "layernorm_backward.db BT%d C%d", BT, C);
-    compare(name, d_db, db, C, TOL);
+    compare_f(name, d_db, db, C, TOL);
     compare_identical(name, d_db, d_db2, C);
     /* the weight and bias gradients overwritten (accumulate = 0) over the values just made */
     ck->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, BT, C, 0);
     gk->layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_m, d_r, BT, C, 0);
     snprintf(name, sizeof name, "layernorm_backward.dw overwrite BT%d C%d", BT, C);
-    compare(name, d_dw, dw, C, TOL);
+    compare_f(name, d_dw, dw, C, TOL);
     snprintf(name, sizeof name, "layernorm_backward.db overwrite BT%d C%d", BT, C);
-    compare(name, d_db, db, C, TOL);
+    compare_f(name, d_db, db, C, TOL);
     free(inp); free(w); free(b); free(out); free(mean); free(rstd);
     free(dout); free(dinp); free(dw); free(db);
   }
@@ -566,9 +444,9 @@ static void test_rmsnorm(void) {
     gk->rmsnorm_forward(d_out, d_rstd, d_inp, d_w, BT, C, eps);
     char name[96];
     snprintf(name, sizeof name, "rmsnorm_forward BT%d C%d", BT, C);
-    compare(name, d_out, out, n, TOL);
+    compare_f(name, d_out, out, n, TOL);
     snprintf(name, sizeof name, "rmsnorm_forward.rstd BT%d C%d", BT, C);
-    compare(name, d_rstd, rstd, BT, TOL);
+    compare_f(name, d_rstd, rstd, BT, TOL);
 
     /* the backward of both runs on the CPU's saved rstd */
     float *dout = frandn(n, 1, 0), *dinp = frandn(n, 1, 0), *dw = frandn(C, 1, 0);
@@ -579,17 +457,17 @@ static void test_rmsnorm(void) {
     gk->rmsnorm_backward(d_dinp, d_dw, d_dout, d_inp, d_w, d_r, BT, C, 1);
     gk->rmsnorm_backward(d_dinp2, d_dw2, d_dout, d_inp, d_w, d_r, BT, C, 1);
     snprintf(name, sizeof name, "rmsnorm_backward.dinp BT%d C%d", BT, C);
-    compare(name, d_dinp, dinp, n, TOL);
+    compare_f(name, d_dinp, dinp, n, TOL);
     compare_identical(name, d_dinp, d_dinp2, n);
     snprintf(name, sizeof name, "rmsnorm_backward.dw BT%d C%d", BT, C);
-    compare(name, d_dw, dw, C, TOL);
+    compare_f(name, d_dw, dw, C, TOL);
     compare_identical(name, d_dw, d_dw2, C);
     ck->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, BT, C, 0);
     gk->rmsnorm_backward(d_dinp, d_dw, d_dout, d_inp, d_w, d_r, BT, C, 0);
     snprintf(name, sizeof name, "rmsnorm_backward.dinp (dw overwritten) BT%d C%d", BT, C);
-    compare(name, d_dinp, dinp, n, TOL);
+    compare_f(name, d_dinp, dinp, n, TOL);
     snprintf(name, sizeof name, "rmsnorm_backward.dw overwrite BT%d C%d", BT, C);
-    compare(name, d_dw, dw, C, TOL);
+    compare_f(name, d_dw, dw, C, TOL);
     free(inp); free(w); free(out); free(rstd); free(dout); free(dinp); free(dw);
   }
 }
@@ -620,17 +498,8 @@ static double attention_cases(const char* mode, double tol) {
     device_reset();
     int B = shapes[si][0], T = shapes[si][1], NH = shapes[si][2], NKV = shapes[si][3];
     int hs = shapes[si][4], ldq = shapes[si][5], ldkv = shapes[si][6], C = NH * hs;
-    size_t BT = (size_t)B * T, oq = 0, ok, ov, nbuf;
-    if (ldq == 0) { /* GPT-2's fused qkv */
-      ldq = ldkv = 3 * C;
-      ok = C;
-      ov = 2 * (size_t)C;
-      nbuf = BT * 3 * C;
-    } else {
-      ok = BT * ldq;
-      ov = ok + BT * ldkv;
-      nbuf = ov + BT * ldkv;
-    }
+    size_t BT = (size_t)B * T, oq = 0, ok, ov;
+    size_t nbuf = attention_layout(BT, C, &ldq, &ldkv, &ok, &ov);
     size_t no = BT * C, nl = (size_t)B * NH * T;
     float* scratch = xmalloc(attention_scratch_elems(T, hs) * kernels_threads() * sizeof(float));
     float *buf = frandn(nbuf, 1, 0), *out = xmalloc(no * sizeof(float));
@@ -645,10 +514,10 @@ static double attention_cases(const char* mode, double tol) {
     snprintf(shape, sizeof shape, "%sB%d T%d NH%d NKV%d hs%d ldq%d ldkv%d", mode, B, T, NH, NKV, hs,
              ldq, ldkv);
     snprintf(name, sizeof name, "attention_forward %s", shape);
-    double err = compare(name, d_out, out, no, tol);
+    double err = compare_f(name, d_out, out, no, tol);
     if (hs % 16 == 0) tc_err = fmax(tc_err, err);
     snprintf(name, sizeof name, "attention_forward.lse %s", shape);
-    compare(name, d_lse, lse, nl, tol);
+    compare_f(name, d_lse, lse, nl, tol);
 
     float *dout = frandn(no, 1, 0), *dbuf = frandn(nbuf, 1, 0);
     float *d_dout = upload_f(dout, no), *d_o = upload_f(out, no), *d_l = upload_f(lse, nl);
@@ -661,7 +530,7 @@ static double attention_cases(const char* mode, double tol) {
                              ldq, ldkv, d_o, d_l, NULL, B, T, NH, NKV, hs);
     }
     snprintf(name, sizeof name, "attention_backward.dqkv %s", shape);
-    compare(name, d_dbuf, dbuf, nbuf, tol);
+    compare_f(name, d_dbuf, dbuf, nbuf, tol);
     compare_identical(name, d_dbuf, d_dbuf2, nbuf);
     free(scratch); free(buf); free(out); free(lse); free(dout); free(dbuf);
   }
@@ -683,8 +552,8 @@ static void test_attention_fast(void) {
   gpu->set_matmul_mode(MATMUL_BF16);
   double bf16_err = attention_cases("BF16 ", ATT_BF16_TOL);
   gpu->set_matmul_mode(MATMUL_FP32);
-  printf("  %-52s %s (largest forward error %.2e vs TF32's %.2e)\n", "BF16 attention in effect",
-         bf16_err > 2 * tf32_err ? "yes" : "no", bf16_err, tf32_err);
+  printf("  %-*s %s (largest forward error %.2e vs TF32's %.2e)\n", check_name_width,
+         "BF16 attention in effect", bf16_err > 2 * tf32_err ? "yes" : "no", bf16_err, tf32_err);
   CHECK_MSG(bf16_err > 2 * tf32_err, "bf16 attention: largest forward error %.3g is not above "
             "twice TF32's %.3g: the bf16 kernels did not run", bf16_err, tf32_err);
 }
@@ -692,8 +561,8 @@ static void test_attention_fast(void) {
 // ----------------------------------------------------------------------------
 // elementwise kernels
 
-/* gelu forward and (overwriting) backward, accumulate, and SwiGLU forward and (overwriting)
-** backward. */
+/* gelu forward and (overwriting) backward, accumulate, compute_copy (exact), and SwiGLU forward
+** and (overwriting) backward. */
 static void test_elementwise(void) {
   device_reset();
   size_t n = 10007;
@@ -704,32 +573,37 @@ static void test_elementwise(void) {
 
   ck->gelu_forward(out, x, n);
   gk->gelu_forward(d_res, d_x, n);
-  compare("gelu_forward", d_res, out, n, TOL);
+  compare_f("gelu_forward", d_res, out, n, TOL);
 
   float* dinp = frandn(n, 1, 0);
   float* d_dinp = upload_f(dinp, n);
   ck->gelu_backward(dinp, x, d, n);
   gk->gelu_backward(d_dinp, d_x, d_d, n);
-  compare("gelu_backward", d_dinp, dinp, n, TOL);
+  compare_f("gelu_backward", d_dinp, dinp, n, TOL);
 
   float* dst = frandn(n, 1, 0);
   float* d_dst = upload_f(dst, n);
   ck->accumulate(dst, y, n);
   gk->accumulate(d_dst, d_y, n);
-  compare("accumulate", d_dst, dst, n, TOL);
+  compare_f("accumulate", d_dst, dst, n, TOL);
+  /* the fp32 compute copy of master weights is the weights themselves, bit for bit */
+  ck->compute_copy(dst, y, n);
+  gk->compute_copy(d_dst, d_y, n);
+  compare_f("compute_copy", d_dst, dst, n, 0);
+  compare_identical("compute_copy", d_dst, d_y, n);
 
   /* SwiGLU with gate = x (|x| up to ~8, and a few far beyond exp's range), up = y */
   x[0] = 100; x[1] = -100; x[2] = 1000; x[3] = -1000;
   d_x = upload_f(x, n);
   ck->swiglu_forward(out, x, y, n);
   gk->swiglu_forward(d_res, d_x, d_y, n);
-  compare("swiglu_forward", d_res, out, n, TOL);
+  compare_f("swiglu_forward", d_res, out, n, TOL);
   float *dgate = frandn(n, 1, 0), *dup = frandn(n, 1, 0);
   float *d_dgate = upload_f(dgate, n), *d_dup = upload_f(dup, n);
   ck->swiglu_backward(dgate, dup, d, x, y, n);
   gk->swiglu_backward(d_dgate, d_dup, d_d, d_x, d_y, n);
-  compare("swiglu_backward.dgate", d_dgate, dgate, n, TOL);
-  compare("swiglu_backward.dup", d_dup, dup, n, TOL);
+  compare_f("swiglu_backward.dgate", d_dgate, dgate, n, TOL);
+  compare_f("swiglu_backward.dup", d_dup, dup, n, TOL);
   free(x); free(y); free(d); free(out); free(dinp); free(dst); free(dgate); free(dup);
 }
 
@@ -748,8 +622,7 @@ static void test_rope(void) {
     int B = shapes[si][0], T = shapes[si][1], nh = shapes[si][2], hs = shapes[si][3];
     int ld = shapes[si][4];
     size_t n = (size_t)B * T * ld;
-    float* inv_freq = xmalloc((size_t)(hs / 2) * sizeof(float));
-    for (int j = 0; j < hs / 2; j++) inv_freq[j] = (float)(1.0 / pow(10000.0, 2.0 * j / hs));
+    float* inv_freq = rope_inv_freq(hs);
     float* d_freq = upload_f(inv_freq, hs / 2);
     char name[96];
     for (int backward = 0; backward <= 1; backward++) {
@@ -764,7 +637,7 @@ static void test_rope(void) {
       }
       snprintf(name, sizeof name, "%s B%d T%d nh%d hs%d ld%d",
                backward ? "rope_backward" : "rope_forward", B, T, nh, hs, ld);
-      compare(name, d_x, x, n, TOL);
+      compare_f(name, d_x, x, n, TOL);
       free(x);
     }
     free(inv_freq);
@@ -783,10 +656,7 @@ static void test_crossentropy(void) {
     device_reset();
     int BT = shapes[si][0], V = shapes[si][1], Vp = shapes[si][2];
     size_t n = (size_t)BT * Vp;
-    int* targets = xmalloc((size_t)BT * sizeof(int));
-    for (int i = 0; i < BT; i++) targets[i] = (int)rng_below(&rng, V);
-    targets[1] = -1;
-    if (BT > 3) targets[BT - 1] = -1;
+    int* targets = random_targets(BT, V);
     float *logits = frandn(n, 2, 0), *losses = frandn(BT, 1, 0);
     float *d_logits = upload_f(logits, n), *d_logits2 = upload_f(logits, n);
     float *d_losses = upload_f(losses, BT), *d_losses2 = upload_f(losses, BT);
@@ -799,9 +669,9 @@ static void test_crossentropy(void) {
     double again = gk->sum_values(d_losses2, (size_t)BT);
     char name[96];
     snprintf(name, sizeof name, "crossentropy.dlogits BT%d V%d Vp%d", BT, V, Vp);
-    compare(name, d_logits, logits, n, TOL);
+    compare_f(name, d_logits, logits, n, TOL);
     snprintf(name, sizeof name, "crossentropy.losses BT%d V%d Vp%d", BT, V, Vp);
-    compare(name, d_losses, losses, BT, TOL);
+    compare_f(name, d_losses, losses, BT, TOL);
     snprintf(name, sizeof name, "crossentropy.sum BT%d V%d Vp%d", BT, V, Vp);
     compare_scalar(name, got, ref, TOL);
     CHECK_MSG(got == again, "%s: two runs differ", name);
@@ -868,9 +738,8 @@ static void test_adamw_multi(void) {
     at[j] = total;
     total += (n[j] + 255) / 256 * 256;
   }
-  float *w = frandn(total, 1, 0), *g = frandn(total, 1, 0), *m = frandn(total, 0.1, 0);
-  float* v = frandn(total, 0.01, 0);
-  for (size_t i = 0; i < total; i++) v[i] = fabsf(v[i]);
+  float *w, *g, *m, *v;
+  adamw_inputs(total, &w, &g, &m, &v);
   float* d[2][4]; /* [run][w, g, m, v]: run 0 multi, run 1 one call per array */
   for (int r = 0; r < 2; r++) {
     d[r][0] = upload_f(w, total);
@@ -889,9 +758,9 @@ static void test_adamw_multi(void) {
   }
   ck->adamw_update_multi(hw, hg, hm, hv, n, wd, COUNT, 1e-3f, 0.9f, 0.999f, 1e-8f, 3, 0.5f);
   gk->adamw_update_multi(dw, dg, dm, dv, n, wd, COUNT, 1e-3f, 0.9f, 0.999f, 1e-8f, 3, 0.5f);
-  compare("adamw_update_multi.w 61 arrays", d[0][0], w, total, TOL);
-  compare("adamw_update_multi.m 61 arrays", d[0][2], m, total, TOL);
-  compare("adamw_update_multi.v 61 arrays", d[0][3], v, total, TOL);
+  compare_f("adamw_update_multi.w 61 arrays", d[0][0], w, total, TOL);
+  compare_f("adamw_update_multi.m 61 arrays", d[0][2], m, total, TOL);
+  compare_f("adamw_update_multi.v 61 arrays", d[0][3], v, total, TOL);
   for (int q = 0; q < 4; q++)
     compare_identical("adamw_update_multi vs adamw_update per array", d[0][q], d[1][q], total);
   free(w); free(g); free(m); free(v);
@@ -905,20 +774,19 @@ static void test_adamw(void) {
     device_reset();
     size_t n = 10007;
     int t = steps[si];
-    float *w = frandn(n, 1, 0), *g = frandn(n, 1, 0), *m = frandn(n, 0.1, 0);
-    float* v = frandn(n, 0.01, 0);
-    for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+    float *w, *g, *m, *v;
+    adamw_inputs(n, &w, &g, &m, &v);
     float *d_w = upload_f(w, n), *d_g = upload_f(g, n), *d_m = upload_f(m, n);
     float* d_v = upload_f(v, n);
     ck->adamw_update(w, g, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, t, 0.5f);
     gk->adamw_update(d_w, d_g, d_m, d_v, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, t, 0.5f);
     char name[96];
     snprintf(name, sizeof name, "adamw_update.w t=%d", t);
-    compare(name, d_w, w, n, TOL);
+    compare_f(name, d_w, w, n, TOL);
     snprintf(name, sizeof name, "adamw_update.m t=%d", t);
-    compare(name, d_m, m, n, TOL);
+    compare_f(name, d_m, m, n, TOL);
     snprintf(name, sizeof name, "adamw_update.v t=%d", t);
-    compare(name, d_v, v, n, TOL);
+    compare_f(name, d_v, v, n, TOL);
     free(w); free(g); free(m); free(v);
   }
 }
@@ -930,61 +798,20 @@ static void test_argmax(void) {
   int BT = 33, V = 1000, Vp = 1024;
   size_t n = (size_t)BT * Vp;
   float* logits = frandn(n, 1, 0);
-  logits[0 * Vp + 10] = logits[0 * Vp + 500] = 100;       /* tie: 10 */
-  logits[1 * Vp + 0] = logits[1 * Vp + V - 1] = 100;      /* tie: 0 */
-  logits[2 * Vp + V - 1] = 50;
-  logits[2 * Vp + V] = 1000;                               /* padding: ignored, V - 1 */
-  int *ref = xmalloc((size_t)BT * sizeof(int)), *got = xmalloc((size_t)BT * sizeof(int));
+  plant_argmax_cases(logits, V, Vp);
   int* d_arg = device_alloc((size_t)BT * sizeof(int));
-  ck->logits_argmax(logits, BT, V, Vp, ref);
   gk->logits_argmax(upload_f(logits, n), BT, V, Vp, d_arg);
-  gpu->to_host(got, d_arg, (size_t)BT * sizeof(int));
-  int same = memcmp(ref, got, (size_t)BT * sizeof(int)) == 0;
-  printf("  %-52s %8d rows, %s\n", "logits_argmax", BT, same ? "identical" : "DIFFERENT");
-  CHECK(same);
-  CHECK(got[0] == 10 && got[1] == 0 && got[2] == V - 1);
-  free(logits); free(ref); free(got);
+  check_argmax(d_arg, logits, BT, V, Vp);
+  free(logits);
 }
 
-/* Whether the caller says a GPU is there (OSDP_REQUIRE_GPU set and not 0: scripts/gpu-check.sh
-** sets it where `nvidia-smi -L` lists a GPU), so that no failure may read as "no GPU". */
-static int gpu_required(void) {
-  const char* require = getenv("OSDP_REQUIRE_GPU");
-  return require != NULL && *require != '\0' && strcmp(require, "0") != 0;
-}
-
-/* Whether a backend_cuda() that failed with `why` may skip the test: only when the CUDA runtime
-** sees no GPU at all (the backend's "no CUDA GPU is visible": no device, no driver) and no GPU is
-** required. Any other failure at set-up (cudaSetDevice, a stream, cuBLAS, an allocation, a kernel
-** attribute) is a broken backend, never "no GPU". tests/gpu_train.sh applies the same rule. */
-static int may_skip(const char* why) {
-  return !gpu_required() && why != NULL && strstr(why, "no CUDA GPU is visible") != NULL;
-}
-
-/* Skips where no GPU is visible (may_skip); otherwise one device block for every test, in matmul
-** mode fp32 except in test_matmul_fast and test_attention_fast. */
+/* Skips where no GPU is visible (cuda_check_start); otherwise one device block for every test, in
+** matmul mode fp32 except in test_matmul_fast and test_attention_fast. */
 int main(void) {
-  gpu = backend_cuda();
-  if (gpu == NULL) {
-    const char* why = osdp_last_error();
-    if (may_skip(why)) {
-      printf("test_cuda_kernels: SKIP: %s\n", why);
-      return SKIP_EXIT;
-    }
-    fprintf(stderr, "test_cuda_kernels: FAIL: the CUDA backend did not start: %s%s\n", why,
-            gpu_required() ? " (OSDP_REQUIRE_GPU is set: a GPU must be usable)" : "");
-    return 1;
-  }
-  rng_seed(&rng, 4321);
-  ck = backend_cpu()->f32;
+  check_name_width = 52; /* the check lines' layout (cuda_check.h): no tolerances */
+  int status = cuda_check_start("test_cuda_kernels", 4321);
+  if (status >= 0) return status;
   gk = gpu->f32;
-  backend_cpu()->set_threads(1);
-  gpu->set_matmul_mode(MATMUL_FP32);
-  device_base = gpu->reserve(DEVICE_BYTES);
-  if (device_base == NULL) {
-    fprintf(stderr, "test_cuda_kernels: %s\n", osdp_last_error());
-    return 1;
-  }
   test_table();
   test_memory();
   test_clock();
@@ -1003,7 +830,5 @@ int main(void) {
   test_sum_squares();
   test_adamw();
   test_argmax();
-  gpu->synchronize();
-  gpu->release(device_base, DEVICE_BYTES, DEVICE_BYTES);
-  return check_summary();
+  return cuda_check_finish();
 }

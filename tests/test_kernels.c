@@ -174,11 +174,11 @@ static double* prefill(double* grad, size_t n) {
   CHECK_MSG(t->kernel != NULL, "%s: %s table: %s is NULL", name, precision, #kernel);
 static void check_table_f32(const char* name, const Kernels_f32* t) {
   const char* precision = "fp32";
-  KERNEL_LIST(CHECK_TABLE_ENTRY, float)
+  KERNEL_LIST(CHECK_TABLE_ENTRY, float, float, float, float)
 }
 static void check_table_f64(const char* name, const Kernels_f64* t) {
   const char* precision = "fp64";
-  KERNEL_LIST(CHECK_TABLE_ENTRY, double)
+  KERNEL_LIST(CHECK_TABLE_ENTRY, double, double, double, double)
 }
 #undef CHECK_TABLE_ENTRY
 

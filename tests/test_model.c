@@ -120,16 +120,16 @@ static void fixture_init_rc(Fixture* f, const GptConfig* cfg, int B, int T, int 
   f->lp.d = d;
   f->lp.slices = f->slices;
   f->h = (GptParamHooks){&f->lp, lp_weight, lp_release, lp_grad, lp_release_grad};
-  f->a = (GptActs){.B = B, .T = T, .elem = sizeof(double), .recompute = f->recompute};
+  f->a = (GptActs){.B = B, .T = T, .precision = PRECISION_FP64, .recompute = f->recompute};
   f->a.op_acts = calloc((size_t)d->nops, sizeof(void*));
   size_t own[256], off[256], shared = 0;
-  gpt_acts_layout(d, B, T, sizeof(double), f->recompute, own, off, &shared);
+  gpt_acts_layout(d, B, T, PRECISION_FP64, f->recompute, own, off, &shared);
   f->shared = shared ? calloc(1, shared) : NULL;
   for (int i = 0; i < d->nops; i++)
     f->a.op_acts[i] = off[i] != (size_t)-1 ? (char*)f->shared + off[i] : calloc(1, own[i]);
   /* Chunks of 5 rows: several per batch, the last one short. */
   f->a.head_rows = 5;
-  f->a.scratch = calloc(1, gpt_scratch_bytes(d, B, T, sizeof(double), kernels_threads(), 5));
+  f->a.scratch = calloc(1, gpt_scratch_bytes(d, B, T, PRECISION_FP64, kernels_threads(), 5));
   int* tok = gpt_acts_tokens(d, &f->a);
   int* tg = gpt_acts_targets(d, &f->a);
   int n = 0;
@@ -148,7 +148,7 @@ static void fixture_init(Fixture* f, const GptConfig* cfg, int B, int T, int ksp
 
 static void fixture_free(Fixture* f) {
   size_t off[256];
-  gpt_acts_layout(&f->d, f->a.B, f->a.T, sizeof(double), f->recompute, NULL, off, NULL);
+  gpt_acts_layout(&f->d, f->a.B, f->a.T, PRECISION_FP64, f->recompute, NULL, off, NULL);
   for (int i = 0; i < f->d.nops; i++) {
     free(f->lp.w[i]);
     free(f->lp.g[i]);
@@ -161,7 +161,7 @@ static void fixture_free(Fixture* f) {
 
 /* The scaled loss of the current weights (an evaluation's forward: no gradient is touched). */
 static double fixture_loss(Fixture* f) {
-  return f->scale * gpt_forward_f64(&f->d, &f->a, &f->h, f->slices, GPT_EVAL, f->scale, NULL);
+  return f->scale * gpt_forward(&f->d, &f->a, &f->h, f->slices, GPT_EVAL, f->scale, NULL);
 }
 
 /* Analytic gradients of the current weights into lp.g (zeroed first, or in fresh mode filled
@@ -171,8 +171,8 @@ static double fixture_grads(Fixture* f) {
     for (size_t j = 0; f->lp.g[i] && j < f->d.ops[i].n_params; j++)
       f->lp.g[i][j] = f->lp.fresh_mode ? NAN : 0.0;
   memset(f->lp.used, 0, sizeof f->lp.used);
-  double loss = f->scale * gpt_forward_f64(&f->d, &f->a, &f->h, f->slices, GPT_TRAIN, f->scale, NULL);
-  gpt_backward_f64(&f->d, &f->a, &f->h, f->slices);
+  double loss = f->scale * gpt_forward(&f->d, &f->a, &f->h, f->slices, GPT_TRAIN, f->scale, NULL);
+  gpt_backward(&f->d, &f->a, &f->h, f->slices);
   return loss;
 }
 
@@ -251,8 +251,8 @@ static void check_recompute_equivalence(const GptConfig* cfg, int B, int T, int 
   for (int i = 0; i < a.d.nops; i++)
     for (size_t j = 0; j < a.d.ops[i].n_params; j++) differ += a.lp.g[i][j] != b.lp.g[i][j];
   CHECK_MSG(differ == 0, "recompute %#x changes %zu gradient entries", mask, differ);
-  size_t full = gpt_acts_layout(&a.d, B, T, 8, NULL, NULL, NULL, NULL);
-  size_t less = gpt_acts_layout(&b.d, B, T, 8, b.recompute, NULL, NULL, NULL);
+  size_t full = gpt_acts_layout(&a.d, B, T, PRECISION_FP64, NULL, NULL, NULL, NULL);
+  size_t less = gpt_acts_layout(&b.d, B, T, PRECISION_FP64, b.recompute, NULL, NULL, NULL);
   CHECK_MSG(less < full, "recompute %#x keeps %zu activation bytes, none %zu", mask, less, full);
   fixture_free(&a);
   fixture_free(&b);
@@ -288,7 +288,7 @@ static void check_head_chunks(const GptConfig* cfg, int B, int T, int k) {
     fixture_init(&f[c], cfg, B, T, k);
     f[c].a.head_rows = rows[c];
     free(f[c].a.scratch);
-    f[c].a.scratch = calloc(1, gpt_scratch_bytes(&f[c].d, B, T, sizeof(double), kernels_threads(),
+    f[c].a.scratch = calloc(1, gpt_scratch_bytes(&f[c].d, B, T, PRECISION_FP64, kernels_threads(),
                                                  rows[c]));
     loss[c] = fixture_grads(&f[c]);
   }
@@ -440,10 +440,22 @@ static void check_spec(const GptConfig* cfg) {
       at += t->n;
     }
     CHECK_MSG(at == op->n_params, "%s: tensors %zu of %zu", op->name, at, op->n_params);
-    size_t acts = 0;
-    for (int j = 0; j < op->nacts; j++)
-      acts += op->act[j].per_token * 6 * (op->act[j].is_int ? sizeof(int) : sizeof(float));
-    CHECK_MSG(acts == gpt_op_act_bytes(&d, op, 2, 3, sizeof(float)), "%s", op->name);
+    /* fp32: the tensors back to back; bf16: values 2 bytes, statistics and ints 4, each tensor
+    ** at a multiple of its element size */
+    size_t acts = 0, acts16 = 0;
+    for (int j = 0; j < op->nacts; j++) {
+      const ActTensor* a = &op->act[j];
+      size_t e16 = a->kind == ACT_VALUE ? 2 : 4;
+      CHECK_MSG(model_act_offset(op, a->name, 2, 3, PRECISION_FP32) == acts, "%s.%s", op->name,
+                a->name);
+      acts += a->per_token * 6 * (a->kind == ACT_INT ? sizeof(int) : sizeof(float));
+      acts16 = (acts16 + e16 - 1) / e16 * e16;
+      CHECK_MSG(model_act_offset(op, a->name, 2, 3, PRECISION_BF16) == acts16, "%s.%s bf16",
+                op->name, a->name);
+      acts16 += a->per_token * 6 * e16;
+    }
+    CHECK_MSG(acts == gpt_op_act_bytes(&d, op, 2, 3, PRECISION_FP32), "%s", op->name);
+    CHECK_MSG(acts16 == gpt_op_act_bytes(&d, op, 2, 3, PRECISION_BF16), "%s bf16", op->name);
     for (int k = 1; op->n_params && k <= (op->splittable ? 3 : 1); k++)
       for (int s = 0; s < k; s++) {
         /* A made-up address for the block (never dereferenced): element e is at 4096 + 4e. */

@@ -648,18 +648,18 @@ static int ref_groups(const DeviceInfo* dev, const SearchOptions* o, int* out) {
 ** layer order) and their forwards run again at a third of the op's time. */
 static void ref_batch(const GptDesc* d, const DeviceInfo* dev, int B, int T, const int* rec,
                       size_t* bytes, double* comp) {
-  *bytes = gpt_scratch_bytes(d, B, T, sizeof(float), dev->threads, 0);
+  *bytes = gpt_scratch_bytes(d, B, T, PRECISION_FP32, dev->threads, 0);
   *comp = 0;
   int any = 0;
   for (int i = 0; i < d->nops; i++) {
     double t = 3.0 * gpt_op_flops_per_token(d, &d->ops[i], T) * B * T / dev->flops;
     *comp += t;
     if (ref_recomputed(d, rec, i)) { any = 1; *comp += t / 3; continue; }
-    *bytes += gpt_op_act_bytes(d, &d->ops[i], B, T, sizeof(float));
+    *bytes += gpt_op_act_bytes(d, &d->ops[i], B, T, PRECISION_FP32);
   }
   size_t off = 0, end = 0;
   for (int j = GPT_LN1; any && j <= GPT_GELU; j++) {
-    size_t a = gpt_op_act_bytes(d, &d->ops[gpt_op_layer(0, j)], B, T, sizeof(float));
+    size_t a = gpt_op_act_bytes(d, &d->ops[gpt_op_layer(0, j)], B, T, PRECISION_FP32);
     end = off + a;
     off = (end + 63) / 64 * 64;
   }

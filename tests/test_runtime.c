@@ -2,7 +2,7 @@
 ** test_runtime.c: the engine's optimizer rules, checked in one process against a reference
 ** written out here (independent of engine.c):
 **  1. After each of several engine_step calls, the parameters (engine_get_params) equal those
-**     of an fp64 reference: the gradient from gpt_forward_f64/gpt_backward_f64 with plain local
+**     of an fp64 reference: the gradient from gpt_forward/gpt_backward in PRECISION_FP64 with plain local
 **     hooks, the global norm, clipping to grad_clip, and AdamW (decoupled weight decay on the
 **     weights of linears and on embed's wte and wpe; none on biases or LayerNorm) with the
 **     documented learning-rate schedule. StepResult.loss and .grad_norm match the reference.
@@ -80,11 +80,11 @@ static void ref_init(Ref* r) {
   r->m = calloc(d->n_params, sizeof(double));
   r->v = calloc(d->n_params, sizeof(double));
   r->h = (GptParamHooks){r, ref_weight, ref_release, ref_grad, ref_release_grad};
-  r->a = (GptActs){.B = B_, .T = T_, .elem = sizeof(double)};
+  r->a = (GptActs){.B = B_, .T = T_, .precision = PRECISION_FP64};
   r->a.op_acts = calloc((size_t)d->nops, sizeof(void*));
   for (int i = 0; i < d->nops; i++)
-    r->a.op_acts[i] = calloc(1, gpt_op_act_bytes(d, &d->ops[i], B_, T_, sizeof(double)));
-  r->a.scratch = calloc(1, gpt_scratch_bytes(d, B_, T_, sizeof(double), 1, 0));
+    r->a.op_acts[i] = calloc(1, gpt_op_act_bytes(d, &d->ops[i], B_, T_, PRECISION_FP64));
+  r->a.scratch = calloc(1, gpt_scratch_bytes(d, B_, T_, PRECISION_FP64, 1, 0));
   Rng rng;
   rng_seed(&rng, 2024);
   int* tok = gpt_acts_tokens(d, &r->a);
@@ -149,8 +149,8 @@ static double expected_lr(const TrainOptions* o, long t) {
 /* Reference loss and gradient at the current reference weights; returns the mean loss. */
 static double ref_grads(Ref* r) {
   memset(r->g, 0, r->d.n_params * sizeof(double));
-  double sum = gpt_forward_f64(&r->d, &r->a, &r->h, r->slices, GPT_TRAIN, r->scale, NULL);
-  gpt_backward_f64(&r->d, &r->a, &r->h, r->slices);
+  double sum = gpt_forward(&r->d, &r->a, &r->h, r->slices, GPT_TRAIN, r->scale, NULL);
+  gpt_backward(&r->d, &r->a, &r->h, r->slices);
   return sum * r->scale;
 }
 

@@ -162,14 +162,14 @@ int cmd_bench(int argc, char** argv) {
              "\"threads\":%d,\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,\"gflops_per_rank\":%.2f,"
              "\"sgemm_gflops\":%.2f,\"ratio\":%.4f,\"peak_bytes\":%.0f,\"predicted_peak_bytes\":%zu,"
              "\"comm_s_per_step\":%.4f,\"recompute_layers\":%d,\"device\":\"%s\",\"matmul\":\"%s\","
-             "\"tf32\":\"%s\",\"precision\":\"fp32\",\"flops_per_token\":%.0f,"
+             "\"tf32\":\"%s\",\"precision\":\"%s\",\"flops_per_token\":%.0f,"
              "\"reduce_dtype\":\"%s\","
              "\"overlap_reduce\":%s,\"prefetch\":%s,\"median_ms_per_step\":%.3f,"
              "\"median_tokens_per_s\":%.1f,\"optimizer_ms_per_step\":%.3f",
              d.cfg.name, args_get(&a, "plan", "ddp"), comm_size(), p.micro_batch, p.seq, opt.threads,
              ms, tokens / (ms / 1e3), gflops, ref, ref > 0 ? gflops / ref : 0, peak_max, e.predicted.peak,
              comm_s / steps, plan_recompute_count(&p), bk->name, matmul_mode_name(matmul),
-             matmul == MATMUL_TF32 ? "on" : "off",
+             matmul == MATMUL_TF32 ? "on" : "off", precision_name(p.precision),
              flops / (double)BT, reduce_dtype_name(p.reduce_dtype), p.overlap_reduce ? "true" : "false",
              p.prefetch ? "true" : "false", median_ms, tokens / (median_ms / 1e3), 1e3 * optim / steps);
       print_comms(1, steps);

@@ -22,6 +22,9 @@ static const OptionSpec describe_options[] = {
     {"mem-limit", "SIZE", NULL, "with --svg: draw the limit as a line"},
     {"svg", "FILE", NULL, "draw the memory over one step and each operator's strategies (SVG)"},
     {"device", "D", "cpu", "cpu or cuda: the device named in the memory table (the same on both)"},
+    {"precision", "fp32|bf16", "fp32",
+     "the storage the memory is for (bf16: bf16 activations and a bf16 copy of\n"
+     "the weights beside the fp32 ones; dp and zero2 plans)"},
     {"json", NULL, NULL, "print the operators and the memory as one JSON object"},
     {NULL, NULL, NULL, NULL}};
 
@@ -47,7 +50,7 @@ static void describe_table(const GptDesc* d, int T) {
   for (int i = 0; i < d->nops; i++) {
     const GptOp* op = &d->ops[i];
     double f = gpt_op_flops_per_token(d, op, T);
-    size_t a = gpt_op_act_bytes(d, op, 1, T, sizeof(float));
+    size_t a = gpt_op_act_bytes(d, op, 1, T, PRECISION_FP32);
     flops += f; acts += a;
     char split[48];
     if (op->owner >= 0 && op->owner != i) snprintf(split, sizeof split, "tied to %s", d->ops[op->owner].name);
@@ -65,8 +68,8 @@ static void describe_table(const GptDesc* d, int T) {
 static void describe_memory(const MemPrediction* m, const Plan* p, const char* name,
                             const char* device) {
   char b[6][32];
-  printf("memory per rank for plan %s on %d rank(s), micro-batch %d, seq %d (device %s):\n", name,
-         p->world, p->micro_batch, p->seq, device);
+  printf("memory per rank for plan %s on %d rank(s), micro-batch %d, seq %d, %s (device %s):\n",
+         name, p->world, p->micro_batch, p->seq, precision_name(p->precision), device);
   printf("  params %s, grads %s, optimizer %s, activations %s, scratch %s, transient %s\n",
          format_bytes((double)m->params, b[0]), format_bytes((double)m->grads, b[1]),
          format_bytes((double)m->optim, b[2]), format_bytes((double)m->acts, b[3]),
@@ -90,15 +93,16 @@ static void describe_json(const GptDesc* d, int T, const Plan* p, const MemPredi
     printf("%s{\"name\":\"%s\",\"kind\":\"%s\",\"params\":%zu,\"flops_per_token\":%.0f,"
            "\"act_bytes_per_sample\":%zu,\"splittable\":%s,\"uses_params_of\":\"%s\"}",
            i ? "," : "", op->name, gpt_op_kind_name(op->kind), op->n_params,
-           gpt_op_flops_per_token(d, op, T), gpt_op_act_bytes(d, op, 1, T, sizeof(float)),
+           gpt_op_flops_per_token(d, op, T), gpt_op_act_bytes(d, op, 1, T, PRECISION_FP32),
            op->splittable ? "true" : "false", op->owner >= 0 ? d->ops[op->owner].name : "");
   }
   printf("]");
   if (m)
     printf(",\"memory\":{\"params\":%zu,\"grads\":%zu,\"optim\":%zu,\"acts\":%zu,\"scratch\":%zu,"
-           "\"transient\":%zu,\"peak\":%zu,\"recompute_buffer\":%zu},\"recompute_layers\":%d",
+           "\"transient\":%zu,\"peak\":%zu,\"recompute_buffer\":%zu},\"recompute_layers\":%d,"
+           "\"precision\":\"%s\"",
            m->params, m->grads, m->optim, m->acts, m->scratch, m->transient, m->peak, m->recompute,
-           plan_recompute_count(p));
+           plan_recompute_count(p), precision_name(p->precision));
   printf("}\n");
 }
 

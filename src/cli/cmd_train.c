@@ -478,6 +478,7 @@ static void train_summary(TrainRun* r, long done, const char* error, double firs
   cJSON_AddBoolToObject(o, "prefetch", r->plan.prefetch);
   cJSON_AddBoolToObject(o, "overlap_reduce", r->plan.overlap_reduce);
   cJSON_AddStringToObject(o, "reduce_dtype", reduce_dtype_name(r->plan.reduce_dtype));
+  cJSON_AddStringToObject(o, "precision", precision_name(r->plan.precision));
   cJSON* groups = cJSON_AddArrayToObject(o, "shard_groups"); /* the distinct groups of the ops */
   for (int G = 1; G <= comm_size(); G++)
     for (int i = 0; i < r->plan.nops; i++)

@@ -151,6 +151,7 @@ int setup_plan_options(const Args* a, const GptDesc* d, Plan* p) {
     if (args_int(a, "head-rows", 0, 1, 1L << 24, &r)) return -1;
     p->head_rows = (int)r;
   }
+  if (args_get(a, "precision", NULL) && setup_precision(a, &p->precision)) return -1;
   return setup_recompute(a, d, p);
 }
 
@@ -192,16 +193,27 @@ int setup_matmul_mode(const Args* a, MatmulMode* mode) {
   return 0;
 }
 
+int setup_precision(const Args* a, Precision* prec) {
+  const char* name = args_get(a, "precision", "fp32");
+  int p = precision_parse(name);
+  if (p != PRECISION_FP32 && p != PRECISION_BF16)
+    return osdp_fail("--precision: '%s' is not fp32 or bf16 (bf16: bf16 activations and weight "
+                     "copies, fp32 master weights, gradients and optimizer state; GPUs only)",
+                     name);
+  *prec = (Precision)p;
+  return 0;
+}
+
 const Backend* setup_backend(const Args* a) {
-  const char* precision = args_get(a, "precision", "fp32");
   MatmulMode mode;
-  if (setup_matmul_mode(a, &mode)) return NULL;
-  if (strcmp(precision, "fp32")) {
-    osdp_fail("--precision: '%s' is not available; this osdp trains in fp32 (bf16 mixed precision is "
-              "not built yet; --matmul bf16 computes products on bf16 tensor cores)", precision);
+  Precision prec = PRECISION_FP32;
+  if (setup_matmul_mode(a, &mode) || setup_precision(a, &prec)) return NULL;
+  const Backend* bk = backend_by_name(args_get(a, "device", "cpu"), "--device");
+  if (bk && prec == PRECISION_BF16 && !bk->bf16) {
+    osdp_fail("--precision bf16: the %s backend has no bf16 kernels; bf16 storage runs on GPUs "
+              "(--device cuda), or use --precision fp32", bk->name);
     return NULL;
   }
-  const Backend* bk = backend_by_name(args_get(a, "device", "cpu"), "--device");
   if (bk) bk->set_matmul_mode(mode);
   return bk;
 }
@@ -300,6 +312,11 @@ int setup_auto_plan(const Args* a, const GptDesc* d, int T, int min_batch, int m
                     Plan* p, PlanCost* cost, PlanReport* report) {
   ProfileOptions po;
   DeviceInfo dev;
+  Precision prec = PRECISION_FP32;
+  if (setup_precision(a, &prec)) return -1;
+  if (prec == PRECISION_BF16)
+    return osdp_fail("--precision bf16: --plan auto profiles and plans fp32 steps so far; give "
+                     "--plan dp or zero2 (or a plan file), or --precision fp32");
   if (profile_options_from_args(a, d, T, &po)) return -1;
   po.verbose = !quiet;
   long trial_steps;
@@ -390,7 +407,9 @@ const OptionSpec setup_device_options[] = {
      "with cuda: matrix products and attention in full fp32, or on tensor cores\n"
      "with inputs rounded to TF32 or to bf16 (fp32 storage and sums)"},
     {"tf32", "on|off", NULL, "the older spelling: on is --matmul tf32, off is --matmul fp32"},
-    {"precision", "P", "fp32", "fp32 (bf16 mixed precision is not built yet)"},
+    {"precision", "fp32|bf16", "fp32",
+     "storage: fp32, or bf16 activations and weight copies beside fp32\n"
+     "master weights, gradients and optimizer state (GPUs; dp, zero2)"},
     {NULL, NULL, NULL, NULL}};
 
 /* The model shape of weights file `path` in *cfg: the file's own, or --model's (which must

@@ -67,8 +67,12 @@ void setup_cap_batch(const Args* a, const GptDesc* d, const DeviceInfo* dev, Sea
 ** tf32, off: fp32) into *mode; 0, or -1 with a one-line error for a bad value or when both are
 ** given and disagree. */
 int setup_matmul_mode(const Args* a, MatmulMode* mode);
-/* The backend of --device cpu|cuda (default cpu) in the matmul mode of setup_matmul_mode, with
-** --precision fp32 (bf16 is not built yet). NULL with a one-line error (e.g. no GPU here). */
+/* The storage precision of --precision fp32|bf16 (default fp32) into *prec; 0, or -1 with a
+** one-line error. */
+int setup_precision(const Args* a, Precision* prec);
+/* The backend of --device cpu|cuda (default cpu) in the matmul mode of setup_matmul_mode, able
+** to run --precision (bf16 needs a backend with bf16 kernels: a GPU). NULL with a one-line error
+** (e.g. no GPU here, bf16 on the CPU). */
 const Backend* setup_backend(const Args* a);
 /* Optimizer, threads, memory and device options (--lr --seed --threads --mem-limit --warmup
 ** --device ...). */

@@ -17,19 +17,59 @@
 #define OSDP_BACKEND_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kernels/kernel_list.h"
 
+/* A bfloat16 value in backend memory: the top 16 bits of the fp32 value it was rounded from
+** (sign, 8 exponent bits, 7 mantissa bits), rounded to nearest even. A struct, so that a bf16
+** array is never passed where a float or a uint16_t array is expected; kernels widen it to fp32
+** as they read it (CUDA's __nv_bfloat16 has the same layout). Host code only moves such arrays
+** (osdp_bf16_from_float and osdp_bf16_to_float convert on the host, for tests and transfers). */
+typedef struct osdp_bf16 {
+  uint16_t bits;
+} osdp_bf16;
+
+/* f rounded to bf16, to nearest even (a NaN stays a NaN; large values may round to inf). */
+osdp_bf16 osdp_bf16_from_float(float f);
+/* The float value of h (exact). */
+float osdp_bf16_to_float(osdp_bf16 h);
+
 /* The kernel table of one precision: a pointer per kernel of KERNEL_LIST (kernel_list.h, with
-** its contracts), under the kernel's own name: bk->f32->matmul_forward(...). */
+** its contracts and the four element roles act, wt, grad, stat), under the kernel's own name:
+** bk->f32->matmul_forward(...). Kernels_bf16 is bf16 storage: bf16 activations and weight
+** copies, fp32 gradients, optimizer state and statistics. */
 #define KERNEL_TABLE_MEMBER(ret, name, params) ret(*name) params;
 typedef struct Kernels_f32 {
-  KERNEL_LIST(KERNEL_TABLE_MEMBER, float)
+  KERNEL_LIST(KERNEL_TABLE_MEMBER, float, float, float, float)
 } Kernels_f32;
 typedef struct Kernels_f64 {
-  KERNEL_LIST(KERNEL_TABLE_MEMBER, double)
+  KERNEL_LIST(KERNEL_TABLE_MEMBER, double, double, double, double)
 } Kernels_f64;
+typedef struct Kernels_bf16 {
+  KERNEL_LIST(KERNEL_TABLE_MEMBER, osdp_bf16, osdp_bf16, float, float)
+} Kernels_bf16;
 #undef KERNEL_TABLE_MEMBER
+
+/* The storage precision of a training step: which kernel table runs it (bk->f32, ->f64, ->bf16)
+** and how many bytes each of KERNEL_LIST's four element roles takes (precision_elems).
+** PRECISION_FP32: everything fp32 (training's default); PRECISION_FP64: everything double (the
+** CPU's gradient checks); PRECISION_BF16: bf16 activations and weight copies, fp32 gradients,
+** master weights, optimizer state and statistics (`--precision bf16`, on a backend with a bf16
+** table). One source for the step, the engine's buffers and the memory prediction. */
+typedef enum Precision { PRECISION_FP32 = 0, PRECISION_FP64 = 1, PRECISION_BF16 = 2 } Precision;
+
+/* Bytes of one element of each role (kernel_list.h): act, wt, grad, stat. */
+typedef struct StepElems {
+  size_t act, wt, grad, stat;
+} StepElems;
+
+/* The element sizes of precision p: fp32 4 4 4 4, fp64 8 8 8 8, bf16 2 2 4 4. */
+StepElems precision_elems(Precision p);
+/* The Precision called `name` ("fp32", "fp64" or "bf16"), or -1 for any other name. */
+int precision_parse(const char* name);
+/* The name of precision p. */
+const char* precision_name(Precision p);
 
 /* How a backend computes matrix products (on CUDA also attention), always on fp32 storage with
 ** fp32 accumulation: MATMUL_FP32 in full fp32; MATMUL_TF32 on tensor cores with the inputs
@@ -68,6 +108,7 @@ typedef struct Backend {
   void (*set_matmul_mode)(MatmulMode mode);
   const Kernels_f32* f32;
   const Kernels_f64* f64;   /* NULL where there are no fp64 kernels (CUDA) */
+  const Kernels_bf16* bf16; /* bf16 storage; NULL where there is none (the CPU) */
   /* Elements of scratch the attention kernels need per kernel thread for sequence length T
   ** and head size hs (the `scratch` argument of attention_forward/backward holds threads x
   ** this many): the CPU's tiles (attention_scratch_elems of cpu_kernels.h); 0 on CUDA, whose

@@ -111,6 +111,7 @@ static const Backend cpu_backend = {
     .set_matmul_mode = cpu_set_matmul_mode,
     .f32 = &cpu_kernels_f32,
     .f64 = &cpu_kernels_f64,
+    .bf16 = NULL,
     .attention_scratch_elems = attention_scratch_elems,
     .compute_stream = cpu_compute_stream,
 };

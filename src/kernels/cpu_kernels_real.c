@@ -1007,6 +1007,12 @@ static void logits_argmax(const real* logits, int BT, int V, int Vp, int* argmax
   }
 }
 
+/* dst = src (one type on the CPU: the compute copy of master weights is a copy). */
+static void compute_copy(real* dst, const real* src, size_t n) {
+  #pragma omp parallel for simd schedule(static) num_threads(kernels_threads())
+  for (size_t i = 0; i < n; i++) dst[i] = src[i];
+}
+
 /* dst[0..n) += src[0..n) (the gradient reductions add a received part into a shard). */
 static void accumulate(real* dst, const real* src, size_t n) {
   #pragma omp parallel for schedule(static) num_threads(kernels_threads())
@@ -1024,8 +1030,8 @@ static void accumulate(real* dst, const real* src, size_t n) {
 #pragma GCC diagnostic error "-Wincompatible-pointer-types"
 #define CPU_TABLE_ENTRY(ret, name, params) .name = name,
 #ifdef OSDP_REAL_DOUBLE
-const Kernels_f64 cpu_kernels_f64 = {KERNEL_LIST(CPU_TABLE_ENTRY, double)};
+const Kernels_f64 cpu_kernels_f64 = {KERNEL_LIST(CPU_TABLE_ENTRY, double, double, double, double)};
 #else
-const Kernels_f32 cpu_kernels_f32 = {KERNEL_LIST(CPU_TABLE_ENTRY, float)};
+const Kernels_f32 cpu_kernels_f32 = {KERNEL_LIST(CPU_TABLE_ENTRY, float, float, float, float)};
 #endif
 #undef CPU_TABLE_ENTRY

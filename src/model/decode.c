@@ -134,12 +134,12 @@ static void full_release_grad(void* ctx, int owner, int slice) {}
 static void* full_acts(const GptDesc* d, int T, GptActs* a, void** op_acts) {
   size_t* own = malloc((size_t)d->nops * sizeof(size_t)), total = 0;
   if (!own) return NULL;
-  gpt_acts_layout(d, 1, T, sizeof(float), NULL, own, NULL, NULL);
+  gpt_acts_layout(d, 1, T, PRECISION_FP32, NULL, own, NULL, NULL);
   for (int i = 0; i < d->nops; i++) total += (own[i] + 63) & ~(size_t)63;
-  size_t scratch = gpt_scratch_bytes(d, 1, T, sizeof(float), kernels_threads(), 0);
+  size_t scratch = gpt_scratch_bytes(d, 1, T, PRECISION_FP32, kernels_threads(), 0);
   char* base = calloc(1, total + scratch);
   if (!base) { free(own); return NULL; }
-  *a = (GptActs){.B = 1, .T = T, .elem = sizeof(float), .backend = backend_cpu(),
+  *a = (GptActs){.B = 1, .T = T, .precision = PRECISION_FP32, .backend = backend_cpu(),
                  .op_acts = op_acts, .scratch = base + total};
   size_t off = 0;
   for (int i = 0; i < d->nops; i++) {

@@ -25,7 +25,7 @@ typedef struct DecodeFns {
   void (*token)(struct Decoder* dec, int token, int pos);
 } DecodeFns;
 
-/* One precision's step of a family (see gpt_forward_f32 / gpt_backward_f32 in gpt_step.h). */
+/* One precision's step of a family (see gpt_forward / gpt_backward in gpt_step.h). */
 typedef struct StepPasses {
   double (*forward)(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
                     GptForwardMode mode, double loss_scale, int* argmax);
@@ -42,9 +42,10 @@ typedef struct ModelFamily {
   int (*build)(GptDesc* d);
   /* Bytes of the step's own working buffers for B x T (gpt_scratch_bytes adds the LM head's
   ** chunk and the evaluation's ints after them). */
-  size_t (*scratch_bytes)(const GptDesc* d, int B, int T, size_t elem, int threads);
+  size_t (*scratch_bytes)(const GptDesc* d, int B, int T, Precision prec, int threads);
   const StepPasses* f32;
   const StepPasses* f64;
+  const StepPasses* bf16;           /* bf16 storage (runs on a backend with a bf16 table) */
   const DecodeFns* decode;
   /* safetensors files: a prefix names may carry ("transformer."), the name of a tied LM head
   ** that must equal the embedding (NULL: untied), the prefix of layer tensors before their

@@ -301,23 +301,37 @@ double gpt_step_useful_flops(const GptDesc* d, int B, int T) {
   return 3.0 * f * (double)B * (double)T;
 }
 
-/* Bytes of activation tensor a for BT positions, reals of elem bytes. */
-static size_t act_bytes(const ActTensor* a, size_t BT, size_t elem) {
-  return BT * a->per_token * (a->is_int ? sizeof(int) : elem);
+/* Bytes of one element of activation tensor a in precision prec. */
+static size_t act_elem(const ActTensor* a, Precision prec) {
+  if (a->kind == ACT_INT) return sizeof(int);
+  StepElems e = precision_elems(prec);
+  return a->kind == ACT_STAT ? e.stat : e.act;
 }
 
-size_t gpt_op_act_bytes(const GptDesc* d, const GptOp* op, int B, int T, size_t elem) {
-  (void)d;
-  size_t BT = (size_t)B * (size_t)T, bytes = 0;
-  for (int j = 0; j < op->nacts; j++) bytes += act_bytes(&op->act[j], BT, elem);
-  return bytes;
-}
-
-size_t model_act_offset(const GptOp* op, const char* name, int B, int T, size_t elem) {
-  size_t BT = (size_t)B * (size_t)T, off = 0;
-  for (int j = 0; j < op->nacts && strcmp(op->act[j].name, name) != 0; j++)
-    off += act_bytes(&op->act[j], BT, elem);
+/* The offset of tensor j of op's block (B*T = BT positions): the end of tensor j - 1 rounded up
+** to a multiple of tensor j's element size. */
+static size_t act_start(const GptOp* op, int j, size_t BT, Precision prec) {
+  size_t off = 0;
+  for (int i = 0; i <= j && i < op->nacts; i++) {
+    size_t elem = act_elem(&op->act[i], prec);
+    off = (off + elem - 1) / elem * elem;
+    if (i < j) off += BT * op->act[i].per_token * elem;
+  }
   return off;
+}
+
+size_t gpt_op_act_bytes(const GptDesc* d, const GptOp* op, int B, int T, Precision prec) {
+  (void)d;
+  size_t BT = (size_t)B * (size_t)T;
+  if (op->nacts == 0) return 0;
+  const ActTensor* last = &op->act[op->nacts - 1];
+  return act_start(op, op->nacts - 1, BT, prec) + BT * last->per_token * act_elem(last, prec);
+}
+
+size_t model_act_offset(const GptOp* op, const char* name, int B, int T, Precision prec) {
+  int j = 0;
+  while (j < op->nacts && strcmp(op->act[j].name, name) != 0) j++;
+  return act_start(op, j, (size_t)B * (size_t)T, prec);
 }
 
 int gpt_op_held(const GptDesc* d, int op) {
@@ -337,14 +351,16 @@ int gpt_head_rows(const GptDesc* d, int B, int T, int head_rows) {
   return rows < B * T ? rows : B * T;
 }
 
-size_t gpt_head_chunk_bytes(const GptDesc* d, int B, int T, size_t elem, int head_rows) {
-  size_t chunk = (size_t)gpt_head_rows(d, B, T, head_rows) * (size_t)d->cfg.padded_vocab * elem;
+size_t gpt_head_chunk_bytes(const GptDesc* d, int B, int T, Precision prec, int head_rows) {
+  size_t chunk = (size_t)gpt_head_rows(d, B, T, head_rows) * (size_t)d->cfg.padded_vocab *
+                 precision_elems(prec).act;
   return (chunk + 63) / 64 * 64;
 }
 
-size_t gpt_scratch_bytes(const GptDesc* d, int B, int T, size_t elem, int threads, int head_rows) {
-  return gpt_head_chunk_bytes(d, B, T, elem, head_rows) +
-         d->family->scratch_bytes(d, B, T, elem, threads) + 2 * (size_t)B * T * sizeof(int);
+size_t gpt_scratch_bytes(const GptDesc* d, int B, int T, Precision prec, int threads,
+                         int head_rows) {
+  return gpt_head_chunk_bytes(d, B, T, prec, head_rows) +
+         d->family->scratch_bytes(d, B, T, prec, threads) + 2 * (size_t)B * T * sizeof(int);
 }
 
 /* A standard normal drawn from a hash of (seed, op, idx): counter-based, so any element can

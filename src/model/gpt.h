@@ -26,6 +26,8 @@
 
 #include <stddef.h>
 
+#include "kernels/backend.h" /* Precision: the element sizes of activation tensors */
+
 #define GPT_MAX_SLICES 8       /* the most slices an op can be split into */
 #define MODEL_MAX_TENSORS 2    /* named parameter tensors per op */
 #define MODEL_MAX_ACTS 3       /* named activation tensors per op */
@@ -87,12 +89,18 @@ typedef struct ParamTensor {
   int llmc_transposed;
 } ParamTensor;
 
-/* A named tensor of an op's activation block: per_token elements for each of the B*T positions,
-** reals (elements of the step's precision) or ints. */
+/* The element kind of an activation tensor: a value (an activation, in the step's act
+** precision: bf16 under PRECISION_BF16), a statistic kept for backward or the loss (LayerNorm's
+** mean and rstd, attention's lse, the losses: the stat precision, fp32 under bf16), or an int
+** (token ids, targets). */
+typedef enum ActKind { ACT_VALUE = 0, ACT_STAT = 1, ACT_INT = 2 } ActKind;
+
+/* A named tensor of an op's activation block: per_token elements of its kind for each of the B*T
+** positions. */
 typedef struct ActTensor {
   char name[8];
   size_t per_token;
-  int is_int;
+  ActKind kind;
 } ActTensor;
 
 typedef struct GptOp {
@@ -191,11 +199,14 @@ const ParamTensor* model_tensor(const GptOp* op, const char* name);
 /* Forward FLOPs per token of an op at sequence length T (matrix products only); backward
 ** costs twice as much. */
 double gpt_op_flops_per_token(const GptDesc* d, const GptOp* op, int T);
-/* Bytes of the activation block of an op for B samples of length T, reals of elem bytes. */
-size_t gpt_op_act_bytes(const GptDesc* d, const GptOp* op, int B, int T, size_t elem);
-/* Offset in bytes of activation tensor `name` inside the op's block (B x T, elem bytes); the
-** tensor must exist. */
-size_t model_act_offset(const GptOp* op, const char* name, int B, int T, size_t elem);
+/* Bytes of the activation block of an op for B samples of length T in precision prec: its
+** tensors in order, each of its kind's element size (precision_elems: act for values, stat for
+** statistics; ints) and starting at a multiple of that size (padding only where a bf16 tensor is
+** followed by a wider one). */
+size_t gpt_op_act_bytes(const GptDesc* d, const GptOp* op, int B, int T, Precision prec);
+/* Offset in bytes of activation tensor `name` inside the op's block (B x T, precision prec, laid
+** out as gpt_op_act_bytes says); the tensor must exist. */
+size_t model_act_offset(const GptOp* op, const char* name, int B, int T, Precision prec);
 /* The LM head and its loss run fused over chunks of rows of the B*T positions, so the logits
 ** [B*T, Vp] never exist whole: a chunk of head_rows rows at a time (see step_ops.h). The rows of
 ** a chunk: head_rows when given (> 0), else the default rule (gpt_head_rows_default), at most
@@ -208,10 +219,12 @@ int gpt_head_rows_default(const GptDesc* d);
 /* Bytes of the step's working buffers, which the runtime allocates once per step setup: first
 ** the LM head's chunk of logits [gpt_head_rows, Vp] (gpt_head_chunk_bytes), then the family's
 ** buffers (activation gradients and attention scratch for `threads` threads, which the forward
-** uses too), then 2*B*T ints at the end (the evaluation's argmax). */
-size_t gpt_scratch_bytes(const GptDesc* d, int B, int T, size_t elem, int threads, int head_rows);
-/* Bytes of the head's chunk at the start of the scratch buffer (rounded up to 64). */
-size_t gpt_head_chunk_bytes(const GptDesc* d, int B, int T, size_t elem, int head_rows);
+** uses too), then 2*B*T ints at the end (the evaluation's argmax); in precision prec. */
+size_t gpt_scratch_bytes(const GptDesc* d, int B, int T, Precision prec, int threads,
+                         int head_rows);
+/* Bytes of the head's chunk of logits (act elements of prec) at the start of the scratch buffer
+** (rounded up to 64). */
+size_t gpt_head_chunk_bytes(const GptDesc* d, int B, int T, Precision prec, int head_rows);
 /* Short name of an op kind ("linear", ...). */
 const char* gpt_op_kind_name(OpKind k);
 /* The initial value of parameter idx of op's block for a seed, computed from (seed, op, idx)

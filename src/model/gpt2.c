@@ -59,7 +59,7 @@ static void add_linear(GptDesc* d, const char* name, int layer, int K, int OC, i
   spec_add_tensor(op, "W", (size_t)K, (size_t)OC, INIT_NORMAL, std, hf, slot_w, 0);
   snprintf(hf, sizeof hf, "%s.bias", hf_base);
   spec_add_tensor(op, "b", 0, (size_t)OC, INIT_ZEROS, 0, hf, slot_w + 1, 0);
-  spec_add_act(op, "out", (size_t)OC, 0);
+  spec_add_act(op, "out", (size_t)OC, ACT_VALUE);
 }
 
 /* Adds a LayerNorm over C features (gamma 1, beta 0: a tail of 2C, never split). */
@@ -72,9 +72,9 @@ static void add_layernorm(GptDesc* d, const char* name, int layer, const char* h
   spec_add_tensor(op, "gamma", 0, C, INIT_ONES, 0, hf, slot_w, 0);
   snprintf(hf, sizeof hf, "%s.bias", hf_base);
   spec_add_tensor(op, "beta", 0, C, INIT_ZEROS, 0, hf, slot_w + 1, 0);
-  spec_add_act(op, "out", C, 0);
-  spec_add_act(op, "mean", 1, 0);
-  spec_add_act(op, "rstd", 1, 0);
+  spec_add_act(op, "out", C, ACT_VALUE);
+  spec_add_act(op, "mean", 1, ACT_STAT);
+  spec_add_act(op, "rstd", 1, ACT_STAT);
 }
 
 /* Adds the token + position embedding: wte [C, Vp] (the split part; its padded columns start at
@@ -93,9 +93,9 @@ static void add_embed(GptDesc* d) {
   wte->real_cols = (size_t)c->vocab_size;
   wte->hf_shape[0] = (size_t)c->vocab_size; /* safetensors hold only the V real tokens */
   spec_add_tensor(e, "wpe", (size_t)c->max_seq, C, INIT_NORMAL, 0.02, "wpe.weight", SLOT_WPE, 0);
-  spec_add_act(e, "out", C, 0);
-  spec_add_act(e, "tokens", 1, 1);
-  spec_add_act(e, "targets", 1, 1);
+  spec_add_act(e, "out", C, ACT_VALUE);
+  spec_add_act(e, "tokens", 1, ACT_INT);
+  spec_add_act(e, "targets", 1, ACT_INT);
   d->tokens_op = e->index_self;
 }
 
@@ -110,8 +110,8 @@ static void add_layer(GptDesc* d, int l) {
   snprintf(nm, sizeof nm, "h%d.attn", l);
   GptOp* att = spec_add_op(d, nm, OP_ATTENTION, l);
   att->flops_tok_T = 4.0 * C;
-  spec_add_act(att, "out", (size_t)C, 0);
-  spec_add_act(att, "lse", (size_t)d->cfg.n_head, 0); /* [B, NH, T]: each query row's log-sum-exp */
+  spec_add_act(att, "out", (size_t)C, ACT_VALUE);
+  spec_add_act(att, "lse", (size_t)d->cfg.n_head, ACT_STAT); /* [B, NH, T]: each query row's log-sum-exp */
   snprintf(nm, sizeof nm, "h%d.proj", l); snprintf(hf, sizeof hf, "h.%d.attn.c_proj", l);
   add_linear(d, nm, l, C, C, 1, hf, SLOT_PROJW);
   snprintf(nm, sizeof nm, "h%d.ln2", l);  snprintf(hf, sizeof hf, "h.%d.ln_2", l);
@@ -119,7 +119,7 @@ static void add_layer(GptDesc* d, int l) {
   snprintf(nm, sizeof nm, "h%d.fc", l);   snprintf(hf, sizeof hf, "h.%d.mlp.c_fc", l);
   add_linear(d, nm, l, C, 4 * C, 0, hf, SLOT_FCW);
   snprintf(nm, sizeof nm, "h%d.gelu", l);
-  spec_add_act(spec_add_op(d, nm, OP_GELU, l), "out", 4 * (size_t)C, 0);
+  spec_add_act(spec_add_op(d, nm, OP_GELU, l), "out", 4 * (size_t)C, ACT_VALUE);
   snprintf(nm, sizeof nm, "h%d.fcproj", l); snprintf(hf, sizeof hf, "h.%d.mlp.c_proj", l);
   add_linear(d, nm, l, 4 * C, C, 1, hf, SLOT_FCPROJW);
   d->ops[d->nops - 1].layer_output = 1;
@@ -140,17 +140,17 @@ static int gpt2_build(GptDesc* d) {
   head->K = cfg->n_embd; head->OC = cfg->padded_vocab;
   head->flops_tok = 2.0 * head->K * head->OC;
   head->has_backward = 0; /* the head and loss run fused, backward included (step_ops.h) */
-  spec_add_act(head, "losses", 1, 0);
+  spec_add_act(head, "losses", 1, ACT_STAT);
   d->head_op = head->index_self;
   return 0;
 }
 
 /* The working buffers of GPT-2's step: dres [BT, C] + two [BT, 4C] work buffers + per-thread
 ** attention scratch (also used by the forward); gpt_scratch_bytes adds the head's chunk. */
-static size_t gpt2_scratch_bytes(const GptDesc* d, int B, int T, size_t elem, int threads) {
+static size_t gpt2_scratch_bytes(const GptDesc* d, int B, int T, Precision prec, int threads) {
   size_t BT = (size_t)B * (size_t)T, C = (size_t)d->cfg.n_embd;
   size_t att = (size_t)threads * attention_scratch_elems(T, d->cfg.n_embd / d->cfg.n_head);
-  return (BT * C + 2 * BT * 4 * C + att) * elem;
+  return (BT * C + 2 * BT * 4 * C + att) * precision_elems(prec).act;
 }
 
 static const ModelFamily gpt2_family = {
@@ -162,6 +162,7 @@ static const ModelFamily gpt2_family = {
     .scratch_bytes = gpt2_scratch_bytes,
     .f32 = &gpt2_step_f32,
     .f64 = &gpt2_step_f64,
+    .bf16 = &gpt2_step_bf16,
     .decode = &gpt2_decode,
     .hf_prefix = "transformer.",
     .hf_tied_head = "lm_head.weight",

@@ -42,6 +42,7 @@ enum { EMBED_WTE = 0, EMBED_WPE = 1 };
 struct StepPasses;
 extern const struct StepPasses gpt2_step_f32;
 extern const struct StepPasses gpt2_step_f64;
+extern const struct StepPasses gpt2_step_bf16;
 /* Its one-position decoder over a KV cache (gpt2_decode.c). */
 struct DecodeFns;
 extern const struct DecodeFns gpt2_decode;

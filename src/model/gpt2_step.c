@@ -4,9 +4,11 @@
 ** named tensors (gpt_acquire_weights: W and b of a linear, gamma and beta of a LayerNorm, wte
 ** and wpe of the embedding); activations are the op list's named activation tensors.
 **
-** Compiled twice: as it is with real = float (training; exports gpt2_step_f32), and by
-** gpt2_step_f64.c with STEP_REAL_DOUBLE defined, real = double (the whole-model gradient
-** checks; exports gpt2_step_f64). Every function is static, so the two copies do not meet.
+** Compiled three times (step_ops.h has the element types): as it is, in fp32 (training; exports
+** gpt2_step_f32), by gpt2_step_f64.c with STEP_REAL_DOUBLE defined, in double (the whole-model
+** gradient checks; gpt2_step_f64), and by gpt2_step_bf16.c with STEP_BF16 defined, with bf16
+** activations and fp32 gradients and statistics (`--precision bf16` on a GPU; gpt2_step_bf16).
+** Every function is static, so the copies do not meet.
 **
 ** Activation blocks (BT = B*T positions; gpt2.c names them):
 **   embed:   out [BT, C], then tokens [BT] and targets [BT] as int
@@ -26,11 +28,11 @@
 
 /* Forward of LayerNorm op opi from inp into its out, mean and rstd. */
 static void layernorm_fwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, int opi,
-                          const real* inp, GptPhase phase) {
+                          const act_t* inp, GptPhase phase) {
   OpTimer tm = gpt_op_timer_start(a);
   int BT = a->B * a->T, C = d->cfg.n_embd;
   ParamView w = gpt_acquire_weights(d, a, h, opi, 1, 0, phase);
-  kern(a)->layernorm_forward(out_of(a, opi), act(d, a, opi, "mean"), act(d, a, opi, "rstd"), inp,
+  kern(a)->layernorm_forward(out_of(a, opi), stat_of(d, a, opi, "mean"), stat_of(d, a, opi, "rstd"), inp,
                              w.t[NORM_GAMMA], w.t[NORM_BETA], BT, C);
   h->release_weight(h->ctx, opi, 0, phase);
   gpt_op_timer_stop(a, opi, tm);
@@ -39,44 +41,44 @@ static void layernorm_fwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, 
 /* Backward of LayerNorm op opi (whose input was inp): dinp += ..., dgamma and dbeta through the
 ** hooks. */
 static void layernorm_bwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, int opi,
-                          real* dinp, const real* dout, const real* inp) {
+                          act_t* dinp, const act_t* dout, const act_t* inp) {
   OpTimer tm = gpt_op_timer_start(a);
   int BT = a->B * a->T, C = d->cfg.n_embd;
   ParamView w = gpt_acquire_weights(d, a, h, opi, 1, 0, GPT_BACKWARD);
   int fresh;
   ParamView g = gpt_acquire_grads(d, a, h, opi, 1, 0, &fresh);
   kern(a)->layernorm_backward(dinp, g.t[NORM_GAMMA], g.t[NORM_BETA], dout, inp, w.t[NORM_GAMMA],
-                              act(d, a, opi, "mean"), act(d, a, opi, "rstd"), BT, C, !fresh);
+                              stat_of(d, a, opi, "mean"), stat_of(d, a, opi, "rstd"), BT, C, !fresh);
   h->release_weight(h->ctx, opi, 0, GPT_BACKWARD);
   h->release_grad(h->ctx, opi, 0);
   gpt_op_timer_stop(a, opi, tm);
 }
 
 /* Causal self-attention op opi over qkv into its out and lse. */
-static void attention_fwd(const GptDesc* d, GptActs* a, int opi, const real* qkv, real* scratch) {
+static void attention_fwd(const GptDesc* d, GptActs* a, int opi, const act_t* qkv, act_t* scratch) {
   OpTimer tm = gpt_op_timer_start(a);
   int C = d->cfg.n_embd, NH = d->cfg.n_head;
-  kern(a)->attention_forward(out_of(a, opi), act(d, a, opi, "lse"), qkv, qkv + C, qkv + 2 * C,
+  kern(a)->attention_forward(out_of(a, opi), stat_of(d, a, opi, "lse"), qkv, qkv + C, qkv + 2 * C,
                              3 * C, 3 * C, scratch, a->B, a->T, NH, NH, C / NH);
   gpt_op_timer_stop(a, opi, tm);
 }
 
 /* Backward of attention op opi: dqkv (zeroed here, then accumulated) from dout. */
-static void attention_bwd(const GptDesc* d, GptActs* a, int opi, real* dqkv, const real* dout,
-                          const real* qkv, real* scratch) {
+static void attention_bwd(const GptDesc* d, GptActs* a, int opi, act_t* dqkv, const act_t* dout,
+                          const act_t* qkv, act_t* scratch) {
   size_t BTC = (size_t)a->B * a->T * d->cfg.n_embd;
-  gpt_step_backend(a)->zero(dqkv, 3 * BTC * sizeof(real));
+  gpt_step_backend(a)->zero(dqkv, 3 * BTC * sizeof(act_t));
   OpTimer tm = gpt_op_timer_start(a);
   int C = d->cfg.n_embd, NH = d->cfg.n_head;
   kern(a)->attention_backward(dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C,
-                              3 * C, 3 * C, out_of(a, opi), act(d, a, opi, "lse"), scratch,
+                              3 * C, 3 * C, out_of(a, opi), stat_of(d, a, opi, "lse"), scratch,
                               a->B, a->T, NH, NH, C / NH);
   gpt_op_timer_stop(a, opi, tm);
 }
 
 /* Backward of GELU op opi (input inp): dinp = GELU'(inp) * dout, overwritten. */
-static void gelu_bwd(const GptDesc* d, GptActs* a, int opi, real* dinp, const real* inp,
-                     const real* dout) {
+static void gelu_bwd(const GptDesc* d, GptActs* a, int opi, act_t* dinp, const act_t* inp,
+                     const act_t* dout) {
   OpTimer tm = gpt_op_timer_start(a);
   kern(a)->gelu_backward(dinp, inp, dout, 4 * (size_t)a->B * a->T * d->cfg.n_embd);
   gpt_op_timer_stop(a, opi, tm);
@@ -87,7 +89,7 @@ static void gelu_bwd(const GptDesc* d, GptActs* a, int opi, real* dinp, const re
 static void embed_fwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices) {
   OpTimer tm = gpt_op_timer_start(a);
   int e = d->tokens_op, k = slices[e], B = a->B, T = a->T, C = d->cfg.n_embd, Vp = d->cfg.padded_vocab;
-  real* out = out_of(a, e);
+  act_t* out = out_of(a, e);
   const int* tok = gpt_acts_tokens(d, a);
   for (int i = k - 1; i >= 0; i--) {
     ParamView w = gpt_acquire_weights(d, a, h, e, k, i, GPT_FORWARD);
@@ -101,16 +103,16 @@ static void embed_fwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, cons
 /* A fresh gradient of embed's last slice gets its wpe tail [maxT, C] written by the kernels
 ** only in rows t < T (the embedding's backward) or not at all (the LM head's): the rest is
 ** zeroed here, from row first_row on, so that the use writes every element of the slice. */
-static void zero_wpe_rows(const GptDesc* d, const GptActs* a, real* wpe_grad, int first_row) {
+static void zero_wpe_rows(const GptDesc* d, const GptActs* a, grad_t* wpe_grad, int first_row) {
   const ParamTensor* wpe = &d->ops[d->tokens_op].tensor[EMBED_WPE];
   if ((size_t)first_row < wpe->rows)
     gpt_step_backend(a)->zero(wpe_grad + first_row * wpe->cols,
-                              (wpe->rows - first_row) * wpe->cols * sizeof(real));
+                              (wpe->rows - first_row) * wpe->cols * sizeof(grad_t));
 }
 
 /* Backward of the embedding: scatters dres into the wte rows and the wpe tail. */
 static void embed_bwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
-                      const real* dres) {
+                      const act_t* dres) {
   OpTimer tm = gpt_op_timer_start(a);
   int e = d->tokens_op, k = slices[e], B = a->B, T = a->T, C = d->cfg.n_embd, Vp = d->cfg.padded_vocab;
   const int* tok = gpt_acts_tokens(d, a);
@@ -139,14 +141,14 @@ static void head_fresh(const GptDesc* d, const GptActs* a, ParamView* g) {
 ** [BT, 4C] buffers for the activation gradients inside a layer, then the attention scratch
 ** (which the forward uses too). */
 typedef struct WorkBufs {
-  real *dres, *dbuf_a, *dbuf_b, *att_scratch;
+  act_t *dres, *dbuf_a, *dbuf_b, *att_scratch;
 } WorkBufs;
 
 /* Names the parts of the scratch buffer. */
 static WorkBufs work_bufs(const GptDesc* d, const GptActs* a) {
   size_t BTC = (size_t)a->B * a->T * d->cfg.n_embd;
   WorkBufs g;
-  g.dres = (real*)gpt_step_work(d, a);
+  g.dres = (act_t*)gpt_step_work(d, a);
   g.dbuf_a = g.dres + BTC;
   g.dbuf_b = g.dbuf_a + 4 * BTC;
   g.att_scratch = g.dbuf_b + 4 * BTC;
@@ -154,7 +156,7 @@ static WorkBufs work_bufs(const GptDesc* d, const GptActs* a) {
 }
 
 /* The input of layer l: the previous layer's output, or the embedding's. */
-static const real* layer_input(const GptDesc* d, const GptActs* a, int l) {
+static const act_t* layer_input(const GptDesc* d, const GptActs* a, int l) {
   return l == 0 ? out_of(a, d->tokens_op) : out_of(a, gpt_op_layer(l - 1, GPT_FCPROJ));
 }
 
@@ -163,9 +165,9 @@ static const real* layer_input(const GptDesc* d, const GptActs* a, int l) {
 ** In phase GPT_RECOMPUTE (backward of a recomputed layer) it stops before fcproj: res3 is kept
 ** and backward needs only what comes before it. */
 static void layer_forward(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
-                          int l, const real* residual, GptPhase phase) {
+                          int l, const act_t* residual, GptPhase phase) {
   int o = gpt_op_layer(l, 0);
-  real* att_scratch = work_bufs(d, a).att_scratch;
+  act_t* att_scratch = work_bufs(d, a).att_scratch;
   layernorm_fwd(d, a, h, o + GPT_LN1, residual, phase);
   linear_fwd(d, a, h, slices, o + GPT_QKV, out_of(a, o + GPT_QKV), out_of(a, o + GPT_LN1), NULL, phase);
   attention_fwd(d, a, o + GPT_ATTN, out_of(a, o + GPT_QKV), att_scratch);
@@ -182,10 +184,10 @@ static void layer_forward(const GptDesc* d, GptActs* a, const GptParamHooks* h, 
 /* Backward of transformer layer l: on entry g->dres holds the gradient of its output res3, on
 ** exit that of its input; every parameter gradient goes through the hooks. */
 static void layer_backward(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
-                           int l, const real* residual, WorkBufs* g) {
+                           int l, const act_t* residual, WorkBufs* g) {
   int o = gpt_op_layer(l, 0);
-  real *dres = g->dres, *da = g->dbuf_a, *db = g->dbuf_b;
-  const real* res2 = out_of(a, o + GPT_PROJ);
+  act_t *dres = g->dres, *da = g->dbuf_a, *db = g->dbuf_b;
+  const act_t* res2 = out_of(a, o + GPT_PROJ);
   /* MLP: dres holds dres3 = dres2 so far. The linear and GELU backwards overwrite their input
   ** gradients (da, db), the LayerNorms add into dres, attention adds into a zeroed db. */
   linear_bwd(d, a, h, slices, o + GPT_FCPROJ, da, dres, out_of(a, o + GPT_GELU));
@@ -202,7 +204,7 @@ static void layer_backward(const GptDesc* d, GptActs* a, const GptParamHooks* h,
 /* ---- The passes ------------------------------------------------------------------------------ */
 
 /* Forward pass and loss; in training the fused head leaves dlnf in dbuf_a for the backward
-** (see gpt_forward_f32 in gpt_step.h). */
+** (see gpt_forward in gpt_step.h). */
 static double gpt2_forward(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
                            GptForwardMode mode, double loss_scale, int* argmax) {
   int L = d->cfg.n_layer, lnf = gpt_op_lnf(d);
@@ -213,17 +215,17 @@ static double gpt2_forward(const GptDesc* d, GptActs* a, const GptParamHooks* h,
                        argmax, head_fresh);
 }
 
-/* Backward pass (see gpt_backward_f32 in gpt_step.h): the ops in reverse from lnf (the head's
+/* Backward pass (see gpt_backward in gpt_step.h): the ops in reverse from lnf (the head's
 ** ran in the forward and left dlnf in dbuf_a), a recomputed layer's forward re-run just before
 ** its backward. */
 static void gpt2_backward(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices) {
   int L = d->cfg.n_layer, lnf = gpt_op_lnf(d);
   size_t BTC = (size_t)a->B * a->T * d->cfg.n_embd;
   WorkBufs g = work_bufs(d, a);
-  gpt_step_backend(a)->zero(g.dres, BTC * sizeof(real));
+  gpt_step_backend(a)->zero(g.dres, BTC * sizeof(act_t));
   layernorm_bwd(d, a, h, lnf, g.dres, g.dbuf_a, layer_input(d, a, L));
   for (int l = L - 1; l >= 0; l--) {
-    const real* residual = layer_input(d, a, l);
+    const act_t* residual = layer_input(d, a, l);
     if (a->recompute && a->recompute[l]) {
       a->phase = GPT_RECOMPUTE;
       layer_forward(d, a, h, slices, l, residual, GPT_RECOMPUTE);
@@ -234,8 +236,10 @@ static void gpt2_backward(const GptDesc* d, GptActs* a, const GptParamHooks* h, 
   embed_bwd(d, a, h, slices, g.dres);
 }
 
-#ifdef STEP_REAL_DOUBLE
+#if defined(STEP_REAL_DOUBLE)
 const StepPasses gpt2_step_f64 = {gpt2_forward, gpt2_backward};
+#elif defined(STEP_BF16)
+const StepPasses gpt2_step_bf16 = {gpt2_forward, gpt2_backward};
 #else
 const StepPasses gpt2_step_f32 = {gpt2_forward, gpt2_backward};
 #endif

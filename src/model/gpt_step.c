@@ -11,12 +11,12 @@
 
 int* gpt_acts_tokens(const GptDesc* d, const GptActs* a) {
   const GptOp* op = &d->ops[d->tokens_op];
-  return (int*)((char*)a->op_acts[d->tokens_op] + model_act_offset(op, "tokens", a->B, a->T, a->elem));
+  return (int*)((char*)a->op_acts[d->tokens_op] + model_act_offset(op, "tokens", a->B, a->T, a->precision));
 }
 
 int* gpt_acts_targets(const GptDesc* d, const GptActs* a) {
   const GptOp* op = &d->ops[d->tokens_op];
-  return (int*)((char*)a->op_acts[d->tokens_op] + model_act_offset(op, "targets", a->B, a->T, a->elem));
+  return (int*)((char*)a->op_acts[d->tokens_op] + model_act_offset(op, "targets", a->B, a->T, a->precision));
 }
 
 
@@ -81,12 +81,12 @@ GptParamUse* gpt_param_schedule_alloc(const GptDesc* d, const int* slices, const
 /* Rounds a byte offset up to the 64-byte alignment of blocks in the shared buffer. */
 static size_t align64(size_t x) { return (x + 63) / 64 * 64; }
 
-size_t gpt_acts_layout(const GptDesc* d, int B, int T, size_t elem, const int* recompute,
+size_t gpt_acts_layout(const GptDesc* d, int B, int T, Precision prec, const int* recompute,
                        size_t* own, size_t* shared_off, size_t* shared_bytes) {
   size_t total = 0, shared = 0;
   for (int i = 0; i < d->nops; i++) {
     const GptOp* op = &d->ops[i];
-    size_t bytes = gpt_op_act_bytes(d, op, B, T, elem);
+    size_t bytes = gpt_op_act_bytes(d, op, B, T, prec);
     int in_shared = gpt_op_recomputes(d, recompute, i);
     if (own) own[i] = in_shared ? 0 : bytes;
     if (shared_off) shared_off[i] = (size_t)-1;
@@ -94,7 +94,7 @@ size_t gpt_acts_layout(const GptDesc* d, int B, int T, size_t elem, const int* r
     /* Every recomputed layer uses the same offsets: those of its ops in layer order. */
     size_t off = 0;
     for (int j = gpt_layer_op(d, op->layer, 0); j < i; j++)
-      off = align64(off + gpt_op_act_bytes(d, &d->ops[j], B, T, elem));
+      off = align64(off + gpt_op_act_bytes(d, &d->ops[j], B, T, prec));
     if (shared_off) shared_off[i] = off;
     if (off + bytes > shared) shared = off + bytes;
   }
@@ -108,7 +108,7 @@ void* gpt_step_head_chunk(const GptDesc* d, const GptActs* a) {
 }
 
 void* gpt_step_work(const GptDesc* d, const GptActs* a) {
-  return (char*)a->scratch + gpt_head_chunk_bytes(d, a->B, a->T, a->elem, a->head_rows);
+  return (char*)a->scratch + gpt_head_chunk_bytes(d, a->B, a->T, a->precision, a->head_rows);
 }
 
 const Backend* gpt_step_backend(const GptActs* a) { return a->backend ? a->backend : backend_cpu(); }
@@ -116,13 +116,13 @@ const Backend* gpt_step_backend(const GptActs* a) { return a->backend ? a->backe
 ParamView gpt_acquire_weights(const GptDesc* d, const GptActs* a, const GptParamHooks* h,
                               int owner, int k, int i, GptPhase phase) {
   void* w = h->acquire_weight(h->ctx, owner, i, phase);
-  return model_param_view(&d->ops[owner], k, i, w, a->elem);
+  return model_param_view(&d->ops[owner], k, i, w, precision_elems(a->precision).wt);
 }
 
 ParamView gpt_acquire_grads(const GptDesc* d, const GptActs* a, const GptParamHooks* h,
                             int owner, int k, int i, int* fresh) {
   void* g = h->acquire_grad(h->ctx, owner, i, fresh);
-  return model_param_view(&d->ops[owner], k, i, g, a->elem);
+  return model_param_view(&d->ops[owner], k, i, g, precision_elems(a->precision).grad);
 }
 
 OpTimer gpt_op_timer_start(const GptActs* a) {
@@ -139,24 +139,22 @@ void gpt_op_timer_stop(GptActs* a, int op, OpTimer t) {
   if (a->op_phase_seconds) a->op_phase_seconds[(size_t)op * 3 + (size_t)a->phase] += s;
 }
 
-double gpt_forward_f32(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
-                       GptForwardMode mode, double loss_scale, int* argmax) {
+/* The family's passes for a's precision (NULL: the family has none). */
+static const StepPasses* step_passes(const GptDesc* d, const GptActs* a) {
+  switch (a->precision) {
+    case PRECISION_FP64: return d->family->f64;
+    case PRECISION_BF16: return d->family->bf16;
+    default: return d->family->f32;
+  }
+}
+
+double gpt_forward(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
+                   GptForwardMode mode, double loss_scale, int* argmax) {
   a->phase = GPT_FORWARD;
-  return d->family->f32->forward(d, a, h, slices, mode, loss_scale, argmax);
+  return step_passes(d, a)->forward(d, a, h, slices, mode, loss_scale, argmax);
 }
 
-double gpt_forward_f64(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
-                       GptForwardMode mode, double loss_scale, int* argmax) {
-  a->phase = GPT_FORWARD;
-  return d->family->f64->forward(d, a, h, slices, mode, loss_scale, argmax);
-}
-
-void gpt_backward_f32(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices) {
+void gpt_backward(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices) {
   a->phase = GPT_BACKWARD;
-  d->family->f32->backward(d, a, h, slices);
-}
-
-void gpt_backward_f64(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices) {
-  a->phase = GPT_BACKWARD;
-  d->family->f64->backward(d, a, h, slices);
+  step_passes(d, a)->backward(d, a, h, slices);
 }

@@ -45,7 +45,9 @@ typedef struct GptParamHooks {
 /* The buffers of one micro-batch: each op's activation block (gpt_op_act_bytes, placed as
 ** gpt_acts_layout says), and the step's working buffers (gpt_scratch_bytes, laid out by the
 ** family's step: GPT-2's are dres [BT,C], two [BT,4C] buffers and the attention scratch, which
-** the forward uses too). Elements are float or double (elem bytes). Every buffer is in the
+** the forward uses too), in the step's precision (precision_elems: activations and working
+** buffers act elements, saved statistics stat elements; weights wt and gradients grad elements
+** as the hooks hand them over). Every buffer is in the
 ** backend's memory; the step reaches them only through the backend's kernels, zero and copy.
 **
 ** Recomputation: a layer l with recompute[l] != 0 keeps only its output (the block of its
@@ -55,7 +57,7 @@ typedef struct GptParamHooks {
 ** backward, acquiring its weights again through the hooks. */
 typedef struct GptActs {
   int B, T;
-  size_t elem;
+  Precision precision; /* which kernels run (the backend's f32, f64 or bf16 table) on what */
   const Backend* backend; /* where the buffers live and the kernels run (NULL: the CPU) */
   void** op_acts;   /* nops pointers */
   const int* recompute; /* NULL, or n_layer flags: which layers recompute */
@@ -127,7 +129,7 @@ GptParamUse* gpt_param_schedule_alloc(const GptDesc* d, const int* slices, const
 ** recomputation; blocks 64-byte aligned in it). Any output pointer may be NULL. Returns the
 ** total activation bytes: own blocks plus the shared buffer. One source of truth for the
 ** runtime's allocation and the memory prediction. */
-size_t gpt_acts_layout(const GptDesc* d, int B, int T, size_t elem, const int* recompute,
+size_t gpt_acts_layout(const GptDesc* d, int B, int T, Precision prec, const int* recompute,
                        size_t* own, size_t* shared_off, size_t* shared_bytes);
 
 /* The token ids and targets of the micro-batch, in the activation block of the op that holds
@@ -169,19 +171,18 @@ void gpt_op_timer_stop(GptActs* a, int op, OpTimer t);
 ** only: no gradient is touched, nothing must follow). */
 typedef enum GptForwardMode { GPT_EVAL = 0, GPT_TRAIN = 1 } GptForwardMode;
 
-/* Forward pass and loss. slices[op] is the slice count of each owner op. loss_scale multiplies
+/* Forward pass and loss, in a's precision (the family's passes of that precision, on its
+** backend's kernel table of that precision, which must exist). slices[op] is the slice count of
+** each owner op. loss_scale multiplies
 ** the summed per-position losses (1 / number of targets in the global batch, so gradients are
 ** those of the global mean). In GPT_TRAIN the fused LM head also makes the gradient of its
 ** input (for gpt_backward) and of its weight. If argmax is not NULL it receives, for each of the
 ** B*T positions, the index of the largest logit (for accuracy). Returns the sum of this
 ** micro-batch's per-position losses (unscaled). */
-double gpt_forward_f32(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
-                       GptForwardMode mode, double loss_scale, int* argmax);
-double gpt_forward_f64(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
-                       GptForwardMode mode, double loss_scale, int* argmax);
+double gpt_forward(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
+                   GptForwardMode mode, double loss_scale, int* argmax);
 /* Backward pass: writes (fresh buffers) or accumulates every parameter gradient through the
 ** hooks. Must follow gpt_forward in GPT_TRAIN on the same activations. */
-void gpt_backward_f32(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices);
-void gpt_backward_f64(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices);
+void gpt_backward(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices);
 
 #endif

@@ -106,7 +106,7 @@ static void add_linear(GptDesc* d, const char* name, int layer, int K, int OC, i
     snprintf(hf, sizeof hf, "%s.bias", hf_base);
     spec_add_tensor(op, "b", 0, (size_t)OC, INIT_ZEROS, 0, hf, -1, 0);
   }
-  spec_add_act(op, "out", (size_t)OC, 0);
+  spec_add_act(op, "out", (size_t)OC, ACT_VALUE);
 }
 
 /* Adds an RMSNorm over C features (w 1, no weight decay, never split). */
@@ -115,8 +115,8 @@ static void add_rmsnorm(GptDesc* d, const char* name, int layer, const char* hf)
   GptOp* op = spec_add_op(d, name, OP_RMSNORM, layer);
   spec_set_block(op, 0, 0, C, 0);
   spec_add_tensor(op, "w", 0, C, INIT_ONES, 0, hf, -1, 0);
-  spec_add_act(op, "out", C, 0);
-  spec_add_act(op, "rstd", 1, 0);
+  spec_add_act(op, "out", C, ACT_VALUE);
+  spec_add_act(op, "rstd", 1, ACT_STAT);
 }
 
 /* Adds the token embedding wte [C, Vp] (split; transformers' embed_tokens [V, C], so osdp holds
@@ -133,9 +133,9 @@ static void add_embed(GptDesc* d) {
                                      "model.embed_tokens.weight", -1, 1);
   wte->real_cols = (size_t)c->vocab_size;
   wte->hf_shape[0] = (size_t)c->vocab_size;
-  spec_add_act(e, "out", C, 0);
-  spec_add_act(e, "tokens", 1, 1);
-  spec_add_act(e, "targets", 1, 1);
+  spec_add_act(e, "out", C, ACT_VALUE);
+  spec_add_act(e, "tokens", 1, ACT_INT);
+  spec_add_act(e, "targets", 1, ACT_INT);
   d->tokens_op = e->index_self;
 }
 
@@ -157,14 +157,14 @@ static void add_layer(GptDesc* d, int l) {
   layer_names(nm, hf, l, "attn", "");
   GptOp* att = spec_add_op(d, nm, OP_ATTENTION, l);
   att->flops_tok_T = 4.0 * Q;
-  spec_add_act(att, "out", (size_t)Q, 0);
-  spec_add_act(att, "lse", (size_t)c->n_head, 0); /* [B, NH, T] */
+  spec_add_act(att, "out", (size_t)Q, ACT_VALUE);
+  spec_add_act(att, "lse", (size_t)c->n_head, ACT_STAT); /* [B, NH, T] */
   layer_names(nm, hf, l, "o", "self_attn.o_proj");  add_linear(d, nm, l, Q, C, 0, 1, hf);
   layer_names(nm, hf, l, "ln2", "post_attention_layernorm.weight"); add_rmsnorm(d, nm, l, hf);
   layer_names(nm, hf, l, "gate", "mlp.gate_proj");  add_linear(d, nm, l, C, F, 0, 0, hf);
   layer_names(nm, hf, l, "up", "mlp.up_proj");      add_linear(d, nm, l, C, F, 0, 0, hf);
   layer_names(nm, hf, l, "swiglu", "");
-  spec_add_act(spec_add_op(d, nm, OP_SWIGLU, l), "out", (size_t)F, 0);
+  spec_add_act(spec_add_op(d, nm, OP_SWIGLU, l), "out", (size_t)F, ACT_VALUE);
   layer_names(nm, hf, l, "down", "mlp.down_proj");  add_linear(d, nm, l, F, C, 0, 1, hf);
   d->ops[d->nops - 1].layer_output = 1;
 }
@@ -186,7 +186,7 @@ static void add_head(GptDesc* d) {
     w->hf_shape[0] = (size_t)c->vocab_size;
   }
   head->has_backward = 0; /* the head and loss run fused, backward included (step_ops.h) */
-  spec_add_act(head, "losses", 1, 0);
+  spec_add_act(head, "losses", 1, ACT_STAT);
   d->head_op = head->index_self;
 }
 
@@ -204,10 +204,10 @@ static int llama_build(GptDesc* d) {
 }
 
 /* The step's working buffers (llama_work.h); gpt_scratch_bytes adds the head's chunk. */
-static size_t llama_scratch_bytes(const GptDesc* d, int B, int T, size_t elem, int threads) {
-  LlamaWork w = llama_work_layout(d, B, T);
+static size_t llama_scratch_bytes(const GptDesc* d, int B, int T, Precision prec, int threads) {
+  LlamaWork w = llama_work_layout(d, B, T, prec);
   size_t att = (size_t)threads * attention_scratch_elems(T, d->cfg.head_dim);
-  return (w.reals + att) * elem;
+  return w.bytes + att * precision_elems(prec).act;
 }
 
 static const ModelFamily llama_family = {
@@ -220,6 +220,7 @@ static const ModelFamily llama_family = {
     .scratch_bytes = llama_scratch_bytes,
     .f32 = &llama_step_f32,
     .f64 = &llama_step_f64,
+    .bf16 = &llama_step_bf16,
     .decode = &llama_decode,
     .hf_prefix = "",
     .hf_tied_head = "lm_head.weight",

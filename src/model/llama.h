@@ -44,6 +44,7 @@ void llama_rope_inv_freq(const GptConfig* c, double* inv_freq);
 struct StepPasses;
 extern const struct StepPasses llama_step_f32;
 extern const struct StepPasses llama_step_f64;
+extern const struct StepPasses llama_step_bf16;
 /* Its one-position decoder over a KV cache (llama_decode.c). */
 struct DecodeFns;
 extern const struct DecodeFns llama_decode;

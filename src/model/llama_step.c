@@ -4,8 +4,10 @@
 ** the hooks as named tensors (gpt_acquire_weights); activations are the op list's named
 ** activation tensors; the working buffers are laid out by llama_work.h.
 **
-** Compiled twice: as it is with real = float (training; exports llama_step_f32), and by
-** llama_step_f64.c with STEP_REAL_DOUBLE defined, real = double (the whole-model gradient
+** Compiled three times (step_ops.h has the element types): as it is, in fp32 (training; exports
+** llama_step_f32), by llama_step_bf16.c with STEP_BF16 (bf16 activations, fp32 gradients and
+** statistics; llama_step_bf16), and by
+** llama_step_f64.c with STEP_REAL_DOUBLE defined, in double (the whole-model gradient
 ** checks; exports llama_step_f64).
 **
 ** Activation blocks (BT = B*T; Q = NH*hs, KV = NKV*hs, F = ffn_dim):
@@ -26,26 +28,29 @@
 
 /* The working buffers of a (llama_work.h), typed. */
 typedef struct Work {
-  real *dres, *dx, *dt, *da, *dgate, *dup, *dq, *dk, *dv, *inv_freq, *att;
+  act_t *dres, *dx, *dt, *da, *dgate, *dup, *dq, *dk, *dv, *att;
+  stat_t* inv_freq;
 } Work;
 
 /* Names the parts of the scratch buffer. */
 static Work work_bufs(const GptDesc* d, const GptActs* a) {
-  LlamaWork w = llama_work_layout(d, a->B, a->T);
-  real* s = (real*)gpt_step_work(d, a);
-  return (Work){s + w.dres, s + w.dx, s + w.dt, s + w.da, s + w.dgate, s + w.dup,
-                s + w.dq, s + w.dk, s + w.dv, s + w.inv_freq, s + w.att};
+  LlamaWork w = llama_work_layout(d, a->B, a->T, STEP_PRECISION);
+  char* s = gpt_step_work(d, a);
+  return (Work){(act_t*)(s + w.dres), (act_t*)(s + w.dx),    (act_t*)(s + w.dt),
+                (act_t*)(s + w.da),   (act_t*)(s + w.dgate), (act_t*)(s + w.dup),
+                (act_t*)(s + w.dq),   (act_t*)(s + w.dk),    (act_t*)(s + w.dv),
+                (act_t*)(s + w.att),  (stat_t*)(s + w.inv_freq)};
 }
 
 /* Writes the rotary frequencies into the scratch buffer (the kernels read them there; the
 ** forward writes them, the backward that follows it on the same activations reads them). */
 static void fill_inv_freq(const GptDesc* d, const GptActs* a) {
   double f[512];
-  real r[512];
+  stat_t r[512];
   int half = d->cfg.head_dim / 2;
   llama_rope_inv_freq(&d->cfg, f);
-  for (int j = 0; j < half; j++) r[j] = (real)f[j];
-  gpt_step_backend(a)->to_device(work_bufs(d, a).inv_freq, r, (size_t)half * sizeof(real));
+  for (int j = 0; j < half; j++) r[j] = (stat_t)f[j];
+  gpt_step_backend(a)->to_device(work_bufs(d, a).inv_freq, r, (size_t)half * sizeof(stat_t));
 }
 
 /* ---- One op's pass each: they time themselves (gpt_op_timer_*) ------------------------ */
@@ -53,8 +58,8 @@ static void fill_inv_freq(const GptDesc* d, const GptActs* a) {
 /* Backward of a linear op whose input gradient is summed with others': dt = dout W^T (scratch),
 ** then dx += dt, timed as the op's. */
 static void linear_bwd_add(const GptDesc* d, GptActs* a, const GptParamHooks* h,
-                           const int* slices, int opi, real* dx, real* dt, const real* dout,
-                           const real* inp) {
+                           const int* slices, int opi, act_t* dx, act_t* dt, const act_t* dout,
+                           const act_t* inp) {
   linear_bwd(d, a, h, slices, opi, dt, dout, inp);
   OpTimer tm = gpt_op_timer_start(a);
   kern(a)->accumulate(dx, dt, (size_t)a->B * a->T * d->ops[opi].K);
@@ -63,10 +68,10 @@ static void linear_bwd_add(const GptDesc* d, GptActs* a, const GptParamHooks* h,
 
 /* Forward of RMSNorm op opi from inp into its out and rstd. */
 static void rmsnorm_fwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, int opi,
-                        const real* inp, GptPhase phase) {
+                        const act_t* inp, GptPhase phase) {
   OpTimer tm = gpt_op_timer_start(a);
   ParamView w = gpt_acquire_weights(d, a, h, opi, 1, 0, phase);
-  kern(a)->rmsnorm_forward(out_of(a, opi), act(d, a, opi, "rstd"), inp, w.t[LL_NORM_W],
+  kern(a)->rmsnorm_forward(out_of(a, opi), stat_of(d, a, opi, "rstd"), inp, w.t[LL_NORM_W],
                            a->B * a->T, d->cfg.n_embd, d->cfg.norm_eps);
   h->release_weight(h->ctx, opi, 0, phase);
   gpt_op_timer_stop(a, opi, tm);
@@ -74,13 +79,13 @@ static void rmsnorm_fwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, in
 
 /* Backward of RMSNorm op opi (whose input was inp): dinp += ..., dw through the hooks. */
 static void rmsnorm_bwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, int opi,
-                        real* dinp, const real* dout, const real* inp) {
+                        act_t* dinp, const act_t* dout, const act_t* inp) {
   OpTimer tm = gpt_op_timer_start(a);
   ParamView w = gpt_acquire_weights(d, a, h, opi, 1, 0, GPT_BACKWARD);
   int fresh;
   ParamView g = gpt_acquire_grads(d, a, h, opi, 1, 0, &fresh);
   kern(a)->rmsnorm_backward(dinp, g.t[LL_NORM_W], dout, inp, w.t[LL_NORM_W],
-                            act(d, a, opi, "rstd"), a->B * a->T, d->cfg.n_embd, !fresh);
+                            stat_of(d, a, opi, "rstd"), a->B * a->T, d->cfg.n_embd, !fresh);
   h->release_weight(h->ctx, opi, 0, GPT_BACKWARD);
   h->release_grad(h->ctx, opi, 0);
   gpt_op_timer_stop(a, opi, tm);
@@ -92,26 +97,26 @@ static void attention_fwd(const GptDesc* d, GptActs* a, int o, const Work* w) {
   OpTimer tm = gpt_op_timer_start(a);
   const GptConfig* c = &d->cfg;
   int opi = o + LL_ATTN, Q = c->n_head * c->head_dim, KV = c->n_kv_head * c->head_dim;
-  real *q = out_of(a, o + LL_Q), *k = out_of(a, o + LL_K), *v = out_of(a, o + LL_V);
+  act_t *q = out_of(a, o + LL_Q), *k = out_of(a, o + LL_K), *v = out_of(a, o + LL_V);
   kern(a)->rope_forward(q, Q, w->inv_freq, a->B, a->T, c->n_head, c->head_dim);
   kern(a)->rope_forward(k, KV, w->inv_freq, a->B, a->T, c->n_kv_head, c->head_dim);
-  kern(a)->attention_forward(out_of(a, opi), act(d, a, opi, "lse"), q, k, v, Q, KV, w->att,
+  kern(a)->attention_forward(out_of(a, opi), stat_of(d, a, opi, "lse"), q, k, v, Q, KV, w->att,
                              a->B, a->T, c->n_head, c->n_kv_head, c->head_dim);
   gpt_op_timer_stop(a, opi, tm);
 }
 
 /* Backward of attention (layer base o) from dout: dq, dk, dv (zeroed here, then accumulated),
 ** the rotation undone on dq and dk. */
-static void attention_bwd(const GptDesc* d, GptActs* a, int o, const real* dout, const Work* w) {
+static void attention_bwd(const GptDesc* d, GptActs* a, int o, const act_t* dout, const Work* w) {
   const GptConfig* c = &d->cfg;
   int opi = o + LL_ATTN, Q = c->n_head * c->head_dim, KV = c->n_kv_head * c->head_dim;
   size_t BT = (size_t)a->B * a->T;
-  gpt_step_backend(a)->zero(w->dq, BT * Q * sizeof(real));
-  gpt_step_backend(a)->zero(w->dk, BT * KV * sizeof(real));
-  gpt_step_backend(a)->zero(w->dv, BT * KV * sizeof(real));
+  gpt_step_backend(a)->zero(w->dq, BT * Q * sizeof(act_t));
+  gpt_step_backend(a)->zero(w->dk, BT * KV * sizeof(act_t));
+  gpt_step_backend(a)->zero(w->dv, BT * KV * sizeof(act_t));
   OpTimer tm = gpt_op_timer_start(a);
   kern(a)->attention_backward(w->dq, w->dk, w->dv, dout, out_of(a, o + LL_Q), out_of(a, o + LL_K),
-                              out_of(a, o + LL_V), Q, KV, out_of(a, opi), act(d, a, opi, "lse"),
+                              out_of(a, o + LL_V), Q, KV, out_of(a, opi), stat_of(d, a, opi, "lse"),
                               w->att, a->B, a->T, c->n_head, c->n_kv_head, c->head_dim);
   kern(a)->rope_backward(w->dq, Q, w->inv_freq, a->B, a->T, c->n_head, c->head_dim);
   kern(a)->rope_backward(w->dk, KV, w->inv_freq, a->B, a->T, c->n_kv_head, c->head_dim);
@@ -119,15 +124,15 @@ static void attention_bwd(const GptDesc* d, GptActs* a, int o, const real* dout,
 }
 
 /* SwiGLU op opi: out = silu(gate) * up. */
-static void swiglu_fwd(const GptDesc* d, GptActs* a, int opi, const real* gate, const real* up) {
+static void swiglu_fwd(const GptDesc* d, GptActs* a, int opi, const act_t* gate, const act_t* up) {
   OpTimer tm = gpt_op_timer_start(a);
   kern(a)->swiglu_forward(out_of(a, opi), gate, up, (size_t)a->B * a->T * d->cfg.ffn_dim);
   gpt_op_timer_stop(a, opi, tm);
 }
 
 /* Backward of SwiGLU op opi: dgate and dup (overwritten) from dout. */
-static void swiglu_bwd(const GptDesc* d, GptActs* a, int opi, const real* dout, const real* gate,
-                       const real* up, const Work* w) {
+static void swiglu_bwd(const GptDesc* d, GptActs* a, int opi, const act_t* dout, const act_t* gate,
+                       const act_t* up, const Work* w) {
   OpTimer tm = gpt_op_timer_start(a);
   kern(a)->swiglu_backward(w->dgate, w->dup, dout, gate, up, (size_t)a->B * a->T * d->cfg.ffn_dim);
   gpt_op_timer_stop(a, opi, tm);
@@ -137,9 +142,9 @@ static void swiglu_bwd(const GptDesc* d, GptActs* a, int opi, const real* dout, 
 static void embed_fwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices) {
   OpTimer tm = gpt_op_timer_start(a);
   int e = d->tokens_op, k = slices[e], BT = a->B * a->T, C = d->cfg.n_embd;
-  real* out = out_of(a, e);
+  act_t* out = out_of(a, e);
   const int* tok = gpt_acts_tokens(d, a);
-  gpt_step_backend(a)->zero(out, (size_t)BT * C * sizeof(real));
+  gpt_step_backend(a)->zero(out, (size_t)BT * C * sizeof(act_t));
   for (int i = 0; i < k; i++) {
     ParamView w = gpt_acquire_weights(d, a, h, e, k, i, GPT_FORWARD);
     kern(a)->embed_tok_forward(out + w.row0, C, tok, BT, w.t[LL_EMBED_WTE], (int)w.nrows,
@@ -151,7 +156,7 @@ static void embed_fwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, cons
 
 /* Backward of the embedding: scatters dres into the wte rows. */
 static void embed_bwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
-                      const real* dres) {
+                      const act_t* dres) {
   OpTimer tm = gpt_op_timer_start(a);
   int e = d->tokens_op, k = slices[e], BT = a->B * a->T, C = d->cfg.n_embd;
   const int* tok = gpt_acts_tokens(d, a);
@@ -168,7 +173,7 @@ static void embed_bwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, cons
 /* ---- Layers ------------------------------------------------------------------------------ */
 
 /* The input of layer l: the previous layer's output, or the embedding's. */
-static const real* layer_input(const GptDesc* d, const GptActs* a, int l) {
+static const act_t* layer_input(const GptDesc* d, const GptActs* a, int l) {
   return l == 0 ? out_of(a, d->tokens_op) : out_of(a, llama_op_layer(l - 1, LL_DOWN));
 }
 
@@ -177,18 +182,18 @@ static const real* layer_input(const GptDesc* d, const GptActs* a, int l) {
 **   out = r2 + down(silu(gate(n2)) * up(n2)),            n2 = ln2(r2)
 ** In phase GPT_RECOMPUTE it stops before down: the output is kept. */
 static void layer_forward(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
-                          int l, const real* x, GptPhase phase) {
+                          int l, const act_t* x, GptPhase phase) {
   int o = llama_op_layer(l, 0);
   Work w = work_bufs(d, a);
   rmsnorm_fwd(d, a, h, o + LL_LN1, x, phase);
-  const real* n1 = out_of(a, o + LL_LN1);
+  const act_t* n1 = out_of(a, o + LL_LN1);
   linear_fwd(d, a, h, slices, o + LL_Q, out_of(a, o + LL_Q), n1, NULL, phase);
   linear_fwd(d, a, h, slices, o + LL_K, out_of(a, o + LL_K), n1, NULL, phase);
   linear_fwd(d, a, h, slices, o + LL_V, out_of(a, o + LL_V), n1, NULL, phase);
   attention_fwd(d, a, o, &w);
   linear_fwd(d, a, h, slices, o + LL_O, out_of(a, o + LL_O), out_of(a, o + LL_ATTN), x, phase);
   rmsnorm_fwd(d, a, h, o + LL_LN2, out_of(a, o + LL_O), phase);
-  const real* n2 = out_of(a, o + LL_LN2);
+  const act_t* n2 = out_of(a, o + LL_LN2);
   linear_fwd(d, a, h, slices, o + LL_GATE, out_of(a, o + LL_GATE), n2, NULL, phase);
   linear_fwd(d, a, h, slices, o + LL_UP, out_of(a, o + LL_UP), n2, NULL, phase);
   swiglu_fwd(d, a, o + LL_SWIGLU, out_of(a, o + LL_GATE), out_of(a, o + LL_UP));
@@ -203,9 +208,9 @@ static void layer_forward(const GptDesc* d, GptActs* a, const GptParamHooks* h, 
 ** are summed in w->dx before the RMSNorm's backward adds into dres. Ops run in reverse op order
 ** (up before gate, v before k before q), as gpt_step_events lists them. */
 static void layer_backward(const GptDesc* d, GptActs* a, const GptParamHooks* h,
-                           const int* slices, int l, const real* x, const Work* w) {
+                           const int* slices, int l, const act_t* x, const Work* w) {
   int o = llama_op_layer(l, 0);
-  const real *n1 = out_of(a, o + LL_LN1), *n2 = out_of(a, o + LL_LN2);
+  const act_t *n1 = out_of(a, o + LL_LN1), *n2 = out_of(a, o + LL_LN2);
   /* MLP: dres holds dout = dr2 so far. */
   linear_bwd(d, a, h, slices, o + LL_DOWN, w->da, w->dres, out_of(a, o + LL_SWIGLU));
   swiglu_bwd(d, a, o + LL_SWIGLU, w->da, out_of(a, o + LL_GATE), out_of(a, o + LL_UP), w);
@@ -224,7 +229,7 @@ static void layer_backward(const GptDesc* d, GptActs* a, const GptParamHooks* h,
 /* ---- The passes ------------------------------------------------------------------------------ */
 
 /* Forward pass and loss; in training the fused head leaves dlnf in dx for the backward (see
-** gpt_forward_f32 in gpt_step.h). */
+** gpt_forward in gpt_step.h). */
 static double llama_forward(const GptDesc* d, GptActs* a, const GptParamHooks* h,
                             const int* slices, GptForwardMode mode, double loss_scale,
                             int* argmax) {
@@ -237,17 +242,17 @@ static double llama_forward(const GptDesc* d, GptActs* a, const GptParamHooks* h
                        argmax, NULL);
 }
 
-/* Backward pass (see gpt_backward_f32 in gpt_step.h): the ops in reverse from lnf (the head's
+/* Backward pass (see gpt_backward in gpt_step.h): the ops in reverse from lnf (the head's
 ** ran in the forward and left dlnf in dx), a recomputed layer's forward re-run just before its
 ** backward. */
 static void llama_backward(const GptDesc* d, GptActs* a, const GptParamHooks* h,
                            const int* slices) {
   int L = d->cfg.n_layer, lnf = llama_op_lnf(d);
   Work w = work_bufs(d, a);
-  gpt_step_backend(a)->zero(w.dres, (size_t)a->B * a->T * d->cfg.n_embd * sizeof(real));
+  gpt_step_backend(a)->zero(w.dres, (size_t)a->B * a->T * d->cfg.n_embd * sizeof(act_t));
   rmsnorm_bwd(d, a, h, lnf, w.dres, w.dx, layer_input(d, a, L));
   for (int l = L - 1; l >= 0; l--) {
-    const real* x = layer_input(d, a, l);
+    const act_t* x = layer_input(d, a, l);
     if (a->recompute && a->recompute[l]) {
       a->phase = GPT_RECOMPUTE;
       layer_forward(d, a, h, slices, l, x, GPT_RECOMPUTE);
@@ -258,8 +263,10 @@ static void llama_backward(const GptDesc* d, GptActs* a, const GptParamHooks* h,
   embed_bwd(d, a, h, slices, w.dres);
 }
 
-#ifdef STEP_REAL_DOUBLE
+#if defined(STEP_REAL_DOUBLE)
 const StepPasses llama_step_f64 = {llama_forward, llama_backward};
+#elif defined(STEP_BF16)
+const StepPasses llama_step_bf16 = {llama_forward, llama_backward};
 #else
 const StepPasses llama_step_f32 = {llama_forward, llama_backward};
 #endif

@@ -115,6 +115,14 @@ int plan_validate(const Plan* p, const GptDesc* d, int world) {
   }
   if (p->reduce_dtype != REDUCE_FP32 && p->reduce_dtype != REDUCE_BF16)
     return osdp_fail("plan: reduce_dtype must be fp32 or bf16");
+  if (p->precision != PRECISION_FP32 && p->precision != PRECISION_BF16)
+    return osdp_fail("plan: precision must be fp32 or bf16");
+  for (int i = 0; p->precision == PRECISION_BF16 && i < d->nops; i++)
+    for (int s = 0; d->ops[i].n_params && s < p->ops[i].k; s++)
+      if (p->ops[i].strat[s] == STRAT_ZERO3)
+        return osdp_fail("plan: precision bf16 runs dp and zero2 slices; operator %s slice %d is "
+                         "zero3 (use dp or zero2 there, --plan dp or zero2, or --precision fp32)",
+                         d->ops[i].name, s);
   return 0;
 }
 
@@ -242,6 +250,11 @@ int plan_load(Plan* p, const GptDesc* d, const char* path) {
   int rdt = !rd ? REDUCE_FP32 : cJSON_IsString(rd) ? reduce_dtype_parse(rd->valuestring) : -1;
   if (!rc && rdt < 0) rc = osdp_fail("%s: field \"reduce_dtype\" must be \"fp32\" or \"bf16\"", path);
   if (!rc) p->reduce_dtype = (ReduceDtype)rdt;
+  const cJSON* pr = cJSON_GetObjectItemCaseSensitive(root, "precision");
+  int prec = !pr ? PRECISION_FP32 : cJSON_IsString(pr) ? precision_parse(pr->valuestring) : -1;
+  if (!rc && prec != PRECISION_FP32 && prec != PRECISION_BF16)
+    rc = osdp_fail("%s: field \"precision\" must be \"fp32\" or \"bf16\"", path);
+  if (!rc) p->precision = (Precision)prec;
   if (!rc && cJSON_GetObjectItemCaseSensitive(root, "head_rows")) {
     rc = plan_json_int(root, path, "head_rows", &p->head_rows);
     if (!rc && p->head_rows < 1)
@@ -266,6 +279,8 @@ char* plan_to_json(const Plan* p, const GptDesc* d) {
   cJSON_AddBoolToObject(root, "overlap_reduce", p->overlap_reduce);
   cJSON_AddStringToObject(root, "reduce_dtype", reduce_dtype_name(p->reduce_dtype));
   if (p->head_rows > 0) cJSON_AddNumberToObject(root, "head_rows", p->head_rows);
+  if (p->precision != PRECISION_FP32)
+    cJSON_AddStringToObject(root, "precision", precision_name(p->precision));
   cJSON* ops = cJSON_AddArrayToObject(root, "ops");
   for (int i = 0; i < d->nops; i++) {
     if (!d->ops[i].n_params) continue;
@@ -312,10 +327,11 @@ size_t slice_shard(size_t n, Strategy s, int group) {
   return s == STRAT_DP ? n : slice_padded(n, s, group) / (size_t)group;
 }
 
-void slice_persistent_bytes(size_t n, Strategy s, int group, size_t* params, size_t* grads,
-                            size_t* optim) {
+void slice_persistent_bytes(size_t n, Strategy s, int group, Precision prec, size_t* params,
+                            size_t* grads, size_t* optim) {
   size_t f = sizeof(float), sh = slice_shard(n, s, group);
   *params = f * (s == STRAT_ZERO3 ? sh : slice_padded(n, s, group));
+  if (prec == PRECISION_BF16) *params += precision_elems(prec).wt * n; /* the compute copy */
   *grads = f * sh;
   *optim = 2 * f * sh;
 }
@@ -417,17 +433,18 @@ static size_t plan_transient_peak(const GptDesc* d, const Plan* p) {
 void plan_predict_memory(const GptDesc* d, const Plan* p, int threads, MemPrediction* m) {
   memset(m, 0, sizeof *m);
   int B = p->micro_batch, T = p->seq;
-  m->acts = gpt_acts_layout(d, B, T, sizeof(float), p->recompute, NULL, NULL, &m->recompute);
+  m->acts = gpt_acts_layout(d, B, T, p->precision, p->recompute, NULL, NULL, &m->recompute);
   for (int i = 0; i < d->nops; i++) {
     const GptOp* op = &d->ops[i];
     if (!op->n_params) continue;
     for (int s = 0; s < p->ops[i].k; s++) {
       size_t n = gpt_slice_params(op, p->ops[i].k, s), pa, gr, op_;
-      slice_persistent_bytes(n, p->ops[i].strat[s], plan_op_group(p, i), &pa, &gr, &op_);
+      slice_persistent_bytes(n, p->ops[i].strat[s], plan_op_group(p, i), p->precision, &pa, &gr,
+                             &op_);
       m->params += pa; m->grads += gr; m->optim += op_;
     }
   }
   m->transient = plan_transient_peak(d, p);
-  m->scratch = gpt_scratch_bytes(d, B, T, sizeof(float), threads, p->head_rows);
+  m->scratch = gpt_scratch_bytes(d, B, T, p->precision, threads, p->head_rows);
   m->peak = m->params + m->grads + m->optim + m->acts + m->scratch + m->transient;
 }

@@ -18,6 +18,7 @@
 **   {"model": {"name":..,"n_layer":..,"n_embd":..,"n_head":..,"vocab_size":..,"max_seq":..},
 **    "world_size": N, "micro_batch": B, "seq_len": T, "prefetch": false,
 **    "overlap_reduce": false, "reduce_dtype": "fp32", "head_rows": R (optional),
+**    "precision": "bf16" (optional; absent: fp32),
 **    "ops": [{"name": "embed", "slices": ["zero3", "zero3", "dp", "dp"], "shard_group": 2}, ...],
 **    "layers": [{"layer": 0, "recompute": true}, ...]}
 ** listing every operator that owns parameters (ops not listed default to one dp slice) and the
@@ -30,7 +31,10 @@
 ** stays live until then; also replayed). "reduce_dtype": "bf16" sends gradients as bf16 and
 ** sums them in fp32 (half the bytes; the losses move by about bf16's rounding, see docs/GUIDE.md).
 ** "head_rows" sets the rows of the LM head's chunks (more: fewer passes over the head's weight
-** gradient, fewer rows: less memory; absent: gpt_head_rows_default).
+** gradient, fewer rows: less memory; absent: gpt_head_rows_default). "precision": "bf16" stores
+** activations and the weights the step reads in bf16 (a compute copy beside each fp32 master
+** weight; gradients, optimizer state and statistics stay fp32), on a backend with bf16 kernels;
+** for dp and zero2 slices (zero3 would gather bf16 shards, which the collectives do not do yet).
 */
 #ifndef OSDP_PLAN_H
 #define OSDP_PLAN_H
@@ -60,6 +64,7 @@ typedef struct Plan {
   ReduceDtype reduce_dtype;           /* gradient reductions' element type */
   int head_rows;                      /* rows of the fused LM head's chunks of logits (0: the
                                       ** default, gpt_head_rows_default) */
+  Precision precision;                /* the step's storage: PRECISION_FP32 or _BF16 */
   int nops;
   OpPlan* ops;                        /* nops entries, one per op (parameterless ops: k = 1) */
   int nlayers;
@@ -113,9 +118,11 @@ typedef struct MemPrediction {
   size_t peak;        /* the sum of all the above: the arena's peak */
 } MemPrediction;
 
-/* Bytes a slice keeps between steps (weights, gradients, optimizer state). */
-void slice_persistent_bytes(size_t n, Strategy s, int group, size_t* params, size_t* grads,
-                            size_t* optim);
+/* Bytes a slice keeps between steps (weights, gradients, optimizer state) in precision prec:
+** the fp32 master weights, and under PRECISION_BF16 also the bf16 compute copy of the n weights
+** the step reads (counted with the params). */
+void slice_persistent_bytes(size_t n, Strategy s, int group, Precision prec, size_t* params,
+                            size_t* grads, size_t* optim);
 /* Transient bytes live while a slice is used in forward and in backward. */
 size_t slice_transient_forward(size_t n, Strategy s, int group);
 size_t slice_transient_backward(size_t n, Strategy s, int group, int needs_weight);

@@ -51,9 +51,9 @@ ParamTensor* spec_add_tensor(GptOp* op, const char* name, size_t rows, size_t co
   return t;
 }
 
-void spec_add_act(GptOp* op, const char* name, size_t per_token, int is_int) {
+void spec_add_act(GptOp* op, const char* name, size_t per_token, ActKind kind) {
   ActTensor* a = &op->act[op->nacts++];
   snprintf(a->name, sizeof a->name, "%s", name);
   a->per_token = per_token;
-  a->is_int = is_int;
+  a->kind = kind;
 }

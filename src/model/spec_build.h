@@ -23,7 +23,8 @@ void spec_set_block(GptOp* op, size_t rows, size_t width, size_t tail, int split
 ParamTensor* spec_add_tensor(GptOp* op, const char* name, size_t rows, size_t cols, InitRule init,
                              double std, const char* hf, int llmc_slot, int transposed);
 
-/* Appends an activation tensor of per_token elements (reals, or ints) to the op's block. */
-void spec_add_act(GptOp* op, const char* name, size_t per_token, int is_int);
+/* Appends an activation tensor of per_token elements of the given kind (a value, a statistic or
+** an int: ActKind) to the op's block. */
+void spec_add_act(GptOp* op, const char* name, size_t per_token, ActKind kind);
 
 #endif

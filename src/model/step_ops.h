@@ -1,56 +1,83 @@
 /*
 ** step_ops.h: the op passes every family's step shares, written once for the step's element
-** type: linears (split into slices, with or without bias and residual) and the LM head fused
+** types: linears (split into slices, with or without bias and residual) and the LM head fused
 ** with the loss (the owner's first tensor as its [in, out] weight: a tied embedding's wte or the
-** head's own W). Included by each family's step file (gpt2_step.c, llama_step.c), which is compiled once
-** with real = float and once with STEP_REAL_DOUBLE (real = double); every function is static, so
-** the copies never meet.
+** head's own W). Included by each family's step file (gpt2_step.c, llama_step.c), which is
+** compiled three times: as it is (PRECISION_FP32: everything float), with STEP_REAL_DOUBLE
+** (PRECISION_FP64: everything double, the gradient checks) and with STEP_BF16 (PRECISION_BF16:
+** bf16 activations, fp32 gradients and statistics); every function is static, so the copies
+** never meet. The element types are those of the kernel list's roles (kernel_list.h): act_t
+** for activations, their gradients and the working buffers, stat_t for saved statistics and
+** losses, grad_t for parameter gradients; weights come as untyped views (ParamView) and go
+** straight to the kernels.
 */
 #ifndef OSDP_STEP_OPS_H
 #define OSDP_STEP_OPS_H
 
 #include "model/gpt_step.h"
 
-#ifdef STEP_REAL_DOUBLE
-typedef double real;
-typedef Kernels_f64 RealKernels;
+#if defined(STEP_REAL_DOUBLE)
+typedef double act_t;
+typedef double stat_t;
+typedef double grad_t;
+typedef Kernels_f64 StepKernels;
+#define STEP_PRECISION PRECISION_FP64
+#elif defined(STEP_BF16)
+typedef osdp_bf16 act_t;
+typedef float stat_t;
+typedef float grad_t;
+typedef Kernels_bf16 StepKernels;
+#define STEP_PRECISION PRECISION_BF16
 #else
-typedef float real;
-typedef Kernels_f32 RealKernels;
+typedef float act_t;
+typedef float stat_t;
+typedef float grad_t;
+typedef Kernels_f32 StepKernels;
+#define STEP_PRECISION PRECISION_FP32
 #endif
 
 /* The tensors of a linear op (W, then b when it has one) and of the LM head's weight owner. */
 enum { STEP_LINEAR_W = 0, STEP_LINEAR_B = 1, STEP_HEAD_W = 0 };
 
 /* The kernels of the step's precision on a's backend. A backend without fp64 kernels (CUDA)
-** cannot run the fp64 pass: the fp64 pass is the CPU's test path. */
-static inline const RealKernels* kern(const GptActs* a) {
-#ifdef STEP_REAL_DOUBLE
+** cannot run the fp64 pass (the CPU's test path), one without bf16 kernels (the CPU) not the
+** bf16 one: the engine checks before it runs a step. */
+static inline const StepKernels* kern(const GptActs* a) {
+#if defined(STEP_REAL_DOUBLE)
   return gpt_step_backend(a)->f64;
+#elif defined(STEP_BF16)
+  return gpt_step_backend(a)->bf16;
 #else
   return gpt_step_backend(a)->f32;
 #endif
 }
 
-/* Activation tensor `name` of op's block, typed. */
-static inline real* act(const GptDesc* d, const GptActs* a, int op, const char* name) {
-  return (real*)((char*)a->op_acts[op] + model_act_offset(&d->ops[op], name, a->B, a->T, a->elem));
+/* Activation tensor `name` (a value: ACT_VALUE) of op's block, typed. */
+static inline act_t* act(const GptDesc* d, const GptActs* a, int op, const char* name) {
+  return (act_t*)((char*)a->op_acts[op] +
+                  model_act_offset(&d->ops[op], name, a->B, a->T, STEP_PRECISION));
+}
+
+/* Statistic tensor `name` (ACT_STAT: mean, rstd, lse, losses) of op's block, typed. */
+static inline stat_t* stat_of(const GptDesc* d, const GptActs* a, int op, const char* name) {
+  return (stat_t*)((char*)a->op_acts[op] +
+                   model_act_offset(&d->ops[op], name, a->B, a->T, STEP_PRECISION));
 }
 
 /* The op's activation block (its first tensor), typed. */
-static inline real* out_of(const GptActs* a, int op) { return (real*)a->op_acts[op]; }
+static inline act_t* out_of(const GptActs* a, int op) { return (act_t*)a->op_acts[op]; }
 
 /* Forward of a (possibly split) linear op: out = inp W + b (b only when the op has one), plus
 ** the residual input when the op adds to the residual stream. One slice of rows of W is live
 ** at a time. With gelu_out (GPT-2's fc), the last slice's call also writes GELU(out) there
 ** (matmul_gelu_forward: one fused pass on CUDA), and the op's time includes it. */
 static inline void linear_fwd_gelu(const GptDesc* d, GptActs* a, const GptParamHooks* h,
-                                   const int* slices, int opi, real* out, const real* inp,
-                                   const real* residual, real* gelu_out, GptPhase phase) {
+                                   const int* slices, int opi, act_t* out, const act_t* inp,
+                                   const act_t* residual, act_t* gelu_out, GptPhase phase) {
   OpTimer tm = gpt_op_timer_start(a);
   const GptOp* op = &d->ops[opi];
   int BT = a->B * a->T, K = op->K, OC = op->OC, k = slices[opi];
-  if (residual) gpt_step_backend(a)->copy(out, residual, (size_t)BT * OC * sizeof(real));
+  if (residual) gpt_step_backend(a)->copy(out, residual, (size_t)BT * OC * sizeof(act_t));
   for (int i = 0; i < k; i++) {
     ParamView w = gpt_acquire_weights(d, a, h, opi, k, i, phase);
     int accumulate = residual || i > 0;
@@ -67,16 +94,16 @@ static inline void linear_fwd_gelu(const GptDesc* d, GptActs* a, const GptParamH
 
 /* Forward of a linear op without an activation (see linear_fwd_gelu). */
 static inline void linear_fwd(const GptDesc* d, GptActs* a, const GptParamHooks* h,
-                              const int* slices, int opi, real* out, const real* inp,
-                              const real* residual, GptPhase phase) {
+                              const int* slices, int opi, act_t* out, const act_t* inp,
+                              const act_t* residual, GptPhase phase) {
   linear_fwd_gelu(d, a, h, slices, opi, out, inp, residual, NULL, phase);
 }
 
 /* Backward of a linear op: dinp = dout W^T (each slice overwrites its columns of dinp), dW +=
 ** inp^T dout, db += sum dout (= into a fresh gradient buffer), slice by slice. */
 static inline void linear_bwd(const GptDesc* d, GptActs* a, const GptParamHooks* h,
-                              const int* slices, int opi, real* dinp, const real* dout,
-                              const real* inp) {
+                              const int* slices, int opi, act_t* dinp, const act_t* dout,
+                              const act_t* inp) {
   OpTimer tm = gpt_op_timer_start(a);
   const GptOp* op = &d->ops[opi];
   int BT = a->B * a->T, K = op->K, OC = op->OC, k = slices[opi];
@@ -135,19 +162,19 @@ static inline void head_release(const GptParamHooks* h, GptForwardMode mode, con
 ** weight's gradient, accumulated over the chunks. Every slice is held throughout, so each is
 ** gathered once. Returns the losses' sum. */
 static inline double head_loss_fwd(const GptDesc* d, GptActs* a, const GptParamHooks* h,
-                                   const int* slices, GptForwardMode mode, const real* xf,
-                                   real* dxf, double loss_scale, int* argmax, HeadFresh on_fresh) {
+                                   const int* slices, GptForwardMode mode, const act_t* xf,
+                                   act_t* dxf, double loss_scale, int* argmax, HeadFresh on_fresh) {
   OpTimer tm = gpt_op_timer_start(a);
   int head = d->head_op, BT = a->B * a->T, C = d->cfg.n_embd;
   int V = d->cfg.vocab_size, Vp = d->cfg.padded_vocab, R = gpt_head_rows(d, a->B, a->T, a->head_rows);
-  real* logits = gpt_step_head_chunk(d, a);
-  real* losses = out_of(a, head);
+  act_t* logits = gpt_step_head_chunk(d, a);
+  stat_t* losses = stat_of(d, a, head, "losses");
   const int* targets = gpt_acts_targets(d, a);
   HeadSlices s;
   head_acquire(d, a, h, slices, mode, on_fresh, &s);
   for (int r0 = 0; r0 < BT; r0 += R) {
     int n = BT - r0 < R ? BT - r0 : R;
-    const real* x = xf + (size_t)r0 * C;
+    const act_t* x = xf + (size_t)r0 * C;
     for (int i = 0; i < s.k; i++)
       kern(a)->matmul_forward(logits, x + s.w[i].row0, C, s.w[i].t[STEP_HEAD_W], NULL, n,
                               (int)s.w[i].nrows, Vp, i > 0);

@@ -104,7 +104,7 @@ double cost_slice_optim_s(const DeviceInfo* dev, size_t n, Strategy s, int group
 
 size_t cost_slice_persistent(size_t n, Strategy s, int group) {
   size_t pa, gr, op;
-  slice_persistent_bytes(n, s, group, &pa, &gr, &op);
+  slice_persistent_bytes(n, s, group, PRECISION_FP32, &pa, &gr, &op); /* the search plans fp32 */
   return pa + gr + op;
 }
 
@@ -145,8 +145,8 @@ double cost_recompute_s(const GptDesc* d, const DeviceInfo* dev, int B, int T, c
 }
 
 size_t cost_batch_bytes(const GptDesc* d, const DeviceInfo* dev, int B, int T, const int* recompute) {
-  size_t acts = gpt_acts_layout(d, B, T, sizeof(float), recompute, NULL, NULL, NULL);
-  return acts + gpt_scratch_bytes(d, B, T, sizeof(float), dev->threads, 0);
+  size_t acts = gpt_acts_layout(d, B, T, PRECISION_FP32, recompute, NULL, NULL, NULL);
+  return acts + gpt_scratch_bytes(d, B, T, PRECISION_FP32, dev->threads, 0);
 }
 
 int cost_largest_batch(const GptDesc* d, const DeviceInfo* dev, int T, int max) {

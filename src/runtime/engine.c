@@ -128,6 +128,7 @@ static void* hook_acquire_weight(void* ctx, int owner, int slice, GptPhase phase
   SliceState* s = &e->slices[owner][slice];
   progress_reductions(e);
   if (walk_weight_begin(e->walk, owner, slice, phase)) schedule_error();
+  if (s->wc) return s->wc;
   return s->strat == STRAT_ZERO3 ? s->gathered : s->w;
 }
 
@@ -186,7 +187,7 @@ static int alloc_activations(Engine* e) {
   size_t* off = malloc((size_t)d->nops * sizeof *off);
   size_t shared = 0;
   if (!own || !off) { free(own); free(off); return osdp_fail("out of memory"); }
-  gpt_acts_layout(d, p->micro_batch, p->seq, sizeof(float), p->recompute, own, off, &shared);
+  gpt_acts_layout(d, p->micro_batch, p->seq, p->precision, p->recompute, own, off, &shared);
   char* buf = shared ? arena_alloc(&e->arena, shared, MEM_ACTS, "recompute buffer") : NULL;
   int rc = shared && !buf ? -1 : 0;
   for (int opi = 0; !rc && opi < d->nops; opi++) {
@@ -260,7 +261,31 @@ static int alloc_slice(Engine* e, int opi, int i, SliceState* s) {
     e->bk->to_device(s->w, host, count * sizeof(float));
     free(host);
   }
+  if (e->plan.precision == PRECISION_BF16) { /* the compute copy (plan_validate: not zero3) */
+    s->wc = arena_alloc(&e->arena, s->n * precision_elems(PRECISION_BF16).wt, MEM_PARAMS,
+                        e->d->ops[opi].name);
+    if (!s->wc) return -1;
+    e->bk->bf16->compute_copy(s->wc, s->w, s->n);
+  }
   return 0;
+}
+
+/* Rounds every slice's master weights into its compute copy (bf16 storage; nothing in fp32):
+** after each update and wherever the master weights are set. */
+static void refresh_compute_copies(Engine* e) {
+  for (int opi = 0; opi < e->d->nops; opi++)
+    for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++) {
+      SliceState* s = &e->slices[opi][i];
+      if (s->wc) e->bk->bf16->compute_copy(s->wc, s->w, s->n);
+    }
+}
+
+/* Whether backend bk can run precision prec: bf16 needs its bf16 kernel table (0, or -1 with an
+** error saying so). */
+static int check_precision(const Backend* bk, Precision prec) {
+  if (prec != PRECISION_BF16 || bk->bf16) return 0;
+  return osdp_fail("--precision bf16: the %s backend has no bf16 kernels; bf16 storage runs on "
+                   "GPUs (--device cuda), or use --precision fp32", bk->name);
 }
 
 /* Says why a plan does not fit the memory limit, with the least memory it needs. */
@@ -295,7 +320,9 @@ static int host_memory_error(const Engine* e) {
 ** the order the memory prediction counts it. Returns 0, or -1 with an error, leaving whatever
 ** it built for engine_destroy. */
 static int engine_build(Engine* e, const GptDesc* d, const Plan* p, const TrainOptions* opt) {
-  if (plan_validate(p, d, e->world) || plan_copy(&e->plan, p)) return -1;
+  if (plan_validate(p, d, e->world) || check_precision(e->bk, p->precision) ||
+      plan_copy(&e->plan, p))
+    return -1;
   e->bk->set_threads(opt->threads);
   comm_use_backend(e->bk);
   e->reduce_dtype = p->reduce_dtype == REDUCE_BF16 ? COMM_BF16 : COMM_FP32;
@@ -331,15 +358,15 @@ static int engine_build(Engine* e, const GptDesc* d, const Plan* p, const TrainO
   if (!l->w || !l->g || !l->m || !l->v || !l->n || !l->wd) return osdp_fail("out of memory");
   e->walk = walk_create(d, &e->plan, opt->bucket_bytes, engine_action, e);
   if (!e->walk || build_buckets(e)) return -1;
-  e->acts = (GptActs){.B = p->micro_batch, .T = p->seq, .elem = sizeof(float), .backend = e->bk,
-                      .op_acts = e->act_ptrs, .recompute = e->plan.recompute,
+  e->acts = (GptActs){.B = p->micro_batch, .T = p->seq, .precision = p->precision,
+                      .backend = e->bk, .op_acts = e->act_ptrs, .recompute = e->plan.recompute,
                       .head_rows = p->head_rows};
   e->host_targets = calloc((size_t)p->micro_batch * p->seq, sizeof(int));
   if (!e->host_targets) return osdp_fail("out of memory");
   if (alloc_activations(e)) return -1;
   e->acts.scratch = arena_alloc(&e->arena,
-                                gpt_scratch_bytes(d, p->micro_batch, p->seq, sizeof(float), opt->threads,
-                                                  p->head_rows),
+                                gpt_scratch_bytes(d, p->micro_batch, p->seq, p->precision,
+                                                  opt->threads, p->head_rows),
                                 MEM_SCRATCH, "backward scratch");
   if (!e->acts.scratch) return -1;
   e->hooks = (GptParamHooks){e, hook_acquire_weight, hook_release_weight, hook_acquire_grad,
@@ -495,6 +522,7 @@ static void update_slices(Engine* e, float lr, float scale) {
       SliceState* s = &e->slices[opi][i];
       if (s->strat == STRAT_ZERO2) comm_allgather_f32(s->group, s->w, s->shard);
     }
+  refresh_compute_copies(e);
 }
 
 /* The learning rate of (1-based) step t: linear warmup, then constant or cosine decay from lr
@@ -513,8 +541,8 @@ void engine_step(Engine* e, long global_targets, StepResult* r) {
   walk_reset(e->walk);
   zero_unused_grads(e);
   double scale = 1.0 / (double)(global_targets > 0 ? global_targets : 1);
-  double loss = gpt_forward_f32(e->d, &e->acts, &e->hooks, e->slice_counts, GPT_TRAIN, scale, NULL);
-  gpt_backward_f32(e->d, &e->acts, &e->hooks, e->slice_counts);
+  double loss = gpt_forward(e->d, &e->acts, &e->hooks, e->slice_counts, GPT_TRAIN, scale, NULL);
+  gpt_backward(e->d, &e->acts, &e->hooks, e->slice_counts);
   walk_backward_end(e->walk); /* the last reduce-scatter lands; every collective is waited for */
   double sums[2] = {loss, owned_grad_sumsq(e)};
   comm_allreduce_f64_array(comm_world(), sums, 2);
@@ -544,11 +572,11 @@ void engine_step(Engine* e, long global_targets, StepResult* r) {
 double engine_eval(Engine* e, const int* problem, long* problems_total, long* problems_ok) {
   int BT = e->acts.B * e->acts.T;
   int* argmax = (int*)((char*)e->acts.scratch +
-                       gpt_scratch_bytes(e->d, e->acts.B, e->acts.T, sizeof(float), e->opt.threads,
-                                         e->acts.head_rows) -
+                       gpt_scratch_bytes(e->d, e->acts.B, e->acts.T, e->acts.precision,
+                                         e->opt.threads, e->acts.head_rows) -
                        2 * (size_t)BT * sizeof(int));
   walk_reset(e->walk);
-  double loss = gpt_forward_f32(e->d, &e->acts, &e->hooks, e->slice_counts, GPT_EVAL, 1.0,
+  double loss = gpt_forward(e->d, &e->acts, &e->hooks, e->slice_counts, GPT_EVAL, 1.0,
                                 problem ? argmax : NULL);
   walk_reset(e->walk); /* frees the prefetch of the first backward use, which does not come */
   double sums[3] = {loss, 0, 0};
@@ -609,6 +637,7 @@ void engine_set_params(Engine* e, const float* full) {
     }
     base += e->d->ops[opi].n_params;
   }
+  refresh_compute_copies(e);
   e->step = 0;
 }
 
@@ -692,6 +721,7 @@ int engine_load_state(Engine* e, StateReadFn read, void* ctx, long step) {
       }
       free(host);
     }
+  if (!rc) refresh_compute_copies(e);
   if (!rc) e->step = step;
   return rc;
 }

@@ -43,6 +43,8 @@ typedef struct SliceState {
   size_t rows_n;                /* elements of the slice before the tail (weight-decayed) */
   int tail_decay;
   float* w;      /* dp, zero2: full weight (n_pad); zero3: this rank's shard */
+  void* wc;      /* bf16 storage (dp, zero2): the compute copy of w's n weights, which the step
+                 ** reads; NULL in fp32, where the step reads w */
   float* g;      /* dp: full gradient (view into a bucket); zero2/zero3: shard */
   float *m, *v;  /* optimizer state of what the rank owns (n for dp, shard otherwise) */
   float* gathered;  /* zero3 while acquired: the full weight */

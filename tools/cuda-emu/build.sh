@@ -10,7 +10,8 @@
 # m16n16k16 bf16), whose numerics emu_checks.cpp checks. It says nothing about speed, real
 # concurrency or the GPU's rounding: a GPU result needs a GPU (scripts/gpu-check.sh).
 # The build is CMake's (tests/gpu_emu.cmake): every `make test` of a normal build already builds
-# and runs these as CTest gpu_emu_kernels, gpu_emu_primitives and gpu_emu_train (label gpu-emu).
+# and runs these as CTest gpu_emu_kernels, gpu_emu_bf16, gpu_emu_primitives and gpu_emu_train
+# (label gpu-emu).
 # This script makes a separate build without the real CUDA backend, in build-emu/:
 # build-emu/osdp_emu (the CLI with --device cuda emulated; about 10^4 times slower than a GPU:
 # use tiny shapes and --mem-limit), build-emu/test_cuda_kernels_emu and build-emu/cuda_emu_checks.

@@ -10,6 +10,13 @@
 ** head sizes that are multiples of 16 go to the tensor-core kernels of cuda_attention_tc.cu
 ** instead, in that precision.
 **
+** Activations (q, k, v, out, dout, dq, dk, dv) may be stored in bf16: every kernel and entry
+** point is a template on their storage type A, float or osdp_bf16 (the act role of the kernel
+** tables). Values are read widened to fp32 (to_f32) and every result is rounded once, as it is
+** stored (store_rounded; dq, dk, dv: the old value plus this pass's fp32 sum); lse is fp32 in
+** both. On bf16 storage the head sizes the tensor-core kernels have go to their bf16 instance
+** whatever the matmul mode (the values are bf16 already); the others run here, in fp32.
+**
 ** Tiles are ATT_TILE = 32 queries and 32 keys, so that one lane of a warp owns one key (or one
 ** query) of a tile when scores are formed, and a range of head dimensions (d = lane + 32 j) when
 ** outputs are accumulated. A block has ATT_WARPS warps, each owning ATT_ROWS_PER_WARP rows of
@@ -49,14 +56,16 @@ static size_t backward_smem_bytes(int hs) {
   return ((size_t)ATT_TILE * (4 * hs + 2) + 2 * ATT_TILE) * sizeof(float);
 }
 
-/* Copies rows row0 .. row0+31 of a head's [T, hs] view (row stride ld) into the shared tile dst
-** (row stride sld); rows at or past T become 0. All threads of the block take part. */
-static __device__ void load_tile(float* dst, int sld, const float* src, size_t ld, int row0,
-                                 int T, int hs) {
+/* Copies rows row0 .. row0+31 of a head's [T, hs] view (row stride ld, stored as A) into the
+** fp32 shared tile dst (row stride sld), widened; rows at or past T become 0. All threads of the
+** block take part. */
+template <typename A>
+static __device__ void load_tile(float* dst, int sld, const A* src, size_t ld, int row0, int T,
+                                 int hs) {
   for (int idx = threadIdx.x; idx < ATT_TILE * hs; idx += ATT_THREADS) {
     int r = idx / hs, d = idx % hs;
     int t = row0 + r;
-    dst[r * sld + d] = t < T ? src[(size_t)t * ld + d] : 0.0f;
+    dst[r * sld + d] = t < T ? to_f32(src[(size_t)t * ld + d]) : 0.0f;
   }
 }
 
@@ -66,18 +75,19 @@ static __device__ void load_tile(float* dst, int sld, const float* src, size_t l
 ** unnormalised output, lane owning dimensions lane + 32 j, is rescaled by exp(m_old - m_new)
 ** and gets P V added. At the end out = O / l and lse = m + log l. Key 0 is valid for every row
 ** (even rows past T, which are computed but not written), so m is finite after the first tile
-** and masked scores (-inf) contribute exp(-inf) = 0. */
+** and masked scores (-inf) contribute exp(-inf) = 0. Activations are stored as A; out is
+** rounded once to A as it is written. */
+template <typename A>
 static __global__ void __launch_bounds__(ATT_THREADS)
-    attention_forward_kernel(float* out, float* lse, const float* q_all, const float* k_all,
-                             const float* v_all, int ldq, int ldkv, int T, int NH, int NKV,
-                             int hs, float scale) {
+    attention_forward_kernel(A* out, float* lse, const A* q_all, const A* k_all, const A* v_all,
+                             int ldq, int ldkv, int T, int NH, int NKV, int hs, float scale) {
   extern __shared__ float smem[];
   const size_t C = (size_t)NH * hs; /* out's row stride */
   const int bh = blockIdx.y, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
   const int q0 = blockIdx.x * ATT_TILE;
-  const float* q = q_all + (size_t)b * T * ldq + (size_t)h * hs;
-  const float* k = k_all + (size_t)b * T * ldkv + (size_t)kvh * hs;
-  const float* v = v_all + (size_t)b * T * ldkv + (size_t)kvh * hs;
+  const A* q = q_all + (size_t)b * T * ldq + (size_t)h * hs;
+  const A* k = k_all + (size_t)b * T * ldkv + (size_t)kvh * hs;
+  const A* v = v_all + (size_t)b * T * ldkv + (size_t)kvh * hs;
   float* Qs = smem;                     /* [32][hs], read by broadcast */
   float* Ks = Qs + ATT_TILE * hs;       /* [32][hs + 1], lane = key */
   float* Vs = Ks + ATT_TILE * (hs + 1); /* [32][hs], lanes along d */
@@ -141,11 +151,11 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     const int t = q0 + row0 + r;
     if (t >= T) continue;
     float inv = 1.0f / run_sum[r];
-    float* orow = out + ((size_t)b * T + t) * C + (size_t)h * hs;
+    A* orow = out + ((size_t)b * T + t) * C + (size_t)h * hs;
 #pragma unroll
     for (int j = 0; j < ATT_DIM_SLOTS; j++) {
       const int d = lane + 32 * j;
-      if (d < hs) orow[d] = acc[r][j] * inv;
+      if (d < hs) store_rounded(&orow[d], acc[r][j] * inv);
     }
     if (lane == 0) lse[(size_t)bh * T + t] = run_max[r] + logf(run_sum[r]);
   }
@@ -156,21 +166,23 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 ** queries see none of these keys) to the end. Warp w owns keys row0 .. row0+3 of the tile. Per
 ** query tile, lane t forms, for each of the warp's keys,
 **   S = scale Q_t . K, P = exp(S - lse_t) (0 where masked), dP = dO_t . V, dS = P (dP - D_t);
-** then, lanes along d, dV += sum_t P dO_t and dK += sum_t dS Q_t (scaled at the end). */
+** then, lanes along d, dV += sum_t P dO_t and dK += sum_t dS Q_t (scaled at the end). The fp32
+** sums are added to dk and dv (stored as A) at the end, each element rounded once. */
+template <typename A>
 static __global__ void __launch_bounds__(ATT_THREADS)
-    attention_backward_dkdv_kernel(float* dk_all, float* dv_all, const float* dout,
-                                   const float* q_all, const float* k_all, const float* v_all,
-                                   int ldq, int ldkv, const float* out, const float* lse, int T,
-                                   int NH, int NKV, int hs, float scale) {
+    attention_backward_dkdv_kernel(A* dk_all, A* dv_all, const A* dout, const A* q_all,
+                                   const A* k_all, const A* v_all, int ldq, int ldkv,
+                                   const A* out, const float* lse, int T, int NH, int NKV,
+                                   int hs, float scale) {
   extern __shared__ float smem[];
   const size_t C = (size_t)NH * hs; /* the row stride of out and dout */
   const int bkv = blockIdx.y, b = bkv / NKV, kvh = bkv % NKV, group = NH / NKV;
   const int k0 = blockIdx.x * ATT_TILE;
   const size_t kvoff = (size_t)b * T * ldkv + (size_t)kvh * hs;
-  const float* k = k_all + kvoff;
-  const float* v = v_all + kvoff;
-  float* dk = dk_all + kvoff;
-  float* dv = dv_all + kvoff;
+  const A* k = k_all + kvoff;
+  const A* v = v_all + kvoff;
+  A* dk = dk_all + kvoff;
+  A* dv = dv_all + kvoff;
   float* Qs = smem;                       /* [32][hs + 1], lane = query */
   float* dOs = Qs + ATT_TILE * (hs + 1);  /* [32][hs + 1], lane = query */
   float* Ks = dOs + ATT_TILE * (hs + 1);  /* [32][hs], read by broadcast */
@@ -192,14 +204,15 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     }
   }
   for (int h = kvh * group; h < (kvh + 1) * group; h++) { /* the group's query heads, in order */
-    const float* q = q_all + (size_t)b * T * ldq + (size_t)h * hs;
-    const float* dO = dout + (size_t)b * T * C + (size_t)h * hs;
-    const float* o = out + (size_t)b * T * C + (size_t)h * hs;
+    const A* q = q_all + (size_t)b * T * ldq + (size_t)h * hs;
+    const A* dO = dout + (size_t)b * T * C + (size_t)h * hs;
+    const A* o = out + (size_t)b * T * C + (size_t)h * hs;
     for (int q0 = k0; q0 < T; q0 += ATT_TILE) {
       __syncthreads(); /* the previous query tile is no longer read */
       load_tile(Qs, hs + 1, q, ldq, q0, T, hs);
       load_tile(dOs, hs + 1, dO, C, q0, T, hs);
-      attention_row_stats(lse_s, D_s, lse + ((size_t)b * NH + h) * T, dO, o, C, q0, T, hs, ATT_TILE);
+      attention_row_stats(lse_s, D_s, lse + ((size_t)b * NH + h) * T, dO, o, C, q0, T, hs,
+                          ATT_TILE);
       __syncthreads();
       float s[ATT_ROWS_PER_WARP] = {0}, dp[ATT_ROWS_PER_WARP] = {0};
       const float* qrow = Qs + lane * (hs + 1);
@@ -250,8 +263,10 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     for (int j = 0; j < ATT_DIM_SLOTS; j++) {
       const int d = lane + 32 * j;
       if (d < hs) {
-        dk[(size_t)key * ldkv + d] += scale * dK[r][j];
-        dv[(size_t)key * ldkv + d] += dV[r][j];
+        A* dkp = &dk[(size_t)key * ldkv + d];
+        A* dvp = &dv[(size_t)key * ldkv + d];
+        store_rounded(dkp, to_f32(*dkp) + scale * dK[r][j]);
+        store_rounded(dvp, to_f32(*dvp) + dV[r][j]);
       }
     }
   }
@@ -260,22 +275,24 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 /* dQ of query tile blockIdx.x of (b, h) = blockIdx.y, over the key tiles of its causal prefix
 ** (of K/V head h / (NH / NKV)). Warp w owns queries row0 .. row0+3 of the tile. Per key tile,
 ** lane k forms, for each of the warp's queries, S, P, dP and dS as in the dK dV kernel; then,
-** lanes along d, dQ += sum_k dS K_k (scaled at the end). */
+** lanes along d, dQ += sum_k dS K_k (scaled at the end). The fp32 sum is added to dq (stored
+** as A) at the end, each element rounded once. */
+template <typename A>
 static __global__ void __launch_bounds__(ATT_THREADS)
-    attention_backward_dq_kernel(float* dq_all, const float* dout, const float* q_all,
-                                 const float* k_all, const float* v_all, int ldq, int ldkv,
-                                 const float* out, const float* lse, int T, int NH, int NKV,
-                                 int hs, float scale) {
+    attention_backward_dq_kernel(A* dq_all, const A* dout, const A* q_all, const A* k_all,
+                                 const A* v_all, int ldq, int ldkv, const A* out,
+                                 const float* lse, int T, int NH, int NKV, int hs,
+                                 float scale) {
   extern __shared__ float smem[];
   const size_t C = (size_t)NH * hs; /* the row stride of out and dout */
   const int bh = blockIdx.y, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
   const int q0 = blockIdx.x * ATT_TILE;
-  const float* q = q_all + (size_t)b * T * ldq + (size_t)h * hs;
-  const float* k = k_all + (size_t)b * T * ldkv + (size_t)kvh * hs;
-  const float* v = v_all + (size_t)b * T * ldkv + (size_t)kvh * hs;
-  const float* dO = dout + (size_t)b * T * C + (size_t)h * hs;
-  const float* o = out + (size_t)b * T * C + (size_t)h * hs;
-  float* dq = dq_all + (size_t)b * T * ldq + (size_t)h * hs;
+  const A* q = q_all + (size_t)b * T * ldq + (size_t)h * hs;
+  const A* k = k_all + (size_t)b * T * ldkv + (size_t)kvh * hs;
+  const A* v = v_all + (size_t)b * T * ldkv + (size_t)kvh * hs;
+  const A* dO = dout + (size_t)b * T * C + (size_t)h * hs;
+  const A* o = out + (size_t)b * T * C + (size_t)h * hs;
+  A* dq = dq_all + (size_t)b * T * ldq + (size_t)h * hs;
   float* Ks = smem;                      /* [32][hs + 1], lane = key, then lanes along d */
   float* Vs = Ks + ATT_TILE * (hs + 1);  /* [32][hs + 1], lane = key */
   float* Qs = Vs + ATT_TILE * (hs + 1);  /* [32][hs], read by broadcast */
@@ -322,7 +339,8 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     for (int kk = 0; kk < ATT_TILE; kk++) {
       float dsk[ATT_ROWS_PER_WARP];
 #pragma unroll
-      for (int r = 0; r < ATT_ROWS_PER_WARP; r++) dsk[r] = __shfl_sync(CUDA_FULL_WARP, ds[r], kk);
+      for (int r = 0; r < ATT_ROWS_PER_WARP; r++)
+        dsk[r] = __shfl_sync(CUDA_FULL_WARP, ds[r], kk);
 #pragma unroll
       for (int j = 0; j < ATT_DIM_SLOTS; j++) {
         const int d = lane + 32 * j;
@@ -341,25 +359,38 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
     for (int j = 0; j < ATT_DIM_SLOTS; j++) {
       const int d = lane + 32 * j;
-      if (d < hs) dq[(size_t)t * ldq + d] += scale * dQ[r][j];
+      if (d < hs) {
+        A* dqp = &dq[(size_t)t * ldq + d];
+        store_rounded(dqp, to_f32(*dqp) + scale * dQ[r][j]);
+      }
     }
   }
 }
 
-/* Opts the three kernels in to the dynamic shared memory that head size ATT_MAX_HS needs (above
-** the 48 KiB default), and the tensor-core ones to theirs, once per process. */
-cudaError_t cuda_attention_setup(void) {
-  cudaError_t err = cudaFuncSetAttribute(attention_forward_kernel,
+/* Opts the three kernels of storage A in to the dynamic shared memory that head size
+** ATT_MAX_HS needs (above the 48 KiB default). */
+template <typename A>
+static cudaError_t attention_setup_storage(void) {
+  cudaError_t err = cudaFuncSetAttribute(attention_forward_kernel<A>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)forward_smem_bytes(ATT_MAX_HS));
   if (err == cudaSuccess)
-    err = cudaFuncSetAttribute(attention_backward_dkdv_kernel,
+    err = cudaFuncSetAttribute(attention_backward_dkdv_kernel<A>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                (int)backward_smem_bytes(ATT_MAX_HS));
   if (err == cudaSuccess)
-    err = cudaFuncSetAttribute(attention_backward_dq_kernel,
+    err = cudaFuncSetAttribute(attention_backward_dq_kernel<A>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                (int)backward_smem_bytes(ATT_MAX_HS));
+  return err;
+}
+
+/* Opts every kernel that can be launched in to its shared memory, once per process: the three
+** kernels here for both storage types (fp32 storage, and bf16 storage's head sizes without a
+** tensor-core instance), and the tensor-core ones. */
+cudaError_t cuda_attention_setup(void) {
+  cudaError_t err = attention_setup_storage<float>();
+  if (err == cudaSuccess) err = attention_setup_storage<osdp_bf16>();
   if (err == cudaSuccess) err = cuda_attention_tc_setup();
   return err;
 }
@@ -376,50 +407,79 @@ static void check_heads(int NH, int NKV, int hs) {
   }
 }
 
-/* Whether attention of head size hs runs on the tensor cores (cuda_attention_tc.cu, in the
-** matmul mode's precision, TF32 or bf16): while matrix products are in one of those modes and
-** for the head sizes those kernels have; else here, in fp32. */
-static int use_tensor_cores(int hs) {
-  return cuda_ctx.matmul_mode != MATMUL_FP32 && cuda_attention_tc_supports(hs);
+/* The matmul mode in which attention of head size hs on fp32 storage runs on the tensor cores
+** (cuda_attention_tc.cu, in that mode's precision, TF32 or bf16), or MATMUL_FP32 when it runs
+** here: the tensor cores while matrix products are in one of those modes and for the head sizes
+** those kernels have. (The pointer only selects the storage type.) */
+static MatmulMode tensor_core_mode(const float*, int hs) {
+  const MatmulMode mode = cuda_ctx.matmul_mode;
+  return mode != MATMUL_FP32 && cuda_attention_tc_supports(hs) ? mode : MATMUL_FP32;
+}
+
+/* The same for bf16 storage: the bf16 tensor-core kernels for every head size they have,
+** whatever the matmul mode (the values are bf16 already, so nothing is lost to the format);
+** MATMUL_FP32, the kernels here in fp32, for the others. */
+static MatmulMode tensor_core_mode(const osdp_bf16*, int hs) {
+  return cuda_attention_tc_supports(hs) ? MATMUL_BF16 : MATMUL_FP32;
 }
 
 /* No scratch: every tile of both passes is staged in the block's shared memory. */
 size_t cuda_attention_scratch_elems(int, int) { return 0; }
 
-/* Table entry attention_forward: on tensor cores (use_tensor_cores), else one block per (query
-** tile, b, h). */
-void cuda_attention_forward(float* out, float* lse, const float* q, const float* k,
-                            const float* v, int ldq, int ldkv, float*, int B, int T, int NH,
-                            int NKV, int hs) {
+/* Table entry attention_forward on activations stored as A: on tensor cores (tensor_core_mode),
+** else one block per (query tile, b, h). */
+template <typename A>
+void cuda_attention_forward(A* out, float* lse, const A* q, const A* k, const A* v, int ldq,
+                            int ldkv, A*, int B, int T, int NH, int NKV, int hs) {
   if (B <= 0 || T <= 0) return;
   check_heads(NH, NKV, hs);
-  if (use_tensor_cores(hs)) {
-    cuda_attention_tc_forward(out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, hs,
-                              cuda_ctx.matmul_mode);
+  const MatmulMode mode = tensor_core_mode(q, hs);
+  if (mode != MATMUL_FP32) {
+    cuda_attention_tc_forward(out, lse, q, k, v, ldq, ldkv, B, T, NH, NKV, hs, mode);
     return;
   }
   dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
-  CUDA_LAUNCH(attention_forward_kernel, grid, ATT_THREADS, forward_smem_bytes(hs), out, lse, q,
-              k, v, ldq, ldkv, T, NH, NKV, hs, 1.0f / sqrtf((float)hs));
+  CUDA_LAUNCH((attention_forward_kernel<A>), grid, ATT_THREADS, forward_smem_bytes(hs), out,
+              lse, q, k, v, ldq, ldkv, T, NH, NKV, hs, 1.0f / sqrtf((float)hs));
 }
 
-/* The dK dV kernel (a block per key tile and K/V head), then the dQ kernel (a block per query
-** tile and query head); they write disjoint buffers, in order on the stream. */
-void cuda_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                             const float* k, const float* v, int ldq, int ldkv, const float* out,
-                             const float* lse, float*, int B, int T, int NH, int NKV, int hs) {
+/* Table entry attention_backward on activations stored as A: on tensor cores
+** (tensor_core_mode), else the dK dV kernel (a block per key tile and K/V head), then the dQ
+** kernel (a block per query tile and query head); they write disjoint buffers, in order on the
+** stream. */
+template <typename A>
+void cuda_attention_backward(A* dq, A* dk, A* dv, const A* dout, const A* q, const A* k,
+                             const A* v, int ldq, int ldkv, const A* out, const float* lse, A*,
+                             int B, int T, int NH, int NKV, int hs) {
   if (B <= 0 || T <= 0) return;
   check_heads(NH, NKV, hs);
-  if (use_tensor_cores(hs)) {
+  const MatmulMode mode = tensor_core_mode(q, hs);
+  if (mode != MATMUL_FP32) {
     cuda_attention_tc_backward(dq, dk, dv, dout, q, k, v, ldq, ldkv, out, lse, B, T, NH, NKV, hs,
-                               cuda_ctx.matmul_mode);
+                               mode);
     return;
   }
   float scale = 1.0f / sqrtf((float)hs);
   int tiles = (T + ATT_TILE - 1) / ATT_TILE;
   size_t smem = backward_smem_bytes(hs);
-  CUDA_LAUNCH(attention_backward_dkdv_kernel, dim3(tiles, B * NKV), ATT_THREADS, smem, dk, dv,
+  CUDA_LAUNCH((attention_backward_dkdv_kernel<A>), dim3(tiles, B * NKV), ATT_THREADS, smem, dk,
+              dv, dout, q, k, v, ldq, ldkv, out, lse, T, NH, NKV, hs, scale);
+  CUDA_LAUNCH((attention_backward_dq_kernel<A>), dim3(tiles, B * NH), ATT_THREADS, smem, dq,
               dout, q, k, v, ldq, ldkv, out, lse, T, NH, NKV, hs, scale);
-  CUDA_LAUNCH(attention_backward_dq_kernel, dim3(tiles, B * NH), ATT_THREADS, smem, dq, dout, q,
-              k, v, ldq, ldkv, out, lse, T, NH, NKV, hs, scale);
 }
+
+/* The instances the kernel tables point at (cuda_kernels.cu): fp32 and bf16 storage. */
+template void cuda_attention_forward<float>(float*, float*, const float*, const float*,
+                                            const float*, int, int, float*, int, int, int, int,
+                                            int);
+template void cuda_attention_forward<osdp_bf16>(osdp_bf16*, float*, const osdp_bf16*,
+                                                const osdp_bf16*, const osdp_bf16*, int, int,
+                                                osdp_bf16*, int, int, int, int, int);
+template void cuda_attention_backward<float>(float*, float*, float*, const float*, const float*,
+                                             const float*, const float*, int, int, const float*,
+                                             const float*, float*, int, int, int, int, int);
+template void cuda_attention_backward<osdp_bf16>(osdp_bf16*, osdp_bf16*, osdp_bf16*,
+                                                 const osdp_bf16*, const osdp_bf16*,
+                                                 const osdp_bf16*, const osdp_bf16*, int, int,
+                                                 const osdp_bf16*, const float*, osdp_bf16*, int,
+                                                 int, int, int, int);

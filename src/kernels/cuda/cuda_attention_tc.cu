@@ -6,9 +6,17 @@
 ** __nv_bfloat16 tiles) while they are in bf16 (MATMUL_BF16, `--matmul bf16`). The contract is
 ** cuda_attention.cu's (attention_forward / attention_backward of KERNEL_LIST: q rows of stride ldq
 ** with NH heads, k and v rows of stride ldkv with NKV heads, query head h reading K/V head
-** h / (NH / NKV), out [B, T, NH*hs], lse [B, NH, T], dq, dk, dv accumulated; fp32 in and out);
+** h / (NH / NKV), out [B, T, NH*hs], lse [B, NH, T], dq, dk, dv accumulated);
 ** cuda_attention.cu's fp32 kernels run in fp32 mode (`--matmul fp32`: the exact path) and for
 ** other head sizes.
+**
+** Activations (q, k, v, out, dout, dq, dk, dv) may be stored in bf16: the kernels and entry
+** points are also templates on their storage type A, float or osdp_bf16. Values are read
+** widened to fp32 (to_f32) and rounded for P as they are staged (from bf16 into a bf16 tile:
+** exact); every result is rounded once, as it is stored (store_rounded; dq, dk, dv: the old
+** value plus this pass's fp32 sum). lse is fp32 in both. bf16 storage only runs the bf16
+** kernels (cuda_attention.cu passes MATMUL_BF16 whatever the mode): only those are instantiated
+** for it.
 **
 ** Every kernel is a template on a precision P (TcTf32 or TcBf16 below: the element type of the
 ** shared tiles, WMMA's k, the rounding) and on the head size. What is rounded: the Q, K, V and
@@ -152,14 +160,15 @@ struct SmemCarver {
   }
 };
 
-/* Rows row0 .. row0+63 of a head's [T, hs] view (row stride ld) into the shared tile dst (row
-** stride hs + 8), rounded for precision P; rows at or past T become 0. All threads of the block. */
-template <class P, int HS>
-static __device__ void tc_load_tile(typename P::Elem* dst, const float* src, size_t ld, int row0,
+/* Rows row0 .. row0+63 of a head's [T, hs] view (row stride ld, stored as A) into the shared
+** tile dst (row stride hs + 8), widened and rounded for precision P (exact from bf16 into bf16);
+** rows at or past T become 0. All threads of the block. */
+template <class P, int HS, typename A>
+static __device__ void tc_load_tile(typename P::Elem* dst, const A* src, size_t ld, int row0,
                                     int T) {
   for (int idx = threadIdx.x; idx < TC_TILE * HS; idx += TC_THREADS) {
     int r = idx / HS, d = idx % HS, t = row0 + r;
-    dst[r * tile_ld(HS) + d] = P::round(t < T ? src[(size_t)t * ld + d] : 0.0f);
+    dst[r * tile_ld(HS) + d] = P::round(t < T ? to_f32(src[(size_t)t * ld + d]) : 0.0f);
   }
 }
 
@@ -201,10 +210,11 @@ static __device__ void tc_accumulate(FragC<P>* acc, const typename P::Elem* p,
 ** keeps the running max m and sum l of each of its warp's 16 rows (warp reductions give every
 ** lane the same values); l sums the probabilities in fp32, before they are rounded for P V. Key 0
 ** is valid for every row (rows past T are computed, not written), so m is finite from the first
-** tile on and masked scores add exp(-inf) = 0. */
-template <class P, int HS>
+** tile on and masked scores add exp(-inf) = 0. Activations are stored as A; out is rounded once
+** to A as it is written. */
+template <class P, int HS, typename A>
 static __global__ void __launch_bounds__(TC_THREADS)
-    tc_forward_kernel(float* out, float* lse, const float* q_all, const float* k_all, const float* v_all,
+    tc_forward_kernel(A* out, float* lse, const A* q_all, const A* k_all, const A* v_all,
                       int ldq, int ldkv, int T, int NH, int NKV, float scale) {
   typedef typename P::Elem Elem;
   extern __shared__ float smem[];
@@ -226,7 +236,10 @@ static __global__ void __launch_bounds__(TC_THREADS)
   for (int idx = threadIdx.x; idx < TC_TILE * ld; idx += TC_THREADS) Os[idx] = 0.0f;
   float m[TC_WARP_ROWS], l[TC_WARP_ROWS];
 #pragma unroll
-  for (int r = 0; r < TC_WARP_ROWS; r++) { m[r] = -INFINITY; l[r] = 0.0f; }
+  for (int r = 0; r < TC_WARP_ROWS; r++) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+  }
   const int q_last = min(q0 + TC_TILE, T) - 1;
   for (int k0 = 0; k0 <= q_last; k0 += TC_TILE) {
     __syncthreads(); /* every warp is done with the previous K and V (and Q, O are ready) */
@@ -253,9 +266,11 @@ static __global__ void __launch_bounds__(TC_THREADS)
     }
     __syncwarp();
     FragC<P> acc[HS / 16];
-    for (int j = 0; j < HS / 16; j++) wmma::load_matrix_sync(acc[j], Ow + j * 16, ld, wmma::mem_row_major);
+    for (int j = 0; j < HS / 16; j++)
+      wmma::load_matrix_sync(acc[j], Ow + j * 16, ld, wmma::mem_row_major);
     tc_accumulate<P, HS>(acc, Pw, Vs);
-    for (int j = 0; j < HS / 16; j++) wmma::store_matrix_sync(Ow + j * 16, acc[j], ld, wmma::mem_row_major);
+    for (int j = 0; j < HS / 16; j++)
+      wmma::store_matrix_sync(Ow + j * 16, acc[j], ld, wmma::mem_row_major);
     __syncwarp();
   }
 #pragma unroll
@@ -263,34 +278,39 @@ static __global__ void __launch_bounds__(TC_THREADS)
     const int t = q0 + row0 + r;
     if (t >= T) continue;
     const float inv = 1.0f / l[r];
-    float* orow = out + ((size_t)b * T + t) * C + (size_t)h * HS;
-    for (int d = lane; d < HS; d += 32) orow[d] = Ow[r * ld + d] * inv;
+    A* orow = out + ((size_t)b * T + t) * C + (size_t)h * HS;
+    for (int d = lane; d < HS; d += 32) store_rounded(&orow[d], Ow[r * ld + d] * inv);
     if (lane == 0) lse[(size_t)bh * T + t] = m[r] + logf(l[r]);
   }
 }
 
 /* Adds scale x the warp's 16 x HS accumulator rows (staged through the warp's rows stage[0 ..
-** 16 * (HS + 8)), floats) into rows row0 + (0 .. 15) of the global view g (row stride ldg),
-** skipping rows at or past T. */
-template <class P, int HS>
-static __device__ void tc_add_rows(float* g, size_t ldg, const FragC<P>* acc, float* stage, int row0,
-                                   int T, float scale) {
+** 16 * (HS + 8)), floats) into rows row0 + (0 .. 15) of the global view g (row stride ldg,
+** stored as A: the old value widened, the sum in fp32, rounded once), skipping rows at or past
+** T. */
+template <class P, int HS, typename A>
+static __device__ void tc_add_rows(A* g, size_t ldg, const FragC<P>* acc, float* stage,
+                                   int row0, int T, float scale) {
   const int lane = threadIdx.x % 32, ld = tile_ld(HS);
-  for (int j = 0; j < HS / 16; j++) wmma::store_matrix_sync(stage + j * 16, acc[j], ld, wmma::mem_row_major);
+  for (int j = 0; j < HS / 16; j++)
+    wmma::store_matrix_sync(stage + j * 16, acc[j], ld, wmma::mem_row_major);
   __syncwarp();
   for (int r = 0; r < TC_WARP_ROWS; r++) {
     if (row0 + r >= T) break;
-    for (int d = lane; d < HS; d += 32) g[(size_t)(row0 + r) * ldg + d] += scale * stage[r * ld + d];
+    for (int d = lane; d < HS; d += 32) {
+      A* p = &g[(size_t)(row0 + r) * ldg + d];
+      store_rounded(p, to_f32(*p) + scale * stage[r * ld + d]);
+    }
   }
 }
 
 /* dK and dV of key tile blockIdx.x of (b, K/V head) = blockIdx.y; see the file's comment. The
-** warp's score tiles are transposed (row = key, column = query). */
-template <class P, int HS>
+** warp's score tiles are transposed (row = key, column = query). Activations are stored as A. */
+template <class P, int HS, typename A>
 static __global__ void __launch_bounds__(TC_THREADS)
-    tc_backward_dkdv_kernel(float* dk_all, float* dv_all, const float* dout, const float* q_all,
-                            const float* k_all, const float* v_all, int ldq, int ldkv, const float* out,
-                            const float* lse, int T, int NH, int NKV, float scale) {
+    tc_backward_dkdv_kernel(A* dk_all, A* dv_all, const A* dout, const A* q_all, const A* k_all,
+                            const A* v_all, int ldq, int ldkv, const A* out, const float* lse,
+                            int T, int NH, int NKV, float scale) {
   typedef typename P::Elem Elem;
   extern __shared__ float smem[];
   const size_t C = (size_t)NH * HS;
@@ -316,9 +336,12 @@ static __global__ void __launch_bounds__(TC_THREADS)
   tc_load_tile<P, HS>(Ks, k_all + kvoff, ldkv, k0, T);
   tc_load_tile<P, HS>(Vs, v_all + kvoff, ldkv, k0, T);
   FragC<P> dK[HS / 16], dV[HS / 16];
-  for (int j = 0; j < HS / 16; j++) { wmma::fill_fragment(dK[j], 0.0f); wmma::fill_fragment(dV[j], 0.0f); }
+  for (int j = 0; j < HS / 16; j++) {
+    wmma::fill_fragment(dK[j], 0.0f);
+    wmma::fill_fragment(dV[j], 0.0f);
+  }
   for (int h = kvh * group; h < (kvh + 1) * group; h++) { /* the group's query heads, in order */
-    const float* dO = dout + (size_t)b * T * C + (size_t)h * HS;
+    const A* dO = dout + (size_t)b * T * C + (size_t)h * HS;
     for (int q0 = k0; q0 < T; q0 += TC_TILE) {
       __syncthreads(); /* every warp is done with the previous query tile */
       tc_load_tile<P, HS>(Qs, q_all + (size_t)b * T * ldq + (size_t)h * HS, ldq, q0, T);
@@ -333,7 +356,8 @@ static __global__ void __launch_bounds__(TC_THREADS)
         const int key = k0 + row0 + r;
         for (int c = 0; c < 2; c++) {
           const int qi = lane + 32 * c, t = q0 + qi;
-          const float p = key <= t && t < T && key < T ? expf(Sw[r * TC_SLD + qi] * scale - lse_s[qi]) : 0.0f;
+          const bool live = key <= t && t < T && key < T;
+          const float p = live ? expf(Sw[r * TC_SLD + qi] * scale - lse_s[qi]) : 0.0f;
           const float ds = p * (dPw[r * TC_SLD + qi] - D_s[qi]);
           Pw[r * TC_SLD + qi] = P::round(p);
           dSw[r * TC_SLD + qi] = P::round(ds);
@@ -349,23 +373,26 @@ static __global__ void __launch_bounds__(TC_THREADS)
   __syncthreads();
   float* stage_k = reinterpret_cast<float*>(Ks) + row0 * ld;
   float* stage_v = reinterpret_cast<float*>(Qs) + row0 * ld;
-  tc_add_rows<P, HS>(dk_all + kvoff + (size_t)k0 * ldkv, ldkv, dK, stage_k, row0, T - k0, scale);
-  tc_add_rows<P, HS>(dv_all + kvoff + (size_t)k0 * ldkv, ldkv, dV, stage_v, row0, T - k0, 1.0f);
+  tc_add_rows<P, HS>(dk_all + kvoff + (size_t)k0 * ldkv, ldkv, dK, stage_k, row0, T - k0,
+                     scale);
+  tc_add_rows<P, HS>(dv_all + kvoff + (size_t)k0 * ldkv, ldkv, dV, stage_v, row0, T - k0,
+                     1.0f);
 }
 
-/* dQ of query tile blockIdx.x of (b, h) = blockIdx.y; see the file's comment. */
-template <class P, int HS>
+/* dQ of query tile blockIdx.x of (b, h) = blockIdx.y; see the file's comment. Activations are
+** stored as A. */
+template <class P, int HS, typename A>
 static __global__ void __launch_bounds__(TC_THREADS)
-    tc_backward_dq_kernel(float* dq_all, const float* dout, const float* q_all, const float* k_all,
-                          const float* v_all, int ldq, int ldkv, const float* out, const float* lse, int T,
-                          int NH, int NKV, float scale) {
+    tc_backward_dq_kernel(A* dq_all, const A* dout, const A* q_all, const A* k_all,
+                          const A* v_all, int ldq, int ldkv, const A* out, const float* lse,
+                          int T, int NH, int NKV, float scale) {
   typedef typename P::Elem Elem;
   extern __shared__ float smem[];
   const size_t C = (size_t)NH * HS;
   const int bh = blockIdx.y, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
   const int q0 = blockIdx.x * TC_TILE, ld = tile_ld(HS);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row0 = warp * TC_WARP_ROWS;
-  const float* dO = dout + (size_t)b * T * C + (size_t)h * HS;
+  const A* dO = dout + (size_t)b * T * C + (size_t)h * HS;
   SmemCarver carve{reinterpret_cast<char*>(smem)};
   Elem* Qs = carve.take<Elem>(tile_bytes<Elem>(HS));
   Elem* dOs = carve.take<Elem>(tile_bytes<Elem>(HS));
@@ -381,13 +408,13 @@ static __global__ void __launch_bounds__(TC_THREADS)
   Elem* dSw = dSs + row0 * TC_SLD;
   tc_load_tile<P, HS>(Qs, q_all + (size_t)b * T * ldq + (size_t)h * HS, ldq, q0, T);
   tc_load_tile<P, HS>(dOs, dO, C, q0, T);
-  attention_row_stats(lse_s, D_s, lse + (size_t)bh * T, dO, out + (size_t)b * T * C + (size_t)h * HS, C, q0,
-                      T, HS, TC_TILE);
+  attention_row_stats(lse_s, D_s, lse + (size_t)bh * T, dO,
+                      out + (size_t)b * T * C + (size_t)h * HS, C, q0, T, HS, TC_TILE);
   FragC<P> dQ[HS / 16];
   for (int j = 0; j < HS / 16; j++) wmma::fill_fragment(dQ[j], 0.0f);
   const int q_last = min(q0 + TC_TILE, T) - 1;
   for (int k0 = 0; k0 <= q_last; k0 += TC_TILE) {
-    __syncthreads(); /* every warp is done with the previous K and V (and Q, dO, stats are ready) */
+    __syncthreads(); /* every warp is done with the previous K and V (Q, dO, stats are ready) */
     tc_load_tile<P, HS>(Ks, k_all + (size_t)b * T * ldkv + (size_t)kvh * HS, ldkv, k0, T);
     tc_load_tile<P, HS>(Vs, v_all + (size_t)b * T * ldkv + (size_t)kvh * HS, ldkv, k0, T);
     __syncthreads();
@@ -398,7 +425,8 @@ static __global__ void __launch_bounds__(TC_THREADS)
       const int qi = row0 + r, t = q0 + qi;
       for (int c = 0; c < 2; c++) {
         const int kj = lane + 32 * c, key = k0 + kj;
-        const float p = key <= t && t < T ? expf(Sw[r * TC_SLD + kj] * scale - lse_s[qi]) : 0.0f;
+        const float p =
+            key <= t && t < T ? expf(Sw[r * TC_SLD + kj] * scale - lse_s[qi]) : 0.0f;
         dSw[r * TC_SLD + kj] = P::round(p * (dPw[r * TC_SLD + kj] - D_s[qi]));
       }
     }
@@ -427,61 +455,103 @@ static int with_head_size(int hs, F f) {
   }
 }
 
-/* Calls f(P(), std::integral_constant<int, HS>()) for the kernels of matmul mode `mode`
-** (TcTf32 for MATMUL_TF32, TcBf16 for MATMUL_BF16) and head size hs; 0, or -1 when there is no
-** such instance (MATMUL_FP32 has none: cuda_attention.cu's kernels are its). */
-template <typename F>
+/* Calls f(P(), std::integral_constant<int, HS>()) for the kernels of matmul mode `mode` on
+** storage A (TcTf32 for MATMUL_TF32, TcBf16 for MATMUL_BF16) and head size hs; 0, or -1 when
+** there is no such instance (MATMUL_FP32 has none: cuda_attention.cu's kernels are its; bf16
+** storage has only TcBf16, the mode cuda_attention.cu always passes for it). */
+template <typename A, typename F>
 static int with_instance(MatmulMode mode, int hs, F f) {
-  if (mode == MATMUL_TF32) return with_head_size(hs, [&](auto size) { f(TcTf32(), size); });
+  if constexpr (std::is_same<A, float>::value) {
+    if (mode == MATMUL_TF32) return with_head_size(hs, [&](auto size) { f(TcTf32(), size); });
+  }
   if (mode == MATMUL_BF16) return with_head_size(hs, [&](auto size) { f(TcBf16(), size); });
   return -1;
 }
 
+/* Whether the tensor-core kernels have head size hs (the same sizes in every precision). */
 int cuda_attention_tc_supports(int hs) { return with_head_size(hs, [](auto) {}) == 0; }
 
-cudaError_t cuda_attention_tc_setup(void) {
+/* Opts the three kernels of every instance on storage A in to the dynamic shared memory they
+** need (above the 48 KiB default from head size 64 on). */
+template <typename A>
+static cudaError_t tc_setup_storage(void) {
   cudaError_t err = cudaSuccess;
   for (MatmulMode mode : {MATMUL_TF32, MATMUL_BF16})
     for (int hs = 16; hs <= 128; hs += 16)
-      with_instance(mode, hs, [&](auto prec, auto size) {
+      with_instance<A>(mode, hs, [&](auto prec, auto size) {
         typedef decltype(prec) P;
         constexpr int HS = decltype(size)::value;
         const int fwd = (int)tc_forward_smem<P>(HS), bwd = (int)tc_backward_smem<P>(HS);
         const cudaFuncAttribute smem = cudaFuncAttributeMaxDynamicSharedMemorySize;
-        if (err == cudaSuccess) err = cudaFuncSetAttribute(tc_forward_kernel<P, HS>, smem, fwd);
-        if (err == cudaSuccess) err = cudaFuncSetAttribute(tc_backward_dkdv_kernel<P, HS>, smem, bwd);
-        if (err == cudaSuccess) err = cudaFuncSetAttribute(tc_backward_dq_kernel<P, HS>, smem, bwd);
+        if (err == cudaSuccess)
+          err = cudaFuncSetAttribute(tc_forward_kernel<P, HS, A>, smem, fwd);
+        if (err == cudaSuccess)
+          err = cudaFuncSetAttribute(tc_backward_dkdv_kernel<P, HS, A>, smem, bwd);
+        if (err == cudaSuccess)
+          err = cudaFuncSetAttribute(tc_backward_dq_kernel<P, HS, A>, smem, bwd);
       });
   return err;
 }
 
-void cuda_attention_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v, int ldq,
+/* The shared-memory opt-in of every instance that can be launched: fp32 storage (TF32 and
+** bf16) and bf16 storage (bf16). Once per process, from cuda_attention_setup. */
+cudaError_t cuda_attention_tc_setup(void) {
+  cudaError_t err = tc_setup_storage<float>();
+  if (err == cudaSuccess) err = tc_setup_storage<osdp_bf16>();
+  return err;
+}
+
+/* Table entry attention_forward on tensor cores, in the precision of `mode`, on activations
+** stored as A: one block per (query tile, b, h). Aborts for a mode or head size without an
+** instance. */
+template <typename A>
+void cuda_attention_tc_forward(A* out, float* lse, const A* q, const A* k, const A* v, int ldq,
                                int ldkv, int B, int T, int NH, int NKV, int hs, MatmulMode mode) {
   const dim3 grid((T + TC_TILE - 1) / TC_TILE, B * NH);
   const float scale = 1.0f / sqrtf((float)hs);
-  int rc = with_instance(mode, hs, [&](auto prec, auto size) {
+  int rc = with_instance<A>(mode, hs, [&](auto prec, auto size) {
     typedef decltype(prec) P;
     constexpr int HS = decltype(size)::value;
-    CUDA_LAUNCH((tc_forward_kernel<P, HS>), grid, TC_THREADS, tc_forward_smem<P>(HS), out, lse, q,
-                k, v, ldq, ldkv, T, NH, NKV, scale);
+    CUDA_LAUNCH((tc_forward_kernel<P, HS, A>), grid, TC_THREADS, tc_forward_smem<P>(HS), out,
+                lse, q, k, v, ldq, ldkv, T, NH, NKV, scale);
   });
   if (rc) cuda_abort("attention", "tensor-core attention called for a mode or head size it lacks");
 }
 
-void cuda_attention_tc_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                                const float* k, const float* v, int ldq, int ldkv, const float* out,
-                                const float* lse, int B, int T, int NH, int NKV, int hs,
-                                MatmulMode mode) {
+/* Table entry attention_backward on tensor cores, likewise: the dK dV kernel (a block per key
+** tile and K/V head), then the dQ kernel (a block per query tile and query head), in order on
+** the stream. */
+template <typename A>
+void cuda_attention_tc_backward(A* dq, A* dk, A* dv, const A* dout, const A* q, const A* k,
+                                const A* v, int ldq, int ldkv, const A* out, const float* lse,
+                                int B, int T, int NH, int NKV, int hs, MatmulMode mode) {
   const int tiles = (T + TC_TILE - 1) / TC_TILE;
   const float scale = 1.0f / sqrtf((float)hs);
-  int rc = with_instance(mode, hs, [&](auto prec, auto size) {
+  int rc = with_instance<A>(mode, hs, [&](auto prec, auto size) {
     typedef decltype(prec) P;
     constexpr int HS = decltype(size)::value;
     const size_t smem = tc_backward_smem<P>(HS);
-    CUDA_LAUNCH((tc_backward_dkdv_kernel<P, HS>), dim3(tiles, B * NKV), TC_THREADS, smem, dk, dv,
+    CUDA_LAUNCH((tc_backward_dkdv_kernel<P, HS, A>), dim3(tiles, B * NKV), TC_THREADS, smem, dk,
+                dv, dout, q, k, v, ldq, ldkv, out, lse, T, NH, NKV, scale);
+    CUDA_LAUNCH((tc_backward_dq_kernel<P, HS, A>), dim3(tiles, B * NH), TC_THREADS, smem, dq,
                 dout, q, k, v, ldq, ldkv, out, lse, T, NH, NKV, scale);
-    CUDA_LAUNCH((tc_backward_dq_kernel<P, HS>), dim3(tiles, B * NH), TC_THREADS, smem, dq, dout,
-                q, k, v, ldq, ldkv, out, lse, T, NH, NKV, scale);
   });
   if (rc) cuda_abort("attention", "tensor-core attention called for a mode or head size it lacks");
 }
+
+/* The instances cuda_attention.cu calls: fp32 and bf16 storage. */
+template void cuda_attention_tc_forward<float>(float*, float*, const float*, const float*,
+                                               const float*, int, int, int, int, int, int, int,
+                                               MatmulMode);
+template void cuda_attention_tc_forward<osdp_bf16>(osdp_bf16*, float*, const osdp_bf16*,
+                                                   const osdp_bf16*, const osdp_bf16*, int, int,
+                                                   int, int, int, int, int, MatmulMode);
+template void cuda_attention_tc_backward<float>(float*, float*, float*, const float*,
+                                                const float*, const float*, const float*, int,
+                                                int, const float*, const float*, int, int, int,
+                                                int, int, MatmulMode);
+template void cuda_attention_tc_backward<osdp_bf16>(osdp_bf16*, osdp_bf16*, osdp_bf16*,
+                                                    const osdp_bf16*, const osdp_bf16*,
+                                                    const osdp_bf16*, const osdp_bf16*, int, int,
+                                                    const osdp_bf16*, const float*, int, int,
+                                                    int, int, int, MatmulMode);

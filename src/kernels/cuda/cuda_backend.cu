@@ -243,6 +243,7 @@ static int init_device(void) {
   cuda_backend.set_matmul_mode = cuda_set_matmul_mode;
   cuda_backend.f32 = &cuda_kernels_f32;
   cuda_backend.f64 = NULL;
+  cuda_backend.bf16 = &cuda_kernels_bf16;
   cuda_backend.attention_scratch_elems = cuda_attention_scratch_elems;
   cuda_backend.compute_stream = cuda_compute_stream;
   init_state = 1;

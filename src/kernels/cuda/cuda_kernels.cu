@@ -1,11 +1,15 @@
 /*
-** cuda_kernels.cu: the fp32 kernels of the CUDA backend, with the contracts of KERNEL_LIST
+** cuda_kernels.cu: the kernels of the CUDA backend, with the contracts of KERNEL_LIST
 ** (kernel_list.h: the same layouts; parameter-gradient kernels accumulate or, with
 ** accumulate = 0, overwrite; matmul's dinp, GELU's dinp and SwiGLU's dgate and dup are
-** overwritten) and the semantics of the CPU kernels in cpu_kernels_real.c, and the table
-** cuda_kernels_f32 made from the list. Each kernel is the host function cuda_<name> (the table
-** entry), which launches its __global__ kernels (mostly one, <name>_kernel).
-** Attention is in cuda_attention.cu.
+** overwritten) and the semantics of the CPU kernels in cpu_kernels_real.c, and the two tables
+** made from the list: cuda_kernels_f32 (fp32 storage) and cuda_kernels_bf16 (bf16 activations
+** and weight copies, fp32 gradients, optimizer state and statistics). Each kernel is the host
+** function cuda_<name> (the table entry), which launches its __global__ kernels (mostly one,
+** <name>_kernel); both are templates on the storage types they touch (A: activations, W:
+** weights; gradients and statistics are float in both tables), widening what they read to fp32
+** (to_f32) and rounding what they store once (store_rounded), so the fp32 instances compute
+** exactly what they did before the types were added. Attention is in cuda_attention.cu.
 **
 ** Determinism: no kernel uses atomics or a reduction whose order depends on scheduling. Sums
 ** over rows (bias, LayerNorm and RMSNorm weight gradients) are chunk sums by fixed threads,
@@ -104,52 +108,60 @@ static __global__ void sum_to_double_kernel(const T* x, size_t n, double* result
 // positional and token embeddings
 
 /* out[b,t,:] = wpe[t,:]: element i of out[B*T*C] is wpe[i mod T*C]. */
-static __global__ void embed_pos_forward_kernel(float* out, const float* wpe, size_t n,
-                                                size_t TC) {
-  for (size_t i = grid_index(); i < n; i += grid_stride()) out[i] = wpe[i % TC];
+template <typename A, typename W>
+static __global__ void embed_pos_forward_kernel(A* out, const W* wpe, size_t n, size_t TC) {
+  for (size_t i = grid_index(); i < n; i += grid_stride())
+    store_rounded(&out[i], to_f32(wpe[i % TC]));
 }
 
 /* Table entry embed_pos_forward: one thread per element of out. */
-static void cuda_embed_pos_forward(float* out, const float* wpe, int B, int T, int C) {
+template <typename A, typename W>
+static void cuda_embed_pos_forward(A* out, const W* wpe, int B, int T, int C) {
   size_t n = (size_t)B * T * C;
-  CUDA_LAUNCH(embed_pos_forward_kernel, grid_for(n), THREADS, 0, out, wpe, n, (size_t)T * C);
+  CUDA_LAUNCH((embed_pos_forward_kernel<A, W>), grid_for(n), THREADS, 0, out, wpe, n,
+              (size_t)T * C);
 }
 
 /* dwpe[t,c] += sum_b dout[b,t,c] (= without accumulate): one thread per (t, c) adds b = 0, 1,
 ** ... in order (the CPU's order, so even the rounding matches). */
-static __global__ void embed_pos_backward_kernel(float* dwpe, const float* dout, int B,
-                                                 size_t TC, int accumulate) {
+template <typename A>
+static __global__ void embed_pos_backward_kernel(float* dwpe, const A* dout, int B, size_t TC,
+                                                 int accumulate) {
   for (size_t i = grid_index(); i < TC; i += grid_stride()) {
     float acc = accumulate ? dwpe[i] : 0.0f;
-    for (int b = 0; b < B; b++) acc += dout[(size_t)b * TC + i];
+    for (int b = 0; b < B; b++) acc += to_f32(dout[(size_t)b * TC + i]);
     dwpe[i] = acc;
   }
 }
 
 /* Table entry embed_pos_backward: one thread per element of dwpe's first T rows. */
-static void cuda_embed_pos_backward(float* dwpe, const float* dout, int B, int T, int C,
+template <typename A>
+static void cuda_embed_pos_backward(float* dwpe, const A* dout, int B, int T, int C,
                                     int accumulate) {
   size_t TC = (size_t)T * C;
-  CUDA_LAUNCH(embed_pos_backward_kernel, grid_for(TC), THREADS, 0, dwpe, dout, B, TC,
+  CUDA_LAUNCH(embed_pos_backward_kernel<A>, grid_for(TC), THREADS, 0, dwpe, dout, B, TC,
               accumulate);
 }
 
 /* out[i*ldo + r] += wrows[r*Vp + tok[i]]: one thread per (i, r), r fastest (coalesced writes). */
-static __global__ void embed_tok_forward_kernel(float* out, int ldo, const int* tok, size_t n,
-                                                const float* wrows, int nrows, int Vp) {
+template <typename A, typename W>
+static __global__ void embed_tok_forward_kernel(A* out, int ldo, const int* tok, size_t n,
+                                                const W* wrows, int nrows, int Vp) {
   for (size_t idx = grid_index(); idx < n; idx += grid_stride()) {
     size_t i = idx / nrows;
     int r = (int)(idx % nrows);
-    out[i * ldo + r] += wrows[(size_t)r * Vp + tok[i]];
+    A* o = &out[i * ldo + r];
+    store_rounded(o, to_f32(*o) + to_f32(wrows[(size_t)r * Vp + tok[i]]));
   }
 }
 
 /* Table entry embed_tok_forward: one thread per (position, row). */
-static void cuda_embed_tok_forward(float* out, int ldo, const int* tok, int BT,
-                                   const float* wrows, int nrows, int Vp) {
+template <typename A, typename W>
+static void cuda_embed_tok_forward(A* out, int ldo, const int* tok, int BT, const W* wrows,
+                                   int nrows, int Vp) {
   size_t n = (size_t)BT * nrows;
-  CUDA_LAUNCH(embed_tok_forward_kernel, grid_for(n), THREADS, 0, out, ldo, tok, n, wrows, nrows,
-              Vp);
+  CUDA_LAUNCH((embed_tok_forward_kernel<A, W>), grid_for(n), THREADS, 0, out, ldo, tok, n, wrows,
+              nrows, Vp);
 }
 
 /* dwrows[r*Vp + tok[i]] += dout[i*ldo + r], deterministically and without atomics: thread
@@ -161,7 +173,8 @@ static void cuda_embed_tok_forward(float* out, int ldo, const int* tok, int BT,
 ** dout[i*ldo + r .. r+31] are coalesced. Was one thread per row r (C ~ 768 threads in all, each
 ** walking every position); now EMBED_CLASSES times as many threads, each adding 1 /
 ** EMBED_CLASSES of the positions (on average) while still reading every token. */
-static __global__ void embed_tok_backward_kernel(float* dwrows, const float* dout, int ldo,
+template <typename A>
+static __global__ void embed_tok_backward_kernel(float* dwrows, const A* dout, int ldo,
                                                  const int* tok, int BT, int nrows, int Vp) {
   int r = blockIdx.x * blockDim.x + threadIdx.x;
   int k = blockIdx.y * blockDim.y + threadIdx.y;
@@ -169,21 +182,22 @@ static __global__ void embed_tok_backward_kernel(float* dwrows, const float* dou
   float* dw = dwrows + (size_t)r * Vp;
   for (int i = 0; i < BT; i++) {
     int v = tok[i];
-    if (v % EMBED_CLASSES == k) dw[v] += dout[(size_t)i * ldo + r];
+    if (v % EMBED_CLASSES == k) dw[v] += to_f32(dout[(size_t)i * ldo + r]);
   }
 }
 
 /* Table entry embed_tok_backward: blocks of 32 rows x EMBED_CLASSES_PER_BLOCK classes, grid
 ** (rows / 32, EMBED_CLASSES / EMBED_CLASSES_PER_BLOCK). Without accumulate the rows are zeroed
 ** first (one memset on the stream: every entry of the nrows x Vp rows is then written). */
-static void cuda_embed_tok_backward(float* dwrows, const float* dout, int ldo, const int* tok,
+template <typename A>
+static void cuda_embed_tok_backward(float* dwrows, const A* dout, int ldo, const int* tok,
                                     int BT, int nrows, int Vp, int accumulate) {
   if (nrows <= 0) return;
   if (!accumulate)
     CUDA_CHECK(cudaMemsetAsync(dwrows, 0, (size_t)nrows * Vp * sizeof(float), cuda_ctx.stream));
   dim3 grid((nrows + 31) / 32, EMBED_CLASSES / EMBED_CLASSES_PER_BLOCK);
-  CUDA_LAUNCH(embed_tok_backward_kernel, grid, dim3(32, EMBED_CLASSES_PER_BLOCK), 0, dwrows, dout,
-              ldo, tok, BT, nrows, Vp);
+  CUDA_LAUNCH(embed_tok_backward_kernel<A>, grid, dim3(32, EMBED_CLASSES_PER_BLOCK), 0, dwrows,
+              dout, ldo, tok, BT, nrows, Vp);
 }
 
 // ----------------------------------------------------------------------------
@@ -204,33 +218,41 @@ static void cuda_embed_tok_backward(float* dwrows, const float* dout, int ldo, c
 // (LayerNorm's dw and db). Columns are processed in groups when NSUMS x chunks x C would not
 // fit the fixed scratch of COLSUM_SCRATCH_FLOATS.
 
-/* The term of column c in row i of a plain column sum: src[i, c] (matmul's dbias). */
+/* The term of column c in row i of a plain column sum: src[i, c] (matmul's dbias), src stored
+** as A. */
+template <typename A>
 struct ColsumPlain {
   static constexpr int NSUMS = 1;
-  const float* src;
+  const A* src;
   int ld;
-  __device__ void add(float* acc, int i, int c) const { acc[0] += src[(size_t)i * ld + c]; }
+  __device__ void add(float* acc, int i, int c) const {
+    acc[0] += to_f32(src[(size_t)i * ld + c]);
+  }
 };
 
 /* LayerNorm's weight and bias gradients: dw += (x - mean) rstd dout, db += dout. */
+template <typename A>
 struct ColsumLayerNorm {
   static constexpr int NSUMS = 2;
-  const float *dout, *inp, *mean, *rstd;
+  const A *dout, *inp;
+  const float *mean, *rstd;
   int C;
   __device__ void add(float* acc, int i, int c) const {
-    float d = dout[(size_t)i * C + c];
-    acc[0] += (inp[(size_t)i * C + c] - mean[i]) * rstd[i] * d;
+    float d = to_f32(dout[(size_t)i * C + c]);
+    acc[0] += (to_f32(inp[(size_t)i * C + c]) - mean[i]) * rstd[i] * d;
     acc[1] += d;
   }
 };
 
 /* RMSNorm's weight gradient: dw += x rstd dout. */
+template <typename A>
 struct ColsumRMSNorm {
   static constexpr int NSUMS = 1;
-  const float *dout, *inp, *rstd;
+  const A *dout, *inp;
+  const float* rstd;
   int C;
   __device__ void add(float* acc, int i, int c) const {
-    acc[0] += inp[(size_t)i * C + c] * rstd[i] * dout[(size_t)i * C + c];
+    acc[0] += to_f32(inp[(size_t)i * C + c]) * rstd[i] * to_f32(dout[(size_t)i * C + c]);
   }
 };
 
@@ -308,23 +330,27 @@ static void colsum_run(const Op& op, ColsumDst out, int rows, int ncols, int acc
 // transpose, a [cols, rows] column-major matrix with leading dimension ld. So a row-major
 // product C = A B is computed as the column-major C^T = B^T A^T, with the operands swapped.
 
-/* Column-major C[m, n] = op(A) op(B) + beta C in fp32 storage, with the compute type chosen by
-** set_matmul_mode (fp32, or tensor cores on inputs rounded to TF32 or bf16). */
-static void gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
-                 const float* A, int lda, const float* Bm, int ldb, float beta, float* Cm,
-                 int ldc) {
+/* Column-major C[m, n] = op(A) op(B) + beta C. On fp32 storage (T = float) C is fp32 and the
+** compute type is set_matmul_mode's (fp32, or tensor cores on inputs rounded to TF32 or bf16);
+** on bf16 storage (T = osdp_bf16) A and B are bf16, C is bf16 or fp32 (TC: a parameter
+** gradient), and the products accumulate in fp32 (CUBLAS_COMPUTE_32F), C rounded once. */
+template <typename T, typename TC>
+static void gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const T* A,
+                 int lda, const T* Bm, int ldb, float beta, TC* Cm, int ldc) {
   const float alpha = 1.0f;
-  CUDA_CHECK(cublasGemmEx(cuda_ctx.cublas, op_a, op_b, m, n, k, &alpha, A, CUDA_R_32F, lda, Bm,
-                          CUDA_R_32F, ldb, &beta, Cm, CUDA_R_32F, ldc, cuda_ctx.gemm_compute,
+  cublasComputeType_t compute =
+      cuda_type_of(A) == CUDA_R_32F ? cuda_ctx.gemm_compute : CUBLAS_COMPUTE_32F;
+  CUDA_CHECK(cublasGemmEx(cuda_ctx.cublas, op_a, op_b, m, n, k, &alpha, A, cuda_type_of(A), lda,
+                          Bm, cuda_type_of(Bm), ldb, &beta, Cm, cuda_type_of(Cm), ldc, compute,
                           CUBLAS_GEMM_DEFAULT));
 }
 
 /* out[i, c] = bias[c] (or += when accumulate) for every row of out[rows, OC]. */
-static __global__ void bias_rows_kernel(float* out, const float* bias, size_t n, int OC,
-                                        int accumulate) {
+template <typename T>
+static __global__ void bias_rows_kernel(T* out, const T* bias, size_t n, int OC, int accumulate) {
   for (size_t i = grid_index(); i < n; i += grid_stride()) {
-    float b = bias[i % OC];
-    out[i] = accumulate ? out[i] + b : b;
+    float b = to_f32(bias[i % OC]);
+    store_rounded(&out[i], accumulate ? to_f32(out[i]) + b : b);
   }
 }
 
@@ -332,17 +358,18 @@ static __global__ void bias_rows_kernel(float* out, const float* bias, size_t n,
 ** bias, in one pass: cuBLASLt's bias epilogue, out = inp w + bias + beta out (beta 1 or 0: it
 ** expresses both forms); where cuBLASLt has no algorithm for it, the bias rows are written (or
 ** added) first and the product then accumulated (beta = 1), as on the CPU. Column-major:
-** out^T[OC, BT] = w^T[OC, K] inp^T[K, BT]. */
-static void cuda_matmul_forward(float* out, const float* inp, int ldinp, const float* w,
-                                const float* bias, int BT, int K, int OC, int accumulate) {
+** out^T[OC, BT] = w^T[OC, K] inp^T[K, BT]. Activations and weights share the storage type T. */
+template <typename T>
+static void cuda_matmul_forward(T* out, const T* inp, int ldinp, const T* w, const T* bias,
+                                int BT, int K, int OC, int accumulate) {
   if (BT <= 0 || OC <= 0) return;
   float beta = accumulate ? 1.0f : 0.0f;
   if (bias != NULL) {
-    if (K > 0 && cuda_lt_linear(out, NULL, inp, ldinp, w, bias, BT, K, OC, beta,
+    if (K > 0 && cuda_lt_linear(out, (T*)NULL, inp, ldinp, w, bias, BT, K, OC, beta,
                                 CUBLASLT_EPILOGUE_BIAS) == 0)
       return;
     size_t n = (size_t)BT * OC;
-    CUDA_LAUNCH(bias_rows_kernel, grid_for(n), THREADS, 0, out, bias, n, OC, accumulate);
+    CUDA_LAUNCH(bias_rows_kernel<T>, grid_for(n), THREADS, 0, out, bias, n, OC, accumulate);
     beta = 1.0f;
   }
   gemm(CUBLAS_OP_N, CUBLAS_OP_N, OC, BT, K, w, OC, inp, ldinp, beta, out, OC);
@@ -352,16 +379,17 @@ static void cuda_matmul_forward(float* out, const float* inp, int ldinp, const f
 ** 1) or, without accumulate, are overwritten; dinp and dbias are skipped when NULL:
 **   dinp[BT, K] = dout @ w^T,   column-major dinp^T[K, BT] = (w^T)^T[K, OC] dout^T[OC, BT];
 **   dw[K, OC] += inp^T @ dout,  column-major dw^T[OC, K] = dout^T[OC, BT] (inp^T)^T[BT, K];
-**   dbias[OC] += column sums of dout. */
-static void cuda_matmul_backward(float* dinp, float* dw, float* dbias, const float* dout,
-                                 const float* inp, int ldinp, const float* w, int BT, int K,
-                                 int OC, int accumulate) {
+**   dbias[OC] += column sums of dout.
+** dw and dbias are fp32 in both tables; dinp, dout, inp and w are stored as T. */
+template <typename T>
+static void cuda_matmul_backward(T* dinp, float* dw, float* dbias, const T* dout, const T* inp,
+                                 int ldinp, const T* w, int BT, int K, int OC, int accumulate) {
   if (BT <= 0 || K <= 0 || OC <= 0) return;
   float beta = accumulate ? 1.0f : 0.0f;
   if (dinp != NULL) gemm(CUBLAS_OP_T, CUBLAS_OP_N, K, BT, OC, w, OC, dout, OC, 0.0f, dinp, ldinp);
   gemm(CUBLAS_OP_N, CUBLAS_OP_T, OC, K, BT, dout, OC, inp, ldinp, beta, dw, OC);
   if (dbias != NULL)
-    colsum_run(ColsumPlain{dout, OC}, ColsumDst{{dbias, NULL}}, BT, OC, accumulate);
+    colsum_run(ColsumPlain<T>{dout, OC}, ColsumDst{{dbias, NULL}}, BT, OC, accumulate);
 }
 
 // ----------------------------------------------------------------------------
@@ -369,25 +397,26 @@ static void cuda_matmul_backward(float* dinp, float* dw, float* dbias, const flo
 
 /* LayerNorm of row `row` of inp[BT, C] by one warp, eps = 1e-5, biased variance computed from
 ** the centred values (two passes, as on the CPU); saves mean and rstd. */
-static __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd,
-                                                const float* inp, const float* w,
-                                                const float* b, int BT, int C) {
+template <typename A, typename W>
+static __global__ void layernorm_forward_kernel(A* out, float* mean, float* rstd, const A* inp,
+                                                const W* w, const W* b, int BT, int C) {
   int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (row >= BT) return; /* the whole warp leaves together */
-  const float* x = inp + (size_t)row * C;
-  float* o = out + (size_t)row * C;
+  const A* x = inp + (size_t)row * C;
+  A* o = out + (size_t)row * C;
   float sum = 0;
-  for (int c = lane; c < C; c += 32) sum += x[c];
+  for (int c = lane; c < C; c += 32) sum += to_f32(x[c]);
   float m = warp_sum(sum) / C;
   float sq = 0;
   for (int c = lane; c < C; c += 32) {
-    float centred = x[c] - m;
+    float centred = to_f32(x[c]) - m;
     sq += centred * centred;
   }
   float var = warp_sum(sq) / C;
   float s = 1.0f / sqrtf(var + 1e-5f);
-  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * s * w[c] + b[c];
+  for (int c = lane; c < C; c += 32)
+    store_rounded(&o[c], (to_f32(x[c]) - m) * s * to_f32(w[c]) + to_f32(b[c]));
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = s;
@@ -395,51 +424,55 @@ static __global__ void layernorm_forward_kernel(float* out, float* mean, float* 
 }
 
 /* Table entry layernorm_forward: THREADS / 32 rows per block, one per warp. */
-static void cuda_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                   const float* w, const float* b, int BT, int C) {
+template <typename A, typename W>
+static void cuda_layernorm_forward(A* out, float* mean, float* rstd, const A* inp, const W* w,
+                                   const W* b, int BT, int C) {
   if (BT <= 0) return;
   int rows_per_block = THREADS / 32;
-  CUDA_LAUNCH(layernorm_forward_kernel, (BT + rows_per_block - 1) / rows_per_block, THREADS, 0,
-              out, mean, rstd, inp, w, b, BT, C);
+  CUDA_LAUNCH((layernorm_forward_kernel<A, W>), (BT + rows_per_block - 1) / rows_per_block,
+              THREADS, 0, out, mean, rstd, inp, w, b, BT, C);
 }
 
 /* Input gradient of LayerNorm for one row per warp (as in llm.c):
 **   dinp += (w*dout - mean(w*dout) - norm * mean(w*dout*norm)) * rstd, norm = (x - mean) rstd. */
-static __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout,
-                                                       const float* inp, const float* w,
-                                                       const float* mean, const float* rstd,
-                                                       int BT, int C) {
+template <typename A, typename W>
+static __global__ void layernorm_backward_input_kernel(A* dinp, const A* dout, const A* inp,
+                                                       const W* w, const float* mean,
+                                                       const float* rstd, int BT, int C) {
   int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (row >= BT) return;
-  const float* x = inp + (size_t)row * C;
-  const float* d = dout + (size_t)row * C;
-  float* dx = dinp + (size_t)row * C;
+  const A* x = inp + (size_t)row * C;
+  const A* d = dout + (size_t)row * C;
+  A* dx = dinp + (size_t)row * C;
   float m = mean[row], s = rstd[row];
   float wd = 0, wdc = 0;
   for (int c = lane; c < C; c += 32) {
-    float g = w[c] * d[c];
+    float g = to_f32(w[c]) * to_f32(d[c]);
     wd += g;
-    wdc += g * (x[c] - m);
+    wdc += g * (to_f32(x[c]) - m);
   }
   float dnorm_mean = warp_sum(wd) / C;
   float dnorm_norm_mean = warp_sum(wdc) * s / C;
   for (int c = lane; c < C; c += 32) {
-    float norm = (x[c] - m) * s;
-    dx[c] += (w[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
+    float norm = (to_f32(x[c]) - m) * s;
+    float g = (to_f32(w[c]) * to_f32(d[c]) - dnorm_mean - norm * dnorm_norm_mean) * s;
+    store_rounded(&dx[c], to_f32(dx[c]) + g);
   }
 }
 
 /* Table entry layernorm_backward: the input gradient (a warp per row, accumulated), then the
 ** weight and bias gradients (column sums, accumulated or overwritten). */
-static void cuda_layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
-                                    const float* inp, const float* w, const float* mean,
-                                    const float* rstd, int BT, int C, int accumulate) {
+template <typename A, typename W>
+static void cuda_layernorm_backward(A* dinp, float* dw, float* db, const A* dout, const A* inp,
+                                    const W* w, const float* mean, const float* rstd, int BT,
+                                    int C, int accumulate) {
   if (BT <= 0 || C <= 0) return;
   int rows_per_block = THREADS / 32;
-  CUDA_LAUNCH(layernorm_backward_input_kernel, (BT + rows_per_block - 1) / rows_per_block,
+  CUDA_LAUNCH((layernorm_backward_input_kernel<A, W>), (BT + rows_per_block - 1) / rows_per_block,
               THREADS, 0, dinp, dout, inp, w, mean, rstd, BT, C);
-  colsum_run(ColsumLayerNorm{dout, inp, mean, rstd, C}, ColsumDst{{dw, db}}, BT, C, accumulate);
+  colsum_run(ColsumLayerNorm<A>{dout, inp, mean, rstd, C}, ColsumDst{{dw, db}}, BT, C,
+             accumulate);
 }
 
 // ----------------------------------------------------------------------------
@@ -447,57 +480,66 @@ static void cuda_layernorm_backward(float* dinp, float* dw, float* db, const flo
 
 /* RMSNorm of row `row` of inp[BT, C] by one warp: the sum of squares in double (as on the CPU),
 ** rstd = 1 / sqrt(mean(x^2) + eps) rounded to float, out = x * rstd * w; saves rstd. */
-static __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp,
-                                              const float* w, int BT, int C, double eps) {
+template <typename A, typename W>
+static __global__ void rmsnorm_forward_kernel(A* out, float* rstd, const A* inp, const W* w,
+                                              int BT, int C, double eps) {
   int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (row >= BT) return; /* the whole warp leaves together */
-  const float* x = inp + (size_t)row * C;
-  float* o = out + (size_t)row * C;
+  const A* x = inp + (size_t)row * C;
+  A* o = out + (size_t)row * C;
   double sq = 0;
-  for (int c = lane; c < C; c += 32) sq += (double)x[c] * (double)x[c];
+  for (int c = lane; c < C; c += 32) {
+    double xc = to_f32(x[c]);
+    sq += xc * xc;
+  }
   float s = (float)(1.0 / sqrt(warp_sum_double(sq) / C + eps));
-  for (int c = lane; c < C; c += 32) o[c] = x[c] * s * w[c];
+  for (int c = lane; c < C; c += 32) store_rounded(&o[c], to_f32(x[c]) * s * to_f32(w[c]));
   if (lane == 0) rstd[row] = s;
 }
 
 /* Table entry rmsnorm_forward: THREADS / 32 rows per block, one per warp. */
-static void cuda_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w,
-                                 int BT, int C, double eps) {
+template <typename A, typename W>
+static void cuda_rmsnorm_forward(A* out, float* rstd, const A* inp, const W* w, int BT, int C,
+                                 double eps) {
   if (BT <= 0) return;
   int rows_per_block = THREADS / 32;
-  CUDA_LAUNCH(rmsnorm_forward_kernel, (BT + rows_per_block - 1) / rows_per_block, THREADS, 0,
-              out, rstd, inp, w, BT, C, eps);
+  CUDA_LAUNCH((rmsnorm_forward_kernel<A, W>), (BT + rows_per_block - 1) / rows_per_block,
+              THREADS, 0, out, rstd, inp, w, BT, C, eps);
 }
 
 /* Input gradient of RMSNorm for one row per warp: with norm = x rstd,
 **   dinp += (w*dout - norm * mean(w*dout*norm)) * rstd. */
-static __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout,
-                                                     const float* inp, const float* w,
-                                                     const float* rstd, int BT, int C) {
+template <typename A, typename W>
+static __global__ void rmsnorm_backward_input_kernel(A* dinp, const A* dout, const A* inp,
+                                                     const W* w, const float* rstd, int BT,
+                                                     int C) {
   int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (row >= BT) return;
-  const float* x = inp + (size_t)row * C;
-  const float* d = dout + (size_t)row * C;
-  float* dx = dinp + (size_t)row * C;
+  const A* x = inp + (size_t)row * C;
+  const A* d = dout + (size_t)row * C;
+  A* dx = dinp + (size_t)row * C;
   float s = rstd[row];
   float wdx = 0;
-  for (int c = lane; c < C; c += 32) wdx += w[c] * d[c] * x[c];
+  for (int c = lane; c < C; c += 32) wdx += to_f32(w[c]) * to_f32(d[c]) * to_f32(x[c]);
   float dnorm_norm_mean = warp_sum(wdx) * s / C;
-  for (int c = lane; c < C; c += 32) dx[c] += (w[c] * d[c] - x[c] * s * dnorm_norm_mean) * s;
+  for (int c = lane; c < C; c += 32) {
+    float g = (to_f32(w[c]) * to_f32(d[c]) - to_f32(x[c]) * s * dnorm_norm_mean) * s;
+    store_rounded(&dx[c], to_f32(dx[c]) + g);
+  }
 }
 
 /* Table entry rmsnorm_backward: the input gradient (a warp per row, accumulated), then the
 ** weight gradient (column sums, accumulated or overwritten). */
-static void cuda_rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
-                                  const float* w, const float* rstd, int BT, int C,
-                                  int accumulate) {
+template <typename A, typename W>
+static void cuda_rmsnorm_backward(A* dinp, float* dw, const A* dout, const A* inp, const W* w,
+                                  const float* rstd, int BT, int C, int accumulate) {
   if (BT <= 0 || C <= 0) return;
   int rows_per_block = THREADS / 32;
-  CUDA_LAUNCH(rmsnorm_backward_input_kernel, (BT + rows_per_block - 1) / rows_per_block,
+  CUDA_LAUNCH((rmsnorm_backward_input_kernel<A, W>), (BT + rows_per_block - 1) / rows_per_block,
               THREADS, 0, dinp, dout, inp, w, rstd, BT, C);
-  colsum_run(ColsumRMSNorm{dout, inp, rstd, C}, ColsumDst{{dw, NULL}}, BT, C, accumulate);
+  colsum_run(ColsumRMSNorm<A>{dout, inp, rstd, C}, ColsumDst{{dw, NULL}}, BT, C, accumulate);
 }
 
 // ----------------------------------------------------------------------------
@@ -507,36 +549,39 @@ static void cuda_rmsnorm_backward(float* dinp, float* dw, const float* dout, con
 #define GELU_CUBE 0.044715f
 
 /* Tanh-approximation GELU: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
-static __global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
+template <typename A>
+static __global__ void gelu_forward_kernel(A* out, const A* inp, size_t n) {
   for (size_t i = grid_index(); i < n; i += grid_stride()) {
-    float x = inp[i];
+    float x = to_f32(inp[i]);
     float u = GELU_SCALING * (x + GELU_CUBE * x * x * x);
-    out[i] = 0.5f * x * (1.0f + tanhf(u));
+    store_rounded(&out[i], 0.5f * x * (1.0f + tanhf(u)));
   }
 }
 
 /* Table entry gelu_forward. */
-static void cuda_gelu_forward(float* out, const float* inp, size_t n) {
-  CUDA_LAUNCH(gelu_forward_kernel, grid_for(n), THREADS, 0, out, inp, n);
+template <typename A>
+static void cuda_gelu_forward(A* out, const A* inp, size_t n) {
+  CUDA_LAUNCH(gelu_forward_kernel<A>, grid_for(n), THREADS, 0, out, inp, n);
 }
 
 /* dinp = GELU'(x) dout (overwritten), GELU'(x) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx. */
-static __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout,
-                                            size_t n) {
+template <typename A>
+static __global__ void gelu_backward_kernel(A* dinp, const A* inp, const A* dout, size_t n) {
   for (size_t i = grid_index(); i < n; i += grid_stride()) {
-    float x = inp[i];
+    float x = to_f32(inp[i]);
     float u = GELU_SCALING * (x + GELU_CUBE * x * x * x);
     float th = tanhf(u);
     float sech2 = 1.0f - th * th;
     float du = GELU_SCALING * (1.0f + 3.0f * GELU_CUBE * x * x);
     float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * du;
-    dinp[i] = grad * dout[i];
+    store_rounded(&dinp[i], grad * to_f32(dout[i]));
   }
 }
 
 /* Table entry gelu_backward (overwrites dinp). */
-static void cuda_gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
-  CUDA_LAUNCH(gelu_backward_kernel, grid_for(n), THREADS, 0, dinp, inp, dout, n);
+template <typename A>
+static void cuda_gelu_backward(A* dinp, const A* inp, const A* dout, size_t n) {
+  CUDA_LAUNCH(gelu_backward_kernel<A>, grid_for(n), THREADS, 0, dinp, inp, dout, n);
 }
 
 /* Table entry matmul_gelu_forward: pre = (or += when accumulate) inp @ w + bias, out = GELU(pre).
@@ -544,10 +589,11 @@ static void cuda_gelu_backward(float* dinp, const float* inp, const float* dout,
 ** whose GELU_AUX(_BIAS) epilogue writes pre as its aux output and GELU(pre) as its result (see
 ** cublasLtMatmul in tools/cuda-emu/emu.cpp for the GELU it computes); otherwise, or without an
 ** algorithm for it, matmul_forward into pre and then gelu_forward: an epilogue cannot read the
-** old pre and also write it as aux. */
-static void cuda_matmul_gelu_forward(float* out, float* pre, const float* inp, int ldinp,
-                                     const float* w, const float* bias, int BT, int K, int OC,
-                                     int accumulate) {
+** old pre and also write it as aux. On bf16 storage the fused product computes GELU from the
+** fp32 sum and rounds pre and out each once; the unfused path computes it from the rounded pre. */
+template <typename T>
+static void cuda_matmul_gelu_forward(T* out, T* pre, const T* inp, int ldinp, const T* w,
+                                     const T* bias, int BT, int K, int OC, int accumulate) {
   if (BT <= 0 || OC <= 0) return;
   cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   if (!accumulate && K > 0 && OC % 8 == 0 &&
@@ -565,37 +611,40 @@ static void cuda_matmul_gelu_forward(float* out, float* pre, const float* inp, i
 
 /* out = silu(gate) * up, silu(x) = x sigmoid(x), sigmoid(x) = 1 / (1 + exp(-x)) (as on the
 ** CPU; exp(-x) = inf for very negative x gives sigmoid 0, never a NaN). */
-static __global__ void swiglu_forward_kernel(float* out, const float* gate, const float* up,
-                                             size_t n) {
+template <typename A>
+static __global__ void swiglu_forward_kernel(A* out, const A* gate, const A* up, size_t n) {
   for (size_t i = grid_index(); i < n; i += grid_stride()) {
-    float g = gate[i];
+    float g = to_f32(gate[i]);
     float sig = 1.0f / (1.0f + expf(-g));
-    out[i] = g * sig * up[i];
+    store_rounded(&out[i], g * sig * to_f32(up[i]));
   }
 }
 
 /* Table entry swiglu_forward. */
-static void cuda_swiglu_forward(float* out, const float* gate, const float* up, size_t n) {
-  CUDA_LAUNCH(swiglu_forward_kernel, grid_for(n), THREADS, 0, out, gate, up, n);
+template <typename A>
+static void cuda_swiglu_forward(A* out, const A* gate, const A* up, size_t n) {
+  CUDA_LAUNCH(swiglu_forward_kernel<A>, grid_for(n), THREADS, 0, out, gate, up, n);
 }
 
 /* dup = dout silu(gate), dgate = dout up silu'(gate), silu'(x) = sigmoid(x) (1 + x (1 -
 ** sigmoid(x))); both overwritten. */
-static __global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* dout,
-                                              const float* gate, const float* up, size_t n) {
+template <typename A>
+static __global__ void swiglu_backward_kernel(A* dgate, A* dup, const A* dout, const A* gate,
+                                              const A* up, size_t n) {
   for (size_t i = grid_index(); i < n; i += grid_stride()) {
-    float g = gate[i];
+    float g = to_f32(gate[i]);
     float sig = 1.0f / (1.0f + expf(-g));
-    float d = dout[i];
-    dup[i] = d * (g * sig);
-    dgate[i] = d * up[i] * (sig * (1.0f + g * (1.0f - sig)));
+    float d = to_f32(dout[i]);
+    store_rounded(&dup[i], d * (g * sig));
+    store_rounded(&dgate[i], d * to_f32(up[i]) * (sig * (1.0f + g * (1.0f - sig))));
   }
 }
 
 /* Table entry swiglu_backward (overwrites dgate and dup). */
-static void cuda_swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
-                                 const float* up, size_t n) {
-  CUDA_LAUNCH(swiglu_backward_kernel, grid_for(n), THREADS, 0, dgate, dup, dout, gate, up, n);
+template <typename A>
+static void cuda_swiglu_backward(A* dgate, A* dup, const A* dout, const A* gate, const A* up,
+                                 size_t n) {
+  CUDA_LAUNCH(swiglu_backward_kernel<A>, grid_for(n), THREADS, 0, dgate, dup, dout, gate, up, n);
 }
 
 /* Threads per block of the RoPE kernel (one block per row; a thread per pair j of a head). */
@@ -605,50 +654,68 @@ static void cuda_swiglu_backward(float* dgate, float* dup, const float* dout, co
 ** j, j + ROPE_THREADS, ... < hs/2, computes the angle t * inv_freq[j] (a float product, as on
 ** the CPU) and its cosine and sine once, and rotates pair (j, j + hs/2) of every head by it;
 ** sign = -1 (backward) negates the sine, the exact inverse (transpose) rotation. */
-static __global__ void rope_kernel(float* x, int ld, const float* inv_freq, int T, int nh,
-                                   int hs, float sign) {
+template <typename A>
+static __global__ void rope_kernel(A* x, int ld, const float* inv_freq, int T, int nh, int hs,
+                                   float sign) {
   int row = blockIdx.x, half = hs / 2;
   float pos = (float)(row % T);
-  float* xr = x + (size_t)row * ld;
+  A* xr = x + (size_t)row * ld;
   for (int j = threadIdx.x; j < half; j += blockDim.x) {
     float a = pos * inv_freq[j];
     float c = cosf(a), s = sign * sinf(a);
     for (int h = 0; h < nh; h++) {
-      float* x1 = xr + (size_t)h * hs + j;
-      float a1 = x1[0], a2 = x1[half];
-      x1[0] = a1 * c - a2 * s;
-      x1[half] = a2 * c + a1 * s;
+      A* x1 = xr + (size_t)h * hs + j;
+      float a1 = to_f32(x1[0]), a2 = to_f32(x1[half]);
+      store_rounded(&x1[0], a1 * c - a2 * s);
+      store_rounded(&x1[half], a2 * c + a1 * s);
     }
   }
 }
 
 /* Table entry rope_forward: one block per row. */
-static void cuda_rope_forward(float* x, int ld, const float* inv_freq, int B, int T, int nh,
-                              int hs) {
+template <typename A>
+static void cuda_rope_forward(A* x, int ld, const float* inv_freq, int B, int T, int nh, int hs) {
   if (B <= 0 || T <= 0 || nh <= 0 || hs < 2) return;
-  CUDA_LAUNCH(rope_kernel, B * T, ROPE_THREADS, 0, x, ld, inv_freq, T, nh, hs, 1.0f);
+  CUDA_LAUNCH(rope_kernel<A>, B * T, ROPE_THREADS, 0, x, ld, inv_freq, T, nh, hs, 1.0f);
 }
 
 /* Table entry rope_backward: the inverse rotation, in place. */
-static void cuda_rope_backward(float* dx, int ld, const float* inv_freq, int B, int T, int nh,
+template <typename A>
+static void cuda_rope_backward(A* dx, int ld, const float* inv_freq, int B, int T, int nh,
                                int hs) {
   if (B <= 0 || T <= 0 || nh <= 0 || hs < 2) return;
-  CUDA_LAUNCH(rope_kernel, B * T, ROPE_THREADS, 0, dx, ld, inv_freq, T, nh, hs, -1.0f);
+  CUDA_LAUNCH(rope_kernel<A>, B * T, ROPE_THREADS, 0, dx, ld, inv_freq, T, nh, hs, -1.0f);
 }
 
 #undef ROPE_THREADS
 
 // ----------------------------------------------------------------------------
-// accumulate
+// compute copy, accumulate
+
+/* dst = src rounded to dst's type. */
+template <typename W>
+static __global__ void compute_copy_kernel(W* dst, const float* src, size_t n) {
+  for (size_t i = grid_index(); i < n; i += grid_stride()) store_rounded(&dst[i], src[i]);
+}
+
+/* Table entry compute_copy: the step's copy of fp32 master weights (bf16 storage rounds each
+** once; fp32 copies). */
+template <typename W>
+static void cuda_compute_copy(W* dst, const float* src, size_t n) {
+  CUDA_LAUNCH(compute_copy_kernel<W>, grid_for(n), THREADS, 0, dst, src, n);
+}
 
 /* dst += src. */
-static __global__ void accumulate_kernel(float* dst, const float* src, size_t n) {
-  for (size_t i = grid_index(); i < n; i += grid_stride()) dst[i] += src[i];
+template <typename A>
+static __global__ void accumulate_kernel(A* dst, const A* src, size_t n) {
+  for (size_t i = grid_index(); i < n; i += grid_stride())
+    store_rounded(&dst[i], to_f32(dst[i]) + to_f32(src[i]));
 }
 
 /* Table entry accumulate. */
-static void cuda_accumulate(float* dst, const float* src, size_t n) {
-  CUDA_LAUNCH(accumulate_kernel, grid_for(n), THREADS, 0, dst, src, n);
+template <typename A>
+static void cuda_accumulate(A* dst, const A* src, size_t n) {
+  CUDA_LAUNCH(accumulate_kernel<A>, grid_for(n), THREADS, 0, dst, src, n);
 }
 
 // ----------------------------------------------------------------------------
@@ -656,45 +723,47 @@ static void cuda_accumulate(float* dst, const float* src, size_t n) {
 
 /* Row blockIdx.x of logits[BT, Vp]: without a target (< 0) the row and its loss become 0;
 ** otherwise losses[i] = -log softmax(row[0..V))[target] and the row is overwritten with
-** scale * (p - onehot(target)), 0 in the padding. As on the CPU, the exponentials are stored
-** in the row and summed in double, and the target's shifted logit is read first. Every thread
-** touches only its own strided columns, so the row needs no barrier beyond the reductions'. */
-static __global__ void crossentropy_kernel(float* logits, float* losses, const int* targets,
-                                           int V, int Vp, double scale) {
+** scale * (p - onehot(target)), 0 in the padding. As on the CPU, the exponentials are summed in
+** double, and the target's shifted logit is read first; each exponential is computed twice (for
+** the sum, then for p) rather than stored in the row, the same value both times, so a bf16 row
+** rounds only the gradient. Every thread touches only its own strided columns, so the row needs
+** no barrier beyond the reductions'. */
+template <typename A>
+static __global__ void crossentropy_kernel(A* logits, float* losses, const int* targets, int V,
+                                           int Vp, double scale) {
   int i = blockIdx.x;
-  float* row = logits + (size_t)i * Vp;
+  A* row = logits + (size_t)i * Vp;
   int target = targets[i];
   if (target < 0) { /* the whole block takes this branch */
-    for (int v = threadIdx.x; v < Vp; v += blockDim.x) row[v] = 0.0f;
+    for (int v = threadIdx.x; v < Vp; v += blockDim.x) store_rounded(&row[v], 0.0f);
     if (threadIdx.x == 0) losses[i] = 0.0f;
     return;
   }
-  float target_logit = row[target]; /* read by all before block_max's barrier, written after */
+  /* read by all before block_max's barrier, written after */
+  float target_logit = to_f32(row[target]);
   float local_max = -INFINITY;
-  for (int v = threadIdx.x; v < V; v += blockDim.x) local_max = fmaxf(local_max, row[v]);
+  for (int v = threadIdx.x; v < V; v += blockDim.x) local_max = fmaxf(local_max, to_f32(row[v]));
   float maxv = block_max(local_max);
   double local_sum = 0;
-  for (int v = threadIdx.x; v < V; v += blockDim.x) {
-    float e = expf(row[v] - maxv);
-    row[v] = e;
-    local_sum += (double)e;
-  }
+  for (int v = threadIdx.x; v < V; v += blockDim.x)
+    local_sum += (double)expf(to_f32(row[v]) - maxv);
   double sum = block_sum_double(local_sum);
   float norm = (float)(scale / sum);
   for (int v = threadIdx.x; v < V; v += blockDim.x) {
-    float p = row[v] * norm;
-    row[v] = v == target ? p - (float)scale : p;
+    float p = expf(to_f32(row[v]) - maxv) * norm;
+    store_rounded(&row[v], v == target ? p - (float)scale : p);
   }
-  for (int v = V + threadIdx.x; v < Vp; v += blockDim.x) row[v] = 0.0f;
+  for (int v = V + threadIdx.x; v < Vp; v += blockDim.x) store_rounded(&row[v], 0.0f);
   if (threadIdx.x == 0) losses[i] = (float)(log(sum) - (double)(target_logit - maxv));
 }
 
 /* The fused cross-entropy: one block per position, nothing read back (the head sums the
 ** losses once, cuda_sum_values). */
-static void cuda_crossentropy_forward_backward(float* logits, float* losses, const int* targets,
+template <typename A>
+static void cuda_crossentropy_forward_backward(A* logits, float* losses, const int* targets,
                                                int BT, int V, int Vp, double scale) {
   if (BT <= 0) return;
-  CUDA_LAUNCH(crossentropy_kernel, BT, CE_THREADS, 0, logits, losses, targets, V, Vp, scale);
+  CUDA_LAUNCH(crossentropy_kernel<A>, BT, CE_THREADS, 0, logits, losses, targets, V, Vp, scale);
 }
 
 /* The sum of x[0..n) in double by one block (a fixed order), copied back to the host: one
@@ -861,14 +930,15 @@ static __device__ __forceinline__ bool argmax_better(float cv, int ci, float bv,
 /* argmax[i] = first index of the largest of row i's V logits: one block per row; each thread
 ** keeps the first largest of its strided columns, then the block reduces (value, index) pairs
 ** with ties going to the smaller index. */
-static __global__ void logits_argmax_kernel(const float* logits, int V, int Vp, int* argmax) {
+template <typename A>
+static __global__ void logits_argmax_kernel(const A* logits, int V, int Vp, int* argmax) {
   __shared__ float warp_value[32];
   __shared__ int warp_index[32];
-  const float* row = logits + (size_t)blockIdx.x * Vp;
+  const A* row = logits + (size_t)blockIdx.x * Vp;
   float best_value = 0.0f;
   int best_index = -1;
   for (int v = threadIdx.x; v < V; v += blockDim.x) {
-    float x = row[v];
+    float x = to_f32(row[v]);
     if (best_index < 0 || x > best_value) {
       best_value = x;
       best_index = v;
@@ -900,17 +970,22 @@ static __global__ void logits_argmax_kernel(const float* logits, int V, int Vp, 
 }
 
 /* Table entry logits_argmax: one block per row. */
-static void cuda_logits_argmax(const float* logits, int BT, int V, int Vp, int* argmax) {
+template <typename A>
+static void cuda_logits_argmax(const A* logits, int BT, int V, int Vp, int* argmax) {
   if (BT <= 0) return;
-  CUDA_LAUNCH(logits_argmax_kernel, BT, THREADS, 0, logits, V, Vp, argmax);
+  CUDA_LAUNCH(logits_argmax_kernel<A>, BT, THREADS, 0, logits, V, Vp, argmax);
 }
 
 // ----------------------------------------------------------------------------
 // the table
 
-/* The fp32 table: cuda_<name> for every entry of KERNEL_LIST, in the list's order (the members'
-** order; C++17 has no designated initialisers). A kernel of the list without a cuda_ function is
-** an undeclared name and one with another signature a type error: both fail the compile. */
+/* The tables: cuda_<name> for every entry of KERNEL_LIST, in the list's order (the members'
+** order; C++17 has no designated initialisers). Each member's type (the list's signature with the
+** table's four types) picks the template instance: fp32 storage, then bf16 activations and
+** weights with fp32 gradients and statistics. A kernel of the list without a cuda_ function is
+** an undeclared name and one no instance fits a type error: both fail the compile. */
 #define CUDA_TABLE_ENTRY(ret, name, params) cuda_##name,
-const Kernels_f32 cuda_kernels_f32 = {KERNEL_LIST(CUDA_TABLE_ENTRY, float)};
+const Kernels_f32 cuda_kernels_f32 = {KERNEL_LIST(CUDA_TABLE_ENTRY, float, float, float, float)};
+const Kernels_bf16 cuda_kernels_bf16 = {
+    KERNEL_LIST(CUDA_TABLE_ENTRY, osdp_bf16, osdp_bf16, float, float)};
 #undef CUDA_TABLE_ENTRY

@@ -8,8 +8,10 @@
 ** Layout as in cuda_kernels.cu's gemm: cuBLASLt is column-major, so the row-major
 ** out[BT, OC] = inp[BT, K] @ w[K, OC] is the column-major D[OC, BT] = W^T[OC, K] X^T[K, BT]
 ** (A = w with ld OC, B = inp with ld ldinp, C = D = out with ld OC, in place); the bias (length
-** OC = D's rows) is broadcast along D's columns, as the epilogue defines it. The compute type is
-** set_matmul_mode's (fp32, TF32 or bf16 tensor cores on fp32 storage), as for cuBLAS's products.
+** OC = D's rows) is broadcast along D's columns, as the epilogue defines it. Storage is fp32 or
+** bf16 (all operands alike); the compute type is set_matmul_mode's on fp32 storage (fp32, TF32
+** or bf16 tensor cores), as for cuBLAS's products, and CUBLAS_COMPUTE_32F on bf16 storage
+** (bf16 products accumulated in fp32, D rounded once).
 ** Descriptors are made per call (a few microseconds of host time, as llm.c does); the
 ** heuristic is told the true alignment of every pointer, since a slice's input starts anywhere.
 */
@@ -50,13 +52,13 @@ static void pref_set(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAt
   CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, v, size));
 }
 
-/* The operation: no transposes, host scalars, the epilogue with its bias and aux (aux's leading
-** dimension OC, the rows of D). The bias and aux types are left at their default, D's (fp32):
-** cublasLt.h documents their attributes for other types (fp8 outputs, IMMA), and a type set
-** where the kernel does not take one makes cublasLtMatmul fail. */
-static void lt_operation(LtProduct* p, const float* bias, float* aux, int OC,
-                         cublasLtEpilogue_t epilogue) {
-  CUDA_CHECK(cublasLtMatmulDescCreate(&p->op, cuda_ctx.gemm_compute, CUDA_R_32F));
+/* The operation: no transposes, host scalars (fp32 in both storages), the epilogue with its bias
+** and aux (aux's leading dimension OC, the rows of D). The bias and aux types are left at their
+** default, D's (fp32 or bf16): cublasLt.h documents their attributes for other types (fp8
+** outputs, IMMA), and a type set where the kernel does not take one makes cublasLtMatmul fail. */
+static void lt_operation(LtProduct* p, cublasComputeType_t compute, const void* bias, void* aux,
+                         int OC, cublasLtEpilogue_t epilogue) {
+  CUDA_CHECK(cublasLtMatmulDescCreate(&p->op, compute, CUDA_R_32F));
   int32_t no_transpose = CUBLAS_OP_N, host = CUBLASLT_POINTER_MODE_HOST;
   uint32_t kind = (uint32_t)epilogue;
   op_set(p->op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &host, sizeof host);
@@ -73,7 +75,7 @@ static void lt_operation(LtProduct* p, const float* bias, float* aux, int OC,
 
 /* The heuristic's preferences: the shared workspace, and the true alignment of A (w), B (inp)
 ** and C = D (out). */
-static void lt_preference(LtProduct* p, const float* w, const float* inp, const float* out) {
+static void lt_preference(LtProduct* p, const void* w, const void* inp, const void* out) {
   CUDA_CHECK(cublasLtMatmulPreferenceCreate(&p->pref));
   uint64_t workspace = cuda_ctx.gemm_workspace_bytes;
   uint32_t align_a = alignment_of(w), align_b = alignment_of(inp), align_d = alignment_of(out);
@@ -87,14 +89,16 @@ static void lt_preference(LtProduct* p, const float* w, const float* inp, const 
 /* See cuda_internal.cuh. The product and its epilogue in one cublasLtMatmul, with the algorithm
 ** the heuristic picks for these shapes, alignments and workspace; none (NOT_SUPPORTED, or no
 ** result) returns -1 before anything is queued. */
-int cuda_lt_linear(float* out, float* aux, const float* inp, int ldinp, const float* w,
-                   const float* bias, int BT, int K, int OC, float beta,
-                   cublasLtEpilogue_t epilogue) {
+template <typename T>
+int cuda_lt_linear(T* out, T* aux, const T* inp, int ldinp, const T* w, const T* bias, int BT,
+                   int K, int OC, float beta, cublasLtEpilogue_t epilogue) {
   LtProduct p = {};
-  lt_operation(&p, bias, aux, OC, epilogue);
-  CUDA_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, OC, K, OC));
-  CUDA_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, K, BT, ldinp));
-  CUDA_CHECK(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, OC, BT, OC));
+  const cudaDataType_t type = cuda_type_of(out);
+  lt_operation(&p, type == CUDA_R_32F ? cuda_ctx.gemm_compute : CUBLAS_COMPUTE_32F, bias, aux,
+               OC, epilogue);
+  CUDA_CHECK(cublasLtMatrixLayoutCreate(&p.a, type, OC, K, OC));
+  CUDA_CHECK(cublasLtMatrixLayoutCreate(&p.b, type, K, BT, ldinp));
+  CUDA_CHECK(cublasLtMatrixLayoutCreate(&p.d, type, OC, BT, OC));
   lt_preference(&p, w, inp, out);
   cublasLtMatmulHeuristicResult_t found;
   int count = 0;
@@ -112,3 +116,10 @@ int cuda_lt_linear(float* out, float* aux, const float* inp, int ldinp, const fl
   lt_free(&p);
   return usable ? 0 : -1;
 }
+
+/* The two storages the kernel tables use. */
+template int cuda_lt_linear<float>(float*, float*, const float*, int, const float*, const float*,
+                                   int, int, int, float, cublasLtEpilogue_t);
+template int cuda_lt_linear<osdp_bf16>(osdp_bf16*, osdp_bf16*, const osdp_bf16*, int,
+                                       const osdp_bf16*, const osdp_bf16*, int, int, int, float,
+                                       cublasLtEpilogue_t);

@@ -1,0 +1,5 @@
+/* gpt2_step_bf16.c: GPT-2's step with bf16 storage (exports gpt2_step_bf16): gpt2_step.c
+** compiled with STEP_BF16 (step_ops.h: bf16 activations, fp32 gradients and statistics), run on a
+** backend with a bf16 kernel table under `--precision bf16`. */
+#define STEP_BF16
+#include "gpt2_step.c"
