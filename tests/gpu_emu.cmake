@@ -131,5 +131,6 @@ target_link_libraries(osdp_emu PRIVATE $<TARGET_FILE:osdp_lib> MPI::MPI_C OpenMP
   Threads::Threads PkgConfig::CJSON ${OPENBLAS_LIB} m)
 add_test(NAME gpu_emu_train
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/gpu_emu_train.sh $<TARGET_FILE:osdp> $<TARGET_FILE:osdp_emu>
-          $<TARGET_FILE:plan_tool>)
-set_tests_properties(gpu_emu_train PROPERTIES LABELS "gpu-emu" TIMEOUT 300)
+          $<TARGET_FILE:plan_tool> ${OSDP_MPIRUN})
+set_tests_properties(gpu_emu_train PROPERTIES LABELS "gpu-emu" TIMEOUT 420
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")

@@ -8,13 +8,15 @@
 # fp32; tiny with --matmul bf16 (matmuls and attention on bf16 tensor cores), within 3e-3 and
 # visibly neither fp32 nor TF32; tiny and llama-tiny with --precision bf16 (bf16 activations
 # and weight copies, fp32 master weights, gradients and AdamW), within 1e-3 (norms 3e-3), with a
-# peak below the fp32 run's (the activations take half the bytes) and equal to the prediction.
+# peak below the fp32 run's (the activations take half the bytes) and equal to the prediction;
+# and tiny on 2 ranks under zero3 with prefetch and bf16 storage (each rank gathers the bf16
+# copies of the shards) against the CPU's one process on the same global batch.
 # The engine's whole GPU path (device memory, copies, every kernel of a step, the one-pass
 # gradient norm and AdamW) on a machine without a GPU; about 5 s a run. gpu_train.sh is the
 # full version on a real GPU.
-# usage: gpu_emu_train.sh OSDP OSDP_EMU PLAN_TOOL
+# usage: gpu_emu_train.sh OSDP OSDP_EMU PLAN_TOOL MPIRUN...
 set -u
-osdp=$1; emu=$2; tool=$3
+osdp=$1; emu=$2; tool=$3; shift 3; mpirun=("$@")
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 pass=0; fail=0
 check() { local what=$1; shift; if out=$("$@" 2>&1); then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL $what: $out"; fi; }
@@ -80,6 +82,18 @@ for case in tiny:ddp tiny:zero3 tiny:tf32 tiny:bf16 llama-tiny:ddp tiny:bf16-sto
   fi
   check "memory $case" "$tool" memory "$run.sum"
 done
+# 2 ranks, zero3 with prefetch, bf16 storage: the same global batch as one CPU process.
+run=$work/emu-tiny-zero3-bf16-2ranks
+if "$osdp" train --model tiny "${common[@]}" --batch 4 --tf32 off --device cpu --log "$work/tiny-cpu-b4.jsonl" \
+     > /dev/null 2>&1 &&
+   "${mpirun[@]}" -np 2 "$emu" train --model tiny "${common[@]}" --plan zero3 --prefetch --precision bf16 \
+     --device cuda --mem-limit 256M --log "$run.jsonl" > "$run.sum" 2> "$run.err"; then
+  check "losses tiny zero3 bf16 2 ranks" "$tool" losses "$work/tiny-cpu-b4.jsonl" "$run.jsonl" 1e-3
+  check "gradient norms tiny zero3 bf16 2 ranks" same_norms "$work/tiny-cpu-b4.jsonl" "$run.jsonl" 3e-3
+  check "memory tiny zero3 bf16 2 ranks" "$tool" memory "$run.sum"
+else
+  fail=$((fail+1)); echo "FAIL tiny zero3 bf16 on 2 emulated ranks: $(grep -v '^emu' "$run.err" | tail -3)"
+fi
 # --plan auto profiles and plans fp32 so far: with bf16 storage it says so at once, in one line.
 auto_refused() {
   if "$emu" train --model tiny --plan auto --precision bf16 --device cuda --steps 1 > "$work/auto.out" 2>&1; then

@@ -149,11 +149,12 @@ static int tool_memory(char** argv) {
 static int plans_equal(const Plan* a, const Plan* b, const GptDesc* d, int n) {
   if (a->world != b->world || a->micro_batch != b->micro_batch || a->seq != b->seq ||
       a->prefetch != b->prefetch || a->nops != b->nops || a->overlap_reduce != b->overlap_reduce ||
-      a->reduce_dtype != b->reduce_dtype) {
+      a->reduce_dtype != b->reduce_dtype || a->precision != b->precision) {
     printf("roundtrip: plan %d: world %d/%d micro_batch %d/%d seq %d/%d prefetch %d/%d nops %d/%d "
-           "overlap_reduce %d/%d reduce_dtype %d/%d\n", n, a->world, b->world, a->micro_batch,
-           b->micro_batch, a->seq, b->seq, a->prefetch, b->prefetch, a->nops, b->nops,
-           a->overlap_reduce, b->overlap_reduce, a->reduce_dtype, b->reduce_dtype);
+           "overlap_reduce %d/%d reduce_dtype %d/%d precision %d/%d\n", n, a->world, b->world,
+           a->micro_batch, b->micro_batch, a->seq, b->seq, a->prefetch, b->prefetch, a->nops,
+           b->nops, a->overlap_reduce, b->overlap_reduce, a->reduce_dtype, b->reduce_dtype,
+           a->precision, b->precision);
     return 0;
   }
   for (int l = 0; l < a->nlayers; l++)
@@ -186,7 +187,7 @@ static int tool_roundtrip(char** argv) {
   }
   int count = atoi(argv[1]), bad = 0;
   int seen_k[GPT_MAX_SLICES + 1] = {0}, seen_s[STRAT_COUNT] = {0}, seen_pf[2] = {0}, seen_rc[2] = {0};
-  int seen_g[2] = {0}, seen_ov[2] = {0}, seen_rd[2] = {0};
+  int seen_g[2] = {0}, seen_ov[2] = {0}, seen_rd[2] = {0}, seen_pr[2] = {0};
   Rng r;
   rng_seed(&r, (uint64_t)atoll(argv[2]));
   char path[4096];
@@ -215,6 +216,8 @@ static int tool_roundtrip(char** argv) {
     p.reduce_dtype = (ReduceDtype)rng_below(&r, 2);
     seen_ov[p.overlap_reduce]++;
     seen_rd[p.reduce_dtype]++;
+    p.precision = rng_below(&r, 2) ? PRECISION_BF16 : PRECISION_FP32;
+    seen_pr[p.precision == PRECISION_BF16]++;
     for (int l = 0; l < p.nlayers; l++) seen_rc[p.recompute[l] = (int)rng_below(&r, 2)]++;
     if (plan_save(&p, &d, path, "plan_tool") || plan_load(&q, &d, path)) {
       printf("roundtrip: plan %d: %s\n", n, osdp_last_error());
@@ -226,7 +229,7 @@ static int tool_roundtrip(char** argv) {
     plan_free(&p);
   }
   int covered = seen_pf[0] && seen_pf[1] && seen_rc[0] && seen_rc[1] && seen_g[0] && seen_g[1] &&
-                seen_ov[0] && seen_ov[1] && seen_rd[0] && seen_rd[1];
+                seen_ov[0] && seen_ov[1] && seen_rd[0] && seen_rd[1] && seen_pr[0] && seen_pr[1];
   for (int k = 1; k <= GPT_MAX_SLICES; k++) covered = covered && seen_k[k];
   for (int s = 0; s < STRAT_COUNT; s++) covered = covered && seen_s[s];
   remove(path);

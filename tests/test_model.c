@@ -378,6 +378,51 @@ static void check_memory(const char* model, int B, int T, Strategy s, int k, int
   gpt_desc_free(&d);
 }
 
+/* The memory of bf16 storage, from the plan alone (no GPU needed): for each strategy on 4 ranks,
+** the persistent bytes are the fp32 master weights, gradients and moments of what a rank holds
+** plus the bf16 compute copy (2 bytes) of the n weights (dp, zero2) or of the shard (zero3), whose
+** count is even (zero3 pads to 2G); the activations are gpt_acts_layout's in bf16, less than
+** fp32's; a zero3 plan's transient is less than fp32's (its gathered weights are bf16), and the
+** plan's JSON names the precision (plan_tool's roundtrip reads it back). The engine's own bytes are checked against this on the
+** emulated GPU (tests/gpu_emu_train.sh). */
+static void check_bf16_memory(void) {
+  GptConfig cfg;
+  GptDesc d;
+  CHECK(gpt_config_load("tiny", &cfg) == 0);
+  gpt_desc_build(&d, &cfg);
+  for (int s = 0; s < STRAT_COUNT; s++) {
+    Plan p32, p16;
+    plan_uniform(&p32, &d, (Strategy)s, 4, 2, 64);
+    plan_uniform(&p16, &d, (Strategy)s, 4, 2, 64);
+    p16.precision = PRECISION_BF16;
+    MemPrediction m32, m16;
+    plan_predict_memory(&d, &p32, 1, &m32);
+    plan_predict_memory(&d, &p16, 1, &m16);
+    size_t params = 0, grads = 0;
+    for (int i = 0; i < d.nops; i++) {
+      if (!d.ops[i].n_params) continue;
+      size_t n = d.ops[i].n_params, sh = slice_shard(n, (Strategy)s, 4, PRECISION_BF16);
+      size_t held = s == STRAT_ZERO3 ? sh : slice_padded(n, (Strategy)s, 4, PRECISION_BF16);
+      if (s == STRAT_ZERO3)
+        CHECK_MSG(sh % 2 == 0, "%s: zero3 bf16 shard %zu is odd", d.ops[i].name, sh);
+      params += 4 * held + 2 * (s == STRAT_ZERO3 ? sh : n);
+      grads += 4 * sh;
+    }
+    CHECK_MSG(m16.params == params && m16.grads == grads && m16.optim == 2 * grads,
+              "%s bf16: params %zu grads %zu optim %zu, want %zu %zu %zu", strategy_name(s),
+              m16.params, m16.grads, m16.optim, params, grads, 2 * grads);
+    CHECK(m16.acts == gpt_acts_layout(&d, 2, 64, PRECISION_BF16, NULL, NULL, NULL, NULL));
+    CHECK(m16.acts < m32.acts && m16.scratch < m32.scratch && m16.peak < m32.peak);
+    if (s == STRAT_ZERO3) CHECK(m16.transient < m32.transient);
+    char* json = plan_to_json(&p16, &d);
+    CHECK(json && strstr(json, "\"precision\":") && strstr(json, "\"bf16\""));
+    free(json);
+    plan_free(&p32);
+    plan_free(&p16);
+  }
+  gpt_desc_free(&d);
+}
+
 /* Predicted memory behaves as the strategies promise: zero3 on N ranks needs less than dp, and
 ** splitting a zero3 model into k slices shrinks its transient peak to the largest slice (or to
 ** the slices the fused head holds at once, when those are more). */
@@ -396,7 +441,8 @@ static void check_prediction_order(void) {
       z3k.ops[i].k = 4;
       for (int j = 0; j < 4; j++) {
         z3k.ops[i].strat[j] = STRAT_ZERO3;
-        size_t n = slice_padded(gpt_slice_params(&d.ops[i], 4, j), STRAT_ZERO3, 4);
+        size_t n = slice_padded(gpt_slice_params(&d.ops[i], 4, j), STRAT_ZERO3, 4,
+                                PRECISION_FP32);
         if (gpt_op_held(&d, i)) held += n;
         else if (n > largest) largest = n;
       }
@@ -699,6 +745,7 @@ int main(int argc, char** argv) {
   check_recompute_equivalence(&odd, 2, 7, 1, 3);
   check_recompute_equivalence(&odd2, 3, 9, 2, 6);
   check_prediction_order();
+  check_bf16_memory();
   check_memory("tiny", 4, 32, STRAT_DP, 1, 1, 0);
   check_memory("tiny", 3, 17, STRAT_ZERO2, 2, 1, 0);
   check_memory("tiny", 2, 64, STRAT_ZERO3, 4, 2, 0);

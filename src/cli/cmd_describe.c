@@ -24,7 +24,7 @@ static const OptionSpec describe_options[] = {
     {"device", "D", "cpu", "cpu or cuda: the device named in the memory table (the same on both)"},
     {"precision", "fp32|bf16", "fp32",
      "the storage the memory is for (bf16: bf16 activations and a bf16 copy of\n"
-     "the weights beside the fp32 ones; dp and zero2 plans)"},
+     "the weights beside the fp32 ones)"},
     {"json", NULL, NULL, "print the operators and the memory as one JSON object"},
     {NULL, NULL, NULL, NULL}};
 

@@ -316,7 +316,7 @@ int setup_auto_plan(const Args* a, const GptDesc* d, int T, int min_batch, int m
   if (setup_precision(a, &prec)) return -1;
   if (prec == PRECISION_BF16)
     return osdp_fail("--precision bf16: --plan auto profiles and plans fp32 steps so far; give "
-                     "--plan dp or zero2 (or a plan file), or --precision fp32");
+                     "--plan dp, zero2 or zero3 (or a plan file), or --precision fp32");
   if (profile_options_from_args(a, d, T, &po)) return -1;
   po.verbose = !quiet;
   long trial_steps;
@@ -409,7 +409,7 @@ const OptionSpec setup_device_options[] = {
     {"tf32", "on|off", NULL, "the older spelling: on is --matmul tf32, off is --matmul fp32"},
     {"precision", "fp32|bf16", "fp32",
      "storage: fp32, or bf16 activations and weight copies beside fp32\n"
-     "master weights, gradients and optimizer state (GPUs; dp, zero2)"},
+     "master weights, gradients and optimizer state (GPUs)"},
     {NULL, NULL, NULL, NULL}};
 
 /* The model shape of weights file `path` in *cfg: the file's own, or --model's (which must

@@ -123,6 +123,12 @@ void comm_allgather_into_f32(Comm* c, const float* shard, float* full, size_t sh
 /* Starts gathering each rank's shard into full; neither may be touched until comm_wait. */
 void comm_iallgather_into_f32(Comm* c, const float* shard, float* full, size_t shard_n,
                               CommRequest* r);
+/* The same for bf16 shards (zero3's compute copies under bf16 storage), shard_n EVEN: an
+** all-gather only moves bytes, so shard_n bf16 values travel as shard_n / 2 fp32 words through
+** the fp32 all-gathers (every path copies their bits and computes nothing on them). */
+void comm_allgather_into_bf16(Comm* c, const osdp_bf16* shard, osdp_bf16* full, size_t shard_n);
+void comm_iallgather_into_bf16(Comm* c, const osdp_bf16* shard, osdp_bf16* full, size_t shard_n,
+                               CommRequest* r);
 /* Sums full[0..N*shard_n) across ranks (sent as dtype) and ADDS (accumulate) or writes
 ** (!accumulate) rank r's part (elements r*shard_n ..) into shard[0..shard_n). full is used as a
 ** work buffer and is clobbered. */

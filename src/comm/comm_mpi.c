@@ -379,6 +379,26 @@ void comm_iallgather_into_f32(Comm* c, const float* shard, float* full, size_t s
   comm_count_time(c, COMM_ALLGATHER, t0);
 }
 
+/* Aborts the job on an odd bf16 shard: its last value would not travel (plan.c pads zero3
+** slices in bf16 to an even shard, so this is a bug). */
+static void check_even(size_t shard_n) {
+  if (shard_n % 2 == 0) return;
+  fprintf(stderr, "osdp: internal error: bf16 all-gather of an odd shard (%zu values)\n", shard_n);
+  comm_abort(4);
+}
+
+void comm_allgather_into_bf16(Comm* c, const osdp_bf16* shard, osdp_bf16* full, size_t shard_n) {
+  check_even(shard_n);
+  comm_allgather_into_f32(c, (const float*)(const void*)shard, (float*)(void*)full, shard_n / 2);
+}
+
+void comm_iallgather_into_bf16(Comm* c, const osdp_bf16* shard, osdp_bf16* full, size_t shard_n,
+                               CommRequest* r) {
+  check_even(shard_n);
+  comm_iallgather_into_f32(c, (const float*)(const void*)shard, (float*)(void*)full, shard_n / 2,
+                           r);
+}
+
 /* ---- Scalars ------------------------------------------------------------------------- */
 
 double comm_allreduce_f64(Comm* c, double x) {

@@ -117,12 +117,6 @@ int plan_validate(const Plan* p, const GptDesc* d, int world) {
     return osdp_fail("plan: reduce_dtype must be fp32 or bf16");
   if (p->precision != PRECISION_FP32 && p->precision != PRECISION_BF16)
     return osdp_fail("plan: precision must be fp32 or bf16");
-  for (int i = 0; p->precision == PRECISION_BF16 && i < d->nops; i++)
-    for (int s = 0; d->ops[i].n_params && s < p->ops[i].k; s++)
-      if (p->ops[i].strat[s] == STRAT_ZERO3)
-        return osdp_fail("plan: precision bf16 runs dp and zero2 slices; operator %s slice %d is "
-                         "zero3 (use dp or zero2 there, --plan dp or zero2, or --precision fp32)",
-                         d->ops[i].name, s);
   return 0;
 }
 
@@ -318,39 +312,46 @@ int plan_save(const Plan* p, const GptDesc* d, const char* path, const char* fie
   return rc;
 }
 
-size_t slice_padded(size_t n, Strategy s, int group) {
+size_t slice_padded(size_t n, Strategy s, int group, Precision prec) {
   if (s == STRAT_DP) return n;
-  return (n + (size_t)group - 1) / (size_t)group * (size_t)group;
+  size_t unit = (size_t)group * (s == STRAT_ZERO3 && prec == PRECISION_BF16 ? 2 : 1);
+  return (n + unit - 1) / unit * unit;
 }
 
-size_t slice_shard(size_t n, Strategy s, int group) {
-  return s == STRAT_DP ? n : slice_padded(n, s, group) / (size_t)group;
+size_t slice_shard(size_t n, Strategy s, int group, Precision prec) {
+  return s == STRAT_DP ? n : slice_padded(n, s, group, prec) / (size_t)group;
 }
 
 void slice_persistent_bytes(size_t n, Strategy s, int group, Precision prec, size_t* params,
                             size_t* grads, size_t* optim) {
-  size_t f = sizeof(float), sh = slice_shard(n, s, group);
-  *params = f * (s == STRAT_ZERO3 ? sh : slice_padded(n, s, group));
-  if (prec == PRECISION_BF16) *params += precision_elems(prec).wt * n; /* the compute copy */
+  size_t f = sizeof(float), sh = slice_shard(n, s, group, prec);
+  *params = f * (s == STRAT_ZERO3 ? sh : slice_padded(n, s, group, prec));
+  if (prec == PRECISION_BF16) /* the compute copy: of the shard (zero3) or the whole slice */
+    *params += precision_elems(prec).wt * (s == STRAT_ZERO3 ? sh : n);
   *grads = f * sh;
   *optim = 2 * f * sh;
 }
 
-size_t slice_transient_forward(size_t n, Strategy s, int group) {
-  return s == STRAT_ZERO3 ? sizeof(float) * slice_padded(n, s, group) : 0;
+size_t slice_transient_forward(size_t n, Strategy s, int group, Precision prec) {
+  if (s != STRAT_ZERO3) return 0;
+  return precision_elems(prec).wt * slice_padded(n, s, group, prec);
 }
 
-size_t slice_transient_backward(size_t n, Strategy s, int group, int needs_weight) {
-  size_t full = sizeof(float) * slice_padded(n, s, group);
+size_t slice_transient_backward(size_t n, Strategy s, int group, Precision prec,
+                                int needs_weight) {
   if (s == STRAT_DP) return 0;
-  return full + (s == STRAT_ZERO3 && needs_weight ? full : 0);
+  size_t gradient = sizeof(float) * slice_padded(n, s, group, prec);
+  return gradient + (needs_weight ? slice_transient_forward(n, s, group, prec) : 0);
 }
 
-/* Full (padded) bytes of a slice's gathered weight or full gradient. */
-static size_t slice_full_bytes(const GptDesc* d, const Plan* p, int owner, int slice) {
+/* Bytes of a slice's full (padded) transient buffers: its gathered weight (weight = 1; the
+** compute copy's elements) or its full gradient (weight = 0; fp32). */
+static size_t slice_full_bytes(const GptDesc* d, const Plan* p, int owner, int slice,
+                               int weight) {
   const OpPlan* o = &p->ops[owner];
   size_t n = gpt_slice_params(&d->ops[owner], o->k, slice);
-  return sizeof(float) * slice_padded(n, o->strat[slice], plan_op_group(p, owner));
+  size_t elem = weight ? precision_elems(p->precision).wt : sizeof(float);
+  return elem * slice_padded(n, o->strat[slice], plan_op_group(p, owner), p->precision);
 }
 
 /* The memory replay: the transient bytes live as the walk allocates and frees them. */
@@ -365,11 +366,17 @@ typedef struct MemReplay {
 static void mem_action(void* ctx, WalkAction a, const GptParamUse* u, int arg) {
   MemReplay* m = ctx;
   switch (a) {
-    case WALK_GATHER: case WALK_PREFETCH: case WALK_ALLOC_GRAD:
-      m->cur += slice_full_bytes(m->d, m->p, u->owner, u->slice);
+    case WALK_GATHER: case WALK_PREFETCH:
+      m->cur += slice_full_bytes(m->d, m->p, u->owner, u->slice, 1);
       break;
-    case WALK_FREE_WEIGHT: case WALK_REDUCE: case WALK_REDUCE_WAIT:
-      m->cur -= slice_full_bytes(m->d, m->p, u->owner, u->slice);
+    case WALK_ALLOC_GRAD:
+      m->cur += slice_full_bytes(m->d, m->p, u->owner, u->slice, 0);
+      break;
+    case WALK_FREE_WEIGHT:
+      m->cur -= slice_full_bytes(m->d, m->p, u->owner, u->slice, 1);
+      break;
+    case WALK_REDUCE: case WALK_REDUCE_WAIT:
+      m->cur -= slice_full_bytes(m->d, m->p, u->owner, u->slice, 0);
       break;
     default: /* the rest moves no bytes */
       break;
@@ -419,12 +426,13 @@ static size_t plan_transient_peak(const GptDesc* d, const Plan* p) {
     for (int s = 0; op->n_params && s < p->ops[i].k; s++) {
       size_t np = gpt_slice_params(op, p->ops[i].k, s);
       Strategy st = p->ops[i].strat[s];
-      size_t tb = slice_transient_backward(np, st, plan_op_group(p, i), 1);
-      size_t tf = slice_transient_forward(np, st, plan_op_group(p, i));
+      int G = plan_op_group(p, i);
+      size_t tb = slice_transient_backward(np, st, G, p->precision, 1);
+      size_t tf = slice_transient_forward(np, st, G, p->precision);
+      size_t gradient = st == STRAT_DP ? 0 : sizeof(float) * slice_padded(np, st, G, p->precision);
       if (tb > use) use = tb;
       if (tf > z3) z3 = tf;
-      if (st != STRAT_DP && sizeof(float) * slice_padded(np, st, plan_op_group(p, i)) > rs)
-        rs = sizeof(float) * slice_padded(np, st, plan_op_group(p, i));
+      if (gradient > rs) rs = gradient;
     }
   }
   return use + (p->prefetch ? z3 : 0) + (p->overlap_reduce ? rs : 0);

@@ -34,7 +34,7 @@
 ** gradient, fewer rows: less memory; absent: gpt_head_rows_default). "precision": "bf16" stores
 ** activations and the weights the step reads in bf16 (a compute copy beside each fp32 master
 ** weight; gradients, optimizer state and statistics stay fp32), on a backend with bf16 kernels;
-** for dp and zero2 slices (zero3 would gather bf16 shards, which the collectives do not do yet).
+** a zero3 slice keeps the bf16 copy of its shard and gathers that (half the bytes).
 */
 #ifndef OSDP_PLAN_H
 #define OSDP_PLAN_H
@@ -107,8 +107,11 @@ void plan_set_recompute(Plan* p, int n);
 int plan_recompute_count(const Plan* p);
 
 /* Per-slice sizes under a strategy sharded over `group` ranks (plan_op_group). */
-size_t slice_padded(size_t n, Strategy s, int group);  /* n, or n rounded up to a multiple of G */
-size_t slice_shard(size_t n, Strategy s, int group);   /* elements a rank owns: n (dp) or n_pad/G */
+/* n (dp), or n rounded up to a multiple of G; of 2G for zero3 in bf16, so that a shard's bf16
+** compute copy has an even count (it is all-gathered as fp32 words: comm_allgather_into_bf16). */
+size_t slice_padded(size_t n, Strategy s, int group, Precision prec);
+/* Elements a rank owns: n (dp) or n_pad / G. */
+size_t slice_shard(size_t n, Strategy s, int group, Precision prec);
 
 /* Exact memory of one rank, per arena category, predicted from the description alone. */
 typedef struct MemPrediction {
@@ -119,13 +122,15 @@ typedef struct MemPrediction {
 } MemPrediction;
 
 /* Bytes a slice keeps between steps (weights, gradients, optimizer state) in precision prec:
-** the fp32 master weights, and under PRECISION_BF16 also the bf16 compute copy of the n weights
-** the step reads (counted with the params). */
+** the fp32 master weights, and under PRECISION_BF16 also their bf16 compute copy (counted with
+** the params): of the n weights the step reads (dp, zero2), or of the shard (zero3). */
 void slice_persistent_bytes(size_t n, Strategy s, int group, Precision prec, size_t* params,
                             size_t* grads, size_t* optim);
-/* Transient bytes live while a slice is used in forward and in backward. */
-size_t slice_transient_forward(size_t n, Strategy s, int group);
-size_t slice_transient_backward(size_t n, Strategy s, int group, int needs_weight);
+/* Transient bytes live while a slice is used in forward (a zero3 gathered weight, of compute-copy
+** elements) and in backward (a sharded full gradient, fp32, and the gathered weight). */
+size_t slice_transient_forward(size_t n, Strategy s, int group, Precision prec);
+size_t slice_transient_backward(size_t n, Strategy s, int group, Precision prec,
+                                int needs_weight);
 /* The transient bytes over one training step: walks the step's parameter uses
 ** (gpt_param_schedule order: forward, then backward) with the runtime's own step walk
 ** (step_walk.h: zero3 gathers a weight before its use and frees it after; a sharded slice holds a

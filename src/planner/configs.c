@@ -148,7 +148,7 @@ static int enum_evaluate_group(Enumerator* e, int G) {
     c.plan.strat[s] = e->strat[s];
     c.mem += cost_slice_persistent(n, e->strat[s], G);
     if (tr > c.transient) c.transient = tr;
-    held += slice_transient_backward(n, e->strat[s], G, 1);
+    held += slice_transient_backward(n, e->strat[s], G, PRECISION_FP32, 1);
     c.time_s += cost_slice_search_s(e->dev, &x, n, e->strat[s]);
   }
   if (e->held && held > c.transient) c.transient = held;

@@ -60,7 +60,7 @@ OpUses cost_op_uses(const GptDesc* d, int op, const int* recompute) {
 
 /* Full (padded) bytes of a slice of n parameters under strategy s sharded over G ranks. */
 static double slice_bytes(size_t n, Strategy s, int G) {
-  return 4.0 * (double)slice_padded(n, s, G);
+  return 4.0 * (double)slice_padded(n, s, G, PRECISION_FP32); /* the search plans fp32 */
 }
 
 /* The factor a gradient reduction of kind scales its bytes by in dtype rd (bf16: as measured,
@@ -99,7 +99,8 @@ double cost_slice_search_s(const DeviceInfo* dev, const SliceContext* x, size_t 
 }
 
 double cost_slice_optim_s(const DeviceInfo* dev, size_t n, Strategy s, int group) {
-  return (double)slice_shard(n, s, group > 0 ? group : dev->ranks) * dev->optimizer_s_per_param;
+  return (double)slice_shard(n, s, group > 0 ? group : dev->ranks, PRECISION_FP32) *
+         dev->optimizer_s_per_param;
 }
 
 size_t cost_slice_persistent(size_t n, Strategy s, int group) {
@@ -109,7 +110,8 @@ size_t cost_slice_persistent(size_t n, Strategy s, int group) {
 }
 
 size_t cost_slice_transient(size_t n, Strategy s, int group) {
-  size_t f = slice_transient_forward(n, s, group), b = slice_transient_backward(n, s, group, 1);
+  size_t f = slice_transient_forward(n, s, group, PRECISION_FP32);
+  size_t b = slice_transient_backward(n, s, group, PRECISION_FP32, 1);
   return f > b ? f : b;
 }
 

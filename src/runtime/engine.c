@@ -24,13 +24,34 @@ void train_options_default(TrainOptions* o) {
 
 /* ---- Parameter hooks: where the model's slices come from ---------------------------- */
 
-/* A transient buffer of n floats in the arena, without zeroing (every caller writes all of it
+/* A transient buffer of `bytes` in the arena, without zeroing (every caller writes all of it
 ** before reading); out of arena memory aborts the job: the plan was checked against the
 ** memory prediction, so this is a bug. */
-static float* transient_floats(Engine* e, size_t n, const char* what) {
-  float* p = arena_alloc_uninit(&e->arena, n * sizeof(float), MEM_GATHER, what);
+static void* transient_bytes(Engine* e, size_t bytes, const char* what) {
+  void* p = arena_alloc_uninit(&e->arena, bytes, MEM_GATHER, what);
   if (!p) { fprintf(stderr, "osdp: error: %s\n", osdp_last_error()); comm_abort(3); }
   return p;
+}
+
+/* A transient buffer of n floats (transient_bytes). */
+static float* transient_floats(Engine* e, size_t n, const char* what) {
+  return transient_bytes(e, n * sizeof(float), what);
+}
+
+/* Starts (request r) or makes (r NULL) the all-gather of zero3 slice s's weight into a new
+** transient buffer, which it returns: the fp32 shards, or under bf16 storage the shards' bf16
+** compute copies (half the bytes). */
+static void* gather_weight(Engine* e, SliceState* s, CommRequest* r, const char* what) {
+  if (!s->wc) {
+    float* full = transient_floats(e, s->n_pad, what);
+    if (r) comm_iallgather_into_f32(s->group, s->w, full, s->shard, r);
+    else comm_allgather_into_f32(s->group, s->w, full, s->shard);
+    return full;
+  }
+  osdp_bf16* full = transient_bytes(e, s->n_pad * sizeof(osdp_bf16), what);
+  if (r) comm_iallgather_into_bf16(s->group, s->wc, full, s->shard, r);
+  else comm_allgather_into_bf16(s->group, s->wc, full, s->shard);
+  return full;
 }
 
 /* Waits for every collective the step started: the dp buckets' all-reduces and the hybrid
@@ -51,12 +72,10 @@ static void engine_action(void* ctx, WalkAction a, const GptParamUse* u, int arg
   SliceState* s = u ? &e->slices[u->owner][u->slice] : NULL;
   switch (a) {
     case WALK_GATHER:
-      s->gathered = transient_floats(e, s->n_pad, "gathered weight");
-      comm_allgather_into_f32(s->group, s->w, s->gathered, s->shard);
+      s->gathered = gather_weight(e, s, NULL, "gathered weight");
       break;
     case WALK_PREFETCH:
-      e->pending_buf = transient_floats(e, s->n_pad, "prefetched weight");
-      comm_iallgather_into_f32(s->group, s->w, e->pending_buf, s->shard, &e->pending_req);
+      e->pending_buf = gather_weight(e, s, &e->pending_req, "prefetched weight");
       break;
     case WALK_TAKE_PREFETCH:
       comm_wait(&e->pending_req);
@@ -128,8 +147,8 @@ static void* hook_acquire_weight(void* ctx, int owner, int slice, GptPhase phase
   SliceState* s = &e->slices[owner][slice];
   progress_reductions(e);
   if (walk_weight_begin(e->walk, owner, slice, phase)) schedule_error();
-  if (s->wc) return s->wc;
-  return s->strat == STRAT_ZERO3 ? s->gathered : s->w;
+  if (s->strat == STRAT_ZERO3) return s->gathered;
+  return s->wc ? s->wc : s->w;
 }
 
 /* The weight of the use is done with (a gathered one is freed). */
@@ -170,8 +189,8 @@ static void slice_geometry(const GptDesc* d, const Plan* p, int opi, int i, Slic
   s->n = gpt_slice_params(op, k, i);
   s->group = s->strat == STRAT_DP ? comm_world() : comm_group(G);
   s->across = s->strat == STRAT_DP ? NULL : comm_across(G);
-  s->n_pad = slice_padded(s->n, s->strat, G);
-  s->shard = slice_shard(s->n, s->strat, G);
+  s->n_pad = slice_padded(s->n, s->strat, G, p->precision);
+  s->shard = slice_shard(s->n, s->strat, G, p->precision);
   s->off = s->strat == STRAT_DP ? 0 : (size_t)comm_rank_in(s->group) * s->shard;
   size_t r0 = gpt_slice_row0(op->rows, k, i), r1 = gpt_slice_row0(op->rows, k, i + 1);
   s->rows_n = (r1 - r0) * op->width;
@@ -230,6 +249,12 @@ static int build_buckets(Engine* e) {
   return 0;
 }
 
+/* The elements of a slice's bf16 compute copy: the shard a zero3 rank holds (gathered before
+** each use), the n weights the step reads otherwise. */
+static size_t compute_copy_count(const SliceState* s) {
+  return s->strat == STRAT_ZERO3 ? s->shard : s->n;
+}
+
 /* Allocates a slice's weight, shard gradient and optimizer state and initialises the
 ** weights this rank holds. */
 static int alloc_slice(Engine* e, int opi, int i, SliceState* s) {
@@ -261,11 +286,11 @@ static int alloc_slice(Engine* e, int opi, int i, SliceState* s) {
     e->bk->to_device(s->w, host, count * sizeof(float));
     free(host);
   }
-  if (e->plan.precision == PRECISION_BF16) { /* the compute copy (plan_validate: not zero3) */
-    s->wc = arena_alloc(&e->arena, s->n * precision_elems(PRECISION_BF16).wt, MEM_PARAMS,
-                        e->d->ops[opi].name);
+  if (e->plan.precision == PRECISION_BF16) { /* the compute copy of what the rank holds */
+    size_t held = compute_copy_count(s);
+    s->wc = arena_alloc(&e->arena, held * sizeof(osdp_bf16), MEM_PARAMS, e->d->ops[opi].name);
     if (!s->wc) return -1;
-    e->bk->bf16->compute_copy(s->wc, s->w, s->n);
+    e->bk->bf16->compute_copy(s->wc, s->w, held);
   }
   return 0;
 }
@@ -276,7 +301,7 @@ static void refresh_compute_copies(Engine* e) {
   for (int opi = 0; opi < e->d->nops; opi++)
     for (int i = 0; e->slices[opi] && i < e->slice_counts[opi]; i++) {
       SliceState* s = &e->slices[opi][i];
-      if (s->wc) e->bk->bf16->compute_copy(s->wc, s->w, s->n);
+      if (s->wc) e->bk->bf16->compute_copy(s->wc, s->w, compute_copy_count(s));
     }
 }
 
@@ -608,8 +633,9 @@ void engine_get_params(Engine* e, float* full) {
       SliceState* s = &e->slices[opi][i];
       float* dst = full + base + gpt_slice_offset(&e->d->ops[opi], e->slice_counts[opi], i);
       if (s->strat != STRAT_ZERO3) { e->bk->to_host(dst, s->w, s->n * sizeof(float)); continue; }
-      /* Between steps the step's transients are free, and a step's own gather of this slice is
-      ** as big, so the peak does not grow. */
+      /* Between steps the step's transients are free, and the step's own full (fp32) gradient of
+      ** this slice is as big, so the peak does not grow (the master weights are gathered: under
+      ** bf16 storage the step gathers only their bf16 copies). */
       float* tmp = transient_floats(e, s->n_pad, "gathered weight (copy out)");
       comm_allgather_into_f32(s->group, s->w, tmp, s->shard);
       e->bk->to_host(dst, tmp, s->n * sizeof(float));
