@@ -553,8 +553,8 @@ fi
 # ctest -L '^gpu$' (GPU_CHECK_TEST_LABEL: another label, to try this on the dev machine). Each
 # test's line "N/M Test #K: NAME .....   Passed|***Failed|***Skipped|***Timeout ... S sec" gives
 # its outcome. A GPU test skips (77) only where no GPU is visible and OSDP_REQUIRE_GPU is unset.
-# The limit: the tests start about 45 CUDA processes (gpu_train.sh: 2 models x (7 plans on 1
-# rank, 5 of them fp32 and 2 bf16, + 7 on 2 ranks + 1) + its probe, test_cuda_kernels and
+# The limit: the tests start about 45 CUDA processes (gpu_train.sh: 2 models x (8 plans on 1
+# rank, 5 of them fp32 and 3 bf16, + 8 on 2 ranks + 1) + its probe, test_cuda_kernels and
 # test_cuda_bf16), each costing about the probe's time: 60 s + 50 x the probe's seconds, from
 # 120 to 270 s.
 if [ "$BUILT" = yes ]; then

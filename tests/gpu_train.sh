@@ -3,7 +3,7 @@
 # 20 steps with matrix products in full fp32 (--tf32 off) reproduce the CPU's losses within
 # 1e-4 relative under ddp, zero2, zero3 (with prefetch) and random mixed plans with sliced
 # operators; with --precision bf16 (bf16 activations and weight copies; fp32 master weights,
-# gradients and AdamW) ddp and zero2 stay within 5e-3 of those losses (the emulated tiny model's
+# gradients and AdamW) ddp, zero2 and zero3 stay within 5e-3 of those losses (the emulated tiny model's
 # 20 steps: 3.2e-4); 2 ranks sharing the one GPU (MPI with host staging) reproduce the 1-process
 # run of the same global batch; and every run's measured arena peak equals the prediction to the
 # byte.
@@ -44,7 +44,7 @@ for model in tiny small; do
     "$osdp" train "${common[@]}" --device cpu --batch $((N * B)) --log "$ref.jsonl" > "$ref.sum" 2>&1 \
       || { fail=$((fail+1)); echo "FAIL $model CPU reference N=$N: $(tail -2 "$ref.sum")"; continue; }
     plans=(ddp zero2 zero3 zero3+prefetch)
-    [ "$device" = cuda ] && plans+=(ddp+bf16 zero2+bf16) # the CPU has no bf16 kernels
+    [ "$device" = cuda ] && plans+=(ddp+bf16 zero2+bf16 zero3+bf16) # the CPU has no bf16 kernels
     "$tool" random "$model" $N $B 32 $((N * 10 + 1)) "$work/$model-rand$N.json" && plans+=("$work/$model-rand$N.json")
     for plan in "${plans[@]}"; do
       label=$plan; run=$work/$model-$device$N-$(basename "$plan" .json)
