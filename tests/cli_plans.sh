@@ -129,6 +129,22 @@ if [ -n "$n0" ] && [ -n "$na" ] && [ "$na" -lt "$n0" ]; then
   elif grep -q '"fits":false' r0.txt; then ok
   else bad "plan --recompute 0 at $mid bytes: $(cat err.txt)"; fi
 else bad "plan minima: no recompute '$n0', all '$na' (want all < none)"; fi
+# Plans for bf16 storage (activations and weight copies in bf16): the plan file says so, its
+# predicted peak is describe's for that file, and at the same limit its micro-batch is larger.
+b16=(--model small --ranks 2 --flops 1e11 --seq 256 --mem-limit 160MiB --recompute 0)
+# field FILE EXPR: a value of osdp plan --json's object d.
+field() { python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
+if "$OSDP" plan "${b16[@]}" --precision bf16 --out b16.json --json >b16.txt 2>err.txt &&
+   "$OSDP" plan "${b16[@]}" --json >b32.txt 2>>err.txt; then
+  want=$(field b16.txt 'd["predicted"]["peak_bytes"]')
+  got=$("$OSDP" describe --model small --plan b16.json | sed -n 's/^ *peak \([0-9][0-9]*\) bytes.*/\1/p')
+  mb16=$(field b16.txt 'd["micro_batch"]')
+  mb32=$(field b32.txt 'd["micro_batch"]')
+  if grep -q '"precision":[[:space:]]*"bf16"' b16.json && [ -n "$want" ] && [ "$want" = "$got" ] &&
+     [ -n "$mb16" ] && [ -n "$mb32" ] && [ "$mb16" -gt "$mb32" ]; then ok
+  else bad "plan --precision bf16: precision in file? peak '$want' vs describe '$got'; micro-batch bf16 '$mb16' fp32 '$mb32'"; fi
+else bad "plan --precision bf16: $(cat err.txt)"; fi
+
 # Every plan trains the same model: the same loss after 2 steps.
 ref=${loss[ddp]:-}
 for key in zero2 zero3 split prefetch mixed split--prefetch recomp split--recomputeall; do

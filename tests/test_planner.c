@@ -1965,6 +1965,76 @@ static void test_speed(void) {
   time_search("gpt2-350m", 16, 0, (size_t)4 << 30, 512, 1);
 }
 
+/* Planning for bf16 storage (a device whose op times are bf16's: DeviceInfo.precision): over
+** limits from the least that fits to ample, with every strategy, slice counts and recomputation
+** allowed, on 1 and 4 ranks, the chosen plan and every candidate and uniform plan carry
+** precision bf16, the search's own memory sum is the prediction of the plan it returns
+** (plan_predict_memory in bf16), which fits the limit; a bf16 device with the limit an fp32
+** search needs at its best micro-batch affords a larger one (the activations take half the
+** bytes). And a device file keeps its precision through save and load. */
+static void test_bf16_search(void) {
+  GptConfig cfg;
+  GptDesc d;
+  CHECK(gpt_config_load("small", &cfg) == 0 && gpt_desc_build(&d, &cfg) == 0);
+  for (int N = 1; N <= 4; N += 3) {
+    DeviceInfo dev = make_device(N, (size_t)1 << 40, 1e10), d32 = dev;
+    dev.precision = PRECISION_BF16;
+    SearchOptions o;
+    planner_default_options(&o, 64);
+    o.max_batch = 64;
+    Plan p;
+    PlanCost c;
+    size_t least = 0;
+    dev.mem_limit = 1;
+    CHECK(planner_search(&d, &dev, &o, &p, &c, &least, NULL) == -1 && least > 0);
+    for (int l = 0; l < 5; l++) {
+      dev.mem_limit = least + (size_t)l * least / 2;
+      CHECK_MSG(planner_search(&d, &dev, &o, &p, &c, NULL, NULL) == 0, "N=%d limit %zu: %s", N,
+                dev.mem_limit, osdp_last_error());
+      MemPrediction m;
+      plan_predict_memory(&d, &p, dev.threads, &m);
+      CHECK(p.precision == PRECISION_BF16 && c.mem.peak == m.peak && m.peak <= dev.mem_limit);
+      CHECK(planner_last_stats().peak == c.mem.peak);
+      Candidate cand[4];
+      int n = planner_candidates(&d, &dev, &o, cand, 4, NULL, NULL);
+      for (int i = 0; i < n; i++) CHECK(cand[i].plan.precision == PRECISION_BF16);
+      Plan up;
+      PlanCost uc;
+      if (planner_best_uniform(&d, &dev, &o, STRAT_ZERO3, &up, &uc) == 0) {
+        plan_predict_memory(&d, &up, dev.threads, &m);
+        CHECK(up.precision == PRECISION_BF16 && uc.mem.peak == m.peak);
+        plan_free(&up);
+      }
+      for (int i = 0; i < n; i++) plan_free(&cand[i].plan);
+      plan_free(&p);
+    }
+    /* fp32 at a limit where it reaches micro-batch 8; bf16 at that limit goes further */
+    Plan p8;
+    plan_uniform(&p8, &d, STRAT_DP, N, 8, 64);
+    MemPrediction m8;
+    plan_predict_memory(&d, &p8, 1, &m8);
+    plan_free(&p8);
+    d32.mem_limit = dev.mem_limit = m8.peak;
+    o.allow[STRAT_ZERO2] = o.allow[STRAT_ZERO3] = 0;
+    o.max_recompute = 0;
+    PlanCost c32, c16;
+    CHECK(planner_search(&d, &d32, &o, &p, &c32, NULL, NULL) == 0);
+    plan_free(&p);
+    CHECK(planner_search(&d, &dev, &o, &p, &c16, NULL, NULL) == 0);
+    plan_free(&p);
+    CHECK_MSG(c32.micro_batch == 8 && c16.micro_batch > 8, "dp at %zu bytes: fp32 B=%d, bf16 B=%d",
+              m8.peak, c32.micro_batch, c16.micro_batch);
+    if (N == 4) { /* a device file keeps the precision */
+      const char* path = write_temp("");
+      DeviceInfo back;
+      CHECK(device_save(&dev, path) == 0 && device_load(&back, path) == 0);
+      CHECK(back.precision == PRECISION_BF16);
+      device_free(&back);
+    }
+  }
+  gpt_desc_free(&d);
+}
+
 int main(void) {
   test_device_files();
   test_device_levels();
@@ -1983,6 +2053,7 @@ int main(void) {
   test_candidates();
   test_trial_choice();
   test_hybrid_search();
+  test_bf16_search();
   test_speed();
   unlink(write_temp(""));
   return check_summary();

@@ -37,6 +37,9 @@ static const OptionSpec plan_device_options[] = {
     {"inter-bandwidth", "B", "--bandwidth", "bytes per second of a collective between hosts, over N/H\n"
                                             "ranks, one per host"},
     {"inter-latency", "S", "--latency", "seconds per collective between hosts"},
+    {"precision", "fp32|bf16", "fp32",
+     "the storage plans are for (bf16: bf16 activations and weight copies; with\n"
+     "--devices: the one its op times were measured in)"},
     {NULL, NULL, NULL, NULL}};
 
 static const OptionSpec plan_search_options[] = {
@@ -100,13 +103,20 @@ static int inter_host_from_args(const Args* a, DeviceInfo* dev) {
 static int device_from_args(const Args* a, DeviceInfo* dev) {
   memset(dev, 0, sizeof *dev);
   const char* path = args_get(a, "devices", NULL);
+  Precision prec = PRECISION_FP32;
+  if (setup_precision(a, &prec)) return -1;
   if (path) {
     /* A --mem-limit (or a host layout) given beside the file overrides the file's. */
     if (device_load(dev, path) || args_size(a, "mem-limit", dev->mem_limit, &dev->mem_limit) ||
         inter_host_from_args(a, dev))
       return -1;
+    if (args_has(a, "precision") && prec != dev->precision)
+      return osdp_fail("--precision %s: %s measured %s steps; profile in %s (osdp profile "
+                       "--precision %s) or drop --precision", precision_name(prec), path,
+                       precision_name(dev->precision), precision_name(prec), precision_name(prec));
     return device_validate(dev, path);
   }
+  dev->precision = prec;
   long ranks, threads;
   double flops, bw, lat;
   if (!args_has(a, "ranks") || !args_has(a, "mem-limit") || !args_has(a, "flops"))

@@ -46,11 +46,7 @@ int profile_options_from_args(const Args* a, const GptDesc* d, long def_T, Profi
   o->threads = (int)threads;
   o->steps = (int)steps;
   o->layers = layers < d->cfg.n_layer ? (int)layers : d->cfg.n_layer;
-  Precision prec = PRECISION_FP32;
-  if (setup_precision(a, &prec)) return -1;
-  if (prec == PRECISION_BF16)
-    return osdp_fail("--precision bf16: osdp profile measures fp32 steps so far; use --precision "
-                     "fp32");
+  if (setup_precision(a, &o->precision)) return -1;
   return (o->backend = setup_backend(a)) ? 0 : -1;
 }
 

@@ -63,10 +63,12 @@ void profile_cache_key(const GptDesc* d, const ProfileOptions* o, char key[PROFI
   cJSON_Delete(m);
   snprintf(key, PROFILE_KEY_MAX,
            "osdp-profile-key 1\nbuild %s %s\nblas %s\nmpi %s\nmachine %s\nmodel %s\nseq %d\n"
-           "ranks %d per_host %d\nthreads %d\nmem_limit %zu\nsteps %d\nlayers %d\ndevice %s\n",
+           "ranks %d per_host %d\nthreads %d\nmem_limit %zu\nsteps %d\nlayers %d\ndevice %s\n"
+           "precision %s\n",
            OSDP_VERSION, OSDP_GIT_COMMIT, kernels_blas_config(), comm_library_version(), machine,
            model ? model : "?", o->seq, comm_size(), comm_ranks_per_host(), o->threads,
-           o->mem_limit, o->steps, o->layers, o->backend ? o->backend->name : "cpu");
+           o->mem_limit, o->steps, o->layers, o->backend ? o->backend->name : "cpu",
+           precision_name(o->precision));
   free(model);
 }
 

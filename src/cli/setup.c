@@ -251,6 +251,12 @@ static int auto_devices_file(const Args* a, const char* path, const ProfileOptio
                    path, dev->ranks, device_ranks_per_host(dev), comm_size(), comm_ranks_per_host());
     device_free(dev);
   }
+  if (!rc && dev->precision != po->precision) {
+    rc = osdp_fail("--devices: %s measured %s steps but this run is --precision %s; profile this "
+                   "precision (drop --devices) or run in the file's", path,
+                   precision_name(dev->precision), precision_name(po->precision));
+    device_free(dev);
+  }
   if (!rc && po->mem_limit) dev->mem_limit = po->mem_limit;
   if (!rc && comm_rank() == 0 && po->verbose)
     printf("profile: none; planning with the device file %s\n", path);
@@ -312,11 +318,6 @@ int setup_auto_plan(const Args* a, const GptDesc* d, int T, int min_batch, int m
                     Plan* p, PlanCost* cost, PlanReport* report) {
   ProfileOptions po;
   DeviceInfo dev;
-  Precision prec = PRECISION_FP32;
-  if (setup_precision(a, &prec)) return -1;
-  if (prec == PRECISION_BF16)
-    return osdp_fail("--precision bf16: --plan auto profiles and plans fp32 steps so far; give "
-                     "--plan dp, zero2 or zero3 (or a plan file), or --precision fp32");
   if (profile_options_from_args(a, d, T, &po)) return -1;
   po.verbose = !quiet;
   long trial_steps;

@@ -249,6 +249,7 @@ int planner_best_uniform_group(const GptDesc* d, const DeviceInfo* dev, const Se
   if (plan_uniform(&p, d, s, dev->ranks, 1, so.seq)) return -1;
   plan_set_group(&p, G);
   p.reduce_dtype = so.reduce_dtype == REDUCE_BF16 ? REDUCE_BF16 : REDUCE_FP32;
+  p.precision = dev->precision;
   for (int B = so.min_batch; B <= so.max_batch; B++) {
     p.micro_batch = B;
     int R = fewest_recompute(d, dev, &p, so.min_recompute, so.max_recompute);

@@ -144,11 +144,12 @@ static int enum_evaluate_group(Enumerator* e, int G) {
   x.group = G;
   size_t held = 0; /* the held slices' gathered weights and full gradients, all live at once */
   for (int s = 0; s < e->k; s++) {
-    size_t n = e->n[s], tr = cost_slice_transient(n, e->strat[s], G);
+    Precision prec = e->dev->precision;
+    size_t n = e->n[s], tr = cost_slice_transient(n, e->strat[s], G, prec);
     c.plan.strat[s] = e->strat[s];
-    c.mem += cost_slice_persistent(n, e->strat[s], G);
+    c.mem += cost_slice_persistent(n, e->strat[s], G, prec);
     if (tr > c.transient) c.transient = tr;
-    held += slice_transient_backward(n, e->strat[s], G, PRECISION_FP32, 1);
+    held += slice_transient_backward(n, e->strat[s], G, prec, 1);
     c.time_s += cost_slice_search_s(e->dev, &x, n, e->strat[s]);
   }
   if (e->held && held > c.transient) c.transient = held;

@@ -58,9 +58,12 @@ OpUses cost_op_uses(const GptDesc* d, int op, const int* recompute) {
   return u;
 }
 
-/* Full (padded) bytes of a slice of n parameters under strategy s sharded over G ranks. */
-static double slice_bytes(size_t n, Strategy s, int G) {
-  return 4.0 * (double)slice_padded(n, s, G, PRECISION_FP32); /* the search plans fp32 */
+/* Full (padded) bytes of a slice of n parameters under strategy s sharded over G ranks in
+** precision prec: its weight as the step gathers it (weight = 1: compute-copy elements, bf16
+** in bf16 storage) or its gradient and master weights (weight = 0: fp32). */
+static double slice_bytes(size_t n, Strategy s, int G, Precision prec, int weight) {
+  size_t elem = weight ? precision_elems(prec).wt : sizeof(float);
+  return (double)elem * (double)slice_padded(n, s, G, prec);
 }
 
 /* The factor a gradient reduction of kind scales its bytes by in dtype rd (bf16: as measured,
@@ -86,11 +89,14 @@ double cost_slice_search_s(const DeviceInfo* dev, const SliceContext* x, size_t 
   int G = context_group(dev, x);
   double t = cost_slice_optim_s(dev, n, s, G);
   if (dev->ranks <= 1) return t;
-  double far = grad_factor(dev, COLL_ALLREDUCE, x->reduce), bytes = slice_bytes(n, s, G);
+  double far = grad_factor(dev, COLL_ALLREDUCE, x->reduce);
+  double bytes = slice_bytes(n, s, G, dev->precision, 0);
   double frs = grad_factor(dev, COLL_REDUCE_SCATTER, x->reduce);
   if (s == STRAT_DP) return t + x->dp_exposure * dp_search_s(dev, bytes, far);
   CommShape in = device_group_shape(dev, G);
-  double ag = device_shape_step_s(dev, in, COLL_ALLGATHER, bytes);
+  /* zero2 gathers its updated fp32 shards; zero3 its weights as the step reads them */
+  double ag = device_shape_step_s(dev, in, COLL_ALLGATHER,
+                                  slice_bytes(n, s, G, dev->precision, s == STRAT_ZERO3));
   double rs = device_shape_step_s(dev, in, COLL_REDUCE_SCATTER, frs * bytes);
   double across = device_shape_step_s(dev, device_across_shape(dev, G), COLL_ALLREDUCE, far * bytes / G);
   t += x->uses.bwd_grad * rs + x->across_exposure * across;
@@ -99,19 +105,19 @@ double cost_slice_search_s(const DeviceInfo* dev, const SliceContext* x, size_t 
 }
 
 double cost_slice_optim_s(const DeviceInfo* dev, size_t n, Strategy s, int group) {
-  return (double)slice_shard(n, s, group > 0 ? group : dev->ranks, PRECISION_FP32) *
+  return (double)slice_shard(n, s, group > 0 ? group : dev->ranks, dev->precision) *
          dev->optimizer_s_per_param;
 }
 
-size_t cost_slice_persistent(size_t n, Strategy s, int group) {
+size_t cost_slice_persistent(size_t n, Strategy s, int group, Precision prec) {
   size_t pa, gr, op;
-  slice_persistent_bytes(n, s, group, PRECISION_FP32, &pa, &gr, &op); /* the search plans fp32 */
+  slice_persistent_bytes(n, s, group, prec, &pa, &gr, &op);
   return pa + gr + op;
 }
 
-size_t cost_slice_transient(size_t n, Strategy s, int group) {
-  size_t f = slice_transient_forward(n, s, group, PRECISION_FP32);
-  size_t b = slice_transient_backward(n, s, group, PRECISION_FP32, 1);
+size_t cost_slice_transient(size_t n, Strategy s, int group, Precision prec) {
+  size_t f = slice_transient_forward(n, s, group, prec);
+  size_t b = slice_transient_backward(n, s, group, prec, 1);
   return f > b ? f : b;
 }
 
@@ -147,8 +153,8 @@ double cost_recompute_s(const GptDesc* d, const DeviceInfo* dev, int B, int T, c
 }
 
 size_t cost_batch_bytes(const GptDesc* d, const DeviceInfo* dev, int B, int T, const int* recompute) {
-  size_t acts = gpt_acts_layout(d, B, T, PRECISION_FP32, recompute, NULL, NULL, NULL);
-  return acts + gpt_scratch_bytes(d, B, T, PRECISION_FP32, dev->threads, 0);
+  size_t acts = gpt_acts_layout(d, B, T, dev->precision, recompute, NULL, NULL, NULL);
+  return acts + gpt_scratch_bytes(d, B, T, dev->precision, dev->threads, 0);
 }
 
 int cost_largest_batch(const GptDesc* d, const DeviceInfo* dev, int T, int max) {
@@ -231,10 +237,10 @@ static void replay_blocking(Replay* r, int kind, CommShape sh, double bytes) {
 
 /* Shard group, full bytes of the slice of use u, and its group's shape. */
 static int use_group(const Replay* r, const GptParamUse* u) { return plan_op_group(r->p, u->owner); }
-static double use_bytes(const Replay* r, const GptParamUse* u) {
+static double use_bytes(const Replay* r, const GptParamUse* u, int weight) {
   const OpPlan* o = &r->p->ops[u->owner];
   return slice_bytes(gpt_slice_params(&r->d->ops[u->owner], o->k, u->slice), o->strat[u->slice],
-                     use_group(r, u));
+                     use_group(r, u), r->p->precision, weight);
 }
 static CommShape use_shape(const Replay* r, const GptParamUse* u) {
   return device_group_shape(r->dev, use_group(r, u));
@@ -250,28 +256,28 @@ static void time_action(void* ctx, WalkAction a, const GptParamUse* u, int arg) 
   ReduceDtype rd = r->p->reduce_dtype;
   switch (a) {
     case WALK_GATHER:
-      replay_blocking(r, COLL_ALLGATHER, use_shape(r, u), use_bytes(r, u));
+      replay_blocking(r, COLL_ALLGATHER, use_shape(r, u), use_bytes(r, u, 1));
       break;
     case WALK_PREFETCH:
-      r->prefetch_job = replay_start(r, COLL_ALLGATHER, use_shape(r, u), use_bytes(r, u));
+      r->prefetch_job = replay_start(r, COLL_ALLGATHER, use_shape(r, u), use_bytes(r, u, 1));
       break;
     case WALK_TAKE_PREFETCH:
       replay_wait(r, r->prefetch_job);
       break;
     case WALK_REDUCE:
       replay_blocking(r, COLL_REDUCE_SCATTER, use_shape(r, u),
-                      grad_factor(r->dev, COLL_REDUCE_SCATTER, rd) * use_bytes(r, u));
+                      grad_factor(r->dev, COLL_REDUCE_SCATTER, rd) * use_bytes(r, u, 0));
       break;
     case WALK_REDUCE_START:
       r->reduce_job = replay_start(r, COLL_REDUCE_SCATTER, use_shape(r, u),
-                                   grad_factor(r->dev, COLL_REDUCE_SCATTER, rd) * use_bytes(r, u));
+                                   grad_factor(r->dev, COLL_REDUCE_SCATTER, rd) * use_bytes(r, u, 0));
       break;
     case WALK_REDUCE_WAIT:
       replay_wait(r, r->reduce_job);
       break;
     case WALK_ACROSS_START:
       replay_start(r, COLL_ALLREDUCE, device_across_shape(r->dev, use_group(r, u)),
-                   grad_factor(r->dev, COLL_ALLREDUCE, rd) * use_bytes(r, u) / use_group(r, u));
+                   grad_factor(r->dev, COLL_ALLREDUCE, rd) * use_bytes(r, u, 0) / use_group(r, u));
       break;
     case WALK_BUCKET_START:
       replay_start(r, COLL_ALLREDUCE, device_world_shape(r->dev),
@@ -312,9 +318,9 @@ static double replay_optimizer_s(const GptDesc* d, const DeviceInfo* dev, const 
       size_t n = gpt_slice_params(&d->ops[i], on_dev->ops[i].k, s);
       int G = plan_op_group(on_dev, i);
       t += cost_slice_optim_s(dev, n, on_dev->ops[i].strat[s], G);
-      if (on_dev->ops[i].strat[s] == STRAT_ZERO2)
+      if (on_dev->ops[i].strat[s] == STRAT_ZERO2) /* the updated fp32 shards */
         t += device_shape_step_s(dev, device_group_shape(dev, G), COLL_ALLGATHER,
-                                 slice_bytes(n, STRAT_ZERO2, G));
+                                 slice_bytes(n, STRAT_ZERO2, G, on_dev->precision, 0));
     }
   return t;
 }
@@ -370,9 +376,10 @@ void cost_exposures(const GptDesc* d, const DeviceInfo* dev, int B, int T, Reduc
   PlanCost c;
   if (plan_uniform(&p, d, STRAT_DP, dev->ranks, B, T)) return;
   p.reduce_dtype = rd;
+  p.precision = dev->precision;
   double modeled = 0, f = grad_factor(dev, COLL_ALLREDUCE, rd);
   for (int i = 0; i < d->nops; i++)
-    if (d->ops[i].n_params) modeled += dp_search_s(dev, slice_bytes(d->ops[i].n_params, STRAT_DP, 1), f);
+    if (d->ops[i].n_params) modeled += dp_search_s(dev, slice_bytes(d->ops[i].n_params, STRAT_DP, 1, PRECISION_FP32, 0), f);
   int rc = plan_cost(d, dev, &p, &c);
   plan_free(&p);
   if (rc) return;

@@ -104,12 +104,12 @@ double cost_slice_search_s(const DeviceInfo* dev, const SliceContext* x, size_t 
 /* Optimizer seconds per step of one slice of n parameters under strategy s sharded over
 ** `group` ranks (0: the world). */
 double cost_slice_optim_s(const DeviceInfo* dev, size_t n, Strategy s, int group);
-/* Bytes a slice keeps between steps, sharded over `group` ranks: weights + gradients +
-** optimizer state. */
-size_t cost_slice_persistent(size_t n, Strategy s, int group);
-/* Largest transient bytes of a slice sharded over `group` ranks: max of its forward and
-** backward transients. */
-size_t cost_slice_transient(size_t n, Strategy s, int group);
+/* Bytes a slice keeps between steps, sharded over `group` ranks, in precision prec: weights
+** (and their bf16 compute copy) + gradients + optimizer state (slice_persistent_bytes). */
+size_t cost_slice_persistent(size_t n, Strategy s, int group, Precision prec);
+/* Largest transient bytes of a slice sharded over `group` ranks in precision prec: max of its
+** forward and backward transients. */
+size_t cost_slice_transient(size_t n, Strategy s, int group, Precision prec);
 /* Extra compute seconds of running owner op's parameters as k slices instead of 1 at
 ** micro-batch B (for embed: the embedding and the tied LM head), over all the passes of the
 ** ops using them: with the recompute flags (NULL: none) an op of a recomputed layer also runs
@@ -140,7 +140,7 @@ double cost_search_step_s(const GptDesc* d, const DeviceInfo* dev, const Plan* p
 double cost_compute_s(const GptDesc* d, const DeviceInfo* dev, int B, int T);
 /* Bytes that depend on the micro-batch (and the recompute flags, NULL: none) only: activations
 ** as gpt_acts_layout places them (a recomputed layer keeps its output; the rest of its blocks
-** share one buffer with the other recomputed layers) + backward scratch. */
+** share one buffer with the other recomputed layers) + backward scratch, in dev's precision. */
 size_t cost_batch_bytes(const GptDesc* d, const DeviceInfo* dev, int B, int T, const int* recompute);
 /* The largest micro-batch up to max whose batch bytes alone fit dev->mem_limit, with every layer
 ** recomputed where that needs fewer bytes: no plan (they may recompute) runs a larger one. */

@@ -556,6 +556,12 @@ static int device_from_json(const cJSON* root, const char* path, DeviceInfo* dev
   if (kind && (!cJSON_IsString(kind) || (strcmp(kind->valuestring, "cpu") && strcmp(kind->valuestring, "cuda"))))
     return osdp_fail("%s: field \"device\" must be \"cpu\" or \"cuda\"", path);
   if (kind) snprintf(dev->backend, sizeof dev->backend, "%s", kind->valuestring);
+  const cJSON* prec = cJSON_GetObjectItemCaseSensitive(root, "precision");
+  int pr = !prec ? PRECISION_FP32 : cJSON_IsString(prec) ? precision_parse(prec->valuestring) : -1;
+  if (pr != PRECISION_FP32 && pr != PRECISION_BF16)
+    return osdp_fail("%s: field \"precision\" must be \"fp32\" or \"bf16\" (the storage the op "
+                     "times are for), or absent", path);
+  dev->precision = (Precision)pr;
   if (json_integer(root, "ranks", "ranks", 1, path, &dev->ranks) ||
       json_integer(root, "ranks_per_host", "ranks_per_host", 0, path, &dev->ranks_per_host) ||
       (dev->ranks_per_host < 1 && cJSON_GetObjectItemCaseSensitive(root, "ranks_per_host") &&
@@ -641,6 +647,8 @@ static cJSON* device_to_json(const DeviceInfo* dev) {
   cJSON_AddNumberToObject(root, "mem_limit", (double)dev->mem_limit);
   cJSON_AddNumberToObject(root, "threads", dev->threads);
   cJSON_AddStringToObject(root, "device", dev->backend[0] ? dev->backend : "cpu");
+  if (dev->precision != PRECISION_FP32)
+    cJSON_AddStringToObject(root, "precision", precision_name(dev->precision));
   cJSON_AddNumberToObject(root, "flops", dev->flops);
   cJSON_AddNumberToObject(root, "optimizer_s_per_param", dev->optimizer_s_per_param);
   cJSON* c = cJSON_AddObjectToObject(root, "collectives");

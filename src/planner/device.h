@@ -145,6 +145,8 @@ typedef struct DeviceInfo {
   size_t mem_limit;
   int threads;
   char backend[8];            /* "cpu" or "cuda": the backend a trial of plans runs on */
+  Precision precision;        /* the storage its op times were measured in; the plans searched
+                              ** on it run in it (JSON "precision", absent: fp32) */
   double flops;
   double optimizer_s_per_param;
   CollectiveModel coll[COLL_COUNT];  /* the intra-host level (with one host, the only one) */

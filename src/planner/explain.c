@@ -14,7 +14,8 @@ static size_t op_kept_bytes(const GptDesc* d, const DeviceInfo* dev, const Plan*
   size_t m = 0;
   int G = p->ops[op].group > 0 ? p->ops[op].group : dev->ranks;
   for (int s = 0; s < p->ops[op].k; s++)
-    m += cost_slice_persistent(gpt_slice_params(&d->ops[op], p->ops[op].k, s), p->ops[op].strat[s], G);
+    m += cost_slice_persistent(gpt_slice_params(&d->ops[op], p->ops[op].k, s),
+                               p->ops[op].strat[s], G, p->precision);
   return m;
 }
 

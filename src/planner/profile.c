@@ -288,9 +288,11 @@ static void progress(const ProfileOptions* o, const char* what, int B, double le
 }
 
 /* The plan every profiled step runs: dp everywhere, every splittable op in k slices (as far as
-** its rows allow); strategy s instead of dp when s is sharded. */
-static int profile_plan(const GptDesc* d, Strategy s, int B, int T, int k, Plan* p) {
+** its rows allow); strategy s instead of dp when s is sharded; in the profile's precision. */
+static int profile_plan(const GptDesc* d, Strategy s, int B, int T, int k, Precision prec,
+                        Plan* p) {
   if (plan_uniform(p, d, s, comm_size(), B, T)) return -1;
+  p->precision = prec;
   for (int i = 0; i < d->nops; i++) {
     const GptOp* op = &d->ops[i];
     if (!op->n_params || !op->splittable) continue;
@@ -328,9 +330,11 @@ static int op_level(const GptDesc* d, int i, int r, int outer) {
 }
 
 /* The plan of one compute measurement: dp, every splittable op in 2^op_level slices (as far as
-** its rows allow). */
-static int rotated_plan(const GptDesc* d, int B, int T, int r, int outer, Plan* p) {
+** its rows allow), in the profile's precision. */
+static int rotated_plan(const GptDesc* d, int B, int T, int r, int outer, Precision prec,
+                        Plan* p) {
   if (plan_uniform(p, d, STRAT_DP, comm_size(), B, T)) return -1;
+  p->precision = prec;
   for (int i = 0; i < d->nops; i++) {
     const GptOp* op = &d->ops[i];
     if (!op->n_params || !op->splittable) continue;
@@ -389,7 +393,7 @@ static int measure_rotated(const GptDesc* d, const ProfileOptions* o, int B, int
                            double floor, OpSamples* x, double* op_s, PlanMeasure* m, double* ops_s) {
   Plan p;
   double* share = op_s + d->nops;
-  if (rotated_plan(d, B, o->seq, r, outer, &p)) return -1;
+  if (rotated_plan(d, B, o->seq, r, outer, o->precision, &p)) return -1;
   int rc = planner_measure_plan(d, &p, o->backend, o->threads, 0, o->steps, 0, floor, m, op_s, share);
   plan_free(&p);
   if (rc) return -1;
@@ -666,7 +670,7 @@ static int profile_outer_split(const GptDesc* d, const ProfileOptions* o, int B,
     int l = n % DEVICE_SLICE_LEVELS; /* 0, 1, 2, 3, then 0 again */
     Plan p;
     PlanMeasure m;
-    if (rotated_plan(&r, B, o->seq, 0, l, &p)) { rc = -1; break; }
+    if (rotated_plan(&r, B, o->seq, 0, l, o->precision, &p)) { rc = -1; break; }
     rc = planner_measure_plan(&r, &p, o->backend, o->threads, 0, o->steps, 0, min_seconds(o), &m, op_s, NULL);
     plan_free(&p);
     for (int i = 0; !rc && i < d->nops; i++) {
@@ -808,7 +812,7 @@ typedef struct Zero3Steps {
 /* Measures z at micro-batch B (steps timed steps each); -1 (error cleared, nothing left to free)
 ** when zero3 does not run here. */
 static int measure_zero3(const GptDesc* d, const ProfileOptions* o, int B, int steps, Zero3Steps* z) {
-  if (profile_plan(d, STRAT_ZERO3, B, o->seq, 1, &z->p)) { osdp_clear_error(); return -1; }
+  if (profile_plan(d, STRAT_ZERO3, B, o->seq, 1, o->precision, &z->p)) { osdp_clear_error(); return -1; }
   PlanMeasure* into[2] = {&z->blocking, &z->prefetched};
   int rc = 0;
   for (int pf = 0; !rc && pf < 2; pf++) {
@@ -921,13 +925,13 @@ static void profile_hosts_steps(const GptDesc* d, const ProfileOptions* o, Devic
   int H = device_ranks_per_host(dev);
   Plan p1, p2;
   PlanMeasure m1, m2;
-  if (profile_plan(d, STRAT_ZERO3, B, o->seq, 1, &p1)) { osdp_clear_error(); return; }
+  if (profile_plan(d, STRAT_ZERO3, B, o->seq, 1, o->precision, &p1)) { osdp_clear_error(); return; }
   plan_set_group(&p1, H);
   if (planner_measure_plan(d, &p1, o->backend, o->threads, 0, steps, 0, min_seconds(o), &m1, NULL, NULL) == 0) {
     calibrate(d, dev, &p1, COLL_ALLGATHER, m1.wait_s[COMM_ALLGATHER]);
     calibrate(d, dev, &p1, COLL_REDUCE_SCATTER, m1.wait_s[COMM_REDUCE_SCATTER]);
     calibrate(d, dev, &p1, COLL_ALLREDUCE, m1.wait_s[COMM_ALLREDUCE]); /* the shards, across hosts */
-    if (Bmax > B && profile_plan(d, STRAT_ZERO3, Bmax, o->seq, 1, &p2) == 0) {
+    if (Bmax > B && profile_plan(d, STRAT_ZERO3, Bmax, o->seq, 1, o->precision, &p2) == 0) {
       plan_set_group(&p2, H);
       progress(o, "timing zero3 steps within hosts (all-reduce between hosts)", Bmax,
                profile_left(d, o, pts, PHASE_HOSTS, 0) / 2);
@@ -963,14 +967,14 @@ static int profile_steps(const GptDesc* d, const ProfileOptions* o, DeviceInfo* 
   if (N == 1) return 0;
   Plan p;
   for (int j = 0; j < np; j++) { /* all-reduce: median over the micro-batches of measured/replay */
-    if (rotated_plan(d, pts->B[j], o->seq, 0, 0, &p)) return -1; /* the plan measured */
+    if (rotated_plan(d, pts->B[j], o->seq, 0, 0, o->precision, &p)) return -1; /* the plan measured */
     plan_model(dev, &p, COLL_ALLREDUCE)->in_step = 1;
     double alone = replay_exposed(d, dev, &p, COLL_ALLREDUCE);
     ratio[j] = alone > 0 ? pts->m[j].wait_s[COMM_ALLREDUCE] / alone : 1;
     plan_free(&p);
   }
   int jm = np / 2, B = pts->B[jm];
-  if (rotated_plan(d, B, o->seq, 0, 0, &p)) return -1;
+  if (rotated_plan(d, B, o->seq, 0, 0, o->precision, &p)) return -1;
   calibrate(d, dev, &p, COLL_ALLREDUCE, median_of(ratio, np) * replay_exposed(d, dev, &p, COLL_ALLREDUCE));
   plan_free(&p);
   int steps = o->steps + 1; /* one plan calibrates two kinds: one step more */
@@ -1065,6 +1069,7 @@ int profile_device(const GptDesc* d, const ProfileOptions* opt, DeviceInfo* dev)
   dev->threads = o->threads;
   const Backend* bk = o->backend ? o->backend : backend_cpu();
   snprintf(dev->backend, sizeof dev->backend, "%s", bk->name);
+  dev->precision = o->precision;
   dev->mem_limit = o->mem_limit ? o->mem_limit : default_mem_limit(bk);
   bk->set_threads(o->threads);
   comm_use_backend(bk);

@@ -22,6 +22,8 @@ typedef struct ProfileOptions {
                       ** level in one step; the model's own when it has no more) */
   int verbose;        /* progress lines on rank 0 */
   const Backend* backend; /* the device measured (NULL: the CPU) */
+  Precision precision;    /* the storage every measured step runs in (bf16: a backend with bf16
+                          ** kernels); recorded in the device information */
   double started;     /* set by profile_device: when it began (progress lines give the time since) */
 } ProfileOptions;
 

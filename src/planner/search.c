@@ -278,6 +278,7 @@ static int best_to_plan(const Search* s, const Best* b, Plan* out) {
   }
   plan_set_recompute(out, s->R);
   out->reduce_dtype = s->o.reduce_dtype == REDUCE_BF16 ? REDUCE_BF16 : REDUCE_FP32;
+  out->precision = s->dev->precision;
   return 0;
 }
 
