@@ -47,7 +47,8 @@ typedef struct SliceState {
                  ** reads; NULL in fp32, where the step reads w */
   float* g;      /* dp: full gradient (view into a bucket); zero2/zero3: shard */
   float *m, *v;  /* optimizer state of what the rank owns (n for dp, shard otherwise) */
-  float* gathered;  /* zero3 while acquired: the full weight */
+  void* gathered;   /* zero3 while acquired: the full weight as the step reads it (fp32, or the
+                    ** bf16 compute copies of the shards) */
   float* gfull;     /* zero2/zero3 while acquired: the full gradient */
   Comm* group;             /* sharded: the ranks the slice is sharded over (plan_op_group) */
   Comm* across;            /* sharded: the ranks holding the same shard (one per group) */
@@ -91,7 +92,7 @@ typedef struct Engine {
   /* The step walk (model/step_walk.h): which use of the step's schedule comes next and what
   ** each does; the hooks tell it each use and it calls back engine_action. */
   StepWalk* walk;
-  float* pending_buf;      /* prefetch: the next zero3 weight, being gathered ahead */
+  void* pending_buf;       /* prefetch: the next zero3 weight (as gathered), being gathered ahead */
   CommRequest pending_req;
   float* reducing_buf;     /* overlap_reduce: the full gradient whose reduce-scatter is in flight */
   CommRequest reducing_req;
