@@ -55,12 +55,11 @@ static OpRow op_row(const GptDesc* d, const DeviceInfo* dev, const Plan* p, int 
   r.time_s = cost_split_extra_s(d, dev, i, o->k, p->micro_batch, p->seq, p->recompute);
   for (int s = 0; s < o->k; s++) {
     size_t n = gpt_slice_params(&d->ops[i], o->k, s);
-    size_t t = cost_slice_transient(n, o->strat[s], x.group, p->precision);
     r.kept += cost_slice_persistent(n, o->strat[s], x.group, p->precision);
-    if (t > r.transient) r.transient = t;
     r.time_s += cost_slice_search_s(dev, &x, n, o->strat[s]);
     r.sharded |= o->strat[s] != STRAT_DP;
   }
+  r.transient = cost_op_transient(d, i, o, x.group, p->precision, x.uses);
   return r;
 }
 

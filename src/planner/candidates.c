@@ -198,6 +198,12 @@ int planner_candidates(const GptDesc* d, const DeviceInfo* dev, const SearchOpti
     else plan_free(&all[i].plan);
   }
   for (int i = 0; rc && i < n; i++) plan_free(&all[i].plan);
+  for (int i = 0; !rc && i < w; i++) /* the search checks its own; the others are fitted here */
+    if (out[i].cost.mem.peak > dev->mem_limit)
+      rc = osdp_fail("internal error: candidate %s needs %zu bytes a rank, over the limit of %zu; "
+                     "please report it with this command line", out[i].origin,
+                     out[i].cost.mem.peak, dev->mem_limit);
+  for (int i = 0; rc && i < w; i++) plan_free(&out[i].plan);
   if (rc) w = -1;
   free(all);
   batches_free(v, nv);

@@ -18,12 +18,15 @@ static int same_uses(OpUses a, OpUses b) {
 
 /* Whether op i, with uses u and recomputed or not, has the configurations of class c: the same
 ** block, the same uses in the step's schedule (cost_ops_uses, so embed's tied weight is told
-** apart by its schedule, not by its index) and alike in being recomputed (its extra compute of
-** splitting then counts in the recomputed forward too). */
+** apart by its schedule, not by its index), alike in being recomputed (its extra compute of
+** splitting then counts in the recomputed forward too) and in holding all of its slices at once
+** (gpt_op_held: an untied LM head has the block and the uses of the embedding beside it, but
+** its slices' gathered weights and full gradients are all live together). */
 static int same_class(const GptDesc* d, const OpClass* c, int i, OpUses u, int recomputed) {
   const GptOp *a = &d->ops[c->rep], *b = &d->ops[i];
   return a->rows == b->rows && a->width == b->width && a->tail == b->tail &&
-         a->splittable == b->splittable && same_uses(c->uses, u) && c->recomputed == recomputed;
+         a->splittable == b->splittable && same_uses(c->uses, u) && c->recomputed == recomputed &&
+         gpt_op_held(d, c->rep) == gpt_op_held(d, i);
 }
 
 void pool_free(ClassPool* p) {

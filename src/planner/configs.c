@@ -92,10 +92,10 @@ typedef struct SliceGroup {
 
 /* What the enumeration of one op at one slice count needs. */
 typedef struct Enumerator {
+  const GptDesc* d;
   const DeviceInfo* dev;
   const SearchOptions* o;
   int op, k, ngroups;
-  int held;                       /* the fused LM head holds all of its slices at once */
   SliceContext x;                 /* the op's uses, the reduce dtype, the exposures */
   int shard[PLANNER_MAX_GROUPS];  /* the candidate shard groups */
   int nshard;
@@ -142,17 +142,12 @@ static int enum_evaluate_group(Enumerator* e, int G) {
   c.time_s = e->split_s;
   SliceContext x = e->x;
   x.group = G;
-  size_t held = 0; /* the held slices' gathered weights and full gradients, all live at once */
   for (int s = 0; s < e->k; s++) {
-    Precision prec = e->dev->precision;
-    size_t n = e->n[s], tr = cost_slice_transient(n, e->strat[s], G, prec);
     c.plan.strat[s] = e->strat[s];
-    c.mem += cost_slice_persistent(n, e->strat[s], G, prec);
-    if (tr > c.transient) c.transient = tr;
-    held += slice_transient_backward(n, e->strat[s], G, prec, 1);
-    c.time_s += cost_slice_search_s(e->dev, &x, n, e->strat[s]);
+    c.mem += cost_slice_persistent(e->n[s], e->strat[s], G, e->dev->precision);
+    c.time_s += cost_slice_search_s(e->dev, &x, e->n[s], e->strat[s]);
   }
-  if (e->held && held > c.transient) c.transient = held;
+  c.transient = cost_op_transient(e->d, e->op, &c.plan, G, e->dev->precision, x.uses);
   return config_push(e->out, &c);
 }
 
@@ -221,7 +216,7 @@ int op_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, 
   for (int i = 0; i < 4; i++) {
     int k = ks[i];
     if (k > 1 && (!g->splittable || (size_t)k > g->rows || k > o->max_slices)) continue;
-    Enumerator e = {.dev = dev, .o = o, .op = op, .k = k, .held = gpt_op_held(d, op), .out = l,
+    Enumerator e = {.d = d, .dev = dev, .o = o, .op = op, .k = k, .out = l,
                     .x = x, .nshard = nshard,
                     .split_s = cost_split_extra_s(d, dev, op, k, B, o->seq, recompute)};
     memcpy(e.shard, shard, (size_t)nshard * sizeof *shard);

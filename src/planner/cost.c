@@ -115,10 +115,18 @@ size_t cost_slice_persistent(size_t n, Strategy s, int group, Precision prec) {
   return pa + gr + op;
 }
 
-size_t cost_slice_transient(size_t n, Strategy s, int group, Precision prec) {
-  size_t f = slice_transient_forward(n, s, group, prec);
-  size_t b = slice_transient_backward(n, s, group, prec, 1);
-  return f > b ? f : b;
+size_t cost_op_transient(const GptDesc* d, int op, const OpPlan* o, int group, Precision prec,
+                         OpUses uses) {
+  size_t most = 0, held = 0;
+  for (int s = 0; s < o->k; s++) {
+    size_t n = gpt_slice_params(&d->ops[op], o->k, s);
+    size_t f = slice_transient_forward(n, o->strat[s], group, prec);
+    size_t b = slice_transient_backward(n, o->strat[s], group, prec, uses.bwd_weight > 0);
+    if (f > most) most = f;
+    if (b > most) most = b;
+    held += slice_transient_backward(n, o->strat[s], group, prec, 1);
+  }
+  return gpt_op_held(d, op) && held > most ? held : most;
 }
 
 /* Seconds of the measured "overhead" entry at micro-batch B (0 when not measured). */

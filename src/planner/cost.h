@@ -107,9 +107,16 @@ double cost_slice_optim_s(const DeviceInfo* dev, size_t n, Strategy s, int group
 /* Bytes a slice keeps between steps, sharded over `group` ranks, in precision prec: weights
 ** (and their bf16 compute copy) + gradients + optimizer state (slice_persistent_bytes). */
 size_t cost_slice_persistent(size_t n, Strategy s, int group, Precision prec);
-/* Largest transient bytes of a slice sharded over `group` ranks in precision prec: max of its
-** forward and backward transients. */
-size_t cost_slice_transient(size_t n, Strategy s, int group, Precision prec);
+/* Largest transient bytes of op's parameters under configuration o (slice count, strategies)
+** sharded over `group` ranks in precision prec, with the step's uses of them: per slice its
+** gathered weight (zero3) in forward, and in backward its full gradient (sharded slices) with
+** the gathered weight again only when the backward reads the weight (uses.bwd_weight: not the
+** embedding's); all slices at once for an op a fused op holds whole (gpt_op_held: the LM head,
+** weights and gradients together). Without prefetch or overlap_reduce the step's transient peak
+** is the largest of these over the ops, which the memory replay (plan_transient_timeline)
+** checks: what the search and the plan table price. */
+size_t cost_op_transient(const GptDesc* d, int op, const OpPlan* o, int group, Precision prec,
+                         OpUses uses);
 /* Extra compute seconds of running owner op's parameters as k slices instead of 1 at
 ** micro-batch B (for embed: the embedding and the tied LM head), over all the passes of the
 ** ops using them: with the recompute flags (NULL: none) an op of a recomputed layer also runs

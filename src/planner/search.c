@@ -449,6 +449,20 @@ static void insert_batch(BatchBest* v, int* n, const BatchBest* b) {
   (*n)++;
 }
 
+/* The search's promise, kept for every plan it returns: its own sum of the plan's peak (the
+** configurations' bytes, the largest transient, the batch bytes) is plan_predict_memory's to
+** the byte, and within the limit. A break is a bug in the search, reported as an internal error
+** naming both numbers, never a plan that would not fit. */
+static int check_promise(const GptDesc* d, const DeviceInfo* dev, const BatchBest* b) {
+  MemPrediction m;
+  plan_predict_memory(d, &b->plan, dev->threads, &m);
+  if (m.peak == b->peak && m.peak <= dev->mem_limit) return 0;
+  return osdp_fail("internal error: the search priced its plan for %s (micro-batch %d, %d layers "
+                   "recomputed) at %zu bytes a rank, but it needs %zu (plan_predict_memory) under a "
+                   "limit of %zu; please report it with this command line",
+                   d->cfg.name, b->B, b->R, b->peak, m.peak, dev->mem_limit);
+}
+
 /* Searches every micro-batch that fits with one reduce dtype (o's, not auto), largest first,
 ** skipping those whose bound cannot reach the keep-th best found; per micro-batch every
 ** recompute count worth it (see search_counts). Writes the found ones into out[0..*nout)
@@ -476,6 +490,7 @@ static int search_batches_of(const GptDesc* d, const DeviceInfo* dev, const Sear
     BatchBest b = {0};
     rc = pool_build(&pool, d, dev, &x.o, B);
     if (!rc) rc = search_counts(&pool, rs, nr, bar, &b);
+    if (!rc && b.sps > 0) rc = check_promise(d, dev, &b);
     pool_free(&pool);
     if (!rc && b.sps > 0) insert_batch(v, &n, &b);
     else plan_free(&b.plan);
