@@ -7,7 +7,9 @@
 #    at micro-batch 2: steps 11..30 within 1e-5 of one process on the same global batch; written
 #    by 5 zero3 ranks (some owning empty shards), resumed by one process: within 1e-5 of the
 #    uninterrupted 5-rank run; written by 4 ranks sharding zero3 in 2 groups of 2, resumed by
-#    2 zero2 ranks: within 1e-5 of one process.
+#    2 zero2 ranks: within 1e-5 of one process; resumed with gradient accumulation (1 process x 2
+#    x 4 micro-steps, 2 zero3 ranks x 1 x 4) within 1e-5 of one process x 8; 3 ranks, which do
+#    not divide the global batch of 8, refused naming the rank counts that do.
 #  - A rank killed (SIGKILL) while a 2-rank run checkpoints every 5 steps: the job exits
 #    non-zero within 30 s, and resuming from the newest complete checkpoint runs its next steps.
 #  - A rank stopped (SIGSTOP): the watchdog (--watchdog 3) names rank 1 and ends the job.
@@ -65,6 +67,16 @@ awk -F'"step":' 'NF > 1 { split($2, a, ","); if (a[1] + 0 >= 11) print }' five.j
 if "$osdp" "${C[@]}" --batch 5 --resume d5 --log from5.jsonl >/dev/null 2>>err.txt &&
    out=$("$tool" losses one5-11.jsonl from5.jsonl 1e-5); then ok
 else bad "resharded 5 x zero3 -> 1 process: ${out:-} $(head -2 err.txt)"; fi
+# Gradient accumulation: resumed in one process as 4 micro-steps of 2 (global batch 8), and on 2
+# zero3 ranks as 4 micro-steps of 1, against one process x 8.
+if "$osdp" "${C[@]}" --batch 2 --global-batch 8 --resume d2 --log acc1.jsonl >/dev/null 2>err.txt &&
+   out=$("$tool" losses one11.jsonl acc1.jsonl 1e-5) &&
+   "${mpirun[@]}" -np 2 "$osdp" "${C[@]}" --plan zero3 --batch 1 --accum 4 --resume d2 --log acc2.jsonl \
+     >/dev/null 2>>err.txt && out=$("$tool" losses one11.jsonl acc2.jsonl 1e-5); then ok
+else bad "resumed with accumulation: ${out:-} $(head -2 err.txt)"; fi
+check_error "resume on a rank count that does not divide the global batch" \
+  "is not a multiple of the 3 ranks; use a multiple of 3, or run on a rank count that divides 8 (1, 2, 4, 8)" -- \
+  "${mpirun[@]}" -np 3 "$osdp" "${C[@]}" --global-batch 8 --resume d2
 first=$(head -n 1 four.jsonl)
 if [[ "$first" == '{"step":11,'* ]]; then ok; else bad "resumed run did not start at step 11: $first"; fi
 
@@ -140,7 +152,7 @@ check_error "resume from a missing directory" "--resume: nowhere" -- "$osdp" "${
 mkdir empty
 check_error "resume from a directory without checkpoints" "no complete checkpoint in empty" -- "$osdp" "${C[@]}" --resume empty
 check_error "resume with another seq" "seq 64, this run has 32" -- "$osdp" "${C[@]}" --resume d1 --seq 32
-check_error "resume with another global batch" "global_batch" -- "$osdp" "${C[@]}" --resume d1 --batch 3
+check_error "resume with another global batch" "global batch of 16 sequences, this run has 3; resume with --global-batch 16" -- "$osdp" "${C[@]}" --resume d1 --batch 3
 check_error "resume past --steps" "past --steps 5" -- "$osdp" train --steps 5 --lr-schedule cosine --warmup 5 --resume d1 --quiet
 check_error "checkpoint in an unwritable place" "--checkpoint" -- "$osdp" "${C[@]}" --checkpoint /proc/osdp-ckpt
 check_error "checkpoint-every without a directory" "--checkpoint DIR" -- "$osdp" "${C[@]}" --checkpoint-every 5

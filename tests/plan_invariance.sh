@@ -5,7 +5,8 @@
 # groups, prefetch, overlap and recomputed layers) reproduce the
 # single-process loss curve of the same global batch over 20 steps (1e-5 relative), end with
 # the same weights (6e-6 absolute, see wtol), and each rank's peak memory equals the
-# prediction to the byte.
+# prediction to the byte. With gradient accumulation (K micro-steps of a smaller micro-batch) the
+# same, on the same global batch.
 # usage: plan_invariance.sh OSDP PLAN_TOOL MPIRUN...
 set -u
 osdp=$1; tool=$2; shift 2; mpirun=("$@")
@@ -88,6 +89,30 @@ for N in 1 2 4; do
     check "llama weights N=$N $spec" "$tool" weights "$ref.safetensors" "$run.safetensors" $wtol
     check "llama memory N=$N $spec" "$tool" memory "$run.sum"
   done
+done
+# Gradient accumulation (--accum K): K micro-steps of micro-batch b per optimizer step on N
+# ranks reproduce one process on the same global batch N*b*K (the references above: ref1 is
+# 2 sequences, ref2 4, ref4 8), for every strategy, hybrid groups, prefetch, overlapped
+# reduce-scatters, recomputation and a random mixed plan; the Llama family too. Each spec:
+# ranks, reference, micro-batch, accumulation, plan, options.
+acc_specs=("1 ref1 1 2 ddp" "1 ref4 2 4 zero3 --prefetch" "2 ref2 1 2 zero2"
+           "2 ref4 1 4 zero3 --prefetch --overlap-reduce" "2 ref4 1 4 RANDOM"
+           "4 ref4 1 2 zero2 --shard-group 2 --overlap-reduce"
+           "4 ref4 1 2 zero3 --shard-group 2 --prefetch --recompute all" "2 lref2 1 2 zero3 --prefetch")
+for spec in "${acc_specs[@]}"; do
+  read -r N refn b K plan extra <<< "$spec"
+  read -r -a extra <<< "${extra:-}"
+  mc=("${common[@]}"); ext=bin
+  [ "${refn:0:1}" = l ] && { mc=("${lcommon[@]}"); ext=safetensors; }
+  if [ "$plan" = RANDOM ]; then "$tool" random "$model" $N $b 20 77 "$work/arand$N.json"; plan=$work/arand$N.json; fi
+  run=$work/acc-$(echo "$spec" | tr -dc 'a-z0-9')
+  if ! "${mpirun[@]}" -np $N "$osdp" train "${mc[@]}" --plan "$plan" "${extra[@]}" --batch $b --accum $K \
+       --log "$run.jsonl" --save "$run.$ext" > "$run.sum" 2> "$run.err"; then
+    fail=$((fail+1)); echo "FAIL accumulation $spec: $(tail -3 "$run.err")"; continue
+  fi
+  check "accumulation losses $spec" "$tool" losses "$work/$refn.jsonl" "$run.jsonl" 1e-5
+  check "accumulation weights $spec" "$tool" weights "$work/$refn.$ext" "$run.$ext" $wtol
+  check "accumulation memory $spec" "$tool" memory "$run.sum"
 done
 # bf16 gradient reductions (--reduce-dtype bf16): each rank's gradient is rounded to bf16 (8
 # significant bits, relative error <= 2^-9) before it travels; sums are fp32. So the losses are

@@ -219,7 +219,7 @@ static int check_every_allocation(const char* what, const GptDesc* d, const Plan
       CHECK(batch != NULL);
       if (batch) engine_set_batch(&e, batch, batch + 2 * 7);
       free(batch);
-      engine_step(&e, 2 * 7, &sr);
+      engine_step(&e, 2 * 7, NULL, NULL, &sr);
       CHECK_MSG(isfinite(sr.loss), "%s %ld: the engine's step is not finite", what, n);
       engine_destroy(&e);
       CHECK_MSG(g_live == live0 && g_reserved == 0, "%s %ld: destroy left %ld blocks, %d reservations",

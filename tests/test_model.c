@@ -361,7 +361,7 @@ static void check_memory(const char* model, int B, int T, Strategy s, int k, int
   engine_set_batch(&e, batch, batch + B * T);
   free(batch);
   StepResult sr;
-  engine_step(&e, (long)B * T, &sr);
+  engine_step(&e, (long)B * T, NULL, NULL, &sr);
   CHECK(isfinite(sr.loss));
   size_t at_peak[MEM_CATEGORY_COUNT];
   size_t peak = engine_peak_bytes(&e, at_peak);

@@ -1534,6 +1534,7 @@ static void test_trial_choice(void) {
   for (int i = 0; i < 3; i++) {
     c[i].plan.micro_batch = mb[i];
     c[i].cost.step_s = pred[i];
+    c[i].cost.samples_per_s = mb[i] / pred[i];
     snprintf(c[i].origin, sizeof c[i].origin, "c%d", i);
     r[i].ok = 1;
   }

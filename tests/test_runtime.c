@@ -289,7 +289,7 @@ static void check_trajectory(Ref* r, const float* params, PlanKind pk) {
   int clipped = 0;
   for (long t = 1; t <= STEPS; t++) {
     StepResult sr;
-    engine_step(&e, r->ntargets, &sr);
+    engine_step(&e, r->ntargets, NULL, NULL, &sr);
     double norm, loss = ref_step(r, &o, t, REF_TRUE, &norm);
     clipped += norm > o.grad_clip;
     CHECK_MSG(fabs(sr.loss - loss) <= 1e-5 * fabs(loss), "%s step %ld: loss %.9g vs reference %.9g",
@@ -340,8 +340,8 @@ static void check_decay_sets(Ref* r, const float* params, PlanKind pk) {
   if (engine_for(&a, r, pk, &o, params)) return;
   if (engine_for(&b, r, pk, &o0, params)) { engine_destroy(&a); return; }
   StepResult sa, sb;
-  engine_step(&a, r->ntargets, &sa);
-  engine_step(&b, r->ntargets, &sb);
+  engine_step(&a, r->ntargets, NULL, NULL, &sa);
+  engine_step(&b, r->ntargets, NULL, NULL, &sb);
   float* wa = malloc(r->d.n_params * sizeof(float));
   float* wb = malloc(r->d.n_params * sizeof(float));
   engine_get_params(&a, wa);
@@ -387,7 +387,7 @@ static void check_lr_schedule(Ref* r, const float* params, int warmup, long deca
   if (engine_for(&e, r, PK_DP, &o, params)) return;
   for (long t = 1; t <= 14; t++) {
     StepResult sr;
-    engine_step(&e, r->ntargets, &sr);
+    engine_step(&e, r->ntargets, NULL, NULL, &sr);
     double want = expected_lr(&o, t);
     CHECK_MSG(fabs(sr.lr - want) <= 1e-12, "warmup %d decay %ld step %ld: lr %.12g, expected %.12g",
               warmup, decay_steps, t, sr.lr, want);

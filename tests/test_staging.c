@@ -57,7 +57,7 @@ static void train(const GptDesc* d, const Plan* p, const Backend* bk, Run* run) 
     }
     engine_set_batch(&e, tok, tg);
     StepResult sr;
-    engine_step(&e, (long)B * T * comm_size(), &sr);
+    engine_step(&e, (long)B * T * comm_size(), NULL, NULL, &sr);
     run->loss[s] = sr.loss;
     run->norm[s] = sr.grad_norm;
   }

@@ -118,7 +118,7 @@ int cmd_bench(int argc, char** argv) {
   double* op_s = calloc((size_t)d.nops, sizeof(double));
   StepResult sr;
   random_batch(&e, &d, &p, 0);
-  engine_step(&e, (long)comm_size() * p.micro_batch * p.seq, &sr); /* warm-up */
+  engine_step(&e, plan_global_batch(&p) * p.seq, NULL, NULL, &sr); /* warm-up */
   /* On the CPU the per-op clock costs nothing and every timed step feeds the breakdown; on a GPU
   ** reading it waits for the device after each op, so the timed steps run untouched and one
   ** extra step gives the breakdown. */
@@ -131,7 +131,7 @@ int cmd_bench(int argc, char** argv) {
   for (long s = 1; s <= steps; s++) {
     random_batch(&e, &d, &p, s);
     comm_barrier(comm_world());
-    engine_step(&e, (long)comm_size() * p.micro_batch * p.seq, &sr);
+    engine_step(&e, plan_global_batch(&p) * p.seq, NULL, NULL, &sr);
     double t = comm_allreduce_max_f64(comm_world(), sr.seconds);
     total += t;
     times[s - 1] = t;
@@ -143,11 +143,11 @@ int cmd_bench(int argc, char** argv) {
   CommStats cs = comm_stats();
   if (sync_clock) {
     engine_time_ops(&e, op_s, NULL);
-    engine_step(&e, (long)comm_size() * p.micro_batch * p.seq, &sr);
+    engine_step(&e, plan_global_batch(&p) * p.seq, NULL, NULL, &sr);
     for (int i = 0; i < d.nops; i++) op_s[i] *= (double)steps; /* per step below */
   }
   double ms = 1e3 * total / (double)steps;
-  double tokens = (double)comm_size() * p.micro_batch * p.seq;
+  double tokens = (double)plan_global_batch(&p) * p.seq;
   double flops = gpt_step_useful_flops(&d, p.micro_batch, p.seq);
   double gflops = flops / (total / steps) / 1e9; /* per rank */
   int BT = p.micro_batch * p.seq;

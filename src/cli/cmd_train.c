@@ -26,8 +26,12 @@
 static const OptionSpec train_run_options[] = {
     {"data", "D", "addition", "addition | addition:N | text:FILE | tokens:FILE (llm.c .bin)"},
     {"steps", "N", "2000", "training steps"},
-    {"batch", "B", "16", "micro-batch per rank; the global batch is N*B (with --plan auto: fixed\n"
+    {"batch", "B", "16", "micro-batch per rank; the global batch is N*B*K (with --plan auto: fixed\n"
                                   "at B when given; absent, the planner chooses it)"},
+    {"global-batch", "G", "N*B*K", "sequences per optimizer step: N ranks x micro-batch B x K\n"
+                                   "micro-steps whose gradients add up (K = G/(N*B); with --plan auto\n"
+                                   "the planner chooses B and K); the losses of one process on all G"},
+    {"accum", "K", "1, or a plan's", "micro-steps per optimizer step (gradient accumulation)"},
     {"seq", "T", "64", "sequence length"},
     {"plan", "P", "ddp", "ddp | zero2 | zero3 | plan.json | auto (profile, plan, train)"},
     {"lr-schedule", "S", "constant", "constant, or cosine (decay to lr/10 at the last step)"},
@@ -98,6 +102,7 @@ typedef struct TrainRun {
   long ckpt_every, stop_after, start_step; /* --checkpoint-every, --stop-after, steps resumed */
   char run_id[TRAIN_RUN_ID_MAX]; /* this run's (a resumed run keeps its checkpoint's) */
   int legacy_own;        /* resumed from a checkpoint without a run id */
+  long step_now;         /* the 0-based global batch the step being run trains on */
   int data_changed_ok;   /* --resume-data-changed ok */
   double ckpt_rate;      /* the slowest checkpoint write so far, bytes/s (0: none yet) */
   double watchdog_s;     /* --watchdog (0: off) */
@@ -117,7 +122,7 @@ static cJSON* run_description(const TrainRun* r) {
   if (data_identity(r->data)[0]) cJSON_AddStringToObject(o, "data_file", data_identity(r->data));
   cJSON_AddNumberToObject(o, "seed", (double)r->opt.seed);
   cJSON_AddNumberToObject(o, "seq", r->T);
-  cJSON_AddNumberToObject(o, "global_batch", (double)comm_size() * r->B);
+  cJSON_AddNumberToObject(o, "global_batch", (double)plan_global_batch(&r->plan));
   cJSON_AddNumberToObject(o, "lr", r->opt.lr);
   cJSON_AddNumberToObject(o, "warmup", r->opt.warmup);
   cJSON_AddNumberToObject(o, "decay_steps", (double)r->opt.decay_steps);
@@ -130,6 +135,7 @@ static cJSON* run_description(const TrainRun* r) {
   /* For people: how it was sharded (a resume may shard differently). */
   cJSON_AddNumberToObject(o, "world", comm_size());
   cJSON_AddNumberToObject(o, "micro_batch", r->B);
+  cJSON_AddNumberToObject(o, "grad_accum", plan_accum(&r->plan));
   char* plan = plan_to_json(&r->plan, &r->d);
   if (plan) cJSON_AddItemToObject(o, "plan", cJSON_Parse(plan));
   free(plan);
@@ -143,11 +149,29 @@ static int data_changed(const char* path, const char* was, const char* now, cons
                    "this one on purpose", data, path, was, now);
 }
 
+/* Writes the rank counts that divide global batch G ("1, 2, 4, 8"; at most the first 12) into buf. */
+static const char* rank_counts(long G, char* buf, size_t n) {
+  size_t at = 0;
+  int shown = 0;
+  buf[0] = 0;
+  for (long k = 1; k <= G && shown < 12 && at < n; k++)
+    if (G % k == 0) at += (size_t)snprintf(buf + at, n - at, "%s%ld", shown++ ? ", " : "", k);
+  return buf;
+}
+
+/* The error for a resumed run whose global batch differs from the checkpoint's. */
+static int global_batch_changed(const char* path, long was, long now) {
+  char counts[128];
+  return osdp_fail("--resume: %s was trained with a global batch of %ld sequences, this run has %ld; "
+                   "resume with --global-batch %ld on a rank count that divides it (%s), any "
+                   "micro-batch and plan", path, was, now, was, rank_counts(was, counts, sizeof counts));
+}
+
 /* Whether a checkpoint's run description `was` can continue as run `now`: every field but the
 ** sharding ones must be equal (the data file's identity too, unless data_ok). On a mismatch,
 ** an error naming the field and both values. */
 static int check_resumable(const cJSON* was, const cJSON* now, const char* path, int data_ok) {
-  static const char* const free_fields[] = {"world", "micro_batch", "plan", NULL};
+  static const char* const free_fields[] = {"world", "micro_batch", "grad_accum", "plan", NULL};
   for (const cJSON* f = now ? now->child : NULL; f; f = f->next) {
     int skip = 0;
     for (int i = 0; free_fields[i]; i++) skip |= strcmp(f->string, free_fields[i]) == 0;
@@ -163,6 +187,8 @@ static int check_resumable(const cJSON* was, const cJSON* now, const char* path,
     }
     if (skip) continue;
     if (w && cJSON_Compare(w, f, 1)) continue;
+    if (strcmp(f->string, "global_batch") == 0 && cJSON_IsNumber(w))
+      return global_batch_changed(path, (long)w->valuedouble, (long)f->valuedouble);
     char* a = w ? cJSON_PrintUnformatted(w) : NULL;
     char* b = cJSON_PrintUnformatted(f);
     osdp_fail("--resume: %s was written with %s %s, this run has %s; resume with the same %s (only "
@@ -225,6 +251,63 @@ static int train_ranks_agree(const TrainRun* r) {
     free(text);
   }
   return rc;
+}
+
+/* Whether --plan names a uniform plan (ddp, zero2, zero3), not a file or auto. */
+static int plan_is_uniform_name(const Args* a) {
+  const char* spec = args_get(a, "plan", "ddp");
+  return strcmp(spec, "ddp") == 0 || strcmp(spec, "zero2") == 0 || strcmp(spec, "zero3") == 0;
+}
+
+/* The largest divisor of n that is at most cap (at least 1). */
+static long largest_divisor_upto(long n, long cap) {
+  for (long b = cap < n ? cap : n; b > 1; b--)
+    if (n % b == 0) return b;
+  return 1;
+}
+
+/* --global-batch G and --accum K on a given plan (uniform, or a file): N ranks x micro-batch B x
+** K micro-steps = G. G alone sets K = G / (N B); where B is free (a uniform plan without
+** --batch) B is first lowered to the largest divisor of G / N not above it. K alone keeps B. Each
+** misfit is one error naming the numbers and what works. */
+static int train_accum(TrainRun* r, int B_free) {
+  const Args* a = &r->args;
+  Plan* p = &r->plan;
+  long G = 0, K = 0, N = p->world, B = p->micro_batch;
+  int hasG = args_has(a, "global-batch"), hasK = args_has(a, "accum");
+  if ((hasG && args_int(a, "global-batch", 0, 1, 1L << 30, &G)) ||
+      (hasK && args_int(a, "accum", 1, 1, 1 << 20, &K)))
+    return -1;
+  if (!hasG) {
+    if (hasK) p->accum = (int)K;
+    return 0;
+  }
+  char counts[128];
+  if (G % N)
+    return osdp_fail("--global-batch %ld is not a multiple of the %ld ranks; use a multiple of %ld, "
+                     "or run on a rank count that divides %ld (%s)", G, N, N, G,
+                     rank_counts(G, counts, sizeof counts));
+  long per = G / N; /* sequences each rank trains on per optimizer step */
+  if (hasK) {
+    if (per % K)
+      return osdp_fail("--global-batch %ld on %ld ranks is %ld sequences a rank, which --accum %ld "
+                       "micro-steps cannot share evenly; use an --accum that divides %ld", G, N,
+                       per, K, per);
+    if (!B_free && per / K != B)
+      return osdp_fail("--global-batch %ld = %ld ranks x micro-batch %ld x --accum %ld, but the "
+                       "micro-batch is %ld (--batch or the plan); drop one of the three", G, N,
+                       per / K, K, B);
+    p->micro_batch = (int)(per / K);
+    p->accum = (int)K;
+    return 0;
+  }
+  if (B_free) B = p->micro_batch = (int)largest_divisor_upto(per, B);
+  if (per % B)
+    return osdp_fail("--global-batch %ld on %ld ranks is %ld sequences a rank, not a multiple of "
+                     "micro-batch %ld; use a --global-batch that is a multiple of %ld, or a --batch "
+                     "that divides %ld", G, N, per, B, N * B, per);
+  p->accum = (int)(per / B);
+  return 0;
 }
 
 /* Reads every option, builds the model, data source, plan and engine. */
@@ -297,11 +380,18 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
                         &r->plan, &r->predicted, &r->report))
       return -1;
   } else if (setup_plan(&r->args, &r->d, (int)B, (int)T, args_has(&r->args, "batch"),
-                        args_has(&r->args, "seq"), &r->plan)) {
+                        args_has(&r->args, "seq"), &r->plan) ||
+             train_accum(r, !args_has(&r->args, "batch") && plan_is_uniform_name(&r->args)) ||
+             plan_validate(&r->plan, &r->d, comm_size())) {
     return -1;
   }
   r->B = r->plan.micro_batch; r->T = r->plan.seq;
   if (data_open(&r->data, args_get(&r->args, "data", "addition"), r->T, r->opt.seed)) return -1;
+  if (plan_global_batch(&r->plan) > data_train_sequences(r->data))
+    return osdp_fail("--global-batch %ld: %s holds %ld training sequences of %d tokens, fewer than "
+                     "one step's global batch; use a global batch of at most %ld, a shorter --seq or "
+                     "more data", plan_global_batch(&r->plan), data_describe(r->data),
+                     data_train_sequences(r->data), r->T, data_train_sequences(r->data));
   if (data_vocab_size(r->data) > r->d.cfg.vocab_size)
     return osdp_fail("--data: %s has token ids up to %d but model %s has vocab_size %d; use a "
                      "model with vocab_size >= %d (the tokenizer's: GPT-2 50257, Llama 3 128256)",
@@ -360,12 +450,21 @@ static int train_save(TrainRun* r) {
   return rc;
 }
 
-/* Fills this rank's rows of global batch `step` and returns the global target count. */
-static long load_batch(TrainRun* r, DataSplit split, long step, int* problem) {
-  int world = comm_size(), rank = comm_rank();
-  data_batch(r->data, split, step, world * r->B, rank * r->B, r->B, r->tokens, r->targets, problem);
+/* Loads micro-step k of global batch `step` of `split` into the engine: rows [(k N + rank) B,
+** + B) of its G = N B K rows, so every step (and every held-out batch) is the same G sequences
+** whatever the ranks, micro-batch and accumulation. */
+static void load_batch(TrainRun* r, DataSplit split, long step, int k, int* problem) {
+  int first = (k * comm_size() + comm_rank()) * r->B;
+  data_batch(r->data, split, step, (int)plan_global_batch(&r->plan), first, r->B, r->tokens,
+             r->targets, problem);
   engine_set_batch(&r->eng, r->tokens, r->targets);
-  return data_batch_target_count(r->data, split, step, world * r->B);
+}
+
+/* Training's EngineBatchFn: micro-step k of the step being run (r->step_now). */
+static void load_micro_batch(void* ctx, Engine* e, int k) {
+  TrainRun* r = ctx;
+  (void)e;
+  load_batch(r, DATA_TRAIN, r->step_now, k, NULL);
 }
 
 /* Formats seconds as "1h02m", "3m05s" or "12s". */
@@ -381,7 +480,7 @@ static const char* format_eta(double s, char buf[32]) {
 ** when the log cannot be written (a full disk). */
 static int report_step(TrainRun* r, long step, const StepResult* sr, double elapsed) {
   if (comm_rank() != 0) return 0;
-  double tokens = (double)comm_size() * r->B * r->T;
+  double tokens = (double)plan_global_batch(&r->plan) * r->T;
   double tps = tokens / sr->seconds;
   size_t peak = engine_peak_bytes(&r->eng, NULL);
   if (r->plotting && plot_run_add_step(&r->plot, step, isfinite(sr->loss) ? sr->loss : NAN, tps,
@@ -414,11 +513,15 @@ static void train_evaluate(TrainRun* r, double* val_loss, double* acc, long* npr
   double loss = 0, targets = 0;
   long tot = 0, ok = 0;
   int* problem = malloc((size_t)r->B * r->T * sizeof(int));
+  long G = plan_global_batch(&r->plan);
   for (long b = 0; b < r->eval_batches && problem; b++) {
-    targets += (double)load_batch(r, DATA_VAL, b, problem);
-    long t = 0, o = 0;
-    loss += engine_eval(&r->eng, problem, &t, &o);
-    tot += t; ok += o;
+    targets += (double)data_batch_target_count(r->data, DATA_VAL, b, (int)G);
+    for (int k = 0; k < plan_accum(&r->plan); k++) {
+      load_batch(r, DATA_VAL, b, k, problem);
+      long t = 0, o = 0;
+      loss += engine_eval(&r->eng, problem, &t, &o);
+      tot += t; ok += o;
+    }
   }
   free(problem);
   *val_loss = targets > 0 ? loss / targets : 0;
@@ -490,6 +593,8 @@ static void train_summary(TrainRun* r, long done, const char* error, double firs
   cJSON_AddNumberToObject(o, "ranks", comm_size());
   cJSON_AddNumberToObject(o, "ranks_per_host", comm_ranks_per_host());
   cJSON_AddNumberToObject(o, "micro_batch", r->B);
+  cJSON_AddNumberToObject(o, "grad_accum", plan_accum(&r->plan));
+  cJSON_AddNumberToObject(o, "global_batch", (double)plan_global_batch(&r->plan));
   cJSON_AddNumberToObject(o, "seq", r->T);
   cJSON_AddNumberToObject(o, "steps", (double)done);
   cJSON_AddBoolToObject(o, "failed", error != NULL);
@@ -501,7 +606,7 @@ static void train_summary(TrainRun* r, long done, const char* error, double firs
   cJSON_AddNumberToObject(o, "val_accuracy", acc);
   cJSON_AddNumberToObject(o, "val_problems", (double)nprob);
   cJSON_AddNumberToObject(o, "tokens_per_s", tps);
-  cJSON_AddNumberToObject(o, "samples_per_s", step_s > 0 ? (double)comm_size() * r->B / step_s : 0);
+  cJSON_AddNumberToObject(o, "samples_per_s", step_s > 0 ? (double)plan_global_batch(&r->plan) / step_s : 0);
   cJSON_AddNumberToObject(o, "peak_bytes", (double)peak);
   cJSON_AddNumberToObject(o, "predicted_peak_bytes", (double)r->eng.predicted.peak);
   cJSON_AddNumberToObject(o, "ranks_off_prediction", off);
@@ -614,9 +719,13 @@ static int train_checkpoint(TrainRun* r, long step) {
 static void train_banner(const TrainRun* r) {
   if (comm_rank() != 0 || r->quiet || r->json) return;
   char pr[32];
-  printf("osdp train: model %s (%zu params), data %s, %d rank(s) x micro-batch %d x seq %d, "
+  char acc[64] = "";
+  if (plan_accum(&r->plan) > 1)
+    snprintf(acc, sizeof acc, " x %d micro-steps (global batch %ld)", plan_accum(&r->plan),
+             plan_global_batch(&r->plan));
+  printf("osdp train: model %s (%zu params), data %s, %d rank(s) x micro-batch %d%s x seq %d, "
          "plan %s, predicted peak %s per rank\n",
-         r->d.cfg.name, r->d.n_params, data_describe(r->data), comm_size(), r->B, r->T,
+         r->d.cfg.name, r->d.n_params, data_describe(r->data), comm_size(), r->B, acc, r->T,
          args_get(&r->args, "plan", "ddp"), format_bytes((double)r->eng.predicted.peak, pr));
   fflush(stdout);
 }
@@ -639,9 +748,10 @@ int cmd_train(int argc, char** argv) {
   for (long step = r.start_step + 1; step <= r.steps && !rc; step++) {
     if (r.ntimes && (r.ntimes & 63) == 1) typical = median_step_s(&r); /* now and then: it sorts */
     comm_watchdog_step(step, typical);
-    long ntarg = load_batch(&r, DATA_TRAIN, step - 1, NULL);
+    r.step_now = step - 1;
+    long ntarg = data_batch_target_count(r.data, DATA_TRAIN, r.step_now, (int)plan_global_batch(&r.plan));
     StepResult sr;
-    engine_step(&r.eng, ntarg, &sr);
+    engine_step(&r.eng, ntarg, load_micro_batch, &r, &sr);
     ran++;
     if (step == r.start_step + 1) first = sr.loss;
     last = sr.loss;
@@ -682,7 +792,7 @@ int cmd_train(int argc, char** argv) {
   }
   comm_watchdog_step(-1, 0);
   long timed = ran > 1 ? ran - 1 : ran;
-  double tps = train_s > 0 ? (double)timed * comm_size() * r.B * r.T / train_s : 0;
+  double tps = train_s > 0 ? (double)timed * plan_global_batch(&r.plan) * r.T / train_s : 0;
   double val_loss = 0, acc = -1;
   long nprob = 0;
   /* A run stopped early (--stop-after) ends as a kill would, less the loss: with its checkpoint. */

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -398,6 +399,11 @@ int data_batch(const DataSource* ds, DataSplit split, long step, int global_rows
       file_fill_row(ds, split, step, first_row + r, inputs + off, targets + off, prob);
   }
   return 0;
+}
+
+long data_train_sequences(const DataSource* ds) {
+  if (ds->kind == SOURCE_ADDITION) return LONG_MAX;
+  return (long)(ds->ntrain / (size_t)ds->seq_len);
 }
 
 long data_batch_target_count(const DataSource* ds, DataSplit split, long step, int global_rows) {

@@ -118,6 +118,11 @@ const char* data_identity(const DataSource* ds);
 int data_batch(const DataSource* ds, DataSplit split, long step, int global_rows, int first_row,
                int nrows, int* inputs, int* targets, int* problem);
 
+/* How many sequences of seq_len tokens the training split holds end to end (a text or token
+** file: its training tokens / seq_len), or LONG_MAX for the addition task (made up on demand):
+** a global batch of more sequences than this would repeat the data within one step. */
+long data_train_sequences(const DataSource* ds);
+
 /* Number of positions with a target (>= 0) in the whole global batch `step` of `split`,
 ** computed without building it (the loss is normalised by this global count). Returns -1
 ** with an osdp_fail message on bad arguments. */

@@ -29,6 +29,12 @@ int reduce_dtype_parse(const char* s) {
   return -1;
 }
 
+int plan_accum(const Plan* p) { return p->accum > 1 ? p->accum : 1; }
+
+long plan_global_batch(const Plan* p) {
+  return (long)p->world * p->micro_batch * plan_accum(p);
+}
+
 int plan_op_group(const Plan* p, int op) {
   int g = p->ops[op].group;
   return g > 0 ? g : p->world;
@@ -46,7 +52,7 @@ int plan_uniform(Plan* p, const GptDesc* d, Strategy s, int world, int B, int T)
   p->nlayers = d->cfg.n_layer;
   p->recompute = calloc((size_t)p->nlayers, sizeof *p->recompute);
   if (!p->recompute) { plan_free(p); return osdp_fail("out of memory"); }
-  p->world = world; p->micro_batch = B; p->seq = T;
+  p->world = world; p->micro_batch = B; p->seq = T; p->accum = 1;
   for (int i = 0; i < d->nops; i++) {
     p->ops[i].k = 1;
     p->ops[i].strat[0] = d->ops[i].n_params ? s : STRAT_DP;
@@ -97,6 +103,7 @@ int plan_validate(const Plan* p, const GptDesc* d, int world) {
     return osdp_fail("plan: world_size=%d but running on %d ranks; launch with mpirun -np %d or "
                      "make a plan for %d ranks", p->world, world, p->world, world);
   if (p->micro_batch < 1) return osdp_fail("plan: micro_batch=%d must be >= 1", p->micro_batch);
+  if (p->accum < 0) return osdp_fail("plan: grad_accum=%d must be >= 1", p->accum);
   if (p->seq < 1 || p->seq > d->cfg.max_seq)
     return osdp_fail("plan: seq_len=%d must be in [1, %d] (the model's max_seq)", p->seq,
                      d->cfg.max_seq);
@@ -249,6 +256,12 @@ int plan_load(Plan* p, const GptDesc* d, const char* path) {
   if (!rc && prec != PRECISION_FP32 && prec != PRECISION_BF16)
     rc = osdp_fail("%s: field \"precision\" must be \"fp32\" or \"bf16\"", path);
   if (!rc) p->precision = (Precision)prec;
+  if (!rc && cJSON_GetObjectItemCaseSensitive(root, "grad_accum")) {
+    rc = plan_json_int(root, path, "grad_accum", &p->accum);
+    if (!rc && p->accum < 1)
+      rc = osdp_fail("%s: field \"grad_accum\"=%d must be >= 1 (micro-steps per optimizer step; "
+                     "absent: 1)", path, p->accum);
+  }
   if (!rc && cJSON_GetObjectItemCaseSensitive(root, "head_rows")) {
     rc = plan_json_int(root, path, "head_rows", &p->head_rows);
     if (!rc && p->head_rows < 1)
@@ -273,6 +286,7 @@ char* plan_to_json(const Plan* p, const GptDesc* d) {
   cJSON_AddBoolToObject(root, "overlap_reduce", p->overlap_reduce);
   cJSON_AddStringToObject(root, "reduce_dtype", reduce_dtype_name(p->reduce_dtype));
   if (p->head_rows > 0) cJSON_AddNumberToObject(root, "head_rows", p->head_rows);
+  if (plan_accum(p) > 1) cJSON_AddNumberToObject(root, "grad_accum", plan_accum(p));
   if (p->precision != PRECISION_FP32)
     cJSON_AddStringToObject(root, "precision", precision_name(p->precision));
   cJSON* ops = cJSON_AddArrayToObject(root, "ops");

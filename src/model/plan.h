@@ -18,7 +18,7 @@
 **   {"model": {"name":..,"n_layer":..,"n_embd":..,"n_head":..,"vocab_size":..,"max_seq":..},
 **    "world_size": N, "micro_batch": B, "seq_len": T, "prefetch": false,
 **    "overlap_reduce": false, "reduce_dtype": "fp32", "head_rows": R (optional),
-**    "precision": "bf16" (optional; absent: fp32),
+**    "precision": "bf16" (optional; absent: fp32), "grad_accum": K (optional; absent: 1),
 **    "ops": [{"name": "embed", "slices": ["zero3", "zero3", "dp", "dp"], "shard_group": 2}, ...],
 **    "layers": [{"layer": 0, "recompute": true}, ...]}
 ** listing every operator that owns parameters (ops not listed default to one dp slice) and the
@@ -35,6 +35,12 @@
 ** activations and the weights the step reads in bf16 (a compute copy beside each fp32 master
 ** weight; gradients, optimizer state and statistics stay fp32), on a backend with bf16 kernels;
 ** a zero3 slice keeps the bf16 copy of its shard and gathers that (half the bytes).
+** "grad_accum": K runs K micro-steps of micro_batch sequences per rank before each optimizer
+** step, so the global batch is world_size x micro_batch x K sequences. Between micro-steps a dp
+** slice accumulates its full gradient where it is (its all-reduce runs once, in the last
+** micro-step) and a sharded slice reduce-scatters every micro-step into its shard, adding (its
+** across-group all-reduce once, in the last): no byte more than K = 1, K times the
+** reduce-scatters and zero3's gathers.
 */
 #ifndef OSDP_PLAN_H
 #define OSDP_PLAN_H
@@ -65,12 +71,17 @@ typedef struct Plan {
   int head_rows;                      /* rows of the fused LM head's chunks of logits (0: the
                                       ** default, gpt_head_rows_default) */
   Precision precision;                /* the step's storage: PRECISION_FP32 or _BF16 */
+  int accum;                          /* micro-steps per optimizer step, K >= 1 (0 reads as 1) */
   int nops;
   OpPlan* ops;                        /* nops entries, one per op (parameterless ops: k = 1) */
   int nlayers;
   int* recompute;                     /* nlayers flags: the layer recomputes in backward */
 } Plan;
 
+/* Micro-steps per optimizer step (p->accum, at least 1). */
+int plan_accum(const Plan* p);
+/* Sequences per optimizer step: world x micro_batch x plan_accum. */
+long plan_global_batch(const Plan* p);
 /* The group size op i's sharded slices shard over: its group, or the world when 0. */
 int plan_op_group(const Plan* p, int op);
 /* Sets every op's shard group to G (0: the whole world). */

@@ -42,6 +42,9 @@ struct StepWalk {
   int nopen;
   int prefetched;      /* the use whose weight is being prefetched, or -1 */
   int reducing;        /* the use whose reduce-scatter is in flight (overlap_reduce), or -1 */
+  int first_micro;     /* this pass is the first micro-step of the optimizer step: gradients
+                       ** start fresh (walk_set_micro) */
+  int last_micro;      /* and the last: dp buckets and across-group shards are all-reduced */
 };
 
 /* The counts of use u's slice. */
@@ -105,7 +108,9 @@ StepWalk* walk_create(const GptDesc* d, const Plan* p, size_t bucket_bytes, Walk
   int nkeys = d->nops * GPT_MAX_SLICES;
   StepWalk* w = calloc(1, sizeof *w);
   int* bucket_map = malloc((size_t)nkeys * sizeof *bucket_map);
-  if (w) *w = (StepWalk){.p = p, .fn = fn, .ctx = ctx, .nkeys = nkeys, .prefetched = -1, .reducing = -1};
+  if (w)
+    *w = (StepWalk){.p = p, .fn = fn, .ctx = ctx, .nkeys = nkeys, .prefetched = -1, .reducing = -1,
+                    .first_micro = 1, .last_micro = 1};
   if (!w || !bucket_map || walk_alloc(w, d, bucket_bytes, bucket_map)) {
     free(bucket_map);
     walk_destroy(w);
@@ -142,6 +147,11 @@ void walk_reset(StepWalk* w) {
   w->reducing = -1;
 }
 
+void walk_set_micro(StepWalk* w, int k) {
+  w->first_micro = k == 0;
+  w->last_micro = k == plan_accum(w->p) - 1;
+}
+
 /* ---- One use ------------------------------------------------------------------------------ */
 
 /* Use i's weight is needed: a zero3 weight is gathered now or taken from the prefetch, and with
@@ -162,18 +172,19 @@ static void weight_end(StepWalk* w, int i) {
 }
 
 /* Use i's gradient is needed: a sharded slice gets a full gradient. Returns 1 when this is the
-** slice's first gradient use of the step. */
+** slice's first gradient use of the optimizer step (of its first micro-step). */
 static int grad_begin(StepWalk* w, int i) {
   if (strategy_of(w, &w->u[i]) != STRAT_DP) act(w, WALK_ALLOC_GRAD, i, 0);
-  return slice_of(w, &w->u[i])->grad_done == 0;
+  return w->first_micro && slice_of(w, &w->u[i])->grad_done == 0;
 }
 
-/* Use i's reduce-scatter has landed in the shard: after the slice's last one (counted by
-** landings: with overlap_reduce the last use can be done while an earlier one is still adding
-** into the shard) a hybrid slice starts its all-reduce across the groups. */
+/* Use i's reduce-scatter has landed in the shard: after the slice's last one of the last
+** micro-step (counted by landings: with overlap_reduce the last use can be done while an earlier
+** one is still adding into the shard) a hybrid slice starts its all-reduce across the groups. */
 static void landed(StepWalk* w, int i) {
   WalkSlice* s = slice_of(w, &w->u[i]);
-  if (++s->landed == s->grad_uses && w->p->world / plan_op_group(w->p, w->u[i].owner) > 1)
+  if (++s->landed == s->grad_uses && w->last_micro &&
+      w->p->world / plan_op_group(w->p, w->u[i].owner) > 1)
     act(w, WALK_ACROSS_START, i, 0);
 }
 
@@ -187,15 +198,17 @@ static void finish_reducing(StepWalk* w) {
 }
 
 /* Use i's gradient is complete. A sharded slice reduce-scatters it into the shard (the first
-** use of the step overwrites the shard, later ones add): now, or with overlap_reduce started
-** now, after the one in flight lands, so one is in flight while the next gradient computes (a
-** group of one sends nothing: done at once). A dp slice's last use may complete its bucket. */
+** use of the optimizer step overwrites the shard, later ones and later micro-steps add): now, or
+** with overlap_reduce started now, after the one in flight lands, so one is in flight while the
+** next gradient computes (a group of one sends nothing: done at once). A dp slice's last use of
+** the last micro-step may complete its bucket (earlier micro-steps add into the gradient). */
 static void grad_end(StepWalk* w, int i) {
   const GptParamUse* u = &w->u[i];
   WalkSlice* s = slice_of(w, u);
-  int accumulate = s->grad_done++ > 0;
+  int accumulate = s->grad_done++ > 0 || !w->first_micro;
   if (strategy_of(w, u) == STRAT_DP) {
-    if (s->grad_done == s->grad_uses && s->bucket >= 0 && --w->members_left[s->bucket] == 0)
+    if (s->grad_done == s->grad_uses && s->bucket >= 0 && --w->members_left[s->bucket] == 0 &&
+        w->last_micro)
       act(w, WALK_BUCKET_START, i, s->bucket);
     return;
   }

@@ -62,15 +62,21 @@ typedef struct StepWalk StepWalk;
 StepWalk* walk_create(const GptDesc* d, const Plan* p, size_t bucket_bytes, WalkFn fn, void* ctx);
 /* Frees a walker (NULL: nothing). */
 void walk_destroy(StepWalk* w);
-/* Starts a new step: back to the first use, every per-step count re-armed; a prefetch left from
+/* Starts a new pass: back to the first use, every per-pass count re-armed; a prefetch left from
 ** a forward-only pass (evaluation) is taken and freed. */
 void walk_reset(StepWalk* w);
+/* The passes from now on are micro-step k (0 .. plan_accum - 1) of an optimizer step (a new
+** walker: one pass that is the whole step): the first micro-step's gradient uses start fresh
+** (walk_grad_begin's 1, WALK_REDUCE's overwrite), later ones add; only the last one starts dp
+** buckets' all-reduces and hybrid shards' across-group all-reduces. Bytes are the same in every
+** micro-step. */
+void walk_set_micro(StepWalk* w, int k);
 
 /* The engine's side, one call per parameter hook. The step makes use u of the schedule: its
 ** weight (forward, recompute, backward) and then, in backward (and the fused head), its
 ** gradient; the ends name the slice released (after held uses, several are open). Every call
 ** returns -1 when the use is not the one the schedule has next or is not open (a bug), else 0;
-** walk_grad_begin returns 1 when this is the slice's first gradient use of the step. A use whose
+** walk_grad_begin returns 1 when this is the slice's first gradient use of the optimizer step. A use whose
 ** gradient is never acquired (an evaluation's forward) ends with its weight. */
 int walk_weight_begin(StepWalk* w, int owner, int slice, GptPhase phase);
 int walk_weight_end(StepWalk* w, int owner, int slice);

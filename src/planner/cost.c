@@ -345,16 +345,22 @@ int plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* 
   int nev = gpt_step_events(d, p->recompute, NULL);
   GptStepEvent* ev = malloc((size_t)nev * sizeof *ev);
   if (ev) gpt_step_events(d, p->recompute, ev);
-  /* Jobs: per use at most a prefetch, a reduce-scatter and an across-group all-reduce; one per
-  ** bucket. */
-  size_t njobs = r.walk ? 3 * (size_t)walk_use_count(r.walk) + (size_t)walk_bucket_count(r.walk) + 1 : 1;
+  /* Jobs: per use of each micro-step at most a prefetch, a reduce-scatter and an across-group
+  ** all-reduce; one per bucket. */
+  int K = plan_accum(p);
+  size_t njobs = r.walk ? 3 * (size_t)K * (size_t)walk_use_count(r.walk) +
+                              (size_t)walk_bucket_count(r.walk) + 1 : 1;
   r.rem = malloc(njobs * sizeof *r.rem);
   r.rate = malloc(njobs * sizeof *r.rate);
   r.kind = malloc(njobs * sizeof *r.kind);
   int rc = !r.walk || !ev || !r.rem || !r.rate || !r.kind ? osdp_fail("out of memory") : 0;
   if (!rc) {
-    for (int i = 0; i < nev; i++) replay_op(&r, ev[i].op, ev[i].phase, B);
-    walk_backward_end(r.walk);
+    for (int k = 0; k < K; k++) { /* the micro-steps, as engine_step runs them */
+      walk_reset(r.walk);
+      walk_set_micro(r.walk, k);
+      for (int i = 0; i < nev; i++) replay_op(&r, ev[i].op, ev[i].phase, B);
+      walk_backward_end(r.walk);
+    }
     c->optim_s = replay_optimizer_s(d, dev, &on_dev);
     c->compute_s = r.compute;
     c->hidden_s = r.hidden;
@@ -362,9 +368,9 @@ int plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* 
       c->exposed_s[k] = r.exposed[k];
       c->comm_s += r.exposed[k];
     }
-    c->overhead_s = overhead_s(d, dev, B, T);
+    c->overhead_s = K * overhead_s(d, dev, B, T); /* measured per forward and backward */
     c->step_s = c->compute_s + c->comm_s + c->optim_s + c->overhead_s;
-    c->samples_per_s = c->step_s > 0 ? (double)dev->ranks * B / c->step_s : 0;
+    c->samples_per_s = c->step_s > 0 ? (double)dev->ranks * B * K / c->step_s : 0;
   }
   free(r.rem);
   free(r.rate);

@@ -113,14 +113,14 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
   engine_set_batch(&e, tok, tok + BT);
   free(tok);
   StepResult sr;
-  long targets = (long)BT * comm_size();
+  long targets = (long)BT * comm_size() * plan_accum(p);
   int checked = warm, second = steps > 1, n = 0; /* with one step asked for, the first warms up */
   double timed = 0; /* seconds of the steps kept, the same on every rank (the slowest's) */
   for (int s = 0; s < steps || (timed < min_s && s < cap); s++) {
     if (op_s) engine_time_ops(&e, per_step + (size_t)s * d->nops, ph_step ? ph_step + (size_t)s * 3 * d->nops : NULL);
     comm_reset_stats();
     comm_barrier(comm_world());
-    engine_step(&e, targets, &sr);
+    engine_step(&e, targets, NULL, NULL, &sr);
     CommStats cs = comm_stats();
     double x[NF] = {[F_STEP] = sr.seconds, [F_OPTIM] = sr.optim_seconds};
     for (int k = 0; k < COMM_KINDS; k++) {
@@ -168,7 +168,7 @@ int planner_measure_plan(const GptDesc* d, const Plan* p, const Backend* bk, int
 
 /* Samples per second of candidate c at step time step_s. */
 static double trial_sps(const Candidate* c, double step_s) {
-  return (double)comm_size() * c->plan.micro_batch / step_s;
+  return (double)plan_global_batch(&c->plan) / step_s;
 }
 
 /* The noise a trial has seen: the largest relative difference between any candidate's rounds
@@ -209,8 +209,8 @@ int planner_trial_choice(const Candidate* c, int n, const TrialResult* r, double
     if (!r[i].ok) continue;
     if (best < 0 || r[i].samples_per_s > r[best].samples_per_s) best = i;
     /* Predicted samples/s up to the world size, the same for every candidate. */
-    double pred = c[i].cost.step_s > 0 ? c[i].plan.micro_batch / c[i].cost.step_s : 0;
-    if (pred > 0 && (model < 0 || pred > c[model].plan.micro_batch / c[model].cost.step_s)) model = i;
+    double pred = c[i].cost.samples_per_s;
+    if (pred > 0 && (model < 0 || pred > c[model].cost.samples_per_s)) model = i;
   }
   if (best < 0 || model < 0 || model == best || r[best].samples_per_s > r[model].samples_per_s * (1 + noise))
     return best;

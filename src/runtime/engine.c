@@ -561,14 +561,18 @@ static double learning_rate(const TrainOptions* o, long t) {
   return o->lr * (o->lr_min_ratio + (1.0 - o->lr_min_ratio) * cosine);
 }
 
-void engine_step(Engine* e, long global_targets, StepResult* r) {
+void engine_step(Engine* e, long global_targets, EngineBatchFn batch, void* ctx, StepResult* r) {
   double t0 = e->bk->clock();
-  walk_reset(e->walk);
   zero_unused_grads(e);
-  double scale = 1.0 / (double)(global_targets > 0 ? global_targets : 1);
-  double loss = gpt_forward(e->d, &e->acts, &e->hooks, e->slice_counts, GPT_TRAIN, scale, NULL);
-  gpt_backward(e->d, &e->acts, &e->hooks, e->slice_counts);
-  walk_backward_end(e->walk); /* the last reduce-scatter lands; every collective is waited for */
+  double scale = 1.0 / (double)(global_targets > 0 ? global_targets : 1), loss = 0;
+  for (int k = 0; k < plan_accum(&e->plan); k++) { /* the micro-steps: gradients add up */
+    if (batch) batch(ctx, e, k);
+    walk_reset(e->walk);
+    walk_set_micro(e->walk, k);
+    loss += gpt_forward(e->d, &e->acts, &e->hooks, e->slice_counts, GPT_TRAIN, scale, NULL);
+    gpt_backward(e->d, &e->acts, &e->hooks, e->slice_counts);
+    walk_backward_end(e->walk); /* the last reduce-scatter lands; every collective is waited for */
+  }
   double sums[2] = {loss, owned_grad_sumsq(e)};
   comm_allreduce_f64_array(comm_world(), sums, 2);
   double norm = sqrt(sums[1]);

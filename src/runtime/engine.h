@@ -126,10 +126,18 @@ void engine_set_batch(Engine* e, const int* tokens, const int* targets);
 ** bytes of each category at that moment (out[MEM_CATEGORY_COUNT], may be NULL). */
 size_t engine_peak_bytes(const Engine* e, size_t* at_peak);
 
-/* One training step on the micro-batch of engine_set_batch. A step whose loss or gradient norm
-** is not finite updates nothing (r->nonfinite = 1; the optimizer's step count stays). global_targets is the number
-** of targets in the whole global batch (the loss is their mean). Collective. */
-void engine_step(Engine* e, long global_targets, StepResult* r);
+/* Loads micro-batch k (0 .. plan_accum - 1) of the optimizer step into engine e
+** (engine_set_batch with this rank's rows of it). */
+typedef void (*EngineBatchFn)(void* ctx, Engine* e, int k);
+
+/* One optimizer step: plan_accum(plan) micro-steps (forward and backward; batch(ctx, e, k)
+** loads micro-batch k first; batch NULL: every micro-step runs on what engine_set_batch set
+** last, as benchmarks and trials time it), gradients accumulated between them as the step walk
+** says (walk_set_micro), then the global gradient norm, clipping and AdamW once. A step whose
+** loss or gradient norm is not finite updates nothing (r->nonfinite = 1; the optimizer's step
+** count stays). global_targets is the number of targets in the whole global batch, every
+** micro-step of every rank (the loss is their mean). Collective. */
+void engine_step(Engine* e, long global_targets, EngineBatchFn batch, void* ctx, StepResult* r);
 
 /* Forward pass only (evaluation): returns the global sum of losses over the global batch and,
 ** if problem is not NULL, counts the problems whose every answer token is predicted right
