@@ -15,6 +15,7 @@
 # --recompute all on the command line) predicts and measures a lower peak, exactly. osdp plan
 # chooses recomputation under a limit only it meets, and --recompute 0 there finds nothing.
 # All plans train the same model on the same global batch, so their final losses agree (1e-5).
+# osdp plan --global-batch G plans N x B x K = G (gradient accumulation) and train keeps it.
 set -u
 OSDP=${1:?usage: cli_plans.sh OSDP MPIRUN...}
 shift
@@ -152,6 +153,24 @@ for key in zero2 zero3 split prefetch mixed split--prefetch recomp split--recomp
   if [ -n "$ref" ] && [ -n "$l" ] && awk -v a="$ref" -v b="$l" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * a) }'; then ok
   else bad "plan $key: loss '$l' differs from ddp's '$ref'"; fi
 done
+
+# A fixed global batch (--global-batch G): the plan's ranks x micro-batch x micro-steps is G
+# (JSON and the plan file agree), training with that plan keeps it (the summary's global batch)
+# and its peak is the prediction; a G the ranks do not divide is one error line.
+# jnum FILE KEY: the number after "KEY": in a JSON file (the first one; 1 when absent).
+jnum() { local v; v=$(grep -o "\"$2\":[[:space:]]*[0-9]*" "$1" | head -1 | grep -o '[0-9]*$'); echo "${v:-1}"; }
+if "$OSDP" plan --model tiny --ranks 2 --flops 1e10 --seq 16 --mem-limit 3MiB --global-batch 24 \
+     --out acc.json --json >acc.out 2>err.txt &&
+   [ $(( $(jnum acc.json world_size) * $(jnum acc.json micro_batch) * $(jnum acc.json grad_accum) )) -eq 24 ] &&
+   grep -q '"global_batch":24' acc.out; then ok
+else bad "osdp plan --global-batch 24: $(head -3 err.txt) $(cat acc.json 2>/dev/null | head -5)"; fi
+if "${mpirun[@]}" -np 2 "$OSDP" train --model tiny --plan acc.json --steps 2 --quiet --json --eval-batches 0 \
+     >acc.sum 2>err.txt && grep -q '"global_batch":24' acc.sum &&
+   [ "$(jnum acc.sum peak_bytes)" = "$(jnum acc.sum predicted_peak_bytes)" ]; then ok
+else bad "training the --global-batch plan: $(head -3 err.txt) $(tail -1 acc.sum)"; fi
+"$OSDP" plan --model tiny --ranks 2 --flops 1e10 --seq 16 --mem-limit 3MiB --global-batch 7 >out.txt 2>err.txt
+if [ $? -ne 0 ] && [ "$(wc -l <err.txt)" -eq 1 ] && grep -q "global-batch 7 is not a multiple of the 2 ranks" err.txt; then ok
+else bad "--global-batch 7 on 2 ranks: $(head -3 err.txt)"; fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -6,7 +6,8 @@
 **     attention, QKV biases, head_dim other than hidden / heads; odd vocabularies, so the LM
 **     head's chunking differs), seeded, on random devices (1-8 ranks, one or two hosts, 1-4
 **     threads, fp32 or bf16) with random options (slice counts, allowed strategies, recompute
-**     bounds, shard groups, reduce dtypes) at limits from the smallest that fits upwards:
+**     bounds, shard groups, reduce dtypes, fixed global batches) at limits from the smallest that
+**     fits upwards:
 **     planner_search's own peak == plan_predict_memory(its plan) <= the limit; every candidate
 **     <= the limit; a limit below the smallest is refused with that number.
 **  2. Every preset at its max_seq x {8, 16, 80} GiB x {8, 64} ranks (8 a host) x {fp32, bf16}:
@@ -94,6 +95,7 @@ static SearchOptions random_options(Rng* r, int L, int T, int N) {
     int G = rand_in(r, 1, N);
     o.shard_group = N % G == 0 ? G : 0;
   }
+  if (rng_below(r, 3) == 0) o.global_batch = (long)N * rand_in(r, 1, 24); /* accumulation */
   static const int rd[] = {REDUCE_FP32, REDUCE_BF16, SEARCH_REDUCE_AUTO};
   o.reduce_dtype = rd[rng_below(r, 3)];
   return o;
@@ -119,6 +121,7 @@ static int check_plans(const GptDesc* d, const DeviceInfo* dev, const SearchOpti
             "%s limit %zu: search %zu, prediction %zu", what, dev->mem_limit, planner_last_stats().peak,
             m.peak);
   CHECK(plan_validate(&p, d, dev->ranks) == 0 && p.precision == dev->precision);
+  CHECK(!o->global_batch || plan_global_batch(&p) == o->global_batch);
   plan_free(&p);
   Candidate cand[8];
   int n = planner_candidates(d, dev, o, cand, 8, NULL, NULL);
@@ -127,6 +130,7 @@ static int check_plans(const GptDesc* d, const DeviceInfo* dev, const SearchOpti
     plan_predict_memory(d, &cand[i].plan, dev->threads, &m);
     CHECK_MSG(m.peak == cand[i].cost.mem.peak && m.peak <= dev->mem_limit, "%s limit %zu: %s %zu",
               what, dev->mem_limit, cand[i].origin, m.peak);
+    CHECK(!o->global_batch || plan_global_batch(&cand[i].plan) == o->global_batch);
     plan_free(&cand[i].plan);
   }
   return 0;

@@ -46,6 +46,9 @@ static const OptionSpec plan_search_options[] = {
     {"load", "FILE", NULL, "take the model's shape from an llm.c checkpoint or safetensors file"},
     {"seq", "T", "the profiled one, else the model's max", "sequence length"},
     {"max-batch", "B", "512", "the largest micro-batch to consider"},
+    {"global-batch", "G", NULL, "sequences per optimizer step: plans N ranks x micro-batch B x K\n"
+                                "micro-steps = G (gradient accumulation) for the least time per step\n"
+                                "(without it: the most samples/s, K = 1)"},
     {"reduce-dtype", "T", "fp32", "gradient reductions in fp32, bf16 (half the bytes), or auto (bf16\n"
                                   "where it makes the step at least 1% faster)"},
     {"shard-group", "G", NULL, "every sharded op shards within groups of G ranks (without it the\n"
@@ -148,7 +151,10 @@ static void print_plan_table(const GptDesc* d, const DeviceInfo* dev, const Sear
 static void uniform_text(const char* name, int ok, const PlanCost* c, int recompute) {
   char pk[32];
   if (!ok) { printf("  %-10s does not fit\n", name); return; }
-  printf("  %-10s micro-batch %4d  %10.2f samples/s  step %.4f s  peak %s", name, c->micro_batch,
+  char bk[32];
+  if (c->accum > 1) snprintf(bk, sizeof bk, "%d x %d", c->micro_batch, c->accum);
+  else snprintf(bk, sizeof bk, "%d", c->micro_batch);
+  printf("  %-10s micro-batch %9s  %10.2f samples/s  step %.4f s  peak %s", name, bk,
          c->samples_per_s, c->step_s, format_bytes((double)c->mem.peak, pk));
   if (recompute > 0) printf("  %d layers recomputed", recompute);
   printf("\n");
@@ -159,6 +165,7 @@ static cJSON* cost_json(cJSON* parent, const char* name, int ok, const PlanCost*
   if (!ok) { cJSON_AddNullToObject(parent, name); return NULL; }
   cJSON* o = cJSON_AddObjectToObject(parent, name);
   cJSON_AddNumberToObject(o, "micro_batch", c->micro_batch);
+  cJSON_AddNumberToObject(o, "grad_accum", c->accum);
   cJSON_AddNumberToObject(o, "samples_per_s", c->samples_per_s);
   cJSON_AddNumberToObject(o, "step_s", c->step_s);
   cJSON_AddNumberToObject(o, "peak_bytes", (double)c->mem.peak);
@@ -180,17 +187,39 @@ static void options_text(const Plan* p, char* buf, size_t n) {
   if (!buf[0]) snprintf(buf, n, "no");
 }
 
+/* The best uniform candidate by predicted samples/s, or -1. */
+static int best_uniform(const Candidate* c, int n) {
+  int u = -1;
+  for (int i = 0; i < n; i++)
+    if (c[i].uniform >= 0 && (u < 0 || c[i].cost.samples_per_s > c[u].cost.samples_per_s)) u = i;
+  return u;
+}
+
+/* What the chosen plan gains over the best uniform plan, predicted, and whether that is within
+** the model's error (PLANNER_MODEL_ERROR): whether the mix is worth running. */
+static void print_uniform_gain(const Candidate* c, int n, int chosen) {
+  int u = best_uniform(c, n);
+  if (u < 0) { printf("  no uniform plan fits: only a per-operator plan does\n"); return; }
+  if (u == chosen) { printf("  the chosen plan is the uniform %s\n", c[u].origin); return; }
+  double gain = c[chosen].cost.samples_per_s / c[u].cost.samples_per_s - 1;
+  printf("  predicted %+.1f%% over the best uniform plan (%s): %s the model's %.0f%% error\n",
+         100 * gain, c[u].origin, gain < PLANNER_MODEL_ERROR ? "within" : "beyond",
+         100 * PLANNER_MODEL_ERROR);
+}
+
 /* Prints the candidates, predicted and (after a trial) measured, marking the chosen one. */
-static void print_candidates(const Candidate* c, int n, const TrialResult* r, int chosen) {
+static void print_candidates(const GptDesc* d, const Candidate* c, int n, const TrialResult* r,
+                             int chosen) {
   char pk[32], opt[64];
   printf("candidates (predicted by the step replay%s):\n", r ? "; measured by a trial" : "");
-  printf("  %-2s %-19s %5s %8s %11s %11s", "#", "plan", "B", "prefetch", "pred s/step", "pred samp/s");
+  printf("  %-2s %-19s %5s %3s %8s %11s %11s", "#", "plan", "B", "K", "prefetch", "pred s/step",
+         "pred samp/s");
   if (r) printf(" %11s %11s %9s", "meas s/step", "meas samp/s", "meas/pred");
   printf(" %12s%s\n", "peak", r ? "  measured peak" : "  options");
   for (int i = 0; i < n; i++) {
     options_text(&c[i].plan, opt, sizeof opt);
-    printf("%s %-2d %-19s %5d %8s %11.4f %11.2f", i == chosen ? "*" : " ", i + 1, c[i].origin,
-           c[i].plan.micro_batch, c[i].plan.prefetch ? "yes" : "no", c[i].cost.step_s,
+    printf("%s %-2d %-19s %5d %3d %8s %11.4f %11.2f", i == chosen ? "*" : " ", i + 1, c[i].origin,
+           c[i].plan.micro_batch, plan_accum(&c[i].plan), c[i].plan.prefetch ? "yes" : "no", c[i].cost.step_s,
            c[i].cost.samples_per_s);
     if (r && r[i].ok)
       printf(" %11.4f %11.2f %9.3f", r[i].step_s, r[i].samples_per_s, r[i].step_s / c[i].cost.step_s);
@@ -202,8 +231,18 @@ static void print_candidates(const Candidate* c, int n, const TrialResult* r, in
     if (!r) printf("  %s", opt);
     printf("\n");
   }
-  printf("* chosen: %s (%s)\n", c[chosen].origin,
-         r ? "fastest when measured" : "fastest predicted; --trial measures the candidates");
+  int fastest = 0;
+  for (int i = 1; i < n; i++) if (c[i].cost.samples_per_s > c[fastest].cost.samples_per_s) fastest = i;
+  if (r)
+    printf("* chosen: %s (fastest when measured)\n", c[chosen].origin);
+  else if (fastest == chosen)
+    printf("* chosen: %s (fastest predicted; --trial measures the candidates)\n", c[chosen].origin);
+  else
+    printf("* chosen: %s (the simplest predicted within the model's %.0f%% of the fastest, %s: %d "
+           "layer plan%s against %d; --trial measures the candidates)\n", c[chosen].origin,
+           100 * PLANNER_MODEL_ERROR, c[fastest].origin, plan_layer_groups(d, &c[chosen].plan),
+           plan_layer_groups(d, &c[chosen].plan) == 1 ? "" : "s", plan_layer_groups(d, &c[fastest].plan));
+  print_uniform_gain(c, n, chosen);
 }
 
 /* The candidates as a JSON array (with the trial's measurements when r is not NULL). */
@@ -357,8 +396,9 @@ int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions
     const PlanCost* k = &cand[chosen].cost;
     int rec = plan_recompute_count(&cand[chosen].plan);
     const Plan* cp = &cand[chosen].plan;
-    printf("osdp   micro-batch %4d  %10.2f samples/s  step %.4f s  peak %s (%zu bytes)%s%s%s",
-           k->micro_batch, k->samples_per_s, k->step_s, format_bytes((double)k->mem.peak, pk),
+    printf("osdp   micro-batch %4d x %d micro-step%s = global batch %ld  %10.2f samples/s  step %.4f s  "
+           "peak %s (%zu bytes)%s%s%s", k->micro_batch, k->accum, k->accum == 1 ? "" : "s",
+           plan_global_batch(cp), k->samples_per_s, k->step_s, format_bytes((double)k->mem.peak, pk),
            k->mem.peak, cp->prefetch ? ", zero3 prefetch on" : "",
            cp->overlap_reduce ? ", overlap_reduce on" : "",
            cp->reduce_dtype == REDUCE_BF16 ? ", bf16 gradient reductions" : "");
@@ -366,7 +406,7 @@ int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions
     printf("\n");
     printf("  step = compute %.4f + communication waited %.4f (hidden %.4f) + optimizer %.4f + "
            "other %.4f s\n", k->compute_s, k->comm_s, k->hidden_s, k->optim_s, k->overhead_s);
-    print_candidates(cand, n, meas, chosen);
+    print_candidates(d, cand, n, meas, chosen);
     printf("uniform plans at their best fitting micro-batch:\n");
   }
   cJSON* root = cJSON_CreateObject();
@@ -380,6 +420,8 @@ int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions
     cJSON_AddItemToObject(root, "plan", cJSON_Parse(ptxt));
     free(ptxt);
     cJSON_AddNumberToObject(root, "micro_batch", cand[chosen].cost.micro_batch);
+    cJSON_AddNumberToObject(root, "grad_accum", cand[chosen].cost.accum);
+    cJSON_AddNumberToObject(root, "global_batch", (double)plan_global_batch(&cand[chosen].plan));
     cost_json(root, "predicted", 1, &cand[chosen].cost);
     if (meas) {
       cJSON* m = cJSON_AddObjectToObject(root, "measured");
@@ -388,6 +430,13 @@ int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions
       cJSON_AddNumberToObject(m, "peak_bytes", (double)tr[chosen].peak);
     }
     cJSON_AddNumberToObject(root, "chosen", chosen);
+    cJSON_AddNumberToObject(root, "layer_plans", plan_layer_groups(d, &cand[chosen].plan));
+    int u = best_uniform(cand, n);
+    if (u >= 0) {
+      double gain = cand[chosen].cost.samples_per_s / cand[u].cost.samples_per_s - 1;
+      cJSON_AddNumberToObject(root, "predicted_gain_over_uniform", gain);
+      cJSON_AddBoolToObject(root, "gain_within_model_error", gain < PLANNER_MODEL_ERROR);
+    }
     cJSON_AddItemToObject(root, "candidates", candidates_json(d, cand, n, meas));
     cJSON_AddNumberToObject(root, "search_s", search_s);
     char* s = cJSON_PrintUnformatted(root);

@@ -371,6 +371,9 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
   r->auto_plan = strcmp(args_get(&r->args, "plan", "ddp"), "auto") == 0;
   if (r->auto_plan) {
     long maxb;
+    if (args_has(&r->args, "accum"))
+      return osdp_fail("--accum with --plan auto: give --global-batch G instead (the planner then "
+                       "chooses the micro-batch B and the micro-steps K with N B K = G)");
     int fixed = args_has(&r->args, "batch");
     if (fixed && args_has(&r->args, "max-batch"))
       return osdp_fail("--batch and --max-batch: give one (with --plan auto, --batch B fixes the "

@@ -52,7 +52,7 @@ static OpRow op_row(const GptDesc* d, const DeviceInfo* dev, const Plan* p, int 
   SliceContext x = *base;
   x.uses = cost_op_uses(d, i, p->recompute);
   x.group = o->group > 0 ? o->group : dev->ranks;
-  r.time_s = cost_split_extra_s(d, dev, i, o->k, p->micro_batch, p->seq, p->recompute);
+  r.time_s = plan_accum(p) * cost_split_extra_s(d, dev, i, o->k, p->micro_batch, p->seq, p->recompute);
   for (int s = 0; s < o->k; s++) {
     size_t n = gpt_slice_params(&d->ops[i], o->k, s);
     r.kept += cost_slice_persistent(n, o->strat[s], x.group, p->precision);
@@ -92,20 +92,6 @@ static void print_op(FILE* f, const GptDesc* d, const DeviceInfo* dev, const Sea
   }
   if (r.sharded) planner_explain(d, dev, so, p, i, why, sizeof why);
   print_row(f, name, sl, r.kept, r.transient, r.time_s, why);
-}
-
-/* Whether layers a and b have the same plan: both recompute or neither, and every op has the
-** same slice count, strategies and shard group. */
-static int same_layer_plan(const GptDesc* d, const Plan* p, int a, int b) {
-  if ((p->recompute[a] != 0) != (p->recompute[b] != 0)) return 0;
-  for (int j = 0; j < d->ops_per_layer; j++) {
-    const OpPlan* x = &p->ops[gpt_layer_op(d, a, j)];
-    const OpPlan* y = &p->ops[gpt_layer_op(d, b, j)];
-    if (x->k != y->k || x->group != y->group ||
-        memcmp(x->strat, y->strat, (size_t)x->k * sizeof x->strat[0]) != 0)
-      return 0;
-  }
-  return 1;
 }
 
 /* The layers of class c (cls[l] == c), as ranges in model order: "h0-h2,h11,h20-h46". */
@@ -167,7 +153,7 @@ static void print_all_layers(FILE* f, const GptDesc* d, const DeviceInfo* dev,
   for (int l = 0; l < nl; l++) {
     cls[l] = l;
     for (int m = 0; m < l; m++)
-      if (cls[m] == m && same_layer_plan(d, p, m, l)) { cls[l] = m; break; }
+      if (cls[m] == m && plan_same_layer(d, p, m, l)) { cls[l] = m; break; }
   }
   for (int l = 0; l < nl; l++)
     if (cls[l] == l) print_layers(f, d, dev, so, p, cls, l, base);
@@ -184,7 +170,7 @@ static int plan_has_groups(const DeviceInfo* dev, const Plan* p) {
 
 void plan_table_print(FILE* f, const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
                       const Plan* p) {
-  SliceContext base = {.reduce = p->reduce_dtype};
+  SliceContext base = {.reduce = p->reduce_dtype, .accum = plan_accum(p)};
   cost_exposures(d, dev, p->micro_batch, p->seq, p->reduce_dtype, &base.dp_exposure, &base.across_exposure);
   fprintf(f, "%-19s %-21s %10s %10s %9s  %s\n", "operator", "slices", "kept", "transient", "time",
           "why");

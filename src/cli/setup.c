@@ -110,6 +110,14 @@ int setup_search_options(const Args* a, const GptDesc* d, int ranks, SearchOptio
   int G;
   if (shard_group_option(a, ranks, &G)) return -1;
   if (G) so->shard_group = G;
+  if (args_has(a, "global-batch")) {
+    long gb;
+    if (args_int(a, "global-batch", 0, 1, 1L << 30, &gb)) return -1;
+    if (gb % ranks)
+      return osdp_fail("--global-batch %ld is not a multiple of the %d ranks; use a multiple of %d",
+                       gb, ranks, ranks);
+    so->global_batch = gb;
+  }
   return setup_recompute_search(a, d, so);
 }
 

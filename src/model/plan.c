@@ -95,6 +95,36 @@ int plan_recompute_count(const Plan* p) {
   return n;
 }
 
+int plan_same_layer(const GptDesc* d, const Plan* p, int a, int b) {
+  if ((p->recompute[a] != 0) != (p->recompute[b] != 0)) return 0;
+  for (int j = 0; j < d->ops_per_layer; j++) {
+    const OpPlan* x = &p->ops[gpt_layer_op(d, a, j)];
+    const OpPlan* y = &p->ops[gpt_layer_op(d, b, j)];
+    if (x->k != y->k || x->group != y->group ||
+        memcmp(x->strat, y->strat, (size_t)x->k * sizeof x->strat[0]) != 0)
+      return 0;
+  }
+  return 1;
+}
+
+int plan_layer_groups(const GptDesc* d, const Plan* p) {
+  int groups = 0;
+  for (int l = 0; l < d->cfg.n_layer; l++) {
+    int seen = 0;
+    for (int m = 0; m < l && !seen; m++) seen = plan_same_layer(d, p, m, l);
+    groups += !seen;
+  }
+  return groups;
+}
+
+int plan_strategy_kinds(const GptDesc* d, const Plan* p) {
+  int used[STRAT_COUNT] = {0}, kinds = 0;
+  for (int i = 0; i < d->nops; i++)
+    for (int s = 0; d->ops[i].n_params && s < p->ops[i].k; s++) used[p->ops[i].strat[s]] = 1;
+  for (int s = 0; s < STRAT_COUNT; s++) kinds += used[s];
+  return kinds;
+}
+
 int plan_validate(const Plan* p, const GptDesc* d, int world) {
   if (p->nops != d->nops) return osdp_fail("plan: has %d operators, model has %d", p->nops, d->nops);
   if (p->nlayers != d->cfg.n_layer)

@@ -116,6 +116,14 @@ void plan_slice_counts(const Plan* p, int* slices);
 void plan_set_recompute(Plan* p, int n);
 /* Number of layers the plan recomputes. */
 int plan_recompute_count(const Plan* p);
+/* Whether layers a and b have the same plan: both recompute or neither, and every op has the
+** same slice count, strategies and shard group. */
+int plan_same_layer(const GptDesc* d, const Plan* p, int a, int b);
+/* How many distinct layer plans (plan_same_layer) p has: the layer groups a reader must tell
+** apart (1: every layer alike). */
+int plan_layer_groups(const GptDesc* d, const Plan* p);
+/* How many of the strategies (dp, zero2, zero3) p's parameter slices use. */
+int plan_strategy_kinds(const GptDesc* d, const Plan* p);
 
 /* Per-slice sizes under a strategy sharded over `group` ranks (plan_op_group). */
 /* n (dp), or n rounded up to a multiple of G; of 2G for zero3 in bf16, so that a shard's bf16

@@ -145,9 +145,65 @@ static int add_uniform(const GptDesc* d, const DeviceInfo* dev, const SearchOpti
   return rc;
 }
 
-/* How many plans besides the search's micro-batches: unsplit, without recomputation, 3 uniform
-** over the world and 2 hybrid uniform. */
-#define CANDIDATE_OTHERS 7
+/* How many plans besides the search's micro-batches: unsplit, without recomputation, one layer
+** plan, 3 uniform over the world and 2 hybrid uniform. */
+#define CANDIDATE_OTHERS 8
+
+/* Most layer plans of the fastest search plan add_simple tries on every layer. */
+#define SIMPLE_TRIES 4
+
+/* Adds the fastest of plan p with every layer's ops planned as one of p's layers (each distinct
+** one, up to SIMPLE_TRIES; each layer keeps whether it recomputes), options decided, that fits;
+** none when p's layers are alike already. */
+static int add_simple(const GptDesc* d, const DeviceInfo* dev, int rd, const Plan* p,
+                      Candidate* all, int* n, int cap) {
+  Candidate best = {.uniform = -1};
+  int tried = 0, rc = 0;
+  for (int m = 0; m < d->cfg.n_layer && tried < SIMPLE_TRIES && plan_layer_groups(d, p) > 1 && !rc; m++) {
+    int first = 1;
+    for (int l = 0; l < m && first; l++) first = !plan_same_layer(d, p, l, m);
+    if (!first) continue;
+    tried++;
+    Candidate c = {.uniform = -1};
+    if (plan_copy(&c.plan, p)) return -1;
+    for (int l = 0; l < d->cfg.n_layer; l++)
+      for (int j = 0; j < d->ops_per_layer; j++)
+        c.plan.ops[gpt_layer_op(d, l, j)] = p->ops[gpt_layer_op(d, m, j)];
+    rc = decide_options(d, dev, rd, &c);
+    if (!rc && c.cost.mem.peak <= dev->mem_limit && c.cost.samples_per_s > best.cost.samples_per_s) {
+      plan_free(&best.plan);
+      best = c;
+    } else {
+      plan_free(&c.plan);
+    }
+  }
+  if (rc || !best.plan.ops) { plan_free(&best.plan); return rc; }
+  char what[24];
+  snprintf(what, sizeof what, "simple B=%d", best.plan.micro_batch);
+  name_candidate(&best, what);
+  add_candidate(all, n, cap, &best);
+  return 0;
+}
+
+/* Whether plan a is simpler than b: fewer distinct layer plans, then fewer strategy kinds. */
+static int simpler(const GptDesc* d, const Plan* a, const Plan* b) {
+  int ga = plan_layer_groups(d, a), gb = plan_layer_groups(d, b);
+  if (ga != gb) return ga < gb;
+  return plan_strategy_kinds(d, a) < plan_strategy_kinds(d, b);
+}
+
+/* Moves the simplest of the candidates within PLANNER_MODEL_ERROR of the fastest (all[0], the
+** list sorted fastest first) to the front, the others keeping their order. */
+static void simplest_first(const GptDesc* d, Candidate* all, int n) {
+  int pick = 0;
+  for (int i = 1; i < n; i++)
+    if (all[i].cost.samples_per_s >= all[0].cost.samples_per_s * (1 - PLANNER_MODEL_ERROR) &&
+        simpler(d, &all[i].plan, &all[pick].plan))
+      pick = i;
+  Candidate c = all[pick];
+  memmove(all + 1, all, (size_t)pick * sizeof *all);
+  all[0] = c;
+}
 
 int planner_candidates(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
                        Candidate* out, int max, size_t* min_bytes, double* search_s) {
@@ -171,6 +227,14 @@ int planner_candidates(const GptDesc* d, const DeviceInfo* dev, const SearchOpti
     if (rc) plan_free(&c.plan);
     else add_candidate(all, &n, cap, &c);
   }
+  if (!rc && n > 0) { /* the fastest search plan so far, with one plan for every layer */
+    int f = 0;
+    for (int i = 1; i < n; i++) if (all[i].cost.samples_per_s > all[f].cost.samples_per_s) f = i;
+    Plan fastest;
+    rc = plan_copy(&fastest, &all[f].plan);
+    if (!rc) rc = add_simple(d, dev, normalized_options(d, o).reduce_dtype, &fastest, all, &n, cap);
+    plan_free(&fastest);
+  }
   SearchOptions variant = normalized_options(d, o);
   variant.max_slices = 1;
   if (!rc && variant.max_slices != normalized_options(d, o).max_slices)
@@ -188,6 +252,7 @@ int planner_candidates(const GptDesc* d, const DeviceInfo* dev, const SearchOpti
   /* Keep every uniform plan that fits (the baselines a trial must beat) and the best one
   ** without recomputation, and fill the rest with the fastest of the others. */
   if (!rc) qsort(all, (size_t)n, sizeof *all, cmp_candidate);
+  if (!rc && n > 0) simplest_first(d, all, n);
   int nkept = 0;
   for (int i = 0; i < n; i++) nkept += is_kept(&all[i]);
   int quota = max - nkept < 1 ? 1 : max - nkept, w = 0;
@@ -257,7 +322,9 @@ int planner_best_uniform_group(const GptDesc* d, const DeviceInfo* dev, const Se
   p.reduce_dtype = so.reduce_dtype == REDUCE_BF16 ? REDUCE_BF16 : REDUCE_FP32;
   p.precision = dev->precision;
   for (int B = so.min_batch; B <= so.max_batch; B++) {
+    if (planner_accum(&so, dev, B) == 0) continue; /* N B does not divide the global batch */
     p.micro_batch = B;
+    p.accum = planner_accum(&so, dev, B);
     int R = fewest_recompute(d, dev, &p, so.min_recompute, so.max_recompute);
     if (R < 0) break;
     if (plan_cost(d, dev, &p, &c)) { plan_free(&p); return -1; }
@@ -272,6 +339,7 @@ int planner_best_uniform_group(const GptDesc* d, const DeviceInfo* dev, const Se
                      grp, format_bytes((double)dev->mem_limit, lim));
   }
   p.micro_batch = best.micro_batch;
+  p.accum = planner_accum(&so, dev, best.micro_batch);
   plan_set_recompute(&p, best_R);
   *out = p;
   *cost = best;

@@ -188,8 +188,10 @@ static int batch_figures(Search* s) {
   for (int l = 0; l < d->cfg.n_layer; l++) flags[l] = l < s->R;
   int B = s->B, T = s->o.seq;
   s->batch_bytes = cost_batch_bytes(d, s->dev, B, T, flags);
-  s->compute_s = cost_compute_s(d, s->dev, B, T) + device_step_collective_s(s->dev, COLL_ALLREDUCE, 16) +
-                 cost_recompute_s(d, s->dev, B, T, flags);
+  s->K = planner_accum(&s->o, s->dev, B) > 1 ? planner_accum(&s->o, s->dev, B) : 1;
+  s->samples = (double)s->dev->ranks * B * s->K;
+  s->compute_s = s->K * (cost_compute_s(d, s->dev, B, T) + cost_recompute_s(d, s->dev, B, T, flags)) +
+                 device_step_collective_s(s->dev, COLL_ALLREDUCE, 16);
   free(flags);
   return 0;
 }

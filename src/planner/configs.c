@@ -28,6 +28,12 @@ static int cmp_int(const void* a, const void* b) {
   return x < y ? -1 : x > y;
 }
 
+int planner_accum(const SearchOptions* o, const DeviceInfo* dev, int B) {
+  if (o->global_batch <= 0) return 1;
+  long per = (long)dev->ranks * B;
+  return o->global_batch % per ? 0 : (int)(o->global_batch / per);
+}
+
 int planner_shard_groups(const DeviceInfo* dev, const SearchOptions* o, int* out) {
   int N = dev->ranks, H = device_ranks_per_host(dev), n = 0;
   if (o->shard_group > 0 && o->shard_group <= N && N % o->shard_group == 0) {
@@ -61,6 +67,7 @@ SearchOptions normalized_options(const GptDesc* d, const SearchOptions* in) {
   if (o.min_recompute < 0) o.min_recompute = 0;
   if (o.min_recompute > o.max_recompute) o.min_recompute = o.max_recompute;
   if (o.max_batch <= 0) o.max_batch = 512;
+  if (o.global_batch < 0) o.global_batch = 0;
   if (o.min_batch <= 0) o.min_batch = 1;
   if (o.min_batch > o.max_batch) o.min_batch = o.max_batch;
   if (o.max_slices <= 0) o.max_slices = GPT_MAX_SLICES;
@@ -212,13 +219,14 @@ int op_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, 
   static const int ks[] = {1, 2, 4, 8};
   SliceContext x = *base;
   x.uses = cost_op_uses(d, op, recompute);
+  x.accum = planner_accum(o, dev, B) > 1 ? planner_accum(o, dev, B) : 1;
   int shard[PLANNER_MAX_GROUPS], nshard = planner_shard_groups(dev, o, shard);
   for (int i = 0; i < 4; i++) {
     int k = ks[i];
     if (k > 1 && (!g->splittable || (size_t)k > g->rows || k > o->max_slices)) continue;
     Enumerator e = {.d = d, .dev = dev, .o = o, .op = op, .k = k, .out = l,
                     .x = x, .nshard = nshard,
-                    .split_s = cost_split_extra_s(d, dev, op, k, B, o->seq, recompute)};
+                    .split_s = x.accum * cost_split_extra_s(d, dev, op, k, B, o->seq, recompute)};
     memcpy(e.shard, shard, (size_t)nshard * sizeof *shard);
     e.ngroups = slice_groups(g, k, e.g);
     for (int s = 0; s < k; s++) e.n[s] = gpt_slice_params(g, k, s);

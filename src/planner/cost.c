@@ -99,9 +99,10 @@ double cost_slice_search_s(const DeviceInfo* dev, const SliceContext* x, size_t 
                                   slice_bytes(n, s, G, dev->precision, s == STRAT_ZERO3));
   double rs = device_shape_step_s(dev, in, COLL_REDUCE_SCATTER, frs * bytes);
   double across = device_shape_step_s(dev, device_across_shape(dev, G), COLL_ALLREDUCE, far * bytes / G);
-  t += x->uses.bwd_grad * rs + x->across_exposure * across;
+  double K = x->accum > 1 ? x->accum : 1; /* per micro-step: the gathers, the reduce-scatters */
+  t += K * x->uses.bwd_grad * rs + x->across_exposure * across;
   if (s == STRAT_ZERO2) return t + ag;
-  return t + (x->uses.fwd_weight + x->uses.bwd_weight) * ag;
+  return t + K * (x->uses.fwd_weight + x->uses.bwd_weight) * ag;
 }
 
 double cost_slice_optim_s(const DeviceInfo* dev, size_t n, Strategy s, int group) {
@@ -339,6 +340,7 @@ int plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan* p, PlanCost* 
   on_dev.world = dev->ranks;
   plan_predict_memory(d, &on_dev, dev->threads, &c->mem);
   c->micro_batch = p->micro_batch;
+  c->accum = plan_accum(p);
   int B = p->micro_batch, T = p->seq;
   Replay r = {.d = d, .dev = dev, .p = &on_dev};
   r.walk = walk_create(d, &on_dev, PLAN_BUCKET_BYTES, time_action, &r);
@@ -409,11 +411,11 @@ double cost_dp_exposure(const GptDesc* d, const DeviceInfo* dev, int B, int T) {
 }
 
 double cost_search_step_s(const GptDesc* d, const DeviceInfo* dev, const Plan* p) {
-  int B = p->micro_batch, T = p->seq;
-  SliceContext x = {.reduce = p->reduce_dtype};
+  int B = p->micro_batch, T = p->seq, K = plan_accum(p);
+  SliceContext x = {.reduce = p->reduce_dtype, .accum = K};
   cost_exposures(d, dev, B, T, p->reduce_dtype, &x.dp_exposure, &x.across_exposure);
-  double t = cost_compute_s(d, dev, B, T) + device_step_collective_s(dev, COLL_ALLREDUCE, 16) +
-             cost_recompute_s(d, dev, B, T, p->recompute);
+  double t = K * (cost_compute_s(d, dev, B, T) + cost_recompute_s(d, dev, B, T, p->recompute)) +
+             device_step_collective_s(dev, COLL_ALLREDUCE, 16);
   OpUses* uses = malloc((size_t)d->nops * sizeof *uses);
   if (!uses) return INFINITY;
   cost_ops_uses(d, p->recompute, uses);
@@ -422,7 +424,7 @@ double cost_search_step_s(const GptDesc* d, const DeviceInfo* dev, const Plan* p
     const OpPlan* o = &p->ops[i];
     x.uses = uses[i];
     x.group = o->group > 0 ? o->group : dev->ranks;
-    t += cost_split_extra_s(d, dev, i, o->k, B, T, p->recompute);
+    t += K * cost_split_extra_s(d, dev, i, o->k, B, T, p->recompute);
     for (int s = 0; s < o->k; s++) t += cost_slice_search_s(dev, &x, gpt_slice_params(&d->ops[i], o->k, s), o->strat[s]);
   }
   free(uses);

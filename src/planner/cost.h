@@ -62,8 +62,9 @@
 
 typedef struct PlanCost {
   int micro_batch;
-  double step_s;         /* the whole step: compute_s + comm_s + optim_s + overhead_s */
-  double samples_per_s;  /* N * micro_batch / step_s */
+  int accum;             /* micro-steps per optimizer step, K (plan_accum) */
+  double step_s;         /* the whole optimizer step: compute_s + comm_s + optim_s + overhead_s */
+  double samples_per_s;  /* N * micro_batch * accum / step_s */
   double compute_s;      /* ops at their slice counts */
   double comm_s;         /* communication the rank waits for (blocking + exposed) */
   double hidden_s;       /* non-blocking communication that ran beside compute */
@@ -96,10 +97,13 @@ typedef struct SliceContext {
   ReduceDtype reduce;       /* the element type gradient reductions send */
   double dp_exposure;       /* cost_exposures: dp bucket all-reduces */
   double across_exposure;   /* cost_exposures: hybrid slices' across-group all-reduces */
+  int accum;                /* micro-steps per optimizer step, K (0 reads as 1): the gathers and
+                            ** reduce-scatters of every micro-step count K times, the all-reduces,
+                            ** zero2's gathers of updated shards and the optimizer once */
 } SliceContext;
 
-/* Search model: seconds per step of one slice of n parameters under strategy s in context x:
-** its communication and optimizer time, not its compute. */
+/* Search model: seconds per optimizer step of one slice of n parameters under strategy s in
+** context x (its K micro-steps): its communication and optimizer time, not its compute. */
 double cost_slice_search_s(const DeviceInfo* dev, const SliceContext* x, size_t n, Strategy s);
 /* Optimizer seconds per step of one slice of n parameters under strategy s sharded over
 ** `group` ranks (0: the world). */
@@ -135,11 +139,11 @@ void cost_exposures(const GptDesc* d, const DeviceInfo* dev, int B, int T, Reduc
                     double* dp, double* across);
 /* cost_exposures' dp factor with fp32 reductions. */
 double cost_dp_exposure(const GptDesc* d, const DeviceInfo* dev, int B, int T);
-/* Time of the search model for plan p: unsplit compute + overhead + the gradient norm's
-** all-reduce + the recomputed forwards of p's recomputed layers (cost_recompute_s) + the sum
-** over slices of cost_slice_search_s (uses with p's recompute flags, each op's shard group,
-** p's reduce_dtype and its exposures) and cost_split_extra_s per op; p's prefetch and
-** overlap_reduce play no part. What planner_search maximises N*B/t of. */
+/* Time of the search model for plan p: K = plan_accum(p) times (unsplit compute + overhead +
+** the recomputed forwards of p's recomputed layers, cost_recompute_s, + cost_split_extra_s per
+** op), the gradient norm's all-reduce, and the sum over slices of cost_slice_search_s (uses with
+** p's recompute flags, each op's shard group, p's reduce_dtype, its exposures and K); p's
+** prefetch and overlap_reduce play no part. What planner_search maximises N*B*K/t of. */
 double cost_search_step_s(const GptDesc* d, const DeviceInfo* dev, const Plan* p);
 
 /* Compute seconds of one step at micro-batch B and sequence T with every op unsplit, plus

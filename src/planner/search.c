@@ -129,13 +129,12 @@ static size_t least_fixed_bytes(const Search* s) {
 ** samples/s bound of the relaxation and that of its rounding (a real plan). */
 static void for_each_pair(const Search* s, const CapProblem* caps,
                           void (*visit)(void*, int, double, double), void* ctx) {
-  int N = s->dev->ranks, B = s->B;
   for (int k = 0; k < s->ntaus; k++) {
     size_t fixed = s->batch_bytes + caps[k].tau;
     if (fixed > s->dev->mem_limit || s->dev->mem_limit - fixed < caps[k].minmem) continue;
     double lb, ub, lambda;
     cap_bounds(&caps[k], s->dev->mem_limit - fixed, &lb, &ub, &lambda);
-    visit(ctx, k, (double)N * B / (s->compute_s + lb), (double)N * B / (s->compute_s + ub));
+    visit(ctx, k, s->samples / (s->compute_s + lb), s->samples / (s->compute_s + ub));
   }
 }
 
@@ -198,13 +197,13 @@ static int solve_candidates(const Search* s, const CapProblem* caps, const Pair*
                             double floor_sps, double bar, Best* best) {
   Solver v;
   if (solver_init(&v, s)) { solver_free(&v); return -1; }
-  int N = s->dev->ranks, B = s->B, rc = 0;
+  int rc = 0;
   for (long i = 0; i < n && rc == 0; i++) {
     double need = fmax(best->sps, bar);
     if (need > 0 && c[i].bound < need * (1 - 1e-13)) break; /* sorted: none can */
     const CapProblem* p = &caps[c[i].tau];
     double target = fmax(need, floor_sps) * (1 - 1e-13);
-    double t_cap = target > 0 ? (double)N * B / target - s->compute_s : INFINITY;
+    double t_cap = target > 0 ? s->samples / target - s->compute_s : INFINITY;
     size_t budget = s->dev->mem_limit - s->batch_bytes - p->tau;
     double t;
     int r = solve_exact(&v, s, p, budget, t_cap, &t);
@@ -212,7 +211,7 @@ static int solve_candidates(const Search* s, const CapProblem* caps, const Pair*
     if (r == 0) continue;
     size_t mem, tr;
     choice_memory(s, v.choice, &mem, &tr);
-    double sps = (double)N * B / (s->compute_s + t);
+    double sps = s->samples / (s->compute_s + t);
     size_t peak = mem + tr + s->batch_bytes;
     if (!better(best->sps, best->peak, sps, peak)) continue;
     best->sps = sps;
@@ -277,6 +276,7 @@ static int best_to_plan(const Search* s, const Best* b, Plan* out) {
     out->ops[op] = s->cls[s->op_class[op]].cfg[b->choice[i]].plan;
   }
   plan_set_recompute(out, s->R);
+  out->accum = s->K;
   out->reduce_dtype = s->o.reduce_dtype == REDUCE_BF16 ? REDUCE_BF16 : REDUCE_FP32;
   out->precision = s->dev->precision;
   return 0;
@@ -337,13 +337,15 @@ static double least_split_extra(const Driver* x, int B) {
   return t;
 }
 
-/* An upper bound on the samples/s of micro-batch B with at least R0 recomputed layers: its
-** unsplit compute, the recomputed forwards of R0 layers and the least extra, no communication. */
+/* An upper bound on the samples/s of micro-batch B (K micro-steps) with at least R0 recomputed
+** layers: its unsplit compute, the recomputed forwards of R0 layers and the least extra, K times,
+** no communication. */
 static double batch_bound(const Driver* x, int B, int R0) {
-  int T = x->o.seq;
-  double t = cost_compute_s(x->d, x->dev, B, T) + device_step_collective_s(x->dev, COLL_ALLREDUCE, 16) +
-             cost_recompute_s(x->d, x->dev, B, T, first_layers(x, R0)) + least_split_extra(x, B);
-  return (double)x->dev->ranks * B / t;
+  int T = x->o.seq, K = planner_accum(&x->o, x->dev, B);
+  double t = K * (cost_compute_s(x->d, x->dev, B, T) +
+                  cost_recompute_s(x->d, x->dev, B, T, first_layers(x, R0)) + least_split_extra(x, B)) +
+             device_step_collective_s(x->dev, COLL_ALLREDUCE, 16);
+  return (double)x->dev->ranks * B * K / t;
 }
 
 /* A problem's index and its bound. */
@@ -483,6 +485,7 @@ static int search_batches_of(const GptDesc* d, const DeviceInfo* dev, const Sear
   BatchBest* v = rc ? NULL : calloc((size_t)(nb > 0 ? nb : 1), sizeof *v);
   if (!rc && !v) rc = osdp_fail("out of memory");
   for (int B = nb; B >= x.o.min_batch && !rc; B--) {
+    if (planner_accum(&x.o, dev, B) == 0) continue; /* N B does not divide the global batch */
     int nr = recompute_counts(&x, B, rs);
     double bar = n >= keep ? v[keep - 1].sps : 0;
     if (nr == 0 || batch_bound(&x, B, rs[0]) < bar * (1 - 1e-13)) continue;
@@ -528,6 +531,9 @@ int search_batches(const GptDesc* d, const DeviceInfo* dev, const SearchOptions*
   if (so.seq > d->cfg.max_seq)
     return osdp_fail("planner: seq %d exceeds the model's max_seq %d; lower --seq", so.seq,
                      d->cfg.max_seq);
+  if (so.global_batch > 0 && so.global_batch % dev->ranks)
+    return osdp_fail("planner: a global batch of %ld sequences is not a multiple of the %d ranks; "
+                     "use a multiple of %d", so.global_batch, dev->ranks, dev->ranks);
   if (so.shard_group > 0 && (so.shard_group > dev->ranks || dev->ranks % so.shard_group))
     return osdp_fail("planner: shard group %d must divide the %d ranks (the ranks a sharded "
                      "slice is sharded over, e.g. the ranks per host)", so.shard_group, dev->ranks);

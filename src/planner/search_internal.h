@@ -79,7 +79,9 @@ typedef struct Search {
   size_t* taus;         /* distinct feasible transient caps, ascending */
   int ntaus;
   size_t batch_bytes;   /* activations (first R layers recomputed) and scratch at B */
-  double compute_s;     /* unsplit compute, overhead, norm all-reduce, recomputed forwards */
+  int K;                /* micro-steps per optimizer step (planner_accum) */
+  double samples;       /* sequences per optimizer step: N B K */
+  double compute_s;     /* K x (unsplit compute, overhead, recomputed forwards), norm all-reduce */
 } Search;
 
 /* Builds the search of pool p's micro-batch with the first R layers recomputed: classes,
