@@ -13,6 +13,18 @@ osdp=$1; tool=$2; shift 2; mpirun=("$@")
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 pass=0; fail=0
 check() { local what=$1; shift; if out=$("$@" 2>&1); then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL $what: $out"; fi; }
+# train_and_check WHAT N REF EXT RUN -- TRAIN_ARGS...: trains on N ranks (the log to RUN.jsonl,
+# the weights to RUN.EXT), then checks the losses (1e-5) and final weights (wtol) against the
+# reference run REF's, and every rank's peak against the prediction.
+train_and_check() {
+  local what=$1 N=$2 ref=$3 ext=$4 run=$5; shift 6
+  if ! "${mpirun[@]}" -np "$N" "$osdp" train "$@" --log "$run.jsonl" --save "$run.$ext" > "$run.sum" 2> "$run.err"; then
+    fail=$((fail+1)); echo "FAIL $what: $(tail -3 "$run.err")"; return
+  fi
+  check "losses $what" "$tool" losses "$ref.jsonl" "$run.jsonl" 1e-5
+  check "weights $what" "$tool" weights "$ref.$ext" "$run.$ext" "$wtol"
+  check "memory $what" "$tool" memory "$run.sum"
+}
 # An odd model: no parameter count divides evenly by 3 or 4, several heads.
 cat > "$work/odd.json" <<'JSON'
 {"name":"odd","n_layer":2,"n_embd":36,"n_head":3,"vocab_size":61,"max_seq":32}
@@ -54,13 +66,7 @@ for N in 1 2 3 4 6; do
     plan=${spec%%:*}; extra=()
     [ "$plan" != "$spec" ] && read -r -a extra <<< "${spec#*:}"
     run=$work/run$N-$(basename "$plan" .json)-$(echo "${extra[*]}" | tr -dc 'a-z0-9')
-    if ! "${mpirun[@]}" -np $N "$osdp" train "${common[@]}" --plan "$plan" "${extra[@]}" --batch $B \
-         --log "$run.jsonl" --save "$run.bin" > "$run.sum" 2> "$run.err"; then
-      fail=$((fail+1)); echo "FAIL N=$N plan=$spec: $(tail -3 "$run.err")"; continue
-    fi
-    check "losses N=$N $spec" "$tool" losses "$ref.jsonl" "$run.jsonl" 1e-5
-    check "weights N=$N $spec" "$tool" weights "$ref.bin" "$run.bin" $wtol
-    check "memory N=$N $spec" "$tool" memory "$run.sum"
+    train_and_check "N=$N $spec" $N "$ref" bin "$run" -- "${common[@]}" --plan "$plan" "${extra[@]}" --batch $B
   done
 done
 # The Llama family (grouped-query attention with n_head * head_dim != n_embd, an untied head,
@@ -81,13 +87,8 @@ for N in 1 2 4; do
     plan=${spec%%:*}; extra=()
     [ "$plan" != "$spec" ] && read -r -a extra <<< "${spec#*:}"
     run=$work/lrun$N-$(basename "$plan" .json)-$(echo "${extra[*]}" | tr -dc 'a-z0-9')
-    if ! "${mpirun[@]}" -np $N "$osdp" train "${lcommon[@]}" --plan "$plan" "${extra[@]}" --batch $B \
-         --log "$run.jsonl" --save "$run.safetensors" > "$run.sum" 2> "$run.err"; then
-      fail=$((fail+1)); echo "FAIL llama N=$N plan=$spec: $(tail -3 "$run.err")"; continue
-    fi
-    check "llama losses N=$N $spec" "$tool" losses "$ref.jsonl" "$run.jsonl" 1e-5
-    check "llama weights N=$N $spec" "$tool" weights "$ref.safetensors" "$run.safetensors" $wtol
-    check "llama memory N=$N $spec" "$tool" memory "$run.sum"
+    train_and_check "llama N=$N $spec" $N "$ref" safetensors "$run" -- "${lcommon[@]}" --plan "$plan" \
+      "${extra[@]}" --batch $B
   done
 done
 # Gradient accumulation (--accum K): K micro-steps of micro-batch b per optimizer step on N
@@ -106,13 +107,8 @@ for spec in "${acc_specs[@]}"; do
   [ "${refn:0:1}" = l ] && { mc=("${lcommon[@]}"); ext=safetensors; }
   if [ "$plan" = RANDOM ]; then "$tool" random "$model" $N $b 20 77 "$work/arand$N.json"; plan=$work/arand$N.json; fi
   run=$work/acc-$(echo "$spec" | tr -dc 'a-z0-9')
-  if ! "${mpirun[@]}" -np $N "$osdp" train "${mc[@]}" --plan "$plan" "${extra[@]}" --batch $b --accum $K \
-       --log "$run.jsonl" --save "$run.$ext" > "$run.sum" 2> "$run.err"; then
-    fail=$((fail+1)); echo "FAIL accumulation $spec: $(tail -3 "$run.err")"; continue
-  fi
-  check "accumulation losses $spec" "$tool" losses "$work/$refn.jsonl" "$run.jsonl" 1e-5
-  check "accumulation weights $spec" "$tool" weights "$work/$refn.$ext" "$run.$ext" $wtol
-  check "accumulation memory $spec" "$tool" memory "$run.sum"
+  train_and_check "accumulation $spec" $N "$work/$refn" $ext "$run" -- "${mc[@]}" --plan "$plan" \
+    "${extra[@]}" --batch $b --accum $K
 done
 # bf16 gradient reductions (--reduce-dtype bf16): each rank's gradient is rounded to bf16 (8
 # significant bits, relative error <= 2^-9) before it travels; sums are fp32. So the losses are
