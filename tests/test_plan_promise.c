@@ -14,6 +14,8 @@
 **     micro-batches up to 2: the chosen plan fits, or no plan fits and the error says the
 **     smallest limit that does.
 **     The first run of the issue that found it: llama3-8b at 8192 on 8 ranks in 80 GiB.
+**  3. Global batches the search cannot serve (not a multiple of the ranks; no micro-batch of the
+**     allowed range divides G / N): one error each, naming the numbers.
 ** Usage: test_plan_promise [CASES] (default 300 random models).
 */
 #include <stdio.h>
@@ -216,9 +218,35 @@ static void test_presets(void) {
   gpt_desc_free(&d);
 }
 
+/* 3. Global batches the search cannot serve: one error each, naming the numbers. */
+static void test_global_batch_errors(void) {
+  GptConfig cfg;
+  GptDesc d;
+  CHECK(gpt_config_load("tiny", &cfg) == 0 && gpt_desc_build(&d, &cfg) == 0);
+  DeviceInfo dev = make_device(2, 1, 1, PRECISION_FP32, (size_t)1 << 30);
+  SearchOptions o;
+  planner_default_options(&o, 16);
+  Plan p;
+  PlanCost c;
+  o.global_batch = 7; /* not a multiple of the 2 ranks */
+  CHECK(planner_search(&d, &dev, &o, &p, &c, NULL, NULL) == -1 &&
+        strstr(osdp_last_error(), "global batch of 7 sequences is not a multiple of the 2 ranks"));
+  o.global_batch = 24; /* 12 a rank, and the micro-batch fixed at 5 */
+  o.min_batch = o.max_batch = 5;
+  CHECK(planner_search(&d, &dev, &o, &p, &c, NULL, NULL) == -1 &&
+        strstr(osdp_last_error(), "which no micro-batch from 5 to 5 divides"));
+  o.max_batch = 6; /* 6 divides 12: two micro-steps */
+  CHECK(planner_search(&d, &dev, &o, &p, &c, NULL, NULL) == 0 && p.micro_batch == 6 &&
+        plan_accum(&p) == 2 && c.samples_per_s > 0);
+  plan_free(&p);
+  osdp_clear_error();
+  gpt_desc_free(&d);
+}
+
 int main(int argc, char** argv) {
   int cases = argc > 1 ? atoi(argv[1]) : 300;
   test_random(cases);
   test_presets();
+  test_global_batch_errors();
   return check_summary();
 }

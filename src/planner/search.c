@@ -521,6 +521,13 @@ static int cmp_batch(const void* a, const void* b) {
   return x->peak < y->peak ? -1 : x->peak > y->peak;
 }
 
+/* Whether some micro-batch of o's range makes whole micro-steps of its global batch. */
+static int any_accum_batch(const SearchOptions* o, const DeviceInfo* dev) {
+  for (int B = o->min_batch; B <= o->max_batch; B++)
+    if (planner_accum(o, dev, B)) return 1;
+  return 0;
+}
+
 int search_batches(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int keep,
                    BatchBest** out, int* nout, size_t* min_bytes) {
   *out = NULL;
@@ -534,6 +541,12 @@ int search_batches(const GptDesc* d, const DeviceInfo* dev, const SearchOptions*
   if (so.global_batch > 0 && so.global_batch % dev->ranks)
     return osdp_fail("planner: a global batch of %ld sequences is not a multiple of the %d ranks; "
                      "use a multiple of %d", so.global_batch, dev->ranks, dev->ranks);
+  if (so.global_batch > 0 && !any_accum_batch(&so, dev))
+    return osdp_fail("planner: a global batch of %ld sequences on %d ranks is %ld a rank, which no "
+                     "micro-batch from %d to %d divides; allow a micro-batch that divides %ld (--batch "
+                     "or --max-batch) or choose another global batch", so.global_batch, dev->ranks,
+                     so.global_batch / dev->ranks, so.min_batch, so.max_batch,
+                     so.global_batch / dev->ranks);
   if (so.shard_group > 0 && (so.shard_group > dev->ranks || dev->ranks % so.shard_group))
     return osdp_fail("planner: shard group %d must divide the %d ranks (the ranks a sharded "
                      "slice is sharded over, e.g. the ranks per host)", so.shard_group, dev->ranks);
