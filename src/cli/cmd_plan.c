@@ -199,12 +199,14 @@ static int best_uniform(const Candidate* c, int n) {
 ** the model's error (PLANNER_MODEL_ERROR): whether the mix is worth running. */
 static void print_uniform_gain(const Candidate* c, int n, int chosen) {
   int u = best_uniform(c, n);
+  if (c[chosen].uniform >= 0) { printf("  the chosen plan is the uniform %s\n", c[chosen].origin); return; }
   if (u < 0) { printf("  no uniform plan fits: only a per-operator plan does\n"); return; }
-  if (u == chosen) { printf("  the chosen plan is the uniform %s\n", c[u].origin); return; }
   double gain = c[chosen].cost.samples_per_s / c[u].cost.samples_per_s - 1;
-  printf("  predicted %+.1f%% over the best uniform plan (%s): %s the model's %.0f%% error\n",
-         100 * gain, c[u].origin, gain < PLANNER_MODEL_ERROR ? "within" : "beyond",
-         100 * PLANNER_MODEL_ERROR);
+  const char* verdict = gain >= PLANNER_MODEL_ERROR ? "beyond the model's error"
+                        : gain > -PLANNER_MODEL_ERROR ? "within the model's error"
+                                                      : "below it: chosen by what the trial measured";
+  printf("  predicted %+.1f%% over the best uniform plan (%s): %s (%.0f%%)\n", 100 * gain,
+         c[u].origin, verdict, 100 * PLANNER_MODEL_ERROR);
 }
 
 /* Prints the candidates, predicted and (after a trial) measured, marking the chosen one. */

@@ -79,10 +79,19 @@ static int same_plan(const Plan* a, const Plan* b) {
 }
 
 /* Adds candidate c to list l (n entries, room for cap) unless an equal plan is there; takes
-** ownership of c's plan. */
+** ownership of c's plan. A uniform baseline equal to a plan the search found names that plan
+** (so reports call an all-dp search plan "ddp", and count it among the uniform plans). */
 static void add_candidate(Candidate* l, int* n, int cap, Candidate* c) {
   for (int i = 0; i < *n; i++)
-    if (same_plan(&l[i].plan, &c->plan)) { plan_free(&c->plan); return; }
+    if (same_plan(&l[i].plan, &c->plan)) {
+      if (c->uniform >= 0 && l[i].uniform < 0) {
+        l[i].uniform = c->uniform;
+        l[i].uniform_group = c->uniform_group;
+        memcpy(l[i].origin, c->origin, sizeof l[i].origin);
+      }
+      plan_free(&c->plan);
+      return;
+    }
   if (*n < cap) l[(*n)++] = *c;
   else plan_free(&c->plan);
 }
