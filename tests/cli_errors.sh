@@ -58,6 +58,21 @@ expect_error "malformed JSON model" "bad.json" "malformed JSON" -- "${T[@]}" --m
 expect_error "JSON model missing a field" "missing.json" "max_seq" -- "${T[@]}" --model missing.json
 expect_error "unknown preset" "gpt5" -- "${T[@]}" --model gpt5
 expect_error "heads not dividing hidden" "n_head=5" "64" -- "${T[@]}" --model heads.json
+# Global batches (gradient accumulation): zero, not a multiple of the micro-batch, micro-steps that
+# do not share it evenly, a micro-batch that contradicts it, more sequences than the data holds,
+# --accum with --plan auto.
+head -c 3000 /dev/urandom | base64 >small.txt
+expect_error "zero global batch" "--global-batch" "'0'" -- "${T[@]}" --global-batch 0
+expect_error "global batch not a multiple of the micro-batch" "--global-batch 7" "micro-batch 2" \
+  "a --batch that divides 7" -- "${T[@]}" --global-batch 7 --batch 2
+expect_error "micro-steps not sharing the global batch" "--accum 3" "use an --accum that divides 8" -- \
+  "${T[@]}" --global-batch 8 --accum 3
+expect_error "micro-batch against global batch and micro-steps" "micro-batch 4 x --accum 2" \
+  "the micro-batch is 3" -- "${T[@]}" --global-batch 8 --accum 2 --batch 3
+expect_error "global batch larger than the data" "--global-batch 100" "training sequences of 64 tokens" \
+  "use a global batch of at most" -- "${T[@]}" --data text:small.txt --seq 64 --global-batch 100
+expect_error "--accum with --plan auto" "--accum with --plan auto" "--global-batch G" -- \
+  "${T[@]}" --plan auto --accum 2 --mem-limit 64MiB
 expect_error "seq longer than max_seq" "300" "256" -- "${T[@]}" --seq 300
 expect_error "memory limit too small" "mem-limit" "at least" -- "${T[@]}" --mem-limit 1MiB
 expect_error "unknown option" "--bogus" -- "${T[@]}" --bogus
