@@ -175,6 +175,12 @@ static void test_random(int cases) {
   CHECK(fitted > 2 * cases);
 }
 
+/* Builds preset `name` into d. */
+static void build_preset(const char* name, GptDesc* d) {
+  GptConfig cfg;
+  CHECK(gpt_config_load(name, &cfg) == 0 && gpt_desc_build(d, &cfg) == 0);
+}
+
 /* 2. Every preset at its max_seq on the limits and rank counts people use. */
 static void test_presets(void) {
   static const char* names[] = {"tiny", "small", "gpt2-124m", "gpt2-350m", "gpt2-774m",
@@ -184,9 +190,9 @@ static void test_presets(void) {
   static const int gib[] = {8, 16, 80}, ranks[] = {8, 64};
   int fit = 0, none = 0;
   for (size_t m = 0; m < sizeof names / sizeof *names; m++) {
-    GptConfig cfg;
     GptDesc d;
-    CHECK(gpt_config_load(names[m], &cfg) == 0 && gpt_desc_build(&d, &cfg) == 0);
+    build_preset(names[m], &d);
+    const GptConfig cfg = d.cfg;
     for (int g = 0; g < 3; g++)
       for (int n = 0; n < 2; n++)
         for (int pr = 0; pr < 2; pr++) {
@@ -207,9 +213,8 @@ static void test_presets(void) {
   printf("presets: %d settings with a plan, %d where none fits (each error names the smallest limit)\n",
          fit, none);
   /* The case: it chose micro-batch 6 at 83.42 GiB under 80 GiB. */
-  GptConfig cfg;
   GptDesc d;
-  CHECK(gpt_config_load("llama3-8b", &cfg) == 0 && gpt_desc_build(&d, &cfg) == 0);
+  build_preset("llama3-8b", &d);
   DeviceInfo dev = make_device(8, 8, 1, PRECISION_FP32, (size_t)80 << 30);
   SearchOptions o;
   planner_default_options(&o, 8192);
@@ -220,9 +225,8 @@ static void test_presets(void) {
 
 /* 3. Global batches the search cannot serve: one error each, naming the numbers. */
 static void test_global_batch_errors(void) {
-  GptConfig cfg;
   GptDesc d;
-  CHECK(gpt_config_load("tiny", &cfg) == 0 && gpt_desc_build(&d, &cfg) == 0);
+  build_preset("tiny", &d);
   DeviceInfo dev = make_device(2, 1, 1, PRECISION_FP32, (size_t)1 << 30);
   SearchOptions o;
   planner_default_options(&o, 16);

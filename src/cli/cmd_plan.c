@@ -239,11 +239,13 @@ static void print_candidates(const GptDesc* d, const Candidate* c, int n, const 
     printf("* chosen: %s (fastest when measured)\n", c[chosen].origin);
   else if (fastest == chosen)
     printf("* chosen: %s (fastest predicted; --trial measures the candidates)\n", c[chosen].origin);
-  else
+  else {
+    int g = plan_layer_groups(d, &c[chosen].plan);
     printf("* chosen: %s (the simplest predicted within the model's %.0f%% of the fastest, %s: %d "
            "layer plan%s against %d; --trial measures the candidates)\n", c[chosen].origin,
-           100 * PLANNER_MODEL_ERROR, c[fastest].origin, plan_layer_groups(d, &c[chosen].plan),
-           plan_layer_groups(d, &c[chosen].plan) == 1 ? "" : "s", plan_layer_groups(d, &c[fastest].plan));
+           100 * PLANNER_MODEL_ERROR, c[fastest].origin, g, g == 1 ? "" : "s",
+           plan_layer_groups(d, &c[fastest].plan));
+  }
   print_uniform_gain(c, n, chosen);
 }
 

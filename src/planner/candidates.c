@@ -167,8 +167,8 @@ static int add_uniform(const GptDesc* d, const DeviceInfo* dev, const SearchOpti
 static int add_simple(const GptDesc* d, const DeviceInfo* dev, int rd, const Plan* p,
                       Candidate* all, int* n, int cap) {
   Candidate best = {.uniform = -1};
-  int tried = 0, rc = 0;
-  for (int m = 0; m < d->cfg.n_layer && tried < SIMPLE_TRIES && plan_layer_groups(d, p) > 1 && !rc; m++) {
+  int tried = 0, rc = 0, mixed = plan_layer_groups(d, p) > 1;
+  for (int m = 0; mixed && m < d->cfg.n_layer && tried < SIMPLE_TRIES && !rc; m++) {
     int first = 1;
     for (int l = 0; l < m && first; l++) first = !plan_same_layer(d, p, l, m);
     if (!first) continue;
@@ -239,10 +239,7 @@ int planner_candidates(const GptDesc* d, const DeviceInfo* dev, const SearchOpti
   if (!rc && n > 0) { /* the fastest search plan so far, with one plan for every layer */
     int f = 0;
     for (int i = 1; i < n; i++) if (all[i].cost.samples_per_s > all[f].cost.samples_per_s) f = i;
-    Plan fastest;
-    rc = plan_copy(&fastest, &all[f].plan);
-    if (!rc) rc = add_simple(d, dev, normalized_options(d, o).reduce_dtype, &fastest, all, &n, cap);
-    plan_free(&fastest);
+    rc = add_simple(d, dev, normalized_options(d, o).reduce_dtype, &all[f].plan, all, &n, cap);
   }
   SearchOptions variant = normalized_options(d, o);
   variant.max_slices = 1;

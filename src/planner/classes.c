@@ -188,7 +188,8 @@ static int batch_figures(Search* s) {
   for (int l = 0; l < d->cfg.n_layer; l++) flags[l] = l < s->R;
   int B = s->B, T = s->o.seq;
   s->batch_bytes = cost_batch_bytes(d, s->dev, B, T, flags);
-  s->K = planner_accum(&s->o, s->dev, B) > 1 ? planner_accum(&s->o, s->dev, B) : 1;
+  int K = planner_accum(&s->o, s->dev, B); /* 0: B does not divide the global batch */
+  s->K = K > 0 ? K : 1;
   s->samples = (double)s->dev->ranks * B * s->K;
   s->compute_s = s->K * (cost_compute_s(d, s->dev, B, T) + cost_recompute_s(d, s->dev, B, T, flags)) +
                  device_step_collective_s(s->dev, COLL_ALLREDUCE, 16);

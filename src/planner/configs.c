@@ -219,7 +219,8 @@ int op_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, 
   static const int ks[] = {1, 2, 4, 8};
   SliceContext x = *base;
   x.uses = cost_op_uses(d, op, recompute);
-  x.accum = planner_accum(o, dev, B) > 1 ? planner_accum(o, dev, B) : 1;
+  int K = planner_accum(o, dev, B); /* 0: B does not divide the global batch */
+  x.accum = K > 0 ? K : 1;
   int shard[PLANNER_MAX_GROUPS], nshard = planner_shard_groups(dev, o, shard);
   for (int i = 0; i < 4; i++) {
     int k = ks[i];
