@@ -96,6 +96,16 @@ sed 's/"seq_len": 64,/"seq_len": 64, "overlap_reduce": "yes",/' tinyplan.json >o
 expect_error "plan with a shard group not dividing the world" "groupplan.json" "shard_group" "world_size=1" -- "${T[@]}" --plan groupplan.json
 expect_error "plan with an unknown reduce dtype" "dtypeplan.json" "reduce_dtype" "bf16" -- "${T[@]}" --plan dtypeplan.json
 expect_error "plan with a non-boolean overlap_reduce" "ovplan.json" "overlap_reduce" "true or false" -- "${T[@]}" --plan ovplan.json
+# What an op keeps whole across micro-steps: an unknown value, and a weight kept by an op with no
+# zero3 slice (in the file, and from --keep-whole for a plan with nothing to keep).
+sed 's/"slices": \["zero3"\]/"slices": ["zero3"], "keep_whole": "all"/' tinyplan.json >keepplan.json
+sed 's/"slices": \["zero3"\]/"slices": ["zero2"], "keep_whole": "weight"/' tinyplan.json >keepz2plan.json
+expect_error "plan with an unknown keep_whole" "keepplan.json" "keep_whole" "grad+weight" -- "${T[@]}" --plan keepplan.json
+expect_error "plan keeping a weight it does not gather" "embed" "keep_whole \"weight\"" "no zero3 slice" -- \
+  "${T[@]}" --plan keepz2plan.json
+expect_error "unknown --keep-whole" "--keep-whole" "'both'" "grad+weight" -- "${T[@]}" --plan zero3 --keep-whole both
+expect_error "--keep-whole for a plan with nothing to keep" "--keep-whole grad" "no zero2 or zero3 slice" -- \
+  "${T[@]}" --plan ddp --keep-whole grad
 sed 's/"ops": \[{"name": "embed", "slices": \["zero3"\]}\]/"ops": [{"name": "embed", "slices": ["zero3"]}, {"name": "embed", "slices": ["dp"]}]/' tinyplan.json >dupplan.json
 expect_error "plan naming an operator twice" "dupplan.json" "embed" "twice" -- "${T[@]}" --plan dupplan.json
 sed 's/]}$/], "layers": [{"layer": 1, "recompute": true}, {"layer": 1, "recompute": false}]}/' tinyplan.json >duplayers.json

@@ -94,5 +94,15 @@ if "$osdp" train --model tiny "${common[@]}" --batch 4 --tf32 off --device cpu -
 else
   fail=$((fail+1)); echo "FAIL tiny zero3 bf16 on 2 emulated ranks: $(grep -v '^emu' "$run.err" | tail -3)"
 fi
+# The same global batch in 2 micro-steps of 1, every zero3 weight kept gathered (bf16, in its own
+# buffer) and every gradient kept whole across them (reduce-scattered once a step).
+run=$work/emu-tiny-zero3-bf16-keep
+if "${mpirun[@]}" -np 2 "$emu" train --model tiny "${common[@]}" --plan zero3 --keep-whole grad+weight \
+     --precision bf16 --batch 1 --accum 2 --device cuda --mem-limit 256M --log "$run.jsonl" > "$run.sum" 2> "$run.err"; then
+  check "losses tiny zero3 bf16 kept whole" "$tool" losses "$work/tiny-cpu-b4.jsonl" "$run.jsonl" 1e-3
+  check "memory tiny zero3 bf16 kept whole" "$tool" memory "$run.sum"
+else
+  fail=$((fail+1)); echo "FAIL tiny zero3 bf16 kept whole on 2 emulated ranks: $(grep -v '^emu' "$run.err" | tail -3)"
+fi
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

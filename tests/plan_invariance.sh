@@ -96,16 +96,25 @@ done
 # 2 sequences, ref2 4, ref4 8), for every strategy, hybrid groups, prefetch, overlapped
 # reduce-scatters, recomputation and a random mixed plan; the Llama family too. Each spec:
 # ranks, reference, micro-batch, accumulation, plan, options.
+# What sharded slices keep whole across the micro-steps (--keep-whole: a gradient reduced once
+# per step, a zero3 weight gathered once) changes no loss either, with or without accumulating.
 acc_specs=("1 ref1 1 2 ddp" "1 ref4 2 4 zero3 --prefetch" "2 ref2 1 2 zero2"
            "2 ref4 1 4 zero3 --prefetch --overlap-reduce" "2 ref4 1 4 RANDOM"
            "4 ref4 1 2 zero2 --shard-group 2 --overlap-reduce"
-           "4 ref4 1 2 zero3 --shard-group 2 --prefetch --recompute all" "2 lref2 1 2 zero3 --prefetch")
+           "4 ref4 1 2 zero3 --shard-group 2 --prefetch --recompute all" "2 lref2 1 2 zero3 --prefetch"
+           "2 ref4 1 4 zero3 --keep-whole grad+weight --prefetch --overlap-reduce"
+           "2 ref4 1 4 zero2 --keep-whole grad" "1 ref4 2 4 zero3 --keep-whole weight --recompute all"
+           "4 ref4 1 2 zero3 --shard-group 2 --keep-whole grad --overlap-reduce --prefetch"
+           "2 ref2 2 1 zero3 --keep-whole grad+weight" "2 ref4 1 4 RANDOM2"
+           "2 lref2 1 2 zero3 --keep-whole grad+weight --recompute all")
 for spec in "${acc_specs[@]}"; do
   read -r N refn b K plan extra <<< "$spec"
   read -r -a extra <<< "${extra:-}"
   mc=("${common[@]}"); ext=bin
   [ "${refn:0:1}" = l ] && { mc=("${lcommon[@]}"); ext=safetensors; }
-  if [ "$plan" = RANDOM ]; then "$tool" random "$model" $N $b 20 77 "$work/arand$N.json"; plan=$work/arand$N.json; fi
+  if [ "${plan:0:6}" = RANDOM ]; then
+    "$tool" random "$model" $N $b 20 "77${plan:6}" "$work/a$plan.json"; plan=$work/a$plan.json
+  fi
   run=$work/acc-$(echo "$spec" | tr -dc 'a-z0-9')
   train_and_check "accumulation $spec" $N "$work/$refn" $ext "$run" -- "${mc[@]}" --plan "$plan" \
     "${extra[@]}" --batch $b --accum $K

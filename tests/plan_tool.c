@@ -3,7 +3,8 @@
 **   plan_tool random MODEL WORLD B T SEED OUT   writes a random mixed plan (random strategy
 **                                               and slice count per operator, random shard
 **                                               group per operator among WORLD's divisors,
-**                                               random prefetch, overlap_reduce, recompute)
+**                                               random prefetch, overlap_reduce, recompute,
+**                                               what each op keeps whole across micro-steps)
 **   plan_tool losses A.jsonl B.jsonl RELTOL     compares the per-step losses of two --log files
 **   plan_tool weights A.bin B.bin TOL           compares two checkpoints' parameters
 **   plan_tool memory SUMMARY.json               checks peak_bytes == predicted_peak_bytes and
@@ -52,6 +53,7 @@ static int tool_random(char** argv) {
     p.ops[i].k = d.ops[i].splittable ? ks[rng_below(&r, 5)] : 1;
     for (int s = 0; s < p.ops[i].k; s++) p.ops[i].strat[s] = (Strategy)rng_below(&r, STRAT_COUNT);
     p.ops[i].group = random_group(&r, p.world);
+    p.ops[i].keep = (int)rng_below(&r, KEEP_ALL + 1) & op_keep_allowed(&p.ops[i]);
   }
   p.prefetch = (int)rng_below(&r, 2);
   p.overlap_reduce = (int)rng_below(&r, 2);
@@ -164,7 +166,8 @@ static int plans_equal(const Plan* a, const Plan* b, const GptDesc* d, int n) {
       return 0;
     }
   for (int i = 0; i < a->nops; i++) {
-    int same = a->ops[i].k == b->ops[i].k && plan_op_group(a, i) == plan_op_group(b, i);
+    int same = a->ops[i].k == b->ops[i].k && plan_op_group(a, i) == plan_op_group(b, i) &&
+               a->ops[i].keep == b->ops[i].keep;
     for (int s = 0; same && s < a->ops[i].k; s++) same = a->ops[i].strat[s] == b->ops[i].strat[s];
     if (!same) {
       printf("roundtrip: plan %d: operator %s differs (k %d vs %d)\n", n, d->ops[i].name,
@@ -188,6 +191,7 @@ static int tool_roundtrip(char** argv) {
   int count = atoi(argv[1]), bad = 0;
   int seen_k[GPT_MAX_SLICES + 1] = {0}, seen_s[STRAT_COUNT] = {0}, seen_pf[2] = {0}, seen_rc[2] = {0};
   int seen_g[2] = {0}, seen_ov[2] = {0}, seen_rd[2] = {0}, seen_pr[2] = {0};
+  int seen_keep[KEEP_ALL + 1] = {0};
   Rng r;
   rng_seed(&r, (uint64_t)atoll(argv[2]));
   char path[4096];
@@ -209,6 +213,8 @@ static int tool_roundtrip(char** argv) {
       }
       p.ops[i].group = random_group(&r, world);
       seen_g[p.ops[i].group != 0]++;
+      p.ops[i].keep = (int)rng_below(&r, KEEP_ALL + 1) & op_keep_allowed(&p.ops[i]);
+      seen_keep[p.ops[i].keep]++;
     }
     p.prefetch = (int)rng_below(&r, 2);
     seen_pf[p.prefetch]++;
@@ -232,9 +238,10 @@ static int tool_roundtrip(char** argv) {
                 seen_ov[0] && seen_ov[1] && seen_rd[0] && seen_rd[1] && seen_pr[0] && seen_pr[1];
   for (int k = 1; k <= GPT_MAX_SLICES; k++) covered = covered && seen_k[k];
   for (int s = 0; s < STRAT_COUNT; s++) covered = covered && seen_s[s];
+  for (int k = 0; k <= KEEP_ALL; k++) covered = covered && seen_keep[k];
   remove(path);
   gpt_desc_free(&d);
-  if (!bad && !covered) printf("roundtrip: the random plans missed a strategy, slice count, prefetch or recompute\n");
+  if (!bad && !covered) printf("roundtrip: the random plans missed a strategy, slice count, prefetch, recompute or keep_whole\n");
   if (!bad && covered) printf("roundtrip: %d plans saved and loaded back unchanged\n", count);
   return bad || !covered ? 1 : 0;
 }

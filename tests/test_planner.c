@@ -590,9 +590,11 @@ static double ref_across(const DeviceInfo* dev, int G, double bytes) {
 ** (not from cost.c); rec: its op is recomputed (one more forward weight use); held: the fused LM
 ** head uses its weight and gradient in one use, in its forward (op 0, the tied embedding, is
 ** also used by its own forward and backward). On a device without overlap the across-group
-** all-reduce is fully exposed. */
+** all-reduce is fully exposed. keep: its op's KEEP_* bits: a kept full gradient (sharded) is
+** held for the whole step and reduce-scattered once, a kept weight (zero3) held and gathered
+** once. */
 static void ref_slice(const DeviceInfo* dev, int op, int rec, int held, size_t n, Strategy s, int G,
-                      size_t* mem, size_t* tr, double* t) {
+                      int keep, size_t* mem, size_t* tr, double* t) {
   int N = dev->ranks;
   if (G <= 0) G = N;
   size_t np = s == STRAT_DP ? n : pad_to(n, G), sh = s == STRAT_DP ? n : np / (size_t)G;
@@ -603,12 +605,20 @@ static void ref_slice(const DeviceInfo* dev, int op, int rec, int held, size_t n
   double ag = ref_group(dev, COLL_ALLGATHER, G, bytes), rs = ref_group(dev, COLL_REDUCE_SCATTER, G, frs * bytes);
   double across = ref_across(dev, G, f * bytes / G);
   if (N > 1 && s == STRAT_DP) comm = ref_exposure * bytes * ref_group(dev, COLL_ALLREDUCE, N, f * mib16) / mib16;
-  int K = ref_accum;
-  if (N > 1 && s == STRAT_ZERO2) comm = K * bg * rs + ag + across;
-  if (N > 1 && s == STRAT_ZERO3) comm = K * ((fw + bw) * ag + bg * rs) + across;
+  int K = ref_accum, kg = (keep & KEEP_GRAD) && s != STRAT_DP, kw = (keep & KEEP_WEIGHT) && s == STRAT_ZERO3;
+  double reduces = kg ? 1 : K * bg, gathers = kw ? 1 : K * (fw + bw);
+  if (N > 1 && s == STRAT_ZERO2) comm = reduces * rs + ag + across;
+  if (N > 1 && s == STRAT_ZERO3) comm = gathers * ag + reduces * rs + across;
   *t = comm + (double)sh * dev->optimizer_s_per_param;
-  *mem = s == STRAT_DP ? 16 * n : s == STRAT_ZERO2 ? 4 * np + 12 * sh : 16 * sh;
-  *tr = s == STRAT_DP ? 0 : s == STRAT_ZERO2 ? 4 * np : 8 * np;
+  *mem = (s == STRAT_DP ? 16 * n : s == STRAT_ZERO2 ? 4 * np + 12 * sh : 16 * sh) + 4 * np * (kg + kw);
+  *tr = s == STRAT_DP ? 0 : (kg ? 0 : 4 * np) + (s == STRAT_ZERO3 && !kw ? 4 * np : 0);
+}
+
+/* The KEEP_* bits that save communication for a slice of op (rec, held as ref_slice) at K
+** micro-steps: a gradient reduced more than once per step, a weight gathered more than once. */
+static int ref_keep_worth(int op, int rec, int held, int K) {
+  int fw = (op == 0 && held ? 2 : 1) + rec, bw = held ? 0 : 1, bg = op == 0 && held ? 2 : 1;
+  return (K * bg > 1 ? KEEP_GRAD : 0) | (K * (fw + bw) > 1 ? KEEP_WEIGHT : 0);
 }
 
 /* The cost of one op configuration from the reference formulas (rec: the op is recomputed). */
@@ -623,7 +633,7 @@ static void ref_op(const GptDesc* d, const DeviceInfo* dev, int op, int rec, con
     size_t m, r;
     double x;
     ref_slice(dev, op, rec, held, gpt_slice_params(&d->ops[op], o->k, s), o->strat[s], o->group,
-              &m, &r, &x);
+              o->keep, &m, &r, &x);
     *mem += m;
     *t += x;
     all += r;
@@ -706,8 +716,8 @@ static void check_plan_cost(const GptDesc* d, const DeviceInfo* dev, const Plan*
     for (int s = 0; s < p->ops[i].k; s++) { /* the replay: sharded slices as in the formulas */
       size_t n = gpt_slice_params(&d->ops[i], p->ops[i].k, s), m2, r2;
       double x2;
-      ref_slice(dev, i, rec, gpt_op_held(d, i), n, p->ops[i].strat[s], p->ops[i].group, &m2, &r2,
-                &x2);
+      ref_slice(dev, i, rec, gpt_op_held(d, i), n, p->ops[i].strat[s], p->ops[i].group,
+                p->ops[i].keep, &m2, &r2, &x2);
       if (p->ops[i].strat[s] == STRAT_DP) {
         ndp += n;
         x2 = (double)n * dev->optimizer_s_per_param; /* its all-reduce is the bucket's, below */
@@ -976,7 +986,8 @@ static void test_hybrid_cost(void) {
 /* ---- 3. Per-operator configurations ----------------------------------------------------------- */
 
 /* Every configuration of op: all slice counts allowed, all assignments of the allowed
-** strategies (rec: the op is recomputed). Returns the count; *out malloc'ed. */
+** strategies, and every combination of the KEEP_* bits its slices can use that o allows (rec: the
+** op is recomputed). Returns the count; *out malloc'ed. */
 static int all_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int op,
                        int rec, OpConfig** out) {
   Strategy al[STRAT_COUNT];
@@ -995,11 +1006,18 @@ static int all_configs(const GptDesc* d, const DeviceInfo* dev, const SearchOpti
         for (int s = 0; s < k; s++, x /= na) sharded |= (pl.strat[s] = al[x % na]) != STRAT_DP;
         if (!sharded && g > 0) break; /* an all-dp assignment has no group */
         pl.group = sharded && groups[g] != dev->ranks ? groups[g] : 0;
-        if (n == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
-        OpConfig* c = &v[n++];
-        memset(c, 0, sizeof *c);
-        c->plan = pl;
-        ref_op(d, dev, op, rec, &c->plan, &c->mem, &c->transient, &c->time_s);
+        int can = 0;
+        for (int s = 0; s < k; s++)
+          can |= (pl.strat[s] != STRAT_DP ? KEEP_GRAD : 0) | (pl.strat[s] == STRAT_ZERO3 ? KEEP_WEIGHT : 0);
+        for (int keep = 0; keep <= KEEP_ALL; keep++) {
+          if (keep & ~(can & ~o->keep_off)) continue;
+          if (n == cap) v = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+          OpConfig* c = &v[n++];
+          memset(c, 0, sizeof *c);
+          c->plan = pl;
+          c->plan.keep = keep;
+          ref_op(d, dev, op, rec, &c->plan, &c->mem, &c->transient, &c->time_s);
+        }
       }
   }
   *out = v;
@@ -1033,8 +1051,11 @@ static void check_op_configs_with(const GptDesc* d, const DeviceInfo* dev, const
         if (j != i) CHECK_MSG(!covers(&mine[j], &mine[i]) || !covers(&mine[i], &mine[j]) ? 1 : 0,
                               "op %d: configs %d and %d are equivalent", op, i, j);
     }
-    int lost = 0;
+    /* Keeping where it saves no communication only moves bytes from the transient to what is
+    ** held, which never lowers a peak: the search does not offer it. */
+    int lost = 0, useless = ~ref_keep_worth(op, rec, gpt_op_held(d, op), ref_accum) & KEEP_ALL;
     for (int a = 0; a < na; a++) {
+      if (all[a].plan.keep & useless) continue;
       int ok = 0;
       for (int i = 0; i < n && !ok; i++) ok = covers(&mine[i], &all[a]);
       lost += !ok;
@@ -1156,7 +1177,7 @@ static void brute_plan(const Brute* b, const GptDesc* d, int l, int T, Plan* p) 
 
 /* Complete plans the brute force evaluated, and optima that recompute or shard an op over
 ** fewer ranks than the world, over all instances. */
-static long brute_leaves, brute_recomputing, brute_hybrid;
+static long brute_leaves, brute_recomputing, brute_hybrid, brute_keeping;
 
 /* The first R of a model's layers flagged (up to BF_MAX_LAYERS). */
 static const int* first_flags(int R) {
@@ -1166,16 +1187,17 @@ static const int* first_flags(int R) {
 }
 
 /* The part of each configuration's time the reference formulas repeat every micro-step: the
-** difference of its time at 2 micro-steps and at 1 (configurations enumerate in one order). */
-static double* micro_parts(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, int op,
-                           int rec, const OpConfig* one, int n) {
-  OpConfig* two;
-  ref_accum = 2;
-  CHECK(all_configs(d, dev, o, op, rec, &two) == n);
-  ref_accum = 1;
+** difference of its time at 2 micro-steps and at 1. */
+static double* micro_parts(const GptDesc* d, const DeviceInfo* dev, int op, int rec,
+                           const OpConfig* one, int n) {
   double* m = malloc((size_t)n * sizeof *m);
-  for (int j = 0; j < n; j++) m[j] = two[j].time_s - one[j].time_s;
-  free(two);
+  ref_accum = 2;
+  for (int j = 0; j < n; j++) {
+    size_t mem, tr;
+    ref_op(d, dev, op, rec, &one[j].plan, &mem, &tr, &m[j]);
+    m[j] -= one[j].time_s;
+  }
+  ref_accum = 1;
   return m;
 }
 
@@ -1195,8 +1217,8 @@ static void brute_run(Brute* b, const GptDesc* d, const DeviceInfo* dev, const S
       b->op[n] = i;
       b->ncfg[n] = all_configs(d, dev, o, i, 0, &b->cfg[0][n]);
       all_configs(d, dev, o, i, rec, &b->cfg[1][n]);
-      b->micro[0][n] = micro_parts(d, dev, o, i, 0, b->cfg[0][n], b->ncfg[n]);
-      b->micro[1][n] = micro_parts(d, dev, o, i, rec, b->cfg[1][n], b->ncfg[n]);
+      b->micro[0][n] = micro_parts(d, dev, i, 0, b->cfg[0][n], b->ncfg[n]);
+      b->micro[1][n] = micro_parts(d, dev, i, rec, b->cfg[1][n], b->ncfg[n]);
       b->nops++;
     }
   for (b->R = 0; b->R <= b->maxr; b->R++) {
@@ -1329,6 +1351,9 @@ static void check_against_brute_on(const GptConfig* cfg, const SearchOptions* o,
       for (int k = 0; k < p.ops[i].k && p.ops[i].group > 0 && p.ops[i].group < N; k++)
         hybrid |= p.ops[i].strat[k] != STRAT_DP;
     brute_hybrid += hybrid;
+    int keeping = 0;
+    for (int i = 0; i < d->nops; i++) keeping |= p.ops[i].keep != 0;
+    brute_keeping += keeping;
     CHECK(planner_last_stats().peak == c.mem.peak); /* the search's own sum = the prediction */
     plan_free(&p);
   }
@@ -1362,6 +1387,7 @@ static void test_search_brute_force(void) {
   double t0 = now_seconds();
   for (int N = 1; N <= 4; N++) {
     planner_default_options(&o, 8);
+    o.keep_off = KEEP_ALL; /* keeping whole across micro-steps: the cases below */
     o.shard_group = N; /* over the world (test_search_groups_brute_force chooses groups) */
     o.max_batch = 6;
     o.max_slices = 2; /* 12 configurations per linear, 3 per LayerNorm */
@@ -1392,6 +1418,7 @@ static void test_search_brute_force(void) {
   static const int accum_cases[][2] = {{1, 6}, {2, 8}, {2, 12}, {3, 12}, {4, 8}};
   for (int c = 0; c < 5; c++) {
     planner_default_options(&o, 8);
+    o.keep_off = KEEP_ALL;
     int N = accum_cases[c][0];
     o.shard_group = N;
     o.max_batch = 6;
@@ -1399,9 +1426,26 @@ static void test_search_brute_force(void) {
     o.global_batch = accum_cases[c][1];
     check_against_brute(c % 2 ? &two : &one, &o, N);
   }
+  /* What sharded slices keep whole across the step, chosen per op (a gradient reduce-scattered
+  ** once, a zero3 weight gathered once, each held for the whole step): with a global batch of
+  ** up to 4 micro-steps, and without one (a kept weight saves the backward's and the
+  ** recomputed forward's gathers; the tied embedding's kept gradient one of its two reductions);
+  ** sharded only, so every op has something to keep. */
+  static const int keep_cases[][2] = {{2, 8}, {2, 0}, {3, 12}};
+  for (int c = 0; c < 3; c++) {
+    planner_default_options(&o, 8);
+    int N = keep_cases[c][0];
+    o.shard_group = N;
+    o.max_batch = 4;
+    o.max_slices = 1;
+    o.allow[STRAT_DP] = c == 1;
+    o.global_batch = keep_cases[c][1];
+    check_against_brute(&one, &o, N);
+  }
   printf("brute force comparisons: %ld plans x up to 9 limits x up to 6 micro-batches, %ld optima "
-         "recompute, %.2f s\n", brute_leaves, brute_recomputing, now_seconds() - t0);
-  CHECK(brute_recomputing > 0);
+         "recompute, %ld keep whole, %.2f s\n", brute_leaves, brute_recomputing, brute_keeping,
+         now_seconds() - t0);
+  CHECK(brute_recomputing > 0 && brute_keeping > 0);
 }
 
 /* Brute force with shard groups chosen per op: devices of 4 ranks on 2 hosts (slow links
@@ -1413,6 +1457,7 @@ static void test_search_groups_brute_force(void) {
   CHECK(gpt_desc_build(&d, &thin) == 0);
   SearchOptions o;
   planner_default_options(&o, 8);
+  o.keep_off = KEEP_ALL; /* test_search_brute_force has kept gradients and weights */
   o.max_batch = 4;
   o.max_slices = 1;
   double t0 = now_seconds();

@@ -178,12 +178,22 @@ static cJSON* cost_json(cJSON* parent, const char* name, int ok, const PlanCost*
 }
 
 /* The options a plan switches on, for the candidates table: "prefetch", "overlap_reduce",
-** "bf16", joined by commas; "no" when none. */
+** "bf16", and what ops keep whole across micro-steps ("keep grad x12,weight x4": how many ops
+** keep their gradients, their weights), joined by commas; "no" when none. */
 static void options_text(const Plan* p, char* buf, size_t n) {
   snprintf(buf, n, "%s%s%s%s%s", p->prefetch ? "prefetch" : "",
            p->prefetch && p->overlap_reduce ? "," : "", p->overlap_reduce ? "overlap_reduce" : "",
            (p->prefetch || p->overlap_reduce) && p->reduce_dtype == REDUCE_BF16 ? "," : "",
            p->reduce_dtype == REDUCE_BF16 ? "bf16" : "");
+  int grads = 0, weights = 0;
+  for (int i = 0; i < p->nops; i++) {
+    grads += (p->ops[i].keep & KEEP_GRAD) != 0;
+    weights += (p->ops[i].keep & KEEP_WEIGHT) != 0;
+  }
+  size_t off = strlen(buf);
+  if (grads || weights)
+    snprintf(buf + off, n - off, "%skeep %s%.0d%s%s%.0d", off ? "," : "", grads ? "grad x" : "",
+             grads, grads && weights ? ",weight x" : "", !grads && weights ? "weight x" : "", weights);
   if (!buf[0]) snprintf(buf, n, "no");
 }
 
@@ -299,24 +309,31 @@ static void layout_json(cJSON* root, const DeviceInfo* dev, const SearchOptions*
 
 /* The best uniform plans at their best fitting micro-batch, printed (when text) and added to
 ** uni: over the world ddp, zero2, zero3; on several hosts also zero2 and zero3 sharded within
-** each host ("zero2 G=8"; JSON "hybrid_zero2" with its shard_group). */
+** each host ("zero2 G=8"; JSON "hybrid_zero2" with its shard_group); with a global batch also
+** zero2 and zero3 keeping whole across micro-steps what the options allow ("zero3 keep"; JSON
+** "zero3_keep" with its keep_whole). */
 static void report_uniform(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* so,
                            int text, cJSON* uni) {
-  int H = device_ranks_per_host(dev);
+  int H = device_ranks_per_host(dev), keep_bits = KEEP_ALL & ~so->keep_off;
   static const char* names[] = {"ddp", "zero2", "zero3"};
   static const char* hybrid_names[] = {"", "hybrid_zero2", "hybrid_zero3"};
-  for (int u = 0; u < 2 * STRAT_COUNT; u++) {
-    int s = u % STRAT_COUNT, G = u < STRAT_COUNT ? dev->ranks : H;
-    if (u >= STRAT_COUNT && (s == STRAT_DP || H <= 1 || H >= dev->ranks)) continue;
+  static const char* keep_names[] = {"", "zero2_keep", "zero3_keep"};
+  for (int u = 0; u < 3 * STRAT_COUNT; u++) {
+    int s = u % STRAT_COUNT, G = u < STRAT_COUNT || u >= 2 * STRAT_COUNT ? dev->ranks : H;
+    int keep = u >= 2 * STRAT_COUNT ? keep_bits & (s == STRAT_ZERO3 ? KEEP_ALL : KEEP_GRAD) : 0;
+    if (u >= STRAT_COUNT && u < 2 * STRAT_COUNT && (s == STRAT_DP || H <= 1 || H >= dev->ranks)) continue;
+    if (u >= 2 * STRAT_COUNT && (s == STRAT_DP || !so->global_batch || !keep)) continue;
     Plan up;
     PlanCost uc;
-    int ok = planner_best_uniform_group(d, dev, so, (Strategy)s, G, &up, &uc) == 0;
+    int ok = planner_best_uniform_group(d, dev, so, (Strategy)s, G, keep, &up, &uc) == 0;
     int rec = ok ? plan_recompute_count(&up) : 0;
     char label[32];
     if (G < dev->ranks) snprintf(label, sizeof label, "%s G=%d", names[s], G);
-    else snprintf(label, sizeof label, "%s", names[s]);
+    else snprintf(label, sizeof label, "%s%s", names[s], keep ? " keep" : "");
     if (text) uniform_text(label, ok, &uc, rec);
-    cJSON* o = cost_json(uni, G < dev->ranks ? hybrid_names[s] : names[s], ok, &uc);
+    cJSON* o = cost_json(uni, keep ? keep_names[s] : G < dev->ranks ? hybrid_names[s] : names[s],
+                         ok, &uc);
+    if (o && keep) cJSON_AddStringToObject(o, "keep_whole", keep_name(keep));
     if (o) cJSON_AddBoolToObject(o, "prefetch", 0);
     if (o) cJSON_AddNumberToObject(o, "recompute_layers", rec);
     if (o) cJSON_AddNumberToObject(o, "shard_group", G);

@@ -52,10 +52,11 @@ static OpRow op_row(const GptDesc* d, const DeviceInfo* dev, const Plan* p, int 
   SliceContext x = *base;
   x.uses = cost_op_uses(d, i, p->recompute);
   x.group = o->group > 0 ? o->group : dev->ranks;
+  x.keep = o->keep;
   r.time_s = plan_accum(p) * cost_split_extra_s(d, dev, i, o->k, p->micro_batch, p->seq, p->recompute);
   for (int s = 0; s < o->k; s++) {
     size_t n = gpt_slice_params(&d->ops[i], o->k, s);
-    r.kept += cost_slice_persistent(n, o->strat[s], x.group, p->precision);
+    r.kept += cost_slice_persistent(n, o->strat[s], x.group, p->precision, o->keep);
     r.time_s += cost_slice_search_s(dev, &x, n, o->strat[s]);
     r.sharded |= o->strat[s] != STRAT_DP;
   }
@@ -74,7 +75,7 @@ static void print_row(FILE* f, const char* name, const char* slices, size_t kept
                       double time_s, const char* why) {
   char kb[32], tb[32], ts[32];
   time_text(time_s, ts);
-  fprintf(f, "%-19s %-21s %10s %10s %9s%s%s\n", name, slices, format_bytes((double)kept, kb),
+  fprintf(f, "%-19s %-24s %10s %10s %9s%s%s\n", name, slices, format_bytes((double)kept, kb),
           format_bytes((double)tr, tb), ts, why[0] ? "  " : "", why);
 }
 
@@ -89,6 +90,10 @@ static void print_op(FILE* f, const GptDesc* d, const DeviceInfo* dev, const Sea
   if (r.sharded && p->ops[i].group > 0 && p->ops[i].group < dev->ranks) {
     size_t off = strlen(sl);
     snprintf(sl + off, sizeof sl - off, " G=%d", p->ops[i].group);
+  }
+  if (p->ops[i].keep) { /* what it keeps whole across micro-steps */
+    size_t off = strlen(sl);
+    snprintf(sl + off, sizeof sl - off, " keep %s", keep_name(p->ops[i].keep));
   }
   if (r.sharded) planner_explain(d, dev, so, p, i, why, sizeof why);
   print_row(f, name, sl, r.kept, r.transient, r.time_s, why);
@@ -172,7 +177,7 @@ void plan_table_print(FILE* f, const GptDesc* d, const DeviceInfo* dev, const Se
                       const Plan* p) {
   SliceContext base = {.reduce = p->reduce_dtype, .accum = plan_accum(p)};
   cost_exposures(d, dev, p->micro_batch, p->seq, p->reduce_dtype, &base.dp_exposure, &base.across_exposure);
-  fprintf(f, "%-19s %-21s %10s %10s %9s  %s\n", "operator", "slices", "kept", "transient", "time",
+  fprintf(f, "%-19s %-24s %10s %10s %9s  %s\n", "operator", "slices", "kept", "transient", "time",
           "why");
   int first = gpt_layer_op(d, 0, 0), last = gpt_layer_op(d, d->cfg.n_layer - 1, d->ops_per_layer - 1);
   for (int i = 0; i < d->nops; i++) {
@@ -183,8 +188,12 @@ void plan_table_print(FILE* f, const GptDesc* d, const DeviceInfo* dev, const Se
   int faster = 0; /* whether some op's slices measured faster than the whole op */
   for (int i = 0; i < d->nops; i++)
     faster |= d->ops[i].n_params && op_row(d, dev, p, i, &base).time_s < 0;
+  int keeps = 0; /* whether some op keeps its sharded slices whole across the step */
+  for (int i = 0; i < d->nops; i++) keeps |= p->ops[i].keep != 0;
   fprintf(f, "(kept: bytes per rank between steps; time: communication + optimizer + slicing per "
-             "step, search model%s%s)\n", faster ? ", below 0 where the k slices measured faster than "
+             "step, search model%s%s%s)\n", faster ? ", below 0 where the k slices measured faster than "
              "the whole op" : "", plan_has_groups(dev, p) ? "; G=g: sharded within groups of g "
-             "ranks, replicated across them" : "");
+             "ranks, replicated across them" : "", keeps ? "; keep grad/weight: the full gradient "
+             "(reduced once a step) / the gathered weight (gathered once) held for the whole step, "
+             "in kept" : "");
 }

@@ -100,7 +100,20 @@ void setup_cap_batch(const Args* a, const GptDesc* d, const DeviceInfo* dev, Sea
   }
 }
 
+/* --keep: KEEP_* bits into *keep (unset: *keep unchanged); -1 with an error naming the value. */
+static int keep_option(const Args* a, int* keep) {
+  const char* k = args_get(a, "keep-whole", NULL);
+  if (!k) return 0;
+  if ((*keep = keep_parse(k)) < 0)
+    return osdp_fail("--keep-whole: '%s' must be none, grad, weight or grad+weight (what sharded slices "
+                     "keep whole across micro-steps)", k);
+  return 0;
+}
+
 int setup_search_options(const Args* a, const GptDesc* d, int ranks, SearchOptions* so) {
+  int keep = KEEP_ALL;
+  if (keep_option(a, &keep)) return -1;
+  so->keep_off = KEEP_ALL & ~keep;
   const char* rd = args_get(a, "reduce-dtype", "fp32");
   if (strcmp(rd, "auto") == 0) so->reduce_dtype = SEARCH_REDUCE_AUTO;
   else if (reduce_dtype_parse(rd) >= 0) so->reduce_dtype = reduce_dtype_parse(rd);
@@ -143,9 +156,18 @@ int setup_claim_files(const Args* a, const char* const* outputs) {
 int setup_plan_options(const Args* a, const GptDesc* d, Plan* p) {
   if (args_has(a, "prefetch")) p->prefetch = 1;
   if (args_has(a, "overlap-reduce")) p->overlap_reduce = 1;
-  int G;
+  int G, keep = -1;
   if (shard_group_option(a, p->world, &G)) return -1;
   if (G) plan_set_group(p, G);
+  if (keep_option(a, &keep)) return -1;
+  if (keep >= 0) plan_set_keep(p, keep);
+  int can = 0; /* what the plan's ops can keep at all */
+  for (int i = 0; keep > 0 && i < p->nops; i++) can |= op_keep_allowed(&p->ops[i]);
+  if (keep > 0 && (keep & ~can))
+    return osdp_fail("--keep-whole %s: this plan has no %s slice to keep %s for; use it with "
+                     "%s, or drop it", keep_name(keep), keep & ~can & KEEP_GRAD ? "zero2 or zero3" : "zero3",
+                     keep & ~can & KEEP_GRAD ? "a gradient" : "a weight",
+                     keep & ~can & KEEP_GRAD ? "--plan zero2 or zero3" : "--plan zero3");
   const char* rd = args_get(a, "reduce-dtype", NULL);
   if (rd) {
     int t = reduce_dtype_parse(rd);
@@ -375,6 +397,11 @@ const OptionSpec setup_plan_switches[] = {
     {"shard-group", "G", NULL, "sharded slices shard within groups of G ranks (G divides N; e.g. the\n"
                                "ranks per host) and replicate across the groups (hybrid sharding)"},
     {"overlap-reduce", NULL, NULL, "zero2/zero3 gradient reduce-scatters run while the next gradient computes"},
+    {"keep-whole", "K", "none, or a plan's", "what sharded slices keep whole across an optimizer step's\n"
+                                       "micro-steps: grad (each gradient reduce-scattered once per\n"
+                                       "step), weight (each zero3 weight gathered once per step),\n"
+                                       "grad+weight or none; with --plan auto and osdp plan: what the\n"
+                                       "planner may choose per op (default grad+weight)"},
     {"reduce-dtype", "T", "fp32", "fp32, or bf16: gradients travel as bf16, summed in fp32 (half the\n"
                                   "bytes; losses stay within 1e-4 of fp32's); with --plan auto and\n"
                                   "osdp plan also auto: the planner chooses"},

@@ -11,6 +11,36 @@
 #include "model/gpt_step.h"
 #include "model/step_walk.h"
 
+static const char* keep_names[KEEP_ALL + 1] = {"none", "grad", "weight", "grad+weight"};
+
+const char* keep_name(int keep) { return keep >= 0 && keep <= KEEP_ALL ? keep_names[keep] : "?"; }
+
+int keep_parse(const char* s) {
+  for (int i = 0; i <= KEEP_ALL; i++) if (strcmp(s, keep_names[i]) == 0) return i;
+  return -1;
+}
+
+int op_keep_allowed(const OpPlan* o) {
+  int keep = 0;
+  for (int s = 0; s < o->k; s++) {
+    if (o->strat[s] != STRAT_DP) keep |= KEEP_GRAD;
+    if (o->strat[s] == STRAT_ZERO3) keep |= KEEP_WEIGHT;
+  }
+  return keep;
+}
+
+void plan_set_keep(Plan* p, int keep) {
+  for (int i = 0; i < p->nops; i++) p->ops[i].keep = keep & op_keep_allowed(&p->ops[i]);
+}
+
+int plan_keeps_grad(const Plan* p, int op, int s) {
+  return (p->ops[op].keep & KEEP_GRAD) && p->ops[op].strat[s] != STRAT_DP;
+}
+
+int plan_keeps_weight(const Plan* p, int op, int s) {
+  return (p->ops[op].keep & KEEP_WEIGHT) && p->ops[op].strat[s] == STRAT_ZERO3;
+}
+
 static const char* strategy_names[STRAT_COUNT] = {"dp", "zero2", "zero3"};
 
 const char* strategy_name(Strategy s) { return (s >= 0 && s < STRAT_COUNT) ? strategy_names[s] : "?"; }
@@ -100,7 +130,7 @@ int plan_same_layer(const GptDesc* d, const Plan* p, int a, int b) {
   for (int j = 0; j < d->ops_per_layer; j++) {
     const OpPlan* x = &p->ops[gpt_layer_op(d, a, j)];
     const OpPlan* y = &p->ops[gpt_layer_op(d, b, j)];
-    if (x->k != y->k || x->group != y->group ||
+    if (x->k != y->k || x->group != y->group || x->keep != y->keep ||
         memcmp(x->strat, y->strat, (size_t)x->k * sizeof x->strat[0]) != 0)
       return 0;
   }
@@ -149,6 +179,11 @@ int plan_validate(const Plan* p, const GptDesc* d, int world) {
     if (o->group < 0 || o->group > p->world || (o->group && p->world % o->group))
       return osdp_fail("plan: operator %s has shard_group=%d; it must divide world_size=%d "
                        "(e.g. the ranks per host)", op->name, o->group, p->world);
+    if (o->keep < 0 || (o->keep & ~op_keep_allowed(o)))
+      return osdp_fail("plan: operator %s has keep_whole \"%s\" but no %s slice to keep it for; "
+                       "\"grad\" needs a zero2 or zero3 slice, \"weight\" a zero3 slice",
+                       op->name, keep_name(o->keep & KEEP_ALL),
+                       (o->keep & ~op_keep_allowed(o) & KEEP_WEIGHT) ? "zero3" : "sharded");
   }
   if (p->reduce_dtype != REDUCE_FP32 && p->reduce_dtype != REDUCE_BF16)
     return osdp_fail("plan: reduce_dtype must be fp32 or bf16");
@@ -230,6 +265,13 @@ static int plan_read_ops(Plan* p, const GptDesc* d, const cJSON* ops, const char
                        "world_size=%d (the ranks a slice is sharded over; absent: all of them)", path,
                        name->valuestring, p->world);
     p->ops[idx].group = g && (int)g->valuedouble != p->world ? (int)g->valuedouble : 0;
+    const cJSON* kp = cJSON_GetObjectItemCaseSensitive(o, "keep_whole");
+    int keep = !kp ? 0 : cJSON_IsString(kp) ? keep_parse(kp->valuestring) : -1;
+    if (keep < 0)
+      return osdp_fail("%s: operator \"%s\": \"keep_whole\" must be \"none\", \"grad\", \"weight\" or "
+                       "\"grad+weight\" (what its sharded slices keep whole across micro-steps)",
+                       path, name->valuestring);
+    p->ops[idx].keep = keep;
   }
   return 0;
 }
@@ -328,6 +370,7 @@ char* plan_to_json(const Plan* p, const GptDesc* d) {
     for (int s = 0; s < p->ops[i].k; s++)
       cJSON_AddItemToArray(sl, cJSON_CreateString(strategy_name(p->ops[i].strat[s])));
     if (p->ops[i].group) cJSON_AddNumberToObject(o, "shard_group", p->ops[i].group);
+    if (p->ops[i].keep) cJSON_AddStringToObject(o, "keep_whole", keep_name(p->ops[i].keep));
     cJSON_AddItemToArray(ops, o);
   }
   if (plan_recompute_count(p)) {
@@ -376,16 +419,23 @@ void slice_persistent_bytes(size_t n, Strategy s, int group, Precision prec, siz
   *optim = 2 * f * sh;
 }
 
-size_t slice_transient_forward(size_t n, Strategy s, int group, Precision prec) {
-  if (s != STRAT_ZERO3) return 0;
+void slice_kept_bytes(size_t n, Strategy s, int group, Precision prec, int keep, size_t* params,
+                      size_t* grads) {
+  size_t full = slice_padded(n, s, group, prec);
+  *params = (keep & KEEP_WEIGHT) && s == STRAT_ZERO3 ? precision_elems(prec).wt * full : 0;
+  *grads = (keep & KEEP_GRAD) && s != STRAT_DP ? sizeof(float) * full : 0;
+}
+
+size_t slice_transient_forward(size_t n, Strategy s, int group, Precision prec, int keep) {
+  if (s != STRAT_ZERO3 || (keep & KEEP_WEIGHT)) return 0;
   return precision_elems(prec).wt * slice_padded(n, s, group, prec);
 }
 
 size_t slice_transient_backward(size_t n, Strategy s, int group, Precision prec,
-                                int needs_weight) {
+                                int needs_weight, int keep) {
   if (s == STRAT_DP) return 0;
-  size_t gradient = sizeof(float) * slice_padded(n, s, group, prec);
-  return gradient + (needs_weight ? slice_transient_forward(n, s, group, prec) : 0);
+  size_t gradient = keep & KEEP_GRAD ? 0 : sizeof(float) * slice_padded(n, s, group, prec);
+  return gradient + (needs_weight ? slice_transient_forward(n, s, group, prec, keep) : 0);
 }
 
 /* Bytes of a slice's full (padded) transient buffers: its gathered weight (weight = 1; the
@@ -406,9 +456,11 @@ typedef struct MemReplay {
 } MemReplay;
 
 /* The walk's actions in bytes: a gathered weight (now or prefetched) and a full gradient are
-** live from their allocation until freed, a full gradient until its reduce-scatter has landed. */
+** live from their allocation until freed, a full gradient until its reduce-scatter has landed.
+** What a slice keeps across the step (arg WALK_KEPT) is in its own buffer: no bytes here. */
 static void mem_action(void* ctx, WalkAction a, const GptParamUse* u, int arg) {
   MemReplay* m = ctx;
+  if (arg & WALK_KEPT) return;
   switch (a) {
     case WALK_GATHER: case WALK_PREFETCH:
       m->cur += slice_full_bytes(m->d, m->p, u->owner, u->slice, 1);
@@ -471,9 +523,11 @@ static size_t plan_transient_peak(const GptDesc* d, const Plan* p) {
       size_t np = gpt_slice_params(op, p->ops[i].k, s);
       Strategy st = p->ops[i].strat[s];
       int G = plan_op_group(p, i);
-      size_t tb = slice_transient_backward(np, st, G, p->precision, 1);
-      size_t tf = slice_transient_forward(np, st, G, p->precision);
-      size_t gradient = st == STRAT_DP ? 0 : sizeof(float) * slice_padded(np, st, G, p->precision);
+      int keep = p->ops[i].keep;
+      size_t tb = slice_transient_backward(np, st, G, p->precision, 1, keep);
+      size_t tf = slice_transient_forward(np, st, G, p->precision, keep);
+      size_t gradient = st == STRAT_DP || (keep & KEEP_GRAD)
+                            ? 0 : sizeof(float) * slice_padded(np, st, G, p->precision);
       if (tb > use) use = tb;
       if (tf > z3) z3 = tf;
       if (gradient > rs) rs = gradient;
@@ -490,10 +544,13 @@ void plan_predict_memory(const GptDesc* d, const Plan* p, int threads, MemPredic
     const GptOp* op = &d->ops[i];
     if (!op->n_params) continue;
     for (int s = 0; s < p->ops[i].k; s++) {
-      size_t n = gpt_slice_params(op, p->ops[i].k, s), pa, gr, op_;
-      slice_persistent_bytes(n, p->ops[i].strat[s], plan_op_group(p, i), p->precision, &pa, &gr,
-                             &op_);
-      m->params += pa; m->grads += gr; m->optim += op_;
+      size_t n = gpt_slice_params(op, p->ops[i].k, s), pa, gr, op_, kw, kg;
+      Strategy st = p->ops[i].strat[s];
+      int G = plan_op_group(p, i);
+      slice_persistent_bytes(n, st, G, p->precision, &pa, &gr, &op_);
+      slice_kept_bytes(n, st, G, p->precision, p->ops[i].keep, &kw, &kg);
+      m->params += pa + kw; m->grads += gr + kg; m->optim += op_;
+      m->kept += kw + kg;
     }
   }
   m->transient = plan_transient_peak(d, p);

@@ -19,7 +19,8 @@
 **    "world_size": N, "micro_batch": B, "seq_len": T, "prefetch": false,
 **    "overlap_reduce": false, "reduce_dtype": "fp32", "head_rows": R (optional),
 **    "precision": "bf16" (optional; absent: fp32), "grad_accum": K (optional; absent: 1),
-**    "ops": [{"name": "embed", "slices": ["zero3", "zero3", "dp", "dp"], "shard_group": 2}, ...],
+**    "ops": [{"name": "embed", "slices": ["zero3", "zero3", "dp", "dp"], "shard_group": 2,
+**             "keep_whole": "grad+weight" (optional; absent: "none")}, ...],
 **    "layers": [{"layer": 0, "recompute": true}, ...]}
 ** listing every operator that owns parameters (ops not listed default to one dp slice) and the
 ** transformer layers that recompute their activations in backward (absent: not recomputed; see
@@ -40,7 +41,16 @@
 ** slice accumulates its full gradient where it is (its all-reduce runs once, in the last
 ** micro-step) and a sharded slice reduce-scatters every micro-step into its shard, adding (its
 ** across-group all-reduce once, in the last): no byte more than K = 1, K times the
-** reduce-scatters and zero3's gathers.
+** reduce-scatters and zero3's gathers. An op's "keep_whole" changes that for its sharded slices
+** (FSDP2's set_requires_gradient_sync and reshard_after_forward, chosen per op by the planner):
+**   "grad"    each sharded slice keeps its full gradient whole across the step: the micro-steps
+**             (and a tied weight's two uses) add into it, and it is reduce-scattered once, after
+**             its last use of the last micro-step (one reduction instead of K);
+**   "weight"  each zero3 slice keeps its weight gathered: gathered at its first use of the
+**             step, read by every later use and micro-step (one gather instead of every use's).
+** What is kept lives in a buffer of its own for as long as the engine does (counted with the
+** params or grads: the bytes are there at every peak, as a dp gradient's are), so no use
+** allocates it. A kept weight is gathered again in each optimizer step, and in each evaluation.
 */
 #ifndef OSDP_PLAN_H
 #define OSDP_PLAN_H
@@ -51,11 +61,18 @@
 
 typedef enum Strategy { STRAT_DP = 0, STRAT_ZERO2 = 1, STRAT_ZERO3 = 2, STRAT_COUNT } Strategy;
 
+/* What an op's sharded slices keep whole across an optimizer step's micro-steps (OpPlan.keep,
+** bits; see "keep_whole" above). */
+#define KEEP_GRAD 1    /* zero2/zero3: the full gradient, reduce-scattered once per step */
+#define KEEP_WEIGHT 2  /* zero3: the gathered weight, gathered once per step */
+#define KEEP_ALL (KEEP_GRAD | KEEP_WEIGHT)
+
 typedef struct OpPlan {
   int k;                              /* slice count, 1..GPT_MAX_SLICES */
   Strategy strat[GPT_MAX_SLICES];     /* per slice */
   int group;                          /* sharded slices shard over groups of this many ranks and
                                       ** replicate across groups (0: the whole world) */
+  int keep;                           /* KEEP_* bits (0: reduce and re-gather every use) */
 } OpPlan;
 
 /* The element type gradients travel in: fp32, or bf16 with fp32 accumulation (each rank
@@ -89,6 +106,19 @@ void plan_set_group(Plan* p, int G);
 /* "fp32", "bf16"; and the parse (-1 if unknown). */
 const char* reduce_dtype_name(ReduceDtype t);
 int reduce_dtype_parse(const char* s);
+
+/* "none", "grad", "weight", "grad+weight"; and the parse (-1 if unknown). */
+const char* keep_name(int keep);
+int keep_parse(const char* s);
+/* The KEEP_* bits an op with configuration o can use: KEEP_GRAD with a sharded slice,
+** KEEP_WEIGHT with a zero3 slice. */
+int op_keep_allowed(const OpPlan* o);
+/* Sets every op's keep to the bits of `keep` it can use (op_keep_allowed). */
+void plan_set_keep(Plan* p, int keep);
+/* Whether slice s of op i keeps its full gradient (a sharded slice of a KEEP_GRAD op) or its
+** gathered weight (a zero3 slice of a KEEP_WEIGHT op) across the step. */
+int plan_keeps_grad(const Plan* p, int op, int s);
+int plan_keeps_weight(const Plan* p, int op, int s);
 
 /* "dp", "zero2", "zero3". */
 const char* strategy_name(Strategy s);
@@ -135,6 +165,7 @@ size_t slice_shard(size_t n, Strategy s, int group, Precision prec);
 /* Exact memory of one rank, per arena category, predicted from the description alone. */
 typedef struct MemPrediction {
   size_t params, grads, optim, acts, scratch;
+  size_t kept;        /* of params and grads: what ops keep whole across the step (OpPlan.keep) */
   size_t recompute;   /* of acts: the buffer recomputed layers share (0 without recomputation) */
   size_t transient;   /* largest gather/full-gradient bytes live at once */
   size_t peak;        /* the sum of all the above: the arena's peak */
@@ -145,11 +176,17 @@ typedef struct MemPrediction {
 ** the params): of the n weights the step reads (dp, zero2), or of the shard (zero3). */
 void slice_persistent_bytes(size_t n, Strategy s, int group, Precision prec, size_t* params,
                             size_t* grads, size_t* optim);
+/* Bytes a slice keeps whole across the step under the KEEP_* bits `keep` (OpPlan.keep): its
+** gathered weight (zero3, compute-copy elements) into *params and its full gradient (sharded,
+** fp32) into *grads. */
+void slice_kept_bytes(size_t n, Strategy s, int group, Precision prec, int keep, size_t* params,
+                      size_t* grads);
 /* Transient bytes live while a slice is used in forward (a zero3 gathered weight, of compute-copy
-** elements) and in backward (a sharded full gradient, fp32, and the gathered weight). */
-size_t slice_transient_forward(size_t n, Strategy s, int group, Precision prec);
+** elements) and in backward (a sharded full gradient, fp32, and the gathered weight), less what
+** the slice keeps across the step under the KEEP_* bits `keep` (slice_kept_bytes). */
+size_t slice_transient_forward(size_t n, Strategy s, int group, Precision prec, int keep);
 size_t slice_transient_backward(size_t n, Strategy s, int group, Precision prec,
-                                int needs_weight);
+                                int needs_weight, int keep);
 /* The transient bytes over one training step: walks the step's parameter uses
 ** (gpt_param_schedule order: forward, then backward) with the runtime's own step walk
 ** (step_walk.h: zero3 gathers a weight before its use and frees it after; a sharded slice holds a

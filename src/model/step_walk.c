@@ -12,6 +12,7 @@ typedef struct WalkSlice {
   int grad_done;   /* of which done this step */
   int landed;      /* sharded: of which the reduce-scatter has landed in the shard */
   int bucket;      /* dp: its bucket (plan_dp_buckets); else -1 */
+  int gathered;    /* a kept weight (plan_keeps_weight): gathered in this optimizer step */
 } WalkSlice;
 
 /* A use begun and not yet ended: which parts of it are open. */
@@ -45,6 +46,8 @@ struct StepWalk {
   int first_micro;     /* this pass is the first micro-step of the optimizer step: gradients
                        ** start fresh (walk_set_micro) */
   int last_micro;      /* and the last: dp buckets and across-group shards are all-reduced */
+  int in_step;         /* between walk_set_micro and the last micro-step's walk_backward_end:
+                       ** kept weights stay gathered across passes */
 };
 
 /* The counts of use u's slice. */
@@ -55,6 +58,14 @@ static WalkSlice* slice_of(const StepWalk* w, const GptParamUse* u) {
 /* The strategy of use u's slice. */
 static Strategy strategy_of(const StepWalk* w, const GptParamUse* u) {
   return w->p->ops[u->owner].strat[u->slice];
+}
+
+/* Whether use u's slice keeps its gathered weight / its full gradient across the step. */
+static int keeps_weight(const StepWalk* w, const GptParamUse* u) {
+  return plan_keeps_weight(w->p, u->owner, u->slice);
+}
+static int keeps_grad(const StepWalk* w, const GptParamUse* u) {
+  return plan_keeps_grad(w->p, u->owner, u->slice);
 }
 
 /* Tells the user to do action a for use i (-1: none). */
@@ -68,7 +79,8 @@ static void walk_derive(StepWalk* w, const GptDesc* d, const int* bucket_map) {
   int next = -1;
   for (int i = w->n - 1; i >= 0; i--) {
     w->next_zero3[i] = next;
-    if (w->u[i].weight && strategy_of(w, &w->u[i]) == STRAT_ZERO3) next = i;
+    if (w->u[i].weight && strategy_of(w, &w->u[i]) == STRAT_ZERO3 && !keeps_weight(w, &w->u[i]))
+      next = i; /* a kept weight is gathered once, never prefetched */
   }
   for (int key = 0; key < w->nkeys; key++) w->slices[key] = (WalkSlice){.bucket = bucket_map[key]};
   for (int i = 0; i < w->n; i++)
@@ -139,7 +151,10 @@ void walk_reset(StepWalk* w) {
     act(w, WALK_TAKE_PREFETCH, w->prefetched, 0);
     act(w, WALK_FREE_WEIGHT, w->prefetched, 0);
   }
-  for (int key = 0; key < w->nkeys; key++) w->slices[key].grad_done = w->slices[key].landed = 0;
+  for (int key = 0; key < w->nkeys; key++) {
+    w->slices[key].grad_done = w->slices[key].landed = 0;
+    if (!w->in_step) w->slices[key].gathered = 0;
+  }
   for (int b = 0; b < w->nbuckets; b++) w->members_left[b] = w->members[b];
   w->next = 0;
   w->nopen = 0;
@@ -150,6 +165,7 @@ void walk_reset(StepWalk* w) {
 void walk_set_micro(StepWalk* w, int k) {
   w->first_micro = k == 0;
   w->last_micro = k == plan_accum(w->p) - 1;
+  w->in_step = 1;
 }
 
 /* ---- One use ------------------------------------------------------------------------------ */
@@ -158,6 +174,12 @@ void walk_set_micro(StepWalk* w, int k) {
 ** prefetch the next zero3 weight starts gathering, so it is in flight while this one computes. */
 static void weight_begin(StepWalk* w, int i) {
   if (strategy_of(w, &w->u[i]) != STRAT_ZERO3) return;
+  if (keeps_weight(w, &w->u[i])) { /* gathered once per step, into its own buffer */
+    WalkSlice* s = slice_of(w, &w->u[i]);
+    if (!s->gathered) act(w, WALK_GATHER, i, WALK_KEPT);
+    s->gathered = 1;
+    return;
+  }
   act(w, w->prefetched == i ? WALK_TAKE_PREFETCH : WALK_GATHER, i, 0);
   w->prefetched = -1;
   if (w->p->prefetch && w->next_zero3[i] >= 0) {
@@ -166,15 +188,18 @@ static void weight_begin(StepWalk* w, int i) {
   }
 }
 
-/* Use i's weight is done with: a gathered one is freed. */
+/* Use i's weight is done with: a gathered one is freed (a kept one stays). */
 static void weight_end(StepWalk* w, int i) {
-  if (strategy_of(w, &w->u[i]) == STRAT_ZERO3) act(w, WALK_FREE_WEIGHT, i, 0);
+  if (strategy_of(w, &w->u[i]) == STRAT_ZERO3 && !keeps_weight(w, &w->u[i]))
+    act(w, WALK_FREE_WEIGHT, i, 0);
 }
 
-/* Use i's gradient is needed: a sharded slice gets a full gradient. Returns 1 when this is the
-** slice's first gradient use of the optimizer step (of its first micro-step). */
+/* Use i's gradient is needed: a sharded slice gets a full gradient (a kept one has its own).
+** Returns 1 when this is the slice's first gradient use of the optimizer step (of its first
+** micro-step). */
 static int grad_begin(StepWalk* w, int i) {
-  if (strategy_of(w, &w->u[i]) != STRAT_DP) act(w, WALK_ALLOC_GRAD, i, 0);
+  if (strategy_of(w, &w->u[i]) != STRAT_DP && !keeps_grad(w, &w->u[i]))
+    act(w, WALK_ALLOC_GRAD, i, 0);
   return w->first_micro && slice_of(w, &w->u[i])->grad_done == 0;
 }
 
@@ -183,7 +208,8 @@ static int grad_begin(StepWalk* w, int i) {
 ** one is still adding into the shard) a hybrid slice starts its all-reduce across the groups. */
 static void landed(StepWalk* w, int i) {
   WalkSlice* s = slice_of(w, &w->u[i]);
-  if (++s->landed == s->grad_uses && w->last_micro &&
+  s->landed = keeps_grad(w, &w->u[i]) ? s->grad_uses : s->landed + 1; /* a kept one: all at once */
+  if (s->landed == s->grad_uses && w->last_micro &&
       w->p->world / plan_op_group(w->p, w->u[i].owner) > 1)
     act(w, WALK_ACROSS_START, i, 0);
 }
@@ -193,7 +219,7 @@ static void finish_reducing(StepWalk* w) {
   int i = w->reducing;
   if (i < 0) return;
   w->reducing = -1;
-  act(w, WALK_REDUCE_WAIT, i, 0);
+  act(w, WALK_REDUCE_WAIT, i, keeps_grad(w, &w->u[i]) ? WALK_KEPT : 0);
   landed(w, i);
 }
 
@@ -201,24 +227,34 @@ static void finish_reducing(StepWalk* w) {
 ** use of the optimizer step overwrites the shard, later ones and later micro-steps add): now, or
 ** with overlap_reduce started now, after the one in flight lands, so one is in flight while the
 ** next gradient computes (a group of one sends nothing: done at once). A dp slice's last use of
-** the last micro-step may complete its bucket (earlier micro-steps add into the gradient). */
+** the last micro-step may complete its bucket (earlier micro-steps add into the gradient). A
+** kept gradient adds up in its buffer until its last use of the last micro-step, and is then
+** reduce-scattered once, overwriting the shard. */
 static void grad_end(StepWalk* w, int i) {
   const GptParamUse* u = &w->u[i];
   WalkSlice* s = slice_of(w, u);
-  int accumulate = s->grad_done++ > 0 || !w->first_micro;
+  int arg = s->grad_done++ > 0 || !w->first_micro; /* add to the shard */
   if (strategy_of(w, u) == STRAT_DP) {
     if (s->grad_done == s->grad_uses && s->bucket >= 0 && --w->members_left[s->bucket] == 0 &&
         w->last_micro)
       act(w, WALK_BUCKET_START, i, s->bucket);
     return;
   }
+  if (keeps_grad(w, u)) {
+    if (s->grad_done < s->grad_uses || !w->last_micro) { /* it adds up where it is */
+      if (w->p->overlap_reduce) finish_reducing(w); /* where the last use lands the one in
+                                                    ** flight: the bytes of every pass alike */
+      return;
+    }
+    arg = WALK_KEPT;
+  }
   if (!w->p->overlap_reduce) {
-    act(w, WALK_REDUCE, i, accumulate);
+    act(w, WALK_REDUCE, i, arg);
     landed(w, i);
     return;
   }
   finish_reducing(w);
-  act(w, WALK_REDUCE_START, i, accumulate);
+  act(w, WALK_REDUCE_START, i, arg);
   w->reducing = i;
   if (plan_op_group(w->p, u->owner) <= 1) finish_reducing(w);
 }
@@ -309,6 +345,7 @@ int walk_grad_end(StepWalk* w, int owner, int slice) { return end_part(w, owner,
 void walk_backward_end(StepWalk* w) {
   finish_reducing(w);
   act(w, WALK_WAIT_ALL, -1, 0);
+  if (w->last_micro) w->in_step = 0; /* the step is over: the optimizer changes the weights */
 }
 
 /* ---- The replays' side --------------------------------------------------------------------- */

@@ -21,6 +21,12 @@
 ** The replays drive the walk themselves, run by run: walk_run_begin (one use, or a run of held
 ** uses), then what it computes, then walk_run_end.
 **
+** What an op keeps across the step (OpPlan.keep) changes the actions of its sharded slices: a kept
+** weight is gathered (into its own buffer, arg WALK_KEPT) at its first use of the step and never
+** freed or prefetched; a kept gradient is allocated by nobody (its buffer is the slice's own), adds
+** up over the step's uses and micro-steps, and is reduce-scattered once (arg WALK_KEPT), after its
+** last use of the last micro-step.
+**
 ** Within one use the order is: the weight (gathered or taken), the next prefetch, the full
 ** gradient; then the use computes; then the weight is freed and the gradient reduced. A run of
 ** held uses (the fused LM head's slices) begins each in turn, computes, and ends each in turn.
@@ -36,20 +42,27 @@
 
 /* What the walk asks its user to do, for a use u of the schedule (NULL where none is named). */
 typedef enum WalkAction {
-  WALK_GATHER,         /* u's zero3 weight: allocate its full buffer and all-gather into it now */
+  WALK_GATHER,         /* u's zero3 weight: allocate its full buffer and all-gather into it now
+                       ** (arg WALK_KEPT: into the slice's kept buffer) */
   WALK_PREFETCH,       /* u's zero3 weight, ahead of its use: allocate the buffer, start gathering */
   WALK_TAKE_PREFETCH,  /* u's zero3 weight is the one prefetched: wait for that gather */
   WALK_FREE_WEIGHT,    /* u's gathered weight is done with: free it */
   WALK_ALLOC_GRAD,     /* u is a sharded slice's gradient use: allocate the full gradient */
   WALK_REDUCE,         /* reduce-scatter u's full gradient into the shard now, then free it;
-                       ** arg 1: add to the shard (not the slice's first gradient use) */
+                       ** arg bit 1: add to the shard (not the slice's first gradient use);
+                       ** WALK_KEPT: the slice's kept gradient (not freed) */
   WALK_REDUCE_START,   /* the same without blocking (overlap_reduce): start it, keep the buffer */
-  WALK_REDUCE_WAIT,    /* wait for u's reduce-scatter in flight: it has landed, free the buffer */
+  WALK_REDUCE_WAIT,    /* wait for u's reduce-scatter in flight: it has landed, free the buffer
+                       ** (WALK_KEPT: a kept one, not freed) */
   WALK_ACROSS_START,   /* u's slice has its whole gradient in the shard: start the shard's
                        ** all-reduce across the groups of a hybrid plan */
   WALK_BUCKET_START,   /* dp bucket `arg` has every member final: start its all-reduce */
   WALK_WAIT_ALL,       /* end of backward: wait for every collective started */
 } WalkAction;
+
+/* An action's arg bit: the buffer is one a slice keeps across the step (OpPlan.keep), not a
+** transient one: nothing is allocated for it or freed after it. */
+#define WALK_KEPT 2
 
 /* The user's side of a walk: does action a (for use u, with arg where the action says). */
 typedef void (*WalkFn)(void* ctx, WalkAction a, const GptParamUse* u, int arg);
@@ -63,13 +76,16 @@ StepWalk* walk_create(const GptDesc* d, const Plan* p, size_t bucket_bytes, Walk
 /* Frees a walker (NULL: nothing). */
 void walk_destroy(StepWalk* w);
 /* Starts a new pass: back to the first use, every per-pass count re-armed; a prefetch left from
-** a forward-only pass (evaluation) is taken and freed. */
+** a forward-only pass (evaluation) is taken and freed. Outside an optimizer step's micro-steps
+** (before its first, or an evaluation) kept weights are marked stale: gathered again at their
+** next use, since the weights may have changed. */
 void walk_reset(StepWalk* w);
 /* The passes from now on are micro-step k (0 .. plan_accum - 1) of an optimizer step (a new
 ** walker: one pass that is the whole step): the first micro-step's gradient uses start fresh
 ** (walk_grad_begin's 1, WALK_REDUCE's overwrite), later ones add; only the last one starts dp
-** buckets' all-reduces and hybrid shards' across-group all-reduces. Bytes are the same in every
-** micro-step. */
+** buckets' all-reduces and hybrid shards' across-group all-reduces, and kept gradients'
+** reduce-scatters. Bytes are the same in every micro-step. walk_backward_end of the last ends
+** the step. */
 void walk_set_micro(StepWalk* w, int k);
 
 /* The engine's side, one call per parameter hook. The step makes use u of the schedule: its

@@ -87,6 +87,7 @@ static void add_candidate(Candidate* l, int* n, int cap, Candidate* c) {
       if (c->uniform >= 0 && l[i].uniform < 0) {
         l[i].uniform = c->uniform;
         l[i].uniform_group = c->uniform_group;
+        l[i].uniform_keep = c->uniform_keep;
         memcpy(l[i].origin, c->origin, sizeof l[i].origin);
       }
       plan_free(&c->plan);
@@ -138,16 +139,19 @@ static int add_searched(const GptDesc* d, const DeviceInfo* dev, const SearchOpt
   return rc;
 }
 
-/* Adds the best uniform plan of strategy s with shard group G (N: over the world) as a
-** candidate, if it fits at any micro-batch. */
+/* Adds the best uniform plan of strategy s with shard group G (N: over the world) keeping the
+** KEEP_* bits `keep` as a candidate, if it fits at any micro-batch. */
 static int add_uniform(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o, Strategy s,
-                       int G, Candidate* all, int* n, int cap) {
+                       int G, int keep, Candidate* all, int* n, int cap) {
   static const char* names[] = {"ddp", "zero2", "zero3"};
-  Candidate c = {.uniform = s, .uniform_group = G == dev->ranks ? 0 : G};
-  if (planner_best_uniform_group(d, dev, o, s, G, &c.plan, &c.cost) != 0) { osdp_clear_error(); return 0; }
+  Candidate c = {.uniform = s, .uniform_group = G == dev->ranks ? 0 : G, .uniform_keep = keep};
+  if (planner_best_uniform_group(d, dev, o, s, G, keep, &c.plan, &c.cost) != 0) {
+    osdp_clear_error();
+    return 0;
+  }
   char what[24];
   if (c.uniform_group) snprintf(what, sizeof what, "%s G=%d", names[s], G);
-  else snprintf(what, sizeof what, "%s", names[s]);
+  else snprintf(what, sizeof what, "%s%s", names[s], keep ? " keep" : "");
   name_candidate(&c, what);
   int rc = decide_options(d, dev, normalized_options(d, o).reduce_dtype, &c);
   add_candidate(all, n, cap, &c);
@@ -155,8 +159,8 @@ static int add_uniform(const GptDesc* d, const DeviceInfo* dev, const SearchOpti
 }
 
 /* How many plans besides the search's micro-batches: unsplit, without recomputation, one layer
-** plan, 3 uniform over the world and 2 hybrid uniform. */
-#define CANDIDATE_OTHERS 8
+** plan, 3 uniform over the world, 2 hybrid uniform and 2 uniform keeping whole. */
+#define CANDIDATE_OTHERS 10
 
 /* Most layer plans of the fastest search plan add_simple tries on every layer. */
 #define SIMPLE_TRIES 4
@@ -252,9 +256,13 @@ int planner_candidates(const GptDesc* d, const DeviceInfo* dev, const SearchOpti
   SearchOptions so = normalized_options(d, o);
   int H = device_ranks_per_host(dev);
   for (int s = 0; !rc && s < STRAT_COUNT; s++)
-    if (so.allow[s]) rc = add_uniform(d, dev, o, (Strategy)s, dev->ranks, all, &n, cap);
+    if (so.allow[s]) rc = add_uniform(d, dev, o, (Strategy)s, dev->ranks, 0, all, &n, cap);
   for (int s = STRAT_ZERO2; !rc && H < dev->ranks && H > 1 && s < STRAT_COUNT; s++)
-    if (so.allow[s]) rc = add_uniform(d, dev, o, (Strategy)s, H, all, &n, cap);
+    if (so.allow[s]) rc = add_uniform(d, dev, o, (Strategy)s, H, 0, all, &n, cap);
+  int keep = KEEP_ALL & ~so.keep_off; /* accumulating whole, where there is accumulation */
+  for (int s = STRAT_ZERO2; !rc && so.global_batch && keep && s < STRAT_COUNT; s++)
+    if (so.allow[s] && (s == STRAT_ZERO3 || (keep & KEEP_GRAD)))
+      rc = add_uniform(d, dev, o, (Strategy)s, dev->ranks, keep, all, &n, cap);
   /* Keep every uniform plan that fits (the baselines a trial must beat) and the best one
   ** without recomputation, and fill the rest with the fastest of the others. */
   if (!rc) qsort(all, (size_t)n, sizeof *all, cmp_candidate);
@@ -312,11 +320,11 @@ static int fewest_recompute(const GptDesc* d, const DeviceInfo* dev, Plan* p, in
 
 int planner_best_uniform(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
                          Strategy s, Plan* out, PlanCost* cost) {
-  return planner_best_uniform_group(d, dev, o, s, dev->ranks, out, cost);
+  return planner_best_uniform_group(d, dev, o, s, dev->ranks, 0, out, cost);
 }
 
 int planner_best_uniform_group(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
-                               Strategy s, int G, Plan* out, PlanCost* cost) {
+                               Strategy s, int G, int keep, Plan* out, PlanCost* cost) {
   SearchOptions so = normalized_options(d, o);
   Plan p;
   PlanCost c, best = {0};
@@ -325,6 +333,7 @@ int planner_best_uniform_group(const GptDesc* d, const DeviceInfo* dev, const Se
     return osdp_fail("planner: shard group %d must divide the %d ranks", G, dev->ranks);
   if (plan_uniform(&p, d, s, dev->ranks, 1, so.seq)) return -1;
   plan_set_group(&p, G);
+  plan_set_keep(&p, keep);
   p.reduce_dtype = so.reduce_dtype == REDUCE_BF16 ? REDUCE_BF16 : REDUCE_FP32;
   p.precision = dev->precision;
   for (int B = so.min_batch; B <= so.max_batch; B++) {

@@ -72,6 +72,7 @@ SearchOptions normalized_options(const GptDesc* d, const SearchOptions* in) {
   if (o.min_batch > o.max_batch) o.min_batch = o.max_batch;
   if (o.max_slices <= 0) o.max_slices = GPT_MAX_SLICES;
   if (o.shard_group < 0) o.shard_group = 0;
+  o.keep_off &= KEEP_ALL;
   if (o.reduce_dtype != REDUCE_BF16 && o.reduce_dtype != SEARCH_REDUCE_AUTO) o.reduce_dtype = REDUCE_FP32;
   int any = 0;
   for (int s = 0; s < STRAT_COUNT; s++) any |= o.allow[s];
@@ -139,23 +140,49 @@ static int slice_groups(const GptOp* op, int k, SliceGroup* g) {
   return ng;
 }
 
-/* Costs the assignment in e->strat with shard group G (the world: group 0 in the plan) and
-** appends it. */
-static int enum_evaluate_group(Enumerator* e, int G) {
+/* Costs the assignment in e->strat with shard group G (the world: group 0 in the plan) and what
+** it keeps across the step (KEEP_* bits), and appends it. */
+static int enum_evaluate_keep(Enumerator* e, int G, int keep) {
   OpConfig c;
   memset(&c, 0, sizeof c);
   c.plan.k = e->k;
   c.plan.group = G == e->dev->ranks ? 0 : G;
+  c.plan.keep = keep;
   c.time_s = e->split_s;
   SliceContext x = e->x;
   x.group = G;
+  x.keep = keep;
   for (int s = 0; s < e->k; s++) {
     c.plan.strat[s] = e->strat[s];
-    c.mem += cost_slice_persistent(e->n[s], e->strat[s], G, e->dev->precision);
+    c.mem += cost_slice_persistent(e->n[s], e->strat[s], G, e->dev->precision, keep);
     c.time_s += cost_slice_search_s(e->dev, &x, e->n[s], e->strat[s]);
   }
   c.transient = cost_op_transient(e->d, e->op, &c.plan, G, e->dev->precision, x.uses);
   return config_push(e->out, &c);
+}
+
+/* The KEEP_* bits worth offering for an op with these uses at K micro-steps whose slices allow
+** `allowed` (op_keep_allowed): a gradient reduced more than once per step, a weight gathered
+** more than once. Keeping only moves bytes from the transient to what is held, which never
+** lowers the peak (the sum of what is held plus the largest transient), so where it saves no
+** communication it is never better and is not offered. */
+static int keep_worth(const SliceContext* x, int allowed) {
+  int K = x->accum > 1 ? x->accum : 1, keep = 0;
+  if ((allowed & KEEP_GRAD) && K * x->uses.bwd_grad > 1) keep |= KEEP_GRAD;
+  if ((allowed & KEEP_WEIGHT) && K * (x->uses.fwd_weight + x->uses.bwd_weight) > 1)
+    keep |= KEEP_WEIGHT;
+  return keep;
+}
+
+/* Costs the assignment in e->strat with shard group G, keeping nothing and each combination of
+** the KEEP_* bits worth offering (keep_worth) that the options allow. */
+static int enum_evaluate_group(Enumerator* e, int G) {
+  OpPlan o = {.k = e->k};
+  memcpy(o.strat, e->strat, sizeof o.strat);
+  int worth = keep_worth(&e->x, op_keep_allowed(&o)) & ~e->o->keep_off;
+  for (int keep = 0; keep <= KEEP_ALL; keep++)
+    if ((keep & ~worth) == 0 && enum_evaluate_keep(e, G, keep)) return -1;
+  return 0;
 }
 
 /* Costs the assignment in e->strat: once (over the world) when every slice is dp, else once

@@ -100,9 +100,10 @@ double cost_slice_search_s(const DeviceInfo* dev, const SliceContext* x, size_t 
   double rs = device_shape_step_s(dev, in, COLL_REDUCE_SCATTER, frs * bytes);
   double across = device_shape_step_s(dev, device_across_shape(dev, G), COLL_ALLREDUCE, far * bytes / G);
   double K = x->accum > 1 ? x->accum : 1; /* per micro-step: the gathers, the reduce-scatters */
-  t += K * x->uses.bwd_grad * rs + x->across_exposure * across;
+  /* kept whole across the step: one reduce-scatter, one gather */
+  t += (x->keep & KEEP_GRAD ? 1 : K * x->uses.bwd_grad) * rs + x->across_exposure * across;
   if (s == STRAT_ZERO2) return t + ag;
-  return t + K * (x->uses.fwd_weight + x->uses.bwd_weight) * ag;
+  return t + (x->keep & KEEP_WEIGHT ? 1 : K * (x->uses.fwd_weight + x->uses.bwd_weight)) * ag;
 }
 
 double cost_slice_optim_s(const DeviceInfo* dev, size_t n, Strategy s, int group) {
@@ -110,10 +111,11 @@ double cost_slice_optim_s(const DeviceInfo* dev, size_t n, Strategy s, int group
          dev->optimizer_s_per_param;
 }
 
-size_t cost_slice_persistent(size_t n, Strategy s, int group, Precision prec) {
-  size_t pa, gr, op;
+size_t cost_slice_persistent(size_t n, Strategy s, int group, Precision prec, int keep) {
+  size_t pa, gr, op, kw, kg;
   slice_persistent_bytes(n, s, group, prec, &pa, &gr, &op);
-  return pa + gr + op;
+  slice_kept_bytes(n, s, group, prec, keep, &kw, &kg);
+  return pa + gr + op + kw + kg;
 }
 
 size_t cost_op_transient(const GptDesc* d, int op, const OpPlan* o, int group, Precision prec,
@@ -121,11 +123,11 @@ size_t cost_op_transient(const GptDesc* d, int op, const OpPlan* o, int group, P
   size_t most = 0, held = 0;
   for (int s = 0; s < o->k; s++) {
     size_t n = gpt_slice_params(&d->ops[op], o->k, s);
-    size_t f = slice_transient_forward(n, o->strat[s], group, prec);
-    size_t b = slice_transient_backward(n, o->strat[s], group, prec, uses.bwd_weight > 0);
+    size_t f = slice_transient_forward(n, o->strat[s], group, prec, o->keep);
+    size_t b = slice_transient_backward(n, o->strat[s], group, prec, uses.bwd_weight > 0, o->keep);
     if (f > most) most = f;
     if (b > most) most = b;
-    held += slice_transient_backward(n, o->strat[s], group, prec, 1);
+    held += slice_transient_backward(n, o->strat[s], group, prec, 1, o->keep);
   }
   return gpt_op_held(d, op) && held > most ? held : most;
 }
@@ -424,6 +426,7 @@ double cost_search_step_s(const GptDesc* d, const DeviceInfo* dev, const Plan* p
     const OpPlan* o = &p->ops[i];
     x.uses = uses[i];
     x.group = o->group > 0 ? o->group : dev->ranks;
+    x.keep = o->keep;
     t += K * cost_split_extra_s(d, dev, i, o->k, B, T, p->recompute);
     for (int s = 0; s < o->k; s++) t += cost_slice_search_s(dev, &x, gpt_slice_params(&d->ops[i], o->k, s), o->strat[s]);
   }

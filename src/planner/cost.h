@@ -100,6 +100,8 @@ typedef struct SliceContext {
   int accum;                /* micro-steps per optimizer step, K (0 reads as 1): the gathers and
                             ** reduce-scatters of every micro-step count K times, the all-reduces,
                             ** zero2's gathers of updated shards and the optimizer once */
+  int keep;                 /* its op's KEEP_* bits (OpPlan.keep): a kept gradient is
+                            ** reduce-scattered once per step, a kept weight gathered once */
 } SliceContext;
 
 /* Search model: seconds per optimizer step of one slice of n parameters under strategy s in
@@ -109,13 +111,14 @@ double cost_slice_search_s(const DeviceInfo* dev, const SliceContext* x, size_t 
 ** `group` ranks (0: the world). */
 double cost_slice_optim_s(const DeviceInfo* dev, size_t n, Strategy s, int group);
 /* Bytes a slice keeps between steps, sharded over `group` ranks, in precision prec: weights
-** (and their bf16 compute copy) + gradients + optimizer state (slice_persistent_bytes). */
-size_t cost_slice_persistent(size_t n, Strategy s, int group, Precision prec);
+** (and their bf16 compute copy) + gradients + optimizer state (slice_persistent_bytes) + what
+** its op's KEEP_* bits `keep` keep whole (slice_kept_bytes). */
+size_t cost_slice_persistent(size_t n, Strategy s, int group, Precision prec, int keep);
 /* Largest transient bytes of op's parameters under configuration o (slice count, strategies)
 ** sharded over `group` ranks in precision prec, with the step's uses of them: per slice its
 ** gathered weight (zero3) in forward, and in backward its full gradient (sharded slices) with
 ** the gathered weight again only when the backward reads the weight (uses.bwd_weight: not the
-** embedding's); all slices at once for an op a fused op holds whole (gpt_op_held: the LM head,
+** embedding's), less what o->keep keeps (in cost_slice_persistent instead); all slices at once for an op a fused op holds whole (gpt_op_held: the LM head,
 ** weights and gradients together). Without prefetch or overlap_reduce the step's transient peak
 ** is the largest of these over the ops, which the memory replay (plan_transient_timeline)
 ** checks: what the search and the plan table price. */

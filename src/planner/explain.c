@@ -15,7 +15,7 @@ static size_t op_kept_bytes(const GptDesc* d, const DeviceInfo* dev, const Plan*
   int G = p->ops[op].group > 0 ? p->ops[op].group : dev->ranks;
   for (int s = 0; s < p->ops[op].k; s++)
     m += cost_slice_persistent(gpt_slice_params(&d->ops[op], p->ops[op].k, s),
-                               p->ops[op].strat[s], G, p->precision);
+                               p->ops[op].strat[s], G, p->precision, p->ops[op].keep);
   return m;
 }
 

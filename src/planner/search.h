@@ -38,6 +38,10 @@ typedef struct SearchOptions {
                              ** 1 (K = 1); G: sequences per optimizer step, so only micro-batches
                              ** B with N B dividing G, each with K = G / (N B) micro-steps, and the
                              ** plan with the least time per step of G (the most samples/s) */
+  int keep_off;              /* KEEP_* bits (OpPlan.keep) the search may not choose (0, the
+                             ** default: it chooses per op what to keep whole across micro-steps
+                             ** where that can pay: a gradient with more than one reduction per
+                             ** step, a weight with more than one gather) */
   int reduce_dtype;          /* the element type of gradient reductions: REDUCE_FP32 (the
                              ** default), REDUCE_BF16, or SEARCH_REDUCE_AUTO: the planner
                              ** searches both and keeps bf16 for a plan only where the replay
@@ -138,9 +142,11 @@ typedef struct Candidate {
   PlanCost cost;       /* plan_cost of plan (prefetch, overlap_reduce, reduce dtype decided) */
   char origin[32];     /* "search B=7", "search B=4 R=12", "search unsplit", "search R=0",
                        ** "ddp", "zero2", "zero3", "zero3 R=40" (R: layers recomputed),
-                       ** "zero2 G=8" (a hybrid uniform plan: shard groups of 8) */
+                       ** "zero2 G=8" (a hybrid uniform plan: shard groups of 8), "zero3 keep"
+                       ** (a uniform plan that keeps gradients and weights whole) */
   int uniform;         /* the Strategy of a uniform baseline, or -1 for the search's plans */
   int uniform_group;   /* a uniform baseline's shard group: 0 over the world, else G */
+  int uniform_keep;    /* a uniform baseline's KEEP_* bits (every op's) */
 } Candidate;
 
 /* The best distinct plans by plan_cost, the first the simplest (plan_layer_groups, then
@@ -151,7 +157,9 @@ typedef struct Candidate {
 ** plan with one plan for every layer (each of its layer plans tried on all layers, "simple
 ** B=.."), the best uniform
 ** ddp / zero2 / zero3 plans over the world and, on several hosts, the hybrid uniform zero2 /
-** zero3 plans sharded within each host (planner_best_uniform_group with G = H); each with
+** zero3 plans sharded within each host (planner_best_uniform_group with G = H), and with a
+** global batch (micro-steps to accumulate over) zero2 / zero3 over the world keeping what the
+** options allow whole ("zero2 keep", "zero3 keep": FSDP's no_sync); each with
 ** zero3 prefetch and overlap_reduce on where they fit and the replay says they are faster
 ** (and, with SEARCH_REDUCE_AUTO, bf16 reductions where they gain REDUCE_BF16_MIN_GAIN). At
 ** most max (>= 1) are written to out: every uniform plan that fits, the best one without
@@ -175,9 +183,10 @@ PlannerStats planner_last_stats(void);
 ** it fits at no micro-batch. */
 int planner_best_uniform(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
                          Strategy s, Plan* out, PlanCost* cost);
-/* The same with every op's shard group G (dividing the ranks; G = N: planner_best_uniform). */
+/* The same with every op's shard group G (dividing the ranks; G = N: planner_best_uniform) and
+** every op keeping the KEEP_* bits of `keep` it can use (plan_set_keep; 0: nothing). */
 int planner_best_uniform_group(const GptDesc* d, const DeviceInfo* dev, const SearchOptions* o,
-                               Strategy s, int G, Plan* out, PlanCost* cost);
+                               Strategy s, int G, int keep, Plan* out, PlanCost* cost);
 
 /* A few words (for a table column) on why op of plan p has sharded slices: the bytes sharding
 ** saves, then what replicating just this op (one dp slice, replayed by plan_cost) would do:

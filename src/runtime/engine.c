@@ -38,17 +38,17 @@ static float* transient_floats(Engine* e, size_t n, const char* what) {
   return transient_bytes(e, n * sizeof(float), what);
 }
 
-/* Starts (request r) or makes (r NULL) the all-gather of zero3 slice s's weight into a new
-** transient buffer, which it returns: the fp32 shards, or under bf16 storage the shards' bf16
-** compute copies (half the bytes). */
-static void* gather_weight(Engine* e, SliceState* s, CommRequest* r, const char* what) {
+/* Starts (request r) or makes (r NULL) the all-gather of zero3 slice s's weight into `into`, or
+** when NULL a new transient buffer, which it returns: the fp32 shards, or under bf16 storage the
+** shards' bf16 compute copies (half the bytes). */
+static void* gather_weight(Engine* e, SliceState* s, void* into, CommRequest* r, const char* what) {
   if (!s->wc) {
-    float* full = transient_floats(e, s->n_pad, what);
+    float* full = into ? into : transient_floats(e, s->n_pad, what);
     if (r) comm_iallgather_into_f32(s->group, s->w, full, s->shard, r);
     else comm_allgather_into_f32(s->group, s->w, full, s->shard);
     return full;
   }
-  osdp_bf16* full = transient_bytes(e, s->n_pad * sizeof(osdp_bf16), what);
+  osdp_bf16* full = into ? into : transient_bytes(e, s->n_pad * sizeof(osdp_bf16), what);
   if (r) comm_iallgather_into_bf16(s->group, s->wc, full, s->shard, r);
   else comm_allgather_into_bf16(s->group, s->wc, full, s->shard);
   return full;
@@ -66,16 +66,17 @@ static void wait_all(Engine* e) {
 /* Does what the step walk decides for a parameter use (step_walk.h), with the arena's buffers
 ** and the slice's communicators. A gathered weight or full gradient is allocated without
 ** zeroing: a gather writes all n_pad elements, and a fresh gradient use writes all n (only the
-** padding, which no kernel writes but the reduce-scatter reads, is zeroed here). */
+** padding, which no kernel writes but the reduce-scatter reads, is zeroed here). What a slice
+** keeps across the step (arg WALK_KEPT) is its own buffer: gathered into, reduced, never freed. */
 static void engine_action(void* ctx, WalkAction a, const GptParamUse* u, int arg) {
   Engine* e = ctx;
   SliceState* s = u ? &e->slices[u->owner][u->slice] : NULL;
   switch (a) {
     case WALK_GATHER:
-      s->gathered = gather_weight(e, s, NULL, "gathered weight");
+      s->gathered = gather_weight(e, s, arg & WALK_KEPT ? s->kept_w : NULL, NULL, "gathered weight");
       break;
     case WALK_PREFETCH:
-      e->pending_buf = gather_weight(e, s, &e->pending_req, "prefetched weight");
+      e->pending_buf = gather_weight(e, s, NULL, &e->pending_req, "prefetched weight");
       break;
     case WALK_TAKE_PREFETCH:
       comm_wait(&e->pending_req);
@@ -91,19 +92,22 @@ static void engine_action(void* ctx, WalkAction a, const GptParamUse* u, int arg
       if (s->n_pad > s->n) e->bk->zero(s->gfull + s->n, (s->n_pad - s->n) * sizeof(float));
       break;
     case WALK_REDUCE:
-      comm_reduce_scatter_f32(s->group, s->gfull, s->g, s->shard, e->reduce_dtype, arg);
+      comm_reduce_scatter_f32(s->group, s->gfull, s->g, s->shard, e->reduce_dtype, arg & 1);
+      if (arg & WALK_KEPT) break;
       arena_free(&e->arena, s->gfull);
       s->gfull = NULL;
       break;
     case WALK_REDUCE_START: /* the request owns this use's full gradient now (the slice's next
-                            ** use gets its own) */
-      comm_ireduce_scatter_f32(s->group, s->gfull, s->g, s->shard, e->reduce_dtype, arg,
+                            ** use gets its own; a kept one is the last use of the step) */
+      comm_ireduce_scatter_f32(s->group, s->gfull, s->g, s->shard, e->reduce_dtype, arg & 1,
                                &e->reducing_req);
+      if (arg & WALK_KEPT) break;
       e->reducing_buf = s->gfull;
       s->gfull = NULL;
       break;
     case WALK_REDUCE_WAIT:
       comm_wait(&e->reducing_req);
+      if (arg & WALK_KEPT) break;
       arena_free(&e->arena, e->reducing_buf);
       e->reducing_buf = NULL;
       break;
@@ -158,15 +162,16 @@ static void hook_release_weight(void* ctx, int owner, int slice, GptPhase phase)
   if (walk_weight_end(e->walk, owner, slice)) schedule_error();
 }
 
-/* Returns the buffer a slice's gradient goes into: the persistent full gradient for dp (fresh
-** at its first use of the step: nothing zeroes it, the step overwrites it), the transient full
-** one the walk allocated for the sharded strategies (always fresh). */
+/* Returns the buffer a slice's gradient goes into: the persistent full gradient for dp and the
+** kept one of a sharded slice (fresh at its first use of the step: nothing zeroes it, the step
+** overwrites it), the transient full one the walk allocated for the other sharded slices
+** (always fresh). */
 static void* hook_acquire_grad(void* ctx, int owner, int slice, int* fresh) {
   Engine* e = ctx;
   SliceState* s = &e->slices[owner][slice];
   int first = walk_grad_begin(e->walk, owner, slice);
   if (first < 0) schedule_error();
-  *fresh = s->strat != STRAT_DP || first;
+  *fresh = (s->strat != STRAT_DP && !s->kept_g) || first;
   return s->strat == STRAT_DP ? s->g : s->gfull;
 }
 
@@ -255,6 +260,24 @@ static size_t compute_copy_count(const SliceState* s) {
   return s->strat == STRAT_ZERO3 ? s->shard : s->n;
 }
 
+/* Allocates what slice i of op opi keeps whole across the step (plan_keeps_weight/_grad,
+** slice_kept_bytes): its gathered weight, in the elements the step reads, and its full gradient,
+** zeroed (the padding is never written, and the reduce-scatter reads it). */
+static int alloc_kept(Engine* e, int opi, int i, SliceState* s) {
+  if (plan_keeps_weight(&e->plan, opi, i)) {
+    size_t elem = precision_elems(e->plan.precision).wt;
+    s->kept_w = arena_alloc(&e->arena, s->n_pad * elem, MEM_PARAMS, "kept gathered weight");
+    if (!s->kept_w) return -1;
+    s->gathered = s->kept_w;
+  }
+  if (plan_keeps_grad(&e->plan, opi, i)) {
+    s->kept_g = arena_alloc(&e->arena, s->n_pad * sizeof(float), MEM_GRADS, "kept full gradient");
+    if (!s->kept_g) return -1;
+    s->gfull = s->kept_g;
+  }
+  return 0;
+}
+
 /* Allocates a slice's weight, shard gradient and optimizer state and initialises the
 ** weights this rank holds. */
 static int alloc_slice(Engine* e, int opi, int i, SliceState* s) {
@@ -292,7 +315,7 @@ static int alloc_slice(Engine* e, int opi, int i, SliceState* s) {
     if (!s->wc) return -1;
     e->bk->bf16->compute_copy(s->wc, s->w, held);
   }
-  return 0;
+  return alloc_kept(e, opi, i, s);
 }
 
 /* Rounds every slice's master weights into its compute copy (bf16 storage; nothing in fp32):
@@ -639,11 +662,13 @@ void engine_get_params(Engine* e, float* full) {
       if (s->strat != STRAT_ZERO3) { e->bk->to_host(dst, s->w, s->n * sizeof(float)); continue; }
       /* Between steps the step's transients are free, and the step's own full (fp32) gradient of
       ** this slice is as big, so the peak does not grow (the master weights are gathered: under
-      ** bf16 storage the step gathers only their bf16 copies). */
-      float* tmp = transient_floats(e, s->n_pad, "gathered weight (copy out)");
+      ** bf16 storage the step gathers only their bf16 copies); a gradient kept across the step
+      ** is that buffer, reduced already, so it is used (its padding zeroed again after). */
+      float* tmp = s->kept_g ? s->kept_g : transient_floats(e, s->n_pad, "gathered weight (copy out)");
       comm_allgather_into_f32(s->group, s->w, tmp, s->shard);
       e->bk->to_host(dst, tmp, s->n * sizeof(float));
-      arena_free(&e->arena, tmp);
+      if (s->kept_g) e->bk->zero(s->kept_g + s->n, (s->n_pad - s->n) * sizeof(float));
+      else arena_free(&e->arena, tmp);
     }
     base += e->d->ops[opi].n_params;
   }

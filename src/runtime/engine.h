@@ -50,6 +50,10 @@ typedef struct SliceState {
   void* gathered;   /* zero3 while acquired: the full weight as the step reads it (fp32, or the
                     ** bf16 compute copies of the shards) */
   float* gfull;     /* zero2/zero3 while acquired: the full gradient */
+  void* kept_w;     /* zero3 of a KEEP_WEIGHT op: the gathered weight it keeps across the step
+                    ** (compute-copy elements), else NULL; `gathered` points at it */
+  float* kept_g;    /* sharded of a KEEP_GRAD op: the full gradient it keeps across the step,
+                    ** else NULL; `gfull` points at it */
   Comm* group;             /* sharded: the ranks the slice is sharded over (plan_op_group) */
   Comm* across;            /* sharded: the ranks holding the same shard (one per group) */
   CommRequest across_req;  /* sharded, hybrid: the shard gradient's all-reduce across groups */
