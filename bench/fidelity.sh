@@ -19,7 +19,10 @@
 #                holding every figure; MPIRUN (the launch command for RANKS ranks: "mpirun
 #                --oversubscribe --bind-to none -np RANKS"), PLAN_ARGS (more `osdp plan`
 #                arguments, e.g. "--reduce-dtype auto"), DEVICES (a device.json of these ranks
-#                and SEQ to use instead of profiling).
+#                and SEQ to use instead of profiling), GLOBAL_BATCH (G: every plan trains G
+#                sequences per optimizer step, accumulating over micro-steps; the uniform zero2 /
+#                zero3 plans that keep their gradients and weights whole across the micro-steps,
+#                "zero2 keep" / "zero3 keep", are trained too).
 # Exit status: 0 when every profile / plan / train run ran (a uniform plan that does not fit is a
 # result, not a failure), 1 when any failed (its error is shown in place of its figures), 2 on bad
 # usage. Arithmetic is awk; nothing beyond bash, coreutils, grep, sed, awk and mpirun is needed.
@@ -38,6 +41,9 @@ json=${JSON:-0}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 read -ra mpirun <<<"${MPIRUN:-mpirun --oversubscribe --bind-to none -np $ranks}"
 read -ra plan_args <<<"${PLAN_ARGS:-}"
+global=${GLOBAL_BATCH:-}
+case "$global" in *[!0-9]*) echo "fidelity.sh: GLOBAL_BATCH must be a whole number" >&2; exit 2 ;; esac
+gb_args=(); [ -n "$global" ] && gb_args=(--global-batch "$global")
 devices=${DEVICES:-}
 [ -z "$devices" ] || [ -s "$devices" ] || { echo "fidelity.sh: DEVICES '$devices' is not a readable device.json (unset it to profile)" >&2; exit 2; }
 [ -x "$osdp" ] || { echo "fidelity.sh: $osdp not found or not executable (build first, or pass BUILD_DIR)" >&2; exit 2; }
@@ -91,7 +97,7 @@ run_once() {
   local i=$1 lim name plan b extra=() out rc sum st
   IFS=$'\036' read -r lim name plan b _ <<<"${Q_HEAD[i]}"
   [ -n "${Q_ARGS[i]}" ] && IFS=$'\037' read -ra extra <<<"${Q_ARGS[i]%$'\037'}"
-  out=$("${mpirun[@]}" "$osdp" train --model "$model" --seq "$seq" --plan "$plan" "${extra[@]}" \
+  out=$("${mpirun[@]}" "$osdp" train --model "$model" --seq "$seq" --plan "$plan" "${extra[@]}" "${gb_args[@]}" \
         --steps "$steps" --mem-limit "$lim" --json --quiet --eval-batches 0 2>"$work/err")
   rc=$?
   sum=$(printf '%s\n' "$out" | grep '"summary":true' | tail -1)
@@ -146,11 +152,14 @@ options_of() {
   (IFS=,; printf '%s' "${o[*]}")
 }
 # Trains the uniform candidate of strategy $2 sharded over groups of $3 ranks from the plan's
-# JSON $4 (a nofit row when the plan has none: it does not fit under the limit).
+# JSON $4 (a nofit row when the plan has none: it does not fit under the limit); with $5 = keep,
+# the one that keeps gradients (zero2) and weights (zero3) whole across micro-steps.
 uniform() {
-  local lim=$1 s=$2 g=$3 pj=$4 name=$2 e b st pk sps cm rec opts args=()
+  local lim=$1 s=$2 g=$3 pj=$4 keep=${5:-} name=$2 e b st pk sps cm rec opts args=() what
   [ "$g" -lt "$ranks" ] && name="$s G=$g"
-  e=$(printf '%s' "$pj" | grep -o '{"origin":"'"$s"'\( [^"]*\)\?","prefetch":[a-z]*,"overlap_reduce":[a-z]*,"reduce_dtype":"[a-z0-9]*","uniform_shard_group":'"$g"',"recompute_layers":[0-9]*,"predicted":{[^{}]*}' | head -1)
+  what='\( G=[0-9]*\)\?'
+  [ -n "$keep" ] && { name="$s keep"; what=' keep'; }
+  e=$(printf '%s' "$pj" | grep -o '{"origin":"'"$s$what"'\( R=[0-9]*\)\?","prefetch":[a-z]*,"overlap_reduce":[a-z]*,"reduce_dtype":"[a-z0-9]*","uniform_shard_group":'"$g"',"recompute_layers":[0-9]*,"predicted":{[^{}]*}' | head -1)
   if [ -z "$e" ]; then queue_plan "$lim" "$name" "" "" "" "" "" "" "$g" ""; Q_ERR[nq - 1]=nofit; return; fi
   b=$(printf '%s' "$e" | num micro_batch); st=$(printf '%s' "$e" | num step_s)
   pk=$(printf '%s' "$e" | num peak_bytes); sps=$(printf '%s' "$e" | num samples_per_s)
@@ -158,6 +167,7 @@ uniform() {
   opts=$(printf '%s' "$e" | options_of)
   [ "$g" -lt "$ranks" ] && args+=(--shard-group "$g")
   [ "${rec:-0}" -gt 0 ] && args+=(--recompute "$rec")
+  [ -n "$keep" ] && args+=(--keep-whole "$([ "$s" = zero3 ] && echo grad+weight || echo grad)")
   case ",$opts," in *,prefetch,*) args+=(--prefetch) ;; esac
   case ",$opts," in *,overlap_reduce,*) args+=(--overlap-reduce) ;; esac
   case ",$opts," in *,bf16,*) args+=(--reduce-dtype bf16) ;; esac
@@ -180,7 +190,7 @@ else
     pfile=$work/plan-$lim.json
     targs=(); [ "$trial" = 1 ] && targs=(--trial --trial-steps "$trial_steps")
     pj=$("${mpirun[@]}" "$osdp" plan --model "$model" --devices "$work/dev.json" --mem-limit "$lim" \
-         --seq "$seq" "${targs[@]}" "${plan_args[@]}" --json --out "$pfile" 2>"$work/err" | grep '^{')
+         --seq "$seq" "${targs[@]}" "${plan_args[@]}" "${gb_args[@]}" --json --out "$pfile" 2>"$work/err" | grep '^{')
     prc=$?
     pred=$(printf '%s' "$pj" | grep -o '"predicted":{[^{}]*}' | head -1)
     if [ "$prc" -ne 0 ] || [ -z "$pred" ] || [ ! -s "$pfile" ]; then
@@ -195,6 +205,7 @@ else
     if [ -n "$hpr" ] && [ "$hpr" -gt 1 ] && [ "$hpr" -lt "$ranks" ]; then
       for s in zero2 zero3; do uniform "$lim" "$s" "$hpr" "$pj"; done
     fi
+    if [ -n "$global" ]; then for s in zero2 zero3; do uniform "$lim" "$s" "$ranks" "$pj" keep; done; fi
     run_queue
   done
 fi

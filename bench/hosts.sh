@@ -18,7 +18,8 @@
 # usage: bench/hosts.sh [BUILD_DIR]
 #   environment: HOSTS (2), PER_HOST (2), RATE (150mbit), MODEL (small), SEQ (128), LIMITS
 #                (192MiB), STEPS (8), REPEAT (3), TRIAL (1), TRIAL_STEPS (4), PLAN_ARGS
-#                ("--reduce-dtype auto"), JSON=1 (end with fidelity.sh's JSON object), KEEP
+#                ("--reduce-dtype auto"), GLOBAL_BATCH (G sequences per optimizer step, see
+#                fidelity.sh), JSON=1 (end with fidelity.sh's JSON object), KEEP
 #                (a directory to copy the profile, dev.json, and its log, prof.out, into).
 # Exit status: fidelity.sh's (0: every run ran, 1: one failed), 2 on bad usage, 77 when network
 # namespaces cannot be made here (the reason is printed). Needs root, iproute2 and OpenMPI.

@@ -287,9 +287,9 @@ static cJSON* candidates_json(const GptDesc* d, const Candidate* c, int n, const
 }
 
 /* How many candidates planning keeps (and a trial runs), plus the hybrid uniform baselines on
-** several hosts. */
+** several hosts and the uniform ones keeping whole across micro-steps with a global batch. */
 #define PLAN_CANDIDATES 6
-#define PLAN_CANDIDATES_MAX (PLAN_CANDIDATES + 2)
+#define PLAN_CANDIDATES_MAX (PLAN_CANDIDATES + 4)
 
 /* The ranks per host of dev, as words for the plan's heading: "" on one host, else
 ** " (8 per host)". */
@@ -373,7 +373,7 @@ int plan_and_report(const GptDesc* d, const DeviceInfo* dev, const SearchOptions
   Candidate cand[PLAN_CANDIDATES_MAX];
   TrialResult tr[PLAN_CANDIDATES_MAX];
   int H = device_ranks_per_host(dev);
-  int ncand = PLAN_CANDIDATES + (H > 1 && H < dev->ranks ? 2 : 0);
+  int ncand = PLAN_CANDIDATES + (H > 1 && H < dev->ranks ? 2 : 0) + (so->global_batch ? 2 : 0);
   int n = planner_candidates(d, dev, so, cand, ncand, &min_bytes, &search_s);
   if (n < 0) {
     if (ro->json && comm_rank() == 0 && min_bytes > 0 && min_bytes != (size_t)-1) {

@@ -65,14 +65,16 @@ static int decide_options(const GptDesc* d, const DeviceInfo* dev, int rd, Candi
 }
 
 /* Whether two plans are the same (micro-batch, prefetch, overlap_reduce, reduce dtype,
-** recomputed layers, every op's slices and shard group). */
+** recomputed layers, every op's slices, shard group and what it keeps whole). */
 static int same_plan(const Plan* a, const Plan* b) {
   if (a->micro_batch != b->micro_batch || a->prefetch != b->prefetch || a->nops != b->nops) return 0;
   if (a->overlap_reduce != b->overlap_reduce || a->reduce_dtype != b->reduce_dtype) return 0;
   if (a->nlayers != b->nlayers) return 0;
   for (int l = 0; l < a->nlayers; l++) if ((a->recompute[l] != 0) != (b->recompute[l] != 0)) return 0;
   for (int i = 0; i < a->nops; i++) {
-    if (a->ops[i].k != b->ops[i].k || plan_op_group(a, i) != plan_op_group(b, i)) return 0;
+    if (a->ops[i].k != b->ops[i].k || plan_op_group(a, i) != plan_op_group(b, i) ||
+        a->ops[i].keep != b->ops[i].keep)
+      return 0;
     for (int s = 0; s < a->ops[i].k; s++) if (a->ops[i].strat[s] != b->ops[i].strat[s]) return 0;
   }
   return 1;
