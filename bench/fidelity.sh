@@ -211,7 +211,7 @@ else
 fi
 
 # Per limit and overall figures, and the JSON object, all from the rows.
-awk -F'\t' -v ranks="$ranks" -v json="$json" -v model="$model" -v seq="$seq" -v steps="$steps" \
+awk -F'\t' -v ranks="$ranks" -v global="${global:-0}" -v json="$json" -v model="$model" -v seq="$seq" -v steps="$steps" \
     -v build="$build" -v failed="$failed" '
 function jstr(s) { gsub(/\\/, "\\\\", s); gsub(/"/, "\\\"", s); return "\"" s "\"" }
 function jnum(x) { return x == "" ? "null" : x + 0 }
@@ -226,7 +226,7 @@ function abs(x) { return x < 0 ? -x : x }
   if (gmin == "" || r < gmin) gmin = r; if (gmax == "" || r > gmax) gmax = r
   if (lmin[lim] == "" || r < lmin[lim]) lmin[lim] = r; if (lmax[lim] == "" || r > lmax[lim]) lmax[lim] = r
   if ($8 + 0 != $9 + 0 || $13 + 0 > 0) { peak_off++ }
-  sps = ranks * $3 / $7
+  sps = (global > 0 ? global : ranks * $3) / $7 # sequences per step: G, or N x B without one
   if ($2 == "auto") { asps[lim] = sps; apred[lim] = $10 }
   else if (!(lim in usps) || sps > usps[lim]) { usps[lim] = sps; uname[lim] = $2 }
   if ($2 != "auto" && $14 + 0 == ranks && (!(lim in fsps) || sps > fsps[lim])) { fsps[lim] = sps; fname[lim] = $2 }

@@ -168,6 +168,20 @@ if "${mpirun[@]}" -np 2 "$OSDP" train --model tiny --plan acc.json --steps 2 --q
      >acc.sum 2>err.txt && grep -q '"global_batch":24' acc.sum &&
    [ "$(jnum acc.sum peak_bytes)" = "$(jnum acc.sum predicted_peak_bytes)" ]; then ok
 else bad "training the --global-batch plan: $(head -3 err.txt) $(tail -1 acc.sum)"; fi
+# What ops keep whole across micro-steps: on a slow link where ddp does not fit, the planner keeps
+# gradients whole (one reduction a step instead of 12); --keep-whole none forbids it and its
+# plan is predicted slower; the kept plan trains on 2 ranks with peak = prediction.
+kp=("$OSDP" plan --model tiny --ranks 2 --flops 1e10 --bandwidth 1e7 --seq 16 --mem-limit 2.1MiB --global-batch 24)
+# pred_sps FILE: the chosen plan's predicted samples/s in an `osdp plan --json` report, whole.
+pred_sps() { grep -o '"predicted":{[^{}]*}' "$1" | head -1 | grep -o '"samples_per_s":[0-9]*' | grep -o '[0-9]*$'; }
+if "${kp[@]}" --out keep.json --json >keep.out 2>err.txt && grep -q '"keep_whole"' keep.json &&
+   "${kp[@]}" --keep-whole none --out nokeep.json --json >nokeep.out 2>>err.txt &&
+   ! grep -q '"keep_whole"' nokeep.json && [ "$(pred_sps keep.out)" -gt "$(pred_sps nokeep.out)" ]; then ok
+else bad "osdp plan keeping whole: $(head -3 err.txt) $(grep -c keep_whole keep.json nokeep.json 2>&1 | tr '\n' ' ') samples/s $(pred_sps keep.out) vs $(pred_sps nokeep.out)"; fi
+if "${mpirun[@]}" -np 2 "$OSDP" train --model tiny --plan keep.json --steps 2 --quiet --json --eval-batches 0 \
+     >keep.sum 2>err.txt && [ "$(jnum keep.sum keep_grad_ops)" -gt 0 ] &&
+   [ "$(jnum keep.sum peak_bytes)" = "$(jnum keep.sum predicted_peak_bytes)" ]; then ok
+else bad "training a plan that keeps whole: $(head -3 err.txt) $(tail -1 keep.sum)"; fi
 "$OSDP" plan --model tiny --ranks 2 --flops 1e10 --seq 16 --mem-limit 3MiB --global-batch 7 >out.txt 2>err.txt
 if [ $? -ne 0 ] && [ "$(wc -l <err.txt)" -eq 1 ] && grep -q "global-batch 7 is not a multiple of the 2 ranks" err.txt; then ok
 else bad "--global-batch 7 on 2 ranks: $(head -3 err.txt)"; fi

@@ -55,6 +55,9 @@ static const OptionSpec plan_search_options[] = {
                                "planner chooses per op: within a host, or all N)"},
     {"recompute", "N|all", NULL, "exactly N layers (all: every layer) recompute their activations in\n"
                                  "backward; without it the planner chooses"},
+    {"keep-whole", "K", "grad+weight", "what the planner may let an op's sharded slices keep whole across\n"
+                                       "an optimizer step (grad: a gradient reduced once; weight: a zero3\n"
+                                       "weight gathered once; grad+weight; none)"},
     {"trial", NULL, NULL, "train each candidate plan a few steps here and keep the measured fastest"},
     {"trial-steps", "N", "6", "steps per candidate in the trial"},
     {"out", "FILE", NULL, "write the chosen plan (for osdp train --plan FILE)"},
