@@ -42,6 +42,16 @@ for d in os.listdir(root) if os.path.isdir(root) else []:
         if f.startswith("seed-"):
             os.remove(os.path.join(root, d, f))
 
+# ---- JSON documents: one meaning each (duplicate keys, content after the document) --------
+put("json", "valid.json", '{"a":1,"b":{"c":[1,{"d":2}]}}\n')
+put("json", "dup-top.json", '{"model_type":"gpt2","model_type":"llama"}')
+put("json", "dup-nested.json", '{"a":{"x":1,"x":2},"b":[{"y":1,"y":1}]}')
+put("json", "dup-wide.json", "{" + ",".join('"k%d":%d' % (i, i) for i in range(20)) + ',"k7":0}')
+put("json", "wide-unique.json", "{" + ",".join('"k%d":%d' % (i, i) for i in range(40)) + "}")
+put("json", "trailing.json", '{"n_layer":2} {"n_layer":3}')
+put("json", "trailing-space.json", '{"n_layer":2}  \n\t\r\n')
+put("json", "array.json", '[{"a":1,"a":1}]')
+
 # ---- model JSON ------------------------------------------------------------------------
 put("model", "micro.json", jdump(MICRO))
 put("model", "tiny-like.json", '{"n_layer":2,"n_embd":64,"n_head":4,"vocab_size":256,"max_seq":256}')

@@ -55,6 +55,21 @@ printf '\x01\x02\x03\x04' | dd of=corrupt.bin conv=notrunc status=none
 
 T=("$OSDP" train --steps 1 --quiet)
 expect_error "malformed JSON model" "bad.json" "malformed JSON" -- "${T[@]}" --model bad.json
+# One meaning per JSON document: a key twice in one object (in a small object and in one of 20
+# keys, which is sorted to check), content after the document, a Hugging Face config naming its
+# model_type twice, a plan with a second document after it.
+printf '{"n_layer": 2, "n_layer": 1000000000, "n_embd": 64, "n_head": 4, "vocab_size": 256, "max_seq": 64}\n' >dupkey.json
+printf '{"a1":1,"a2":1,"a3":1,"a4":1,"a5":1,"a6":1,"a7":1,"a8":1,"a9":1,"b1":1,"b2":1,"b3":1,"b4":1,"b5":1,"b6":1,"b7":1,"b8":1,"b9":1,"c1":1,"b4":2}\n' >dupwide.json
+printf '{"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 256, "max_seq": 64}\n{"n_layer": 3}\n' >trailing.json
+mkdir -p duphf && printf '{"model_type": "gpt2", "model_type": "llama", "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 256, "n_positions": 64}\n' >duphf/config.json
+expect_error "a key twice in a model JSON" "dupkey.json" "\"n_layer\" appears twice" -- "${T[@]}" --model dupkey.json
+expect_error "a key twice in a wide object" "dupwide.json" "\"b4\" appears twice" -- "${T[@]}" --model dupwide.json
+expect_error "content after a model JSON" "trailing.json" "content after the JSON document" "byte 76" -- \
+  "${T[@]}" --model trailing.json
+expect_error "model_type twice in a Hugging Face config" "duphf/config.json" "\"model_type\" appears twice" -- \
+  "${T[@]}" --model duphf
+cp tinyplan.json trailplan.json && printf '[]\n' >>trailplan.json
+expect_error "content after a plan" "trailplan.json" "content after the JSON document" -- "${T[@]}" --plan trailplan.json
 expect_error "JSON model missing a field" "missing.json" "max_seq" -- "${T[@]}" --model missing.json
 expect_error "unknown preset" "gpt5" -- "${T[@]}" --model gpt5
 expect_error "heads not dividing hidden" "n_head=5" "64" -- "${T[@]}" --model heads.json

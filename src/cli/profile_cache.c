@@ -191,7 +191,9 @@ int trial_cache_find(const char* path, const GptDesc* d, const Candidate* c, int
   int exists = comm_rank() == 0 && access(path, F_OK) == 0;
   if (comm_allreduce_max_f64(comm_world(), exists) == 0) return -1;
   char* text = shared_text(path, "a trial file of osdp train --plan auto");
-  cJSON* root = text ? cJSON_Parse(text) : NULL;
+  const char* end = NULL;
+  cJSON* root = text ? cJSON_ParseWithOpts(text, &end, 0) : NULL;
+  if (root && json_check_one_meaning(root, text, end, path)) { cJSON_Delete(root); root = NULL; }
   free(text);
   int best = root ? trial_from_json(root, d, c, n, r) : -1;
   cJSON_Delete(root);

@@ -139,12 +139,64 @@ char* read_text_bounded(const char* path, size_t max_bytes, const char* name, co
 cJSON* read_json_object(const char* path, const char* field, const char* shape) {
   char* text = read_text_file(path, field);
   if (!text) return NULL;
-  cJSON* root = cJSON_Parse(text);
+  const char* end = NULL;
+  cJSON* root = cJSON_ParseWithOpts(text, &end, 0);
+  int bad = cJSON_IsObject(root) && json_check_one_meaning(root, text, end, path);
   free(text);
-  if (cJSON_IsObject(root)) return root;
+  if (cJSON_IsObject(root) && !bad) return root;
   cJSON_Delete(root);
-  osdp_fail("%s: malformed JSON; %s", path, shape);
+  if (!bad) osdp_fail("%s: malformed JSON; %s", path, shape);
   return NULL;
+}
+
+/* Orders key names for qsort (pointers to strings). */
+static int cmp_key(const void* a, const void* b) {
+  return strcmp(*(const char* const*)a, *(const char* const*)b);
+}
+
+/* The first key that object o, or an object or array inside it, names twice; NULL when none
+** does. Objects of up to 16 keys are compared pairwise; larger ones (a safetensors header of a
+** million tensors) are sorted, so the check stays n log n. */
+static const char* duplicate_key(const cJSON* o) {
+  int n = 0;
+  for (const cJSON* c = o ? o->child : NULL; c; c = c->next) {
+    n++;
+    const char* inner = cJSON_IsObject(c) || cJSON_IsArray(c) ? duplicate_key(c) : NULL;
+    if (inner) return inner;
+  }
+  if (!cJSON_IsObject(o) || n < 2) return NULL;
+  if (n <= 16) {
+    for (const cJSON* a = o->child; a; a = a->next)
+      for (const cJSON* b = a->next; b; b = b->next)
+        if (a->string && b->string && strcmp(a->string, b->string) == 0) return a->string;
+    return NULL;
+  }
+  const char** keys = malloc((size_t)n * sizeof *keys);
+  if (!keys) return NULL; /* out of memory: the document is taken as it is */
+  int k = 0;
+  for (const cJSON* c = o->child; c; c = c->next) keys[k++] = c->string ? c->string : "";
+  qsort(keys, (size_t)n, sizeof *keys, cmp_key);
+  const char* dup = NULL;
+  for (int i = 1; i < n && !dup; i++) if (strcmp(keys[i - 1], keys[i]) == 0) dup = keys[i];
+  free(keys);
+  return dup;
+}
+
+int json_check_one_meaning(const cJSON* root, const char* text, const char* end, const char* what) {
+  if (end) {
+    const char* p = end;
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    int shown = 0; /* what follows, up to 20 printable characters, on the error's one line */
+    while (shown < 20 && p[shown] && (unsigned char)p[shown] >= 0x20) shown++;
+    if (*p)
+      return osdp_fail("%s: content after the JSON document at byte %td ('%.*s'); a file holds "
+                       "one JSON value", what, p - text, shown, p);
+  }
+  const char* dup = duplicate_key(root);
+  if (dup)
+    return osdp_fail("%s: key \"%.64s\" appears twice in one object; say each thing once (which "
+                     "one was meant is not clear)", what, dup);
+  return 0;
 }
 
 /* Orders doubles for qsort. */

@@ -36,8 +36,17 @@ char* read_text_bounded(const char* path, size_t max_bytes, const char* name, co
 
 /* Reads a JSON file whose top level must be an object. Returns the parsed cJSON object (the
 ** caller cJSON_Delete's it), or NULL with an error naming the file: unreadable (naming
-** `field`), or "malformed JSON; <shape>" where shape says what the file should hold. */
+** `field`), "malformed JSON; <shape>" where shape says what the file should hold, or a
+** document that means two things (json_check_one_meaning). */
 struct cJSON* read_json_object(const char* path, const char* field, const char* shape);
+
+/* One meaning per JSON document: after a parse that stopped at `end` (cJSON's return_parse_end;
+** NULL: not checked) only whitespace may follow, and no object in root may name a key twice
+** (cJSON would read the first and drop the rest: "model_type" twice built GPT-2 where
+** transformers builds Llama). Returns 0, or -1 with an error "<what>: ..." naming the key or the
+** byte where the extra content starts. */
+int json_check_one_meaning(const struct cJSON* root, const char* text, const char* end,
+                           const char* what);
 
 /* Writes text to path as an output (core/output.h: atomically into a temporary file beside it,
 ** flushed, fsynced and renamed over it; through a symlink; directly into a device or fifo). On

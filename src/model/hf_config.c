@@ -302,10 +302,13 @@ int hf_config_load(const char* path, GptConfig* cfg) {
   char* text = read_text_bounded(file, HF_CONFIG_MAX_BYTES, file, "is it a config.json?");
   if (!text && !dir) osdp_clear_error(); /* a file osdp's own reader will name */
   if (!text) return dir ? -1 : 0;
-  cJSON* o = cJSON_Parse(text);
+  const char* end = NULL;
+  cJSON* o = cJSON_ParseWithOpts(text, &end, 0);
+  int strict = hf_config_is(o) ? json_check_one_meaning(o, text, end, file) : 0;
   free(text);
   int rc = 0;
-  if (hf_config_is(o)) rc = hf_config_from_json(o, file, cfg) ? -1 : 1;
+  if (strict) rc = -1;
+  else if (hf_config_is(o)) rc = hf_config_from_json(o, file, cfg) ? -1 : 1;
   else if (dir)
     rc = osdp_fail("%s: %s; a Hugging Face config.json is an object with model_type", file,
                    o ? "no key \"model_type\"" : "malformed JSON");

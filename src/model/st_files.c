@@ -208,7 +208,10 @@ static int header_parse(StFile* s, char* h, uint64_t N, uint64_t buf_len) {
     t->name = e->string;
     if (tensor_parse(s, e, buf_len, t)) return -1;
   }
-  return tensors_check_layout(s, buf_len);
+  if (tensors_check_layout(s, buf_len)) return -1; /* names a tensor given twice itself */
+  char what[4200];
+  snprintf(what, sizeof what, "safetensors: '%s': the header", s->path);
+  return json_check_one_meaning(s->root, h, NULL, what); /* a key twice inside an entry */
 }
 
 /* Closes s and frees what st_open allocated (a closed or zeroed s is fine). */
@@ -453,7 +456,8 @@ static int index_parse(const char* path, cJSON** root, IndexEntry** e, int* n) {
                      "\"weight_map\": {\"tensor\": \"shard file\", ...}}", path,
                      !cJSON_IsObject(*root) ? "no JSON object" : !map ? "no \"weight_map\"" :
                      !cJSON_IsObject(map) ? "a weight_map that is not an object" : "an empty weight_map");
-  return index_entries(path, map, e, n);
+  if (index_entries(path, map, e, n)) return -1; /* names a tensor mapped twice itself */
+  return json_check_one_meaning(*root, NULL, NULL, name); /* then a key twice anywhere else */
 }
 
 /* Allocates the set's files and their paths for nfiles files (zeroed). */

@@ -596,11 +596,16 @@ int device_load(DeviceInfo* dev, const char* path) {
 
 int device_parse(DeviceInfo* dev, const char* text, const char* where) {
   memset(dev, 0, sizeof *dev);
-  cJSON* root = cJSON_Parse(text);
+  const char* end = NULL;
+  cJSON* root = cJSON_ParseWithOpts(text, &end, 0);
   if (!cJSON_IsObject(root)) {
     cJSON_Delete(root);
     return osdp_fail("%s: malformed JSON; a device file is an object with ranks, mem_limit, flops "
                      "and collectives (see osdp profile --out)", where);
+  }
+  if (json_check_one_meaning(root, text, end, where)) {
+    cJSON_Delete(root);
+    return -1;
   }
   int rc = device_from_json(root, where, dev);
   cJSON_Delete(root);
