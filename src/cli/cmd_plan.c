@@ -188,11 +188,7 @@ static void options_text(const Plan* p, char* buf, size_t n) {
            p->prefetch && p->overlap_reduce ? "," : "", p->overlap_reduce ? "overlap_reduce" : "",
            (p->prefetch || p->overlap_reduce) && p->reduce_dtype == REDUCE_BF16 ? "," : "",
            p->reduce_dtype == REDUCE_BF16 ? "bf16" : "");
-  int grads = 0, weights = 0;
-  for (int i = 0; i < p->nops; i++) {
-    grads += (p->ops[i].keep & KEEP_GRAD) != 0;
-    weights += (p->ops[i].keep & KEEP_WEIGHT) != 0;
-  }
+  int grads = plan_keep_ops(p, KEEP_GRAD), weights = plan_keep_ops(p, KEEP_WEIGHT);
   size_t off = strlen(buf);
   if (grads || weights)
     snprintf(buf + off, n - off, "%skeep %s%.0d%s%s%.0d", off ? "," : "", grads ? "grad x" : "",

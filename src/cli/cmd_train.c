@@ -592,13 +592,8 @@ static void train_summary(TrainRun* r, long done, const char* error, double firs
         cJSON_AddItemToArray(groups, cJSON_CreateNumber(G));
         break;
       }
-  int kept[2] = {0, 0}; /* ops keeping their gradients, their weights whole across the step */
-  for (int i = 0; i < r->plan.nops; i++) {
-    kept[0] += (r->plan.ops[i].keep & KEEP_GRAD) != 0;
-    kept[1] += (r->plan.ops[i].keep & KEEP_WEIGHT) != 0;
-  }
-  cJSON_AddNumberToObject(o, "keep_grad_ops", kept[0]);
-  cJSON_AddNumberToObject(o, "keep_weight_ops", kept[1]);
+  cJSON_AddNumberToObject(o, "keep_grad_ops", plan_keep_ops(&r->plan, KEEP_GRAD));
+  cJSON_AddNumberToObject(o, "keep_weight_ops", plan_keep_ops(&r->plan, KEEP_WEIGHT));
   cJSON_AddNumberToObject(o, "recompute_layers", plan_recompute_count(&r->plan));
   cJSON_AddNumberToObject(o, "ranks", comm_size());
   cJSON_AddNumberToObject(o, "ranks_per_host", comm_ranks_per_host());

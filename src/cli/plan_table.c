@@ -188,8 +188,7 @@ void plan_table_print(FILE* f, const GptDesc* d, const DeviceInfo* dev, const Se
   int faster = 0; /* whether some op's slices measured faster than the whole op */
   for (int i = 0; i < d->nops; i++)
     faster |= d->ops[i].n_params && op_row(d, dev, p, i, &base).time_s < 0;
-  int keeps = 0; /* whether some op keeps its sharded slices whole across the step */
-  for (int i = 0; i < d->nops; i++) keeps |= p->ops[i].keep != 0;
+  int keeps = plan_keep_ops(p, KEEP_ALL) > 0; /* some op keeps slices whole across the step */
   fprintf(f, "(kept: bytes per rank between steps; time: communication + optimizer + slicing per "
              "step, search model%s%s%s)\n", faster ? ", below 0 where the k slices measured faster than "
              "the whole op" : "", plan_has_groups(dev, p) ? "; G=g: sharded within groups of g "

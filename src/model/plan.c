@@ -41,6 +41,12 @@ int plan_keeps_weight(const Plan* p, int op, int s) {
   return (p->ops[op].keep & KEEP_WEIGHT) && p->ops[op].strat[s] == STRAT_ZERO3;
 }
 
+int plan_keep_ops(const Plan* p, int bits) {
+  int n = 0;
+  for (int i = 0; i < p->nops; i++) n += (p->ops[i].keep & bits) != 0;
+  return n;
+}
+
 static const char* strategy_names[STRAT_COUNT] = {"dp", "zero2", "zero3"};
 
 const char* strategy_name(Strategy s) { return (s >= 0 && s < STRAT_COUNT) ? strategy_names[s] : "?"; }

@@ -119,6 +119,8 @@ void plan_set_keep(Plan* p, int keep);
 ** gathered weight (a zero3 slice of a KEEP_WEIGHT op) across the step. */
 int plan_keeps_grad(const Plan* p, int op, int s);
 int plan_keeps_weight(const Plan* p, int op, int s);
+/* How many ops keep any of the KEEP_* bits `bits` (for reports: "keep grad x12"). */
+int plan_keep_ops(const Plan* p, int bits);
 
 /* "dp", "zero2", "zero3". */
 const char* strategy_name(Strategy s);
