@@ -99,3 +99,19 @@ set_tests_properties(cli_sample PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LA
 add_test(NAME cli_plot
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_plot.sh $<TARGET_FILE:osdp>)
 set_tests_properties(cli_plot PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 120)
+
+# Absurd but well-formed input (issue 42, item 5): device figures beyond physical ranges, a loss
+# of 1e308 plotted, optimizer and --plan auto options out of range, --steps 0, a header of 70,000
+# tensors, a plan's huge micro-batch, 1e999 in a config.json: one error line naming the value and
+# its range with every file unchanged, or the right numbers.
+add_test(NAME cli_bounds
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_bounds.sh $<TARGET_FILE:osdp>)
+set_tests_properties(cli_bounds PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 120)
+
+# Inputs that cannot hang osdp and directories of its own that cannot be turned against its user
+# (issue 42): fifo inputs refused at once, output fifos without a reader after a short wait, a
+# profile cache that writes nothing through links and reuses no replaced entry, checkpoint locks
+# and leftovers, a rank stopped during start-up ending the job within its bound.
+add_test(NAME cli_hostile
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/cli_hostile.sh $<TARGET_FILE:osdp> ${OSDP_MPIRUN})
+set_tests_properties(cli_hostile PROPERTIES ENVIRONMENT "${OSDP_CLI_TEST_ENV}" LABELS cli TIMEOUT 240)

@@ -195,7 +195,7 @@ static void test_device_files(void) {
   CHECK(a.op_times[0].measured[0] && a.op_times[0].measured[1] && !a.op_times[0].measured[2] &&
         a.op_times[0].measured[3] && a.op_times[0].fixed_s[3] == 6e-4 && !a.op_times[1].measured[1]);
   CHECK(strcmp(a.compute_model, "tiny") == 0 && a.compute_seq == 64);
-  a.flops = 1.0 / 3.0; /* a value that needs all 17 digits */
+  a.flops = 1e11 / 3.0; /* a value that needs all 17 digits (within the file ranges) */
   a.coll[COLL_REDUCE_SCATTER].bf16_factor = 2.25; /* measured by osdp profile */
   CHECK(a.op_times[0].forward_share == 0); /* not given */
   a.op_times[0].forward_share = 0.3; /* measured by osdp profile */
@@ -224,6 +224,15 @@ static void test_device_files(void) {
   expect_device_error(device_variant("\"flops\": 9.4e10,", ""), "flops");
   expect_device_error(device_variant("\"flops\": 9.4e10", "\"flops\": -1"), "flops");
   expect_device_error(device_variant("\"flops\": 9.4e10", "\"flops\": \"fast\""), "flops");
+  /* Figures out of their physical ranges (issue 42): times that would overflow, or print with
+  ** hundreds of digits. */
+  expect_device_error(device_variant("\"flops\": 9.4e10", "\"flops\": 1e-300"),
+                      "\"flops\" = 1e-300 must be from 1000");
+  expect_device_error(device_variant("\"bandwidth_Bps\": 5e8", "\"bandwidth_Bps\": 1e-300"),
+                      "collectives.reduce_scatter.bandwidth_Bps\" = 1e-300 must be from 1 to 1e+15 B/s");
+  expect_device_error(device_variant("\"latency_s\": 2e-5", "\"latency_s\": 1e300"),
+                      "collectives.allreduce.latency_s\" = 1e+300 must be from 0 to 1000 s");
+  expect_device_error(device_variant("\"fixed_s\": 1e-4", "\"fixed_s\": 1e9"), "compute.ops[0].fixed_s");
   expect_device_error(device_variant("1.5e-9", "-1e-9"), "optimizer_s_per_param");
   expect_device_error(device_variant("\"allgather\"", "\"all_gather\""), "collectives.allgather");
   expect_device_error(device_variant("\"overlap\": 0.25", "\"overlap\": 0.25, \"bf16_factor\": -1"),

@@ -75,12 +75,14 @@ static const CommandSpec plan_spec = {
     {setup_model_options, plan_device_options, plan_search_options, NULL},
     NULL};
 
-/* A number flag (default def) that must be finite and > 0, or >= 0 when zero_ok; -1 with an
-** error naming the flag, its value and what it means (`what`). */
-static int link_flag(const Args* a, const char* key, double def, int zero_ok, const char* what, double* out) {
+/* A number flag (default def) that must lie in [lo, hi] (the ranges of a device file's figures,
+** planner/device.h); -1 with an error naming the flag, its value, the range and what it means
+** (`what`). */
+static int link_flag(const Args* a, const char* key, double def, double lo, double hi, const char* what,
+                     double* out) {
   if (args_double(a, key, def, out)) return -1;
-  if (isfinite(*out) && (*out > 0 || (zero_ok && *out == 0))) return 0;
-  return osdp_fail("osdp plan: --%s %g must be %s (%s)", key, *out, zero_ok ? ">= 0" : "> 0", what);
+  if (isfinite(*out) && *out >= lo && *out <= hi) return 0;
+  return osdp_fail("osdp plan: --%s %g must be from %g to %g (%s)", key, *out, lo, hi, what);
 }
 
 /* --ranks-per-host and the inter-host level of --inter-bandwidth / --inter-latency (each
@@ -95,8 +97,10 @@ static int inter_host_from_args(const Args* a, DeviceInfo* dev) {
   if (!args_has(a, "inter-bandwidth") && !args_has(a, "inter-latency")) return 0;
   for (int k = 0; k < COLL_COUNT; k++) {
     double bw = dev->coll[k].bandwidth_Bps, lat = dev->coll[k].latency_s;
-    if (link_flag(a, "inter-bandwidth", bw, 0, "bytes per second between hosts, e.g. 1.25e10", &bw) ||
-        link_flag(a, "inter-latency", lat, 1, "seconds per collective between hosts, e.g. 3e-5", &lat))
+    if (link_flag(a, "inter-bandwidth", bw, DEVICE_MIN_BANDWIDTH, DEVICE_MAX_BANDWIDTH,
+                  "bytes per second between hosts, e.g. 1.25e10", &bw) ||
+        link_flag(a, "inter-latency", lat, 0, DEVICE_MAX_SECONDS,
+                  "seconds per collective between hosts, e.g. 3e-5", &lat))
       return -1;
     dev->inter[k] = (CollectiveModel){.latency_s = lat, .bandwidth_Bps = bw};
     dev->inter_given[k] = 1;
@@ -129,9 +133,12 @@ static int device_from_args(const Args* a, DeviceInfo* dev) {
     return osdp_fail("osdp plan: give --devices device.json, or --ranks N --mem-limit SIZE --flops F "
                      "[--bandwidth BYTES_PER_S --latency SECONDS]");
   if (args_int(a, "ranks", 1, 1, 1 << 20, &ranks) || args_size(a, "mem-limit", 0, &dev->mem_limit) ||
-      args_double(a, "flops", 0, &flops) ||
-      link_flag(a, "bandwidth", 1.25e10, 0, "bytes per second within a host, e.g. 1.5e11", &bw) ||
-      link_flag(a, "latency", 2e-5, 1, "seconds per collective within a host, e.g. 1e-5", &lat) ||
+      link_flag(a, "flops", 0, DEVICE_MIN_FLOPS, DEVICE_MAX_FLOPS, "FLOP/s of one rank, e.g. 9.4e10",
+                &flops) ||
+      link_flag(a, "bandwidth", 1.25e10, DEVICE_MIN_BANDWIDTH, DEVICE_MAX_BANDWIDTH,
+                "bytes per second within a host, e.g. 1.5e11", &bw) ||
+      link_flag(a, "latency", 2e-5, 0, DEVICE_MAX_SECONDS, "seconds per collective within a host, e.g. 1e-5",
+                &lat) ||
       args_int(a, "threads", 1, 1, 256, &threads))
     return -1;
   dev->ranks = (int)ranks;

@@ -15,6 +15,7 @@
 #include "cli/sample.h"
 #include "cli/setup.h"
 #include "comm/comm.h"
+#include "core/output.h"
 #include "core/util.h"
 #include "data/data.h"
 #include "model/weights_file.h"
@@ -25,7 +26,8 @@
 
 static const OptionSpec train_run_options[] = {
     {"data", "D", "addition", "addition | addition:N | text:FILE | tokens:FILE (llm.c .bin)"},
-    {"steps", "N", "2000", "training steps"},
+    {"steps", "N", "2000", "training steps (0: none; the model, e.g. a --load'ed one, is evaluated\n"
+                          "and --save'd as it is)"},
     {"batch", "B", "16", "micro-batch per rank; the global batch is N*B*K (with --plan auto: fixed\n"
                                   "at B when given; absent, the planner chooses it)"},
     {"global-batch", "G", "N*B*K", "sequences per optimizer step: N ranks x micro-batch B x K\n"
@@ -310,6 +312,18 @@ static int train_accum(TrainRun* r, int B_free) {
   return 0;
 }
 
+/* The --plan auto options, read whatever the plan so that a value out of range is refused, not
+** ignored: --max-batch and --trial-steps in the ranges setup_auto_plan reads them in,
+** --profile-steps and --profile-layers as profile_options_from_args reads them. */
+static int train_auto_ranges(TrainRun* r, long T) {
+  ProfileOptions po;
+  long v;
+  if (args_int(&r->args, "max-batch", 512, 1, 1 << 20, &v) ||
+      args_int(&r->args, "trial-steps", 1, 0, 1000, &v))
+    return -1;
+  return profile_options_from_args(&r->args, &r->d, T, &po);
+}
+
 /* Reads every option, builds the model, data source, plan and engine. */
 static int train_setup(TrainRun* r, int argc, char** argv) {
   static const char* const outputs[] = {"log", "save", "plot", NULL};
@@ -368,6 +382,7 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
   if (T > r->d.cfg.max_seq)
     return osdp_fail("--seq %ld is longer than model %s's maximum sequence %d; use --seq <= %d", T,
                      r->d.cfg.name, r->d.cfg.max_seq, r->d.cfg.max_seq);
+  if (train_auto_ranges(r, T)) return -1;
   r->auto_plan = strcmp(args_get(&r->args, "plan", "ddp"), "auto") == 0;
   if (r->auto_plan) {
     long maxb;
@@ -401,22 +416,23 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
                      data_describe(r->data), data_vocab_size(r->data) - 1, r->d.cfg.name,
                      r->d.cfg.vocab_size, data_vocab_size(r->data));
   const char* logp = args_get(&r->args, "log", NULL);
-  if (logp && comm_rank() == 0 && !(r->log = fopen(logp, "w")))
-    return osdp_fail("--log: cannot write '%s': %s", logp, strerror(errno));
-  if (r->ckpt_dir && ckpt_dir_open(&r->ckpt, r->ckpt_dir, (int)keep)) return -1;
-  /* Output paths fail now, not after the run. */
+  /* Output paths fail now, not after the run, and before the checkpoint directory is locked. */
   const char *savep = args_get(&r->args, "save", NULL), *plotp = args_get(&r->args, "plot", NULL);
   int bad = savep && comm_rank() == 0 ? check_writable(savep, "--save") : 0;
   if (!bad && plotp && comm_rank() == 0) bad = check_writable(plotp, "--plot");
+  if (!bad && logp && comm_rank() == 0) bad = !(r->log = out_open_stream(logp, "--log"));
   if (comm_allreduce_max_f64(comm_world(), bad ? 1.0 : 0.0) > 0)
-    return bad ? -1 : osdp_fail("--save or --plot: rank 0 cannot write its file");
+    return bad ? -1 : osdp_fail("--save, --plot or --log: rank 0 cannot write its file");
+  if (r->ckpt_dir && ckpt_dir_open(&r->ckpt, r->ckpt_dir, (int)keep)) return -1;
   r->plotting = plotp && comm_rank() == 0;
   if (r->plotting) plot_run_init(&r->plot, r->d.cfg.name);
   if (!(r->run_desc = run_description(r))) return osdp_fail("out of host memory");
   if (train_ranks_agree(r)) return -1;
   r->tokens = malloc((size_t)r->B * r->T * sizeof(int));
   r->targets = malloc((size_t)r->B * r->T * sizeof(int));
-  if (!r->tokens || !r->targets) return osdp_fail("out of host memory");
+  if (!r->tokens || !r->targets)
+    return osdp_fail("out of host memory for the token batch: 2 x %zu bytes (micro-batch %d x seq %d)",
+                     (size_t)r->B * r->T * sizeof(int), r->B, r->T);
   return engine_create(&r->eng, &r->d, &r->plan, &r->opt);
 }
 
@@ -565,6 +581,22 @@ static double median_step_s(TrainRun* r) {
   return median_of(r->step_times, (int)r->ntimes);
 }
 
+/* The "done" line: the steps, this process's first and last loss and its speed; or, when it ran
+** no step (--steps 0: the model evaluated and saved as it is; a resume at --steps), that nothing
+** was trained, without losses it never computed. */
+static void print_done(const TrainRun* r, long done, double first_loss, double last_loss, double tps,
+                       size_t peak) {
+  char pk[32], pr[32];
+  format_bytes((double)peak, pk);
+  format_bytes((double)r->eng.predicted.peak, pr);
+  if (done == r->start_step)
+    printf("done: %ld steps (no step ran here: nothing trained), peak memory %s per rank (predicted "
+           "%s)\n", done, pk, pr);
+  else
+    printf("done: %ld steps, loss %.4f -> %.4f, %.0f tok/s, peak memory %s per rank (predicted %s)\n",
+           done, first_loss, last_loss, tps, pk, pr);
+}
+
 /* The run's summary: one JSON object (to --log, and stdout with --json) and, for people, the
 ** "done" lines. A run that failed (error: its message; done: the last step completed) is marked
 ** "failed" with its error, and prints no "done" line (the error follows on stderr); a run
@@ -604,8 +636,13 @@ static void train_summary(TrainRun* r, long done, const char* error, double firs
   cJSON_AddNumberToObject(o, "steps", (double)done);
   cJSON_AddBoolToObject(o, "failed", error != NULL);
   if (error) cJSON_AddStringToObject(o, "error", error);
-  cJSON_AddNumberToObject(o, "first_loss", first_loss);
-  cJSON_AddNumberToObject(o, "final_loss", last_loss);
+  if (done > r->start_step) {
+    cJSON_AddNumberToObject(o, "first_loss", first_loss);
+    cJSON_AddNumberToObject(o, "final_loss", last_loss);
+  } else { /* no step ran here: no loss to report */
+    cJSON_AddNullToObject(o, "first_loss");
+    cJSON_AddNullToObject(o, "final_loss");
+  }
   if (evaluated) cJSON_AddNumberToObject(o, "val_loss", val_loss);
   else cJSON_AddNullToObject(o, "val_loss");
   cJSON_AddNumberToObject(o, "val_accuracy", acc);
@@ -632,11 +669,8 @@ static void train_summary(TrainRun* r, long done, const char* error, double firs
   if (r->json) printf("%s\n", js);
   free(js);
   if (r->json || error) return;
-  char pk[32], pr[32];
-  printf("done: %ld steps, loss %.4f -> %.4f, %.0f tok/s, peak memory %s per rank (predicted %s)\n",
-         done, first_loss, last_loss, tps, format_bytes((double)peak, pk),
-         format_bytes((double)r->eng.predicted.peak, pr));
-  if (r->auto_plan)
+  print_done(r, done, first_loss, last_loss, tps, peak);
+  if (r->auto_plan && done > r->start_step)
     printf("auto plan: predicted %.4f s/step, measured %.4f s/step (%+.1f%%); predicted peak %zu "
            "bytes, measured %zu bytes\n", r->predicted.step_s, step_s,
            100.0 * (step_s - r->predicted.step_s) / r->predicted.step_s, r->predicted.mem.peak, peak);

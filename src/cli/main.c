@@ -3,6 +3,7 @@
 ** (mpirun -np N osdp ...); see README.md for a tour and docs/GUIDE.md for every command.
 */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -91,9 +92,28 @@ static int run(int argc, char** argv) {
   return 2;
 }
 
+/* The bound on start-up: --watchdog S as given (0: off; a malformed value is the parser's to
+** report later), else its default of 300 s. Read before MPI starts, so from argv itself. */
+static double startup_bound(int argc, char** argv) {
+  double s = 300;
+  for (int i = 1; i < argc; i++) {
+    const char* v = strncmp(argv[i], "--watchdog=", 11) == 0 ? argv[i] + 11
+                    : strcmp(argv[i], "--watchdog") == 0 && i + 1 < argc ? argv[i + 1] : NULL;
+    char* end = NULL;
+    double x = v ? strtod(v, &end) : 0;
+    if (v && end != v && *end == 0 && x >= 0 && x < 1e9) s = x;
+  }
+  return s;
+}
+
 int main(int argc, char** argv) {
-  if (comm_init(&argc, &argv)) { fprintf(stderr, "osdp: error: %s\n", osdp_last_error()); return 1; }
-  int rc = cli_ranks_agree_args(argc, argv) ? cli_report_error() : run(argc, argv);
+  if (comm_startup_guard(startup_bound(argc, argv)) || comm_init(&argc, &argv)) {
+    fprintf(stderr, "osdp: error: %s\n", osdp_last_error());
+    return 1;
+  }
+  int agreed = cli_ranks_agree_args(argc, argv) == 0;
+  comm_startup_done(); /* every rank has met: the step watchdog, where there is one, takes over */
+  int rc = agreed ? run(argc, argv) : cli_report_error();
   /* Output to a full disk or a closed pipe is a failure, not a silent success. */
   if (out_close_stdout()) {
     fprintf(stderr, "osdp: error: %s\n", osdp_last_error());

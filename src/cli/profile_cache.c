@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
+#include "core/files.h"
 #include "core/util.h"
 #include "model/plan.h"
 #include "kernels/cpu_kernels.h"
@@ -62,7 +63,7 @@ void profile_cache_key(const GptDesc* d, const ProfileOptions* o, char key[PROFI
   char* model = cJSON_PrintUnformatted(m);
   cJSON_Delete(m);
   snprintf(key, PROFILE_KEY_MAX,
-           "osdp-profile-key 1\nbuild %s %s\nblas %s\nmpi %s\nmachine %s\nmodel %s\nseq %d\n"
+           "osdp-profile-key 2\nbuild %s %s\nblas %s\nmpi %s\nmachine %s\nmodel %s\nseq %d\n"
            "ranks %d per_host %d\nthreads %d\nmem_limit %zu\nsteps %d\nlayers %d\ndevice %s\n"
            "precision %s\n",
            OSDP_VERSION, OSDP_GIT_COMMIT, kernels_blas_config(), comm_library_version(), machine,
@@ -72,28 +73,38 @@ void profile_cache_key(const GptDesc* d, const ProfileOptions* o, char key[PROFI
   free(model);
 }
 
+/* <hash of key>.<ext> into name: the entry's file name in the cache directory. */
+static void entry_name(const char* key, const char* ext, char* name, size_t cap) {
+  uint64_t h = fnv1a64(FNV1A64_START, key, strlen(key));
+  snprintf(name, cap, "%016llx.%s", (unsigned long long)h, ext);
+}
+
 /* dir/<hash of key>.<ext> into path. */
 static void entry_path(const char* dir, const char* key, const char* ext, char* path, size_t cap) {
-  uint64_t h = fnv1a64(1469598103934665603ULL, key, strlen(key));
-  snprintf(path, cap, "%s/%016llx.%s", dir, (unsigned long long)h, ext);
+  char name[64];
+  entry_name(key, ext, name, sizeof name);
+  snprintf(path, cap, "%s/%s", dir, name);
 }
 
-/* Whether the key file at path holds exactly key. */
-static int key_matches(const char* path, const char* key) {
-  FILE* f = fopen(path, "rb");
-  if (!f) return 0;
-  char buf[PROFILE_KEY_MAX + 2];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  return n == strlen(key) && memcmp(buf, key, n) == 0;
+/* The key file's text: the key, then the hash of the profile's text, so an entry whose profile
+** was replaced (another model's, edited) is never taken for this key's. A new string. */
+static char* key_file_text(const char* key, const char* profile) {
+  size_t n = strlen(key) + 64;
+  char* t = malloc(n);
+  if (t)
+    snprintf(t, n, "%sprofile_fnv1a64 %016llx\n", key,
+             (unsigned long long)fnv1a64(FNV1A64_START, profile, strlen(profile)));
+  return t;
 }
 
-/* Collective: the text of the file at path as rank 0 reads it, on every rank (a new string the
-** caller frees), so that ranks on other hosts, whose files may differ or be missing, act on
-** rank 0's; NULL on every rank when rank 0 cannot read it (its error recorded there). */
-static char* shared_text(const char* path, const char* what) {
-  char* text = comm_rank() == 0 ? read_text_bounded(path, 64u << 20, path, what) : NULL;
+/* Prints, on rank 0, why a cache entry is not used (the run measures anew). */
+static void cache_note(const char* why) {
+  if (comm_rank() == 0) fprintf(stderr, "osdp: note: profile cache: %s; measuring anew\n", why);
+}
+
+/* Collective: the text rank 0 has (text on rank 0, NULL elsewhere; len -1: none), on every rank
+** (a new string the caller frees; text is taken over), or NULL on every rank. */
+static char* share(char* text) {
   double len = comm_allreduce_f64(comm_world(), comm_rank() == 0 ? (text ? (double)strlen(text) : -1) : 0);
   if (len < 0) return NULL;
   if (comm_rank() != 0 && !(text = malloc((size_t)len + 1))) {
@@ -106,6 +117,26 @@ static char* shared_text(const char* path, const char* what) {
   return text;
 }
 
+/* Collective: the text of the file at path as rank 0 reads it, on every rank (a new string the
+** caller frees), so that ranks on other hosts, whose files may differ or be missing, act on
+** rank 0's; NULL on every rank when rank 0 cannot read it (its error recorded there). */
+static char* shared_text(const char* path, const char* what) {
+  return share(comm_rank() == 0 ? read_text_bounded(path, 64u << 20, path, what) : NULL);
+}
+
+/* Collective: the cache's own file dir/name as rank 0 reads it (never through a link), on every
+** rank; NULL when it is absent, or refused (a note printed, the file left as it is). */
+static char* shared_own_text(const char* dir, const char* name) {
+  char* text = NULL;
+  if (comm_rank() == 0) {
+    int absent = 0;
+    text = file_own_read(dir, name, 64u << 20, "profile cache", &absent);
+    if (!text && !absent) cache_note(osdp_last_error());
+    osdp_clear_error();
+  }
+  return share(text);
+}
+
 int devices_load_shared(const char* path, DeviceInfo* dev) {
   char* text = shared_text(path, "a device file of osdp profile --out");
   int bad = !text || device_parse(dev, text, path) != 0;
@@ -114,33 +145,66 @@ int devices_load_shared(const char* path, DeviceInfo* dev) {
                                 "could not read it", path)) : 0;
 }
 
-int profile_cache_find(const char* dir, const char* key, DeviceInfo* dev, char* path, size_t cap) {
-  char kpath[4200];
-  int found = 0;
-  if (dir[0] && comm_rank() == 0) {
-    entry_path(dir, key, "key", kpath, sizeof kpath);
-    found = key_matches(kpath, key);
-  }
-  if (comm_allreduce_max_f64(comm_world(), found) == 0) return 0;
-  entry_path(dir, key, "json", path, cap);
-  DeviceInfo got;
-  if (devices_load_shared(path, &got)) { osdp_clear_error(); return 0; }
-  if (got.ranks != comm_size() || device_ranks_per_host(&got) != comm_ranks_per_host()) {
-    device_free(&got);
+/* Collective: dev parsed from the profile text of the cache entry of key (whose key file text
+** is ktext), when it is this run's: the key file names this text's hash, and the profile is of
+** this model, sequence and ranks. 1, or 0 (a note says why when the entry was replaced). */
+static int entry_profile(const char* key, const char* ktext, const char* text, const char* path,
+                         const GptDesc* d, int seq, DeviceInfo* dev) {
+  char* want = key_file_text(key, text);
+  int same = want && strcmp(want, ktext) == 0;
+  free(want);
+  char why[600];
+  if (!same) {
+    snprintf(why, sizeof why, "%s is not the profile its key file names (replaced or edited)", path);
+    cache_note(why);
     return 0;
   }
-  *dev = got;
-  return 1;
+  DeviceInfo got;
+  if (device_parse(&got, text, path)) { osdp_clear_error(); return 0; }
+  if (got.ranks == comm_size() && device_ranks_per_host(&got) == comm_ranks_per_host() &&
+      device_measured_for(&got, d, seq)) {
+    *dev = got;
+    return 1;
+  }
+  snprintf(why, sizeof why, "%s holds a profile of model '%s' at seq %d on %d ranks, not this run's",
+           path, got.compute_model, got.compute_seq, got.ranks);
+  cache_note(why);
+  device_free(&got);
+  return 0;
+}
+
+int profile_cache_find(const char* dir, const char* key, const GptDesc* d, int seq, DeviceInfo* dev,
+                       char* path, size_t cap) {
+  char kname[64], jname[64];
+  entry_name(key, "key", kname, sizeof kname);
+  entry_name(key, "json", jname, sizeof jname);
+  snprintf(path, cap, "%s/%s", dir, jname);
+  if (!dir[0]) return 0;
+  char* ktext = shared_own_text(dir, kname);
+  /* Another key's entry under the same hash is not this key's (compared whole). */
+  int mine = ktext && strncmp(ktext, key, strlen(key)) == 0;
+  char* text = mine ? shared_own_text(dir, jname) : NULL;
+  int found = text && entry_profile(key, ktext, text, path, d, seq, dev);
+  free(ktext);
+  free(text);
+  return found;
 }
 
 int profile_cache_store(const char* dir, const char* key, const DeviceInfo* dev, char* path,
                         size_t cap) {
-  char kpath[4200];
+  char kname[64], jname[64];
+  entry_name(key, "key", kname, sizeof kname);
+  entry_name(key, "json", jname, sizeof jname);
+  snprintf(path, cap, "%s/%s", dir, jname);
   if (make_dirs(dir, "--profile-cache")) return -1;
-  entry_path(dir, key, "json", path, cap);
-  entry_path(dir, key, "key", kpath, sizeof kpath);
-  if (device_save(dev, path)) return -1;
-  return write_file_atomic(kpath, key, "--profile-cache");
+  char* text = device_to_text(dev);
+  char* ktext = text ? key_file_text(key, text) : NULL;
+  int rc = !ktext ? osdp_fail("out of memory")
+                  : file_own_write(dir, jname, text, strlen(text), "--profile-cache") ||
+                        file_own_write(dir, kname, ktext, strlen(ktext), "--profile-cache");
+  free(text);
+  free(ktext);
+  return rc ? -1 : 0;
 }
 
 /* ---- Trials -------------------------------------------------------------------------------- */
@@ -187,10 +251,18 @@ static int trial_from_json(const cJSON* root, const GptDesc* d, const Candidate*
   return best < 0 ? -1 : ch->valueint;
 }
 
+/* Splits a cache entry's path (dir/name, as trial_cache_path makes it) into dir and name. */
+static void split_entry(const char* path, char* dir, size_t dcap, char* name, size_t ncap) {
+  const char* slash = strrchr(path, '/');
+  snprintf(dir, dcap, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+  snprintf(name, ncap, "%s", slash ? slash + 1 : path);
+}
+
 int trial_cache_find(const char* path, const GptDesc* d, const Candidate* c, int n, TrialResult* r) {
-  int exists = comm_rank() == 0 && access(path, F_OK) == 0;
-  if (comm_allreduce_max_f64(comm_world(), exists) == 0) return -1;
-  char* text = shared_text(path, "a trial file of osdp train --plan auto");
+  char dir[4200], name[256];
+  split_entry(path, dir, sizeof dir, name, sizeof name);
+  char* text = shared_own_text(dir, name);
+  if (!text) return -1;
   const char* end = NULL;
   cJSON* root = text ? cJSON_ParseWithOpts(text, &end, 0) : NULL;
   if (root && json_check_one_meaning(root, text, end, path)) { cJSON_Delete(root); root = NULL; }
@@ -223,7 +295,10 @@ int trial_cache_store(const char* path, const GptDesc* d, const Candidate* c, in
   }
   char* text = cJSON_Print(root);
   cJSON_Delete(root);
-  int rc = text ? write_file_atomic(path, text, "--profile-cache") : osdp_fail("out of memory");
+  char dir[4200], name[256];
+  split_entry(path, dir, sizeof dir, name, sizeof name);
+  int rc = text ? file_own_write(dir, name, text, strlen(text), "--profile-cache")
+                : osdp_fail("out of memory");
   free(text);
   return rc;
 }

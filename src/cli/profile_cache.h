@@ -7,9 +7,12 @@
 ** timed steps, the device, the machine and the build. Those facts, written out as text, are the
 ** profile's KEY; the cache directory holds for each key two files named by the key's FNV-1a
 ** hash: <hash>.json, the device file itself (what `osdp profile --out` writes; `osdp plan
-** --devices` reads it too), and <hash>.key, the key's text, compared whole on lookup so a hash
-** collision can never hand over another setting's profile. Both are written atomically, the
-** key last: an entry is complete or absent.
+** --devices` reads it too), and <hash>.key, the key's text and the FNV-1a hash of the profile's
+** text, compared whole on lookup so a hash collision can never hand over another setting's
+** profile, nor a replaced profile file another model's. Both are written atomically, the key
+** last: an entry is complete or absent. The cache holds only osdp's own regular files: entries
+** are read and written relative to the directory, never through a link (core/files.h); a link
+** or fifo where an entry belongs is left alone and not used, with a note.
 **
 ** The directory: --profile-cache DIR; else DIR/.osdp-profiles under --checkpoint DIR; else
 ** $XDG_CACHE_HOME/osdp, or ~/.cache/osdp. `--profile-cache off` neither reads nor writes one.
@@ -36,9 +39,13 @@ int profile_cache_dir(const Args* a, char* dir, size_t cap);
 ** of the machine: its host name and CPU; every rank computes the same text otherwise). */
 void profile_cache_key(const GptDesc* d, const ProfileOptions* o, char key[PROFILE_KEY_MAX]);
 
-/* Collective: the cached profile of key in dir, loaded on every rank into dev. 1 when found
-** and every rank could read it (path receives its file), 0 when not (dev untouched). */
-int profile_cache_find(const char* dir, const char* key, DeviceInfo* dev, char* path, size_t cap);
+/* Collective: the cached profile of key in dir, loaded on every rank into dev. 1 when found,
+** every rank could read it and it is a profile of model d at seq on this run's ranks (path
+** receives its file), 0 when not (dev untouched). An entry that is not a regular file (a link),
+** or whose profile is not the one its key file names (replaced by another model's), is not used
+** and left as it is, with a note. */
+int profile_cache_find(const char* dir, const char* key, const GptDesc* d, int seq, DeviceInfo* dev,
+                       char* path, size_t cap);
 
 /* Collective: the device file at path as rank 0 reads it, parsed on every rank (ranks on other
 ** hosts plan with rank 0's file, never with a copy of their own). 0, or -1 with an error. */

@@ -14,6 +14,7 @@
 
 #include "cli/svg_out.h"
 #include "core/output.h"
+#include "core/files.h"
 #include "core/util.h"
 
 /* ---- runs ---------------------------------------------------------------------------- */
@@ -189,19 +190,14 @@ static int log_line(PlotRun* r, const char* line, size_t len, const LogPos* at, 
   return rc;
 }
 
-/* Opens path for reading; NULL with an error when it cannot be opened or is a directory. */
+/* Opens path for reading; NULL with an error when it cannot be opened or is not a regular file
+** (a fifo is refused, never waited on). */
 static FILE* log_open(const char* path) {
-  FILE* f = fopen(path, "r");
-  struct stat st;
+  FILE* f = file_open_read(path, "plot LOG", FILE_FOLLOW);
   if (!f) {
-    osdp_fail("log '%s': cannot open: %s; give a file written by osdp train --log FILE", path,
-              strerror(errno));
-    return NULL;
-  }
-  if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
-    fclose(f);
-    osdp_fail("log '%s' is a directory; give a file written by osdp train --log FILE", path);
-    return NULL;
+    char why[400];
+    snprintf(why, sizeof why, "%s", osdp_last_error());
+    osdp_fail("%s (a file written by osdp train --log FILE)", why);
   }
   return f;
 }
@@ -275,6 +271,10 @@ void plot_run_stats(const PlotRun* r, PlotStats* s) {
 #define LEG_LABEL_CHARS 34 /* legend label characters shown (the whole one is in data-label) */
 #define MAX_POINTS 4000    /* points drawn per series; more are thinned evenly */
 #define MAX_MARKERS 200    /* held-out markers drawn per run */
+/* The largest magnitude drawn. A finite value beyond it (a loss of 1e308) would stretch its
+** panel past what a double's arithmetic holds (coordinates of -inf); it is left out, as a gap,
+** and the panel says how many were. */
+#define PLOT_MAX_ABS 1e30
 
 /* What a panel's axis holds, for its tick labels. */
 typedef enum { AXIS_PLAIN, AXIS_RATE, AXIS_BYTES } AxisKind;
@@ -286,6 +286,7 @@ typedef struct Panel {
   AxisKind kind;
   const char* title;    /* axis label */
   int empty;            /* no values to draw */
+  long clipped;         /* finite values beyond PLOT_MAX_ABS, not drawn */
 } Panel;
 
 /* The step axis: the value range and tick spacing. */
@@ -297,6 +298,9 @@ typedef struct StepAxis {
 static const char* run_colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
                                    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 #define NCOLORS ((int)(sizeof run_colors / sizeof run_colors[0]))
+
+/* Whether v is drawn: finite and within PLOT_MAX_ABS. */
+static int drawable(double v) { return isfinite(v) && fabs(v) <= PLOT_MAX_ABS; }
 
 /* A round tick spacing (1, 2 or 5 times a power of ten) that cuts span into about target
 ** intervals. */
@@ -311,12 +315,16 @@ static double nice_decimal(double span, int target) {
 /* The label of tick value v on an axis of kind k whose ticks are `tick` apart. */
 static char* tick_label(AxisKind k, double v, double tick, char buf[32]) {
   if (fabs(v) < tick * 1e-6) v = 0;
-  if (k == AXIS_BYTES) {
+  if (fabs(v) >= 1e15) { /* past the units' range: "2e+22", or "5.5e+19 B" */
+    snprintf(buf, 32, k == AXIS_BYTES ? "%.3g B" : "%.3g", v);
+  } else if (k == AXIS_BYTES) {
     svg_axis_bytes(v, buf);
   } else if (k == AXIS_RATE && fabs(v) >= 1e6) {
     snprintf(buf, 32, "%gM", v / 1e6);
   } else if (k == AXIS_RATE && fabs(v) >= 1e3) {
     snprintf(buf, 32, "%gk", v / 1e3);
+  } else if (fabs(v) >= 1e7) {
+    snprintf(buf, 32, "%.6g", v); /* "2e+29", never 30 digits cut at the buffer's end */
   } else {
     int dec = tick >= 1 ? 0 : (int)ceil(-log10(tick) - 1e-9);
     snprintf(buf, 32, "%.*f", dec, v);
@@ -341,13 +349,15 @@ static void panel_fit(Panel* p, double lo, double hi, int from_zero) {
   if (p->hi <= p->lo) p->hi = p->lo + p->tick;
 }
 
-/* The smallest and largest finite value of v[0..n) into *lo and *hi (left as they are when
-** there is none). */
-static void widen(const double* v, int n, double* lo, double* hi) {
+/* The smallest and largest drawable value of v[0..n) into *lo and *hi (left as they are when
+** there is none); the finite values that are not drawable are added to *clipped. */
+static void widen(const double* v, int n, double* lo, double* hi, long* clipped) {
   for (int i = 0; i < n; i++)
-    if (isfinite(v[i])) {
+    if (drawable(v[i])) {
       if (v[i] < *lo) *lo = v[i];
       if (v[i] > *hi) *hi = v[i];
+    } else if (isfinite(v[i])) {
+      (*clipped)++;
     }
 }
 
@@ -374,26 +384,30 @@ static void step_axis_fit(StepAxis* x, const PlotRun* runs, int n) {
 /* Fits the three panels (loss, tokens/s, peak memory) to every run's values. */
 static void panels_fit(Panel p[3], const PlotRun* runs, int n) {
   double lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
+  long cut[3] = {0, 0, 0};
   for (int r = 0; r < n; r++) {
-    widen(runs[r].loss, runs[r].n, &lo[0], &hi[0]);
-    widen(runs[r].val_loss, runs[r].nval, &lo[0], &hi[0]);
-    widen(runs[r].tps, runs[r].n, &lo[1], &hi[1]);
-    widen(runs[r].peak, runs[r].n, &lo[2], &hi[2]);
+    widen(runs[r].loss, runs[r].n, &lo[0], &hi[0], &cut[0]);
+    widen(runs[r].val_loss, runs[r].nval, &lo[0], &hi[0], &cut[0]);
+    widen(runs[r].tps, runs[r].n, &lo[1], &hi[1], &cut[1]);
+    widen(runs[r].peak, runs[r].n, &lo[2], &hi[2], &cut[2]);
   }
-  p[0] = (Panel){80, 340, 0, 0, 0, AXIS_PLAIN, "loss", 0};
-  p[1] = (Panel){385, 565, 0, 0, 0, AXIS_RATE, "tokens/s", 0};
-  p[2] = (Panel){610, 770, 0, 0, 0, AXIS_BYTES, "peak memory", 0};
-  for (int i = 0; i < 3; i++) panel_fit(&p[i], lo[i], hi[i], i > 0);
+  p[0] = (Panel){80, 340, 0, 0, 0, AXIS_PLAIN, "loss", 0, 0};
+  p[1] = (Panel){385, 565, 0, 0, 0, AXIS_RATE, "tokens/s", 0, 0};
+  p[2] = (Panel){610, 770, 0, 0, 0, AXIS_BYTES, "peak memory", 0, 0};
+  for (int i = 0; i < 3; i++) {
+    panel_fit(&p[i], lo[i], hi[i], i > 0);
+    p[i].clipped = cut[i];
+  }
 }
 
-/* The page x of step s. */
+/* The page x of step s (the share of the axis first: no product of pixels and values). */
 static double step_px(const StepAxis* x, double s) {
-  return PX0 + (PX1 - PX0) * (s - x->lo) / (x->hi - x->lo);
+  return PX0 + (PX1 - PX0) * ((s - x->lo) / (x->hi - x->lo));
 }
 
-/* The page y of value v on panel p. */
+/* The page y of drawable value v on panel p (the share of the range first, as step_px). */
 static double value_py(const Panel* p, double v) {
-  return p->bot - (p->bot - p->top) * (v - p->lo) / (p->hi - p->lo);
+  return p->bot - (p->bot - p->top) * ((v - p->lo) / (p->hi - p->lo));
 }
 
 /* Draws panel p's frame, its horizontal grid and value ticks, the vertical grid at the step
@@ -420,7 +434,13 @@ static void emit_panel_frame(SvgOut* o, const Panel* p, const StepAxis* x) {
            "fill=\"#222\" transform=\"rotate(-90 22 %.1f)\">%s</text>\n", cy, cy, p->title);
   if (p->empty)
     svg_text(o, (PX0 + PX1) / 2, cy, "middle", "font-size=\"12\" fill=\"#777\"",
-             "not in the logs");
+             p->clipped ? "no value small enough to draw" : "not in the logs");
+  if (p->clipped) {
+    char t[96];
+    snprintf(t, sizeof t, "%ld value%s beyond %g in magnitude not drawn", p->clipped,
+             p->clipped == 1 ? "" : "s", PLOT_MAX_ABS);
+    svg_text(o, PX1 - 6, p->top + 14, "end", "class=\"clipped\" font-size=\"11\" fill=\"#a00\"", t);
+  }
 }
 
 /* Draws the step ticks and the axis label under the bottom panel. */
@@ -450,7 +470,7 @@ static void emit_series(SvgOut* o, const StepAxis* x, const Panel* p, const long
   int m = n > 0 ? (n - 1) / k + 1 + ((n - 1) % k != 0) : 0; /* sampled points */
   for (int j = 0; j < m; j++) {
     int i = sample_index(j, k, n);
-    if (!isfinite(v[i])) { pen = 0; continue; }
+    if (!drawable(v[i])) { pen = 0; continue; }
     if (!drawn) svg_emit(o, "<path fill=\"none\" stroke-width=\"1.6\" stroke-linejoin=\"round\" "
                          "stroke-linecap=\"round\" %s d=\"", attrs);
     svg_emit(o, "%s%.2f %.2f", pen ? " L" : (drawn ? " M" : "M"), step_px(x, (double)step[i]),
@@ -460,9 +480,9 @@ static void emit_series(SvgOut* o, const StepAxis* x, const Panel* p, const long
   if (drawn) svg_emit(o, "\"/>\n");
   for (int j = 0; j < m; j++) {
     int i = sample_index(j, k, n);
-    int before = j > 0 && isfinite(v[sample_index(j - 1, k, n)]);
-    int after = j + 1 < m && isfinite(v[sample_index(j + 1, k, n)]);
-    if (isfinite(v[i]) && !before && !after)
+    int before = j > 0 && drawable(v[sample_index(j - 1, k, n)]);
+    int after = j + 1 < m && drawable(v[sample_index(j + 1, k, n)]);
+    if (drawable(v[i]) && !before && !after)
       svg_emit(o, "<circle class=\"lone\" cx=\"%.2f\" cy=\"%.2f\" r=\"2.2\" fill=\"%s\"/>\n",
                step_px(x, (double)step[i]), value_py(p, v[i]), color);
   }
@@ -476,9 +496,10 @@ static void emit_heldout(SvgOut* o, const StepAxis* x, const Panel* p, const Plo
   if (r->nval > 1) emit_series(o, x, p, r->val_step, r->val_loss, r->nval, attrs, color);
   int k = r->nval > MAX_MARKERS ? (r->nval + MAX_MARKERS - 1) / MAX_MARKERS : 1;
   for (int i = 0; i < r->nval; i += k)
-    svg_emit(o, "<circle class=\"heldout\" cx=\"%.2f\" cy=\"%.2f\" r=\"3.5\" fill=\"#fff\" "
-             "stroke=\"%s\" stroke-width=\"1.6\"/>\n", step_px(x, (double)r->val_step[i]),
-             value_py(p, r->val_loss[i]), color);
+    if (drawable(r->val_loss[i]))
+      svg_emit(o, "<circle class=\"heldout\" cx=\"%.2f\" cy=\"%.2f\" r=\"3.5\" fill=\"#fff\" "
+               "stroke=\"%s\" stroke-width=\"1.6\"/>\n", step_px(x, (double)r->val_step[i]),
+               value_py(p, r->val_loss[i]), color);
 }
 
 /* Writes v for a data-* attribute: %.9g, or "null" when it is not finite. */

@@ -248,6 +248,21 @@ const Backend* setup_backend(const Args* a) {
   return bk;
 }
 
+/* Checks --grad-clip (0: off, else the largest global gradient norm) and --weight-decay (>= 0,
+** and lr x weight_decay below 1: AdamW scales every decayed weight by 1 - lr x weight_decay each
+** step, which at 1 or more zeroes or flips it). */
+static int check_decay_clip(const TrainOptions* o) {
+  if (o->grad_clip < 0)
+    return osdp_fail("--grad-clip: %g must be 0 (off) or positive (the largest global gradient "
+                     "norm)", o->grad_clip);
+  if (o->weight_decay < 0 || o->lr * o->weight_decay >= 1)
+    return osdp_fail("--weight-decay %g with --lr %g: the decay must be >= 0 and lr x weight_decay "
+                     "(%g) below 1 (each step scales every decayed weight by 1 - lr x "
+                     "weight_decay); use a --weight-decay from 0 to below %g", o->weight_decay,
+                     o->lr, o->lr * o->weight_decay, 1 / o->lr);
+  return 0;
+}
+
 int setup_train_options(const Args* a, TrainOptions* o) {
   train_options_default(o);
   if (!(o->backend = setup_backend(a))) return -1;
@@ -261,7 +276,7 @@ int setup_train_options(const Args* a, TrainOptions* o) {
       args_double(a, "grad-clip", o->grad_clip, &o->grad_clip))
     return -1;
   if (o->lr <= 0 || o->lr > 10) return osdp_fail("--lr: %g must be in (0, 10]", o->lr);
-  if (o->weight_decay < 0) return osdp_fail("--weight-decay: %g must be >= 0", o->weight_decay);
+  if (check_decay_clip(o)) return -1;
   if (args_has(a, "mem-limit") && o->mem_limit == 0)
     return osdp_fail("--mem-limit: 0 is not a limit; give bytes such as 512MiB, or omit it");
   o->seed = (unsigned long long)seed;
@@ -315,7 +330,7 @@ static int auto_device(const Args* a, const GptDesc* d, const ProfileOptions* po
   }
   if (dir[0]) trial_cache_path(dir, key, po->mem_limit, (int)trial_steps, trial, 4200);
   int verbose = comm_rank() == 0 && po->verbose;
-  if (!args_has(a, "reprofile") && dir[0] && profile_cache_find(dir, key, dev, path, sizeof path)) {
+  if (!args_has(a, "reprofile") && dir[0] && profile_cache_find(dir, key, d, po->seq, dev, path, sizeof path)) {
     if (verbose)
       printf("profile: reusing %s (measured before for this model, seq, ranks, threads, limit, "
              "machine and build; --reprofile measures anew)\n", path);
@@ -337,7 +352,7 @@ static int auto_device(const Args* a, const GptDesc* d, const ProfileOptions* po
   ** candidate list than the next start's, which then would not find this start's trial. */
   DeviceInfo kept;
   if (comm_allreduce_max_f64(comm_world(), stored) > 0 &&
-      profile_cache_find(dir, key, &kept, path, sizeof path)) {
+      profile_cache_find(dir, key, d, po->seq, &kept, path, sizeof path)) {
     device_free(dev);
     *dev = kept;
   }

@@ -49,6 +49,15 @@ typedef struct CommRequest {
   void* job;           /* a reduction in chunks (comm_reduce.c), or NULL */
 } CommRequest;
 
+/* A bound on start-up (comm_startup.c), for a job of several ranks: called before comm_init, it
+** starts a thread that ends this process, with an error naming this rank and the job's stopped
+** ranks on this host, when comm_startup_done has not been called within bound_s seconds (a rank
+** that never joins would hold every other in MPI_Init forever). 0: no bound. Returns 0, or -1
+** with an error. */
+int comm_startup_guard(double bound_s);
+/* Start-up is over (the ranks have met; the step watchdog, if any, takes over): the bound is
+** lifted. */
+void comm_startup_done(void);
 /* Initialises MPI (once per process) and the world and host communicators. */
 int comm_init(int* argc, char*** argv);
 /* Finalises MPI (and frees every Comm). */

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/files.h"
 #include "core/util.h"
 
 /* Copies the directory part of path into dir ("." when it has none). */
@@ -50,6 +51,50 @@ static void sync_dir_of(const char* path) {
   close(fd);
 }
 
+/* How long an output waits for a fifo's reader before it gives up, in seconds. */
+#define OUT_FIFO_WAIT_S 5.0
+
+/* Opens the special file target (a device, fifo or socket) for writing without ever blocking
+** for long: a fifo without a reader is retried for OUT_FIFO_WAIT_S, then refused. The stream,
+** or NULL with an error naming field and path. */
+static FILE* open_special(const char* target, const char* path, const char* field, const char* mode) {
+  double t0 = now_seconds();
+  int fd;
+  while ((fd = open(target, O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)) < 0 && errno == ENXIO &&
+         now_seconds() - t0 < OUT_FIFO_WAIT_S)
+    usleep(50 * 1000);
+  if (fd < 0) {
+    if (errno == ENXIO)
+      osdp_fail("%s: '%s' is a fifo that no process reads (waited %.0f s); start its reader "
+                "first, or give a file", field, path, OUT_FIFO_WAIT_S);
+    else
+      osdp_fail("%s: cannot write '%s': %s", field, path, strerror(errno));
+    return NULL;
+  }
+  int fl = fcntl(fd, F_GETFL);
+  FILE* f = fl >= 0 && fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == 0 ? fdopen(fd, mode) : NULL;
+  if (!f) {
+    osdp_fail("%s: cannot write '%s': %s", field, path, strerror(errno));
+    close(fd);
+  }
+  return f;
+}
+
+FILE* out_open_stream(const char* path, const char* field) {
+  char target[OUT_PATH_MAX];
+  struct stat st;
+  if (out_resolve(path, field, target)) return NULL;
+  int there = stat(target, &st) == 0;
+  if (there && S_ISDIR(st.st_mode)) {
+    osdp_fail("%s: '%s' is a directory; give a file name", field, path);
+    return NULL;
+  }
+  if (there && !S_ISREG(st.st_mode)) return open_special(target, path, field, "w");
+  FILE* f = fopen(target, "w");
+  if (!f) osdp_fail("%s: cannot write '%s': %s", field, path, strerror(errno));
+  return f;
+}
+
 int out_open(OutFile* o, const char* path, const char* field, const char* mode) {
   memset(o, 0, sizeof *o);
   o->field = field;
@@ -59,12 +104,16 @@ int out_open(OutFile* o, const char* path, const char* field, const char* mode) 
   if (stat(o->target, &st) == 0 && S_ISDIR(st.st_mode))
     return osdp_fail("%s: '%s' is a directory; give a file name", field, path);
   if (stat(o->target, &st) == 0 && !S_ISREG(st.st_mode)) { /* a device, fifo or socket */
-    o->f = fopen(o->target, mode);
-    if (!o->f) return osdp_fail("%s: cannot write '%s': %s", field, path, strerror(errno));
-    return 0;
+    o->f = open_special(o->target, path, field, mode);
+    return o->f ? 0 : -1;
   }
   snprintf(o->tmp, sizeof o->tmp, "%s.tmp-%ld", o->target, (long)getpid());
-  o->f = fopen(o->tmp, mode);
+  /* The temporary file is new (O_EXCL), never a link someone put at its predictable name; one
+  ** of this pid left by a killed run (a regular file) is replaced. */
+  if (lstat(o->tmp, &st) == 0 && S_ISREG(st.st_mode)) unlink(o->tmp);
+  int fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  o->f = fd >= 0 ? fdopen(fd, mode) : NULL;
+  if (!o->f && fd >= 0) { close(fd); unlink(o->tmp); }
   if (!o->f) {
     int e = errno;
     o->tmp[0] = 0;
@@ -168,6 +217,9 @@ static int claim(const char* path, const char* field, int output) {
   if (!output && !c.exists) return 0;
   struct stat st;
   int special = c.exists && stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+  if (special && !output) /* read, a fifo would block and a device never ends */
+    return osdp_fail("%s: '%s' is a %s, not a regular file; give a file", field, path,
+                     file_kind(st.st_mode));
   for (int i = 0; i < nclaims && !special; i++) {
     if (!same_file(&claims[i], &c) || (!output && !claims[i].output)) continue;
     const Claim* out = claims[i].output ? &claims[i] : &c;

@@ -38,6 +38,11 @@ typedef struct OutFile {
 /* Opens output path for writing (mode "w" or "wb") as described above. Returns 0, or -1 with an
 ** error naming field, the path and the reason (nothing is created then). */
 int out_open(OutFile* o, const char* path, const char* field, const char* mode);
+/* Opens path for a stream written as the run goes (a --log): a regular file is truncated and
+** written in place (through a symlink), a special file is written directly, a directory is
+** refused. A fifo without a reader is waited for 5 s at most, then refused (so is it in
+** out_open). The stream, or NULL with an error naming field, the path and the reason. */
+FILE* out_open_stream(const char* path, const char* field);
 /* Finishes an output: flush, fsync (a regular file and its directory), close, rename into place;
 ** each step checked. Returns 0, or -1 with an error (the temporary file is removed and an
 ** existing file is left as it was). */
@@ -53,7 +58,9 @@ int out_resolve(const char* path, const char* field, char out[OUT_PATH_MAX]);
 int out_check_writable(const char* path, const char* field);
 
 /* Registers an input file (field: its option, "--load") of the running command; a path that
-** does not exist is ignored (its own reader reports it). Returns 0. */
+** does not exist is ignored (its own reader reports it). Returns 0, or -1 with an error naming
+** field and what the file is when it is a fifo, a device or a socket (reading one would block,
+** or never end; core/files.h). */
 int out_claim_input(const char* path, const char* field);
 /* Registers an output file; -1 with an error naming both options when it is the same file as an
 ** input or an output registered before. */

@@ -1,6 +1,8 @@
 /* util.c: error reporting, size parsing, clocks and random numbers; see util.h. */
 #include "core/util.h"
 
+#include "core/files.h"
+
 #include "core/output.h"
 
 #include <cjson/cJSON.h>
@@ -97,43 +99,16 @@ char* format_bytes(double bytes, char buf[32]) {
 }
 
 /* Reads a whole text file (at most 64 MiB) into a NUL-terminated heap string the caller
-** frees; NULL with an error naming `field` and the file when it cannot be read. */
+** frees; NULL with an error naming `field` and the file when it cannot be read (a fifo or a
+** device is refused before it can block: core/files.h). */
 static char* read_text_file(const char* path, const char* field) {
-  FILE* f = fopen(path, "rb");
-  if (!f) { osdp_fail("%s: cannot open '%s': %s", field, path, strerror(errno)); return NULL; }
-  long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-  char* s = (n >= 0 && n < (1L << 26)) ? malloc((size_t)n + 1) : NULL;
-  if (!s) { fclose(f); osdp_fail("%s: '%s' is not a readable text file of at most 64 MiB", field, path); return NULL; }
-  fseek(f, 0, SEEK_SET);
-  size_t got = fread(s, 1, (size_t)n, f);
-  fclose(f);
-  s[got] = 0;
-  return s;
+  char what[300];
+  snprintf(what, sizeof what, "%s", field);
+  return file_read_text(path, 1u << 26, what, "give a text file of at most 64 MiB", FILE_FOLLOW);
 }
 
 char* read_text_bounded(const char* path, size_t max_bytes, const char* name, const char* hint) {
-  FILE* f = fopen(path, "rb");
-  if (!f) {
-    osdp_fail("%s: cannot open: %s", name, strerror(errno));
-    return NULL;
-  }
-  struct stat st;
-  size_t size = fstat(fileno(f), &st) == 0 && st.st_size >= 0 ? (size_t)st.st_size : 0;
-  if (size > max_bytes) size = max_bytes;
-  char* text = malloc(size + 2);
-  size_t n = text ? fread(text, 1, size + 1, f) : 0; /* + 1: a file that grew shows it */
-  int err = ferror(f);
-  fclose(f);
-  if (!text || err || n > max_bytes) {
-    char lim[32];
-    if (!text) osdp_fail("%s: out of memory", name);
-    else if (err) osdp_fail("%s: read error", name);
-    else osdp_fail("%s: larger than %s; %s", name, format_bytes((double)max_bytes, lim), hint);
-    free(text);
-    return NULL;
-  }
-  text[n] = 0;
-  return text;
+  return file_read_text(path, max_bytes, name, hint, FILE_FOLLOW);
 }
 
 cJSON* read_json_object(const char* path, const char* field, const char* shape) {

@@ -1,6 +1,7 @@
 /* data.c: addition problems, text files and llm.c token files as batches; see data.h. */
 #include "data/data.h"
 
+#include "core/files.h"
 #include "core/util.h"
 
 #include <errno.h>
@@ -171,12 +172,14 @@ static int addition_open(DataSource* ds, const char* spec, const char* arg) {
 /* Reads the whole regular file `path` into a new buffer (*buf, *size). `what` ("text",
 ** "tokens") names the source in messages. */
 static int read_whole_file(const char* path, const char* what, unsigned char** buf, size_t* size) {
-  FILE* f = fopen(path, "rb");
-  if (!f) return osdp_fail("data: cannot open %s file '%s': %s", what, path, strerror(errno));
+  char name[64];
+  snprintf(name, sizeof name, "data: %s file", what);
+  FILE* f = file_open_read(path, name, FILE_FOLLOW);
+  if (!f) return -1;
   struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (fstat(fileno(f), &st) != 0) {
     fclose(f);
-    return osdp_fail("data: %s file '%s' is not a regular file", what, path);
+    return osdp_fail("data: %s file '%s': %s", what, path, strerror(errno));
   }
   if (st.st_size == 0) {
     fclose(f);

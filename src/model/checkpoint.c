@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/output.h"
+#include "core/files.h"
 #include "core/util.h"
 #include "model/family.h"
 
@@ -235,12 +236,12 @@ static int header_to_config(const int32_t* h, const char* path, GptConfig* c) {
 /* Opens checkpoint path, reads and checks its header into cfg and its size into size. Returns
 ** the file positioned at the first parameter, or NULL with an error. */
 static FILE* checkpoint_open(const char* path, GptConfig* cfg, long long* size) {
-  FILE* f = fopen(path, "rb");
-  if (!f) { osdp_fail("checkpoint: cannot open '%s': %s", path, strerror(errno)); return NULL; }
+  FILE* f = file_open_read(path, "checkpoint", FILE_FOLLOW);
+  if (!f) return NULL;
   struct stat st;
   int32_t h[CHECKPOINT_HEADER_INTS];
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    osdp_fail("checkpoint: '%s' is not a regular file", path);
+  if (fstat(fileno(f), &st) != 0) {
+    osdp_fail("checkpoint: '%s': %s", path, strerror(errno));
   } else if ((size_t)st.st_size < HEADER_BYTES) {
     osdp_fail("checkpoint: '%s' is truncated: %lld bytes, shorter than the %zu-byte llm.c header",
               path, (long long)st.st_size, HEADER_BYTES);

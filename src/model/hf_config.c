@@ -25,8 +25,12 @@ typedef struct Hf {
   const char* prefix;
 } Hf;
 
-/* A JSON value as short text for messages: "12.5", "\"gelu\"", "{...}" cut at 48 bytes. */
+/* A JSON value as short text for messages: "12.5", "\"gelu\"", "{...}" cut at 48 bytes. A number
+** beyond a double's range (1e999), which the parser reads as infinity and would print as null,
+** is said to be one. */
 static const char* value_text(const cJSON* v, char buf[64]) {
+  if (cJSON_IsNumber(v) && !isfinite(v->valuedouble))
+    return strcpy(buf, "a number beyond the range of a double (not a finite number)");
   char* s = cJSON_PrintUnformatted(v);
   if (!s) return strcpy(buf, "?");
   if (strlen(s) > 48) snprintf(buf, 64, "%.45s...", s);

@@ -317,6 +317,9 @@ int plan_load(Plan* p, const GptDesc* d, const char* path) {
   if (!rc) rc = plan_json_int(root, path, "micro_batch", &B);
   if (!rc) rc = plan_json_int(root, path, "seq_len", &T);
   if (!rc && world < 1) rc = osdp_fail("%s: world_size=%d must be >= 1", path, world);
+  if (!rc && B > PLAN_MAX_MICRO_BATCH)
+    rc = osdp_fail("%s: field \"micro_batch\"=%d must be from 1 to %d (sequences per rank in one "
+                   "micro-step; more sequences per step: \"grad_accum\")", path, B, PLAN_MAX_MICRO_BATCH);
   if (!rc) rc = plan_uniform(p, d, STRAT_DP, world, B, T);
   const cJSON* pf = cJSON_GetObjectItemCaseSensitive(root, "prefetch");
   if (!rc && pf && !cJSON_IsBool(pf)) rc = osdp_fail("%s: field \"prefetch\" must be true or false", path);
@@ -336,9 +339,9 @@ int plan_load(Plan* p, const GptDesc* d, const char* path) {
   if (!rc) p->precision = (Precision)prec;
   if (!rc && cJSON_GetObjectItemCaseSensitive(root, "grad_accum")) {
     rc = plan_json_int(root, path, "grad_accum", &p->accum);
-    if (!rc && p->accum < 1)
-      rc = osdp_fail("%s: field \"grad_accum\"=%d must be >= 1 (micro-steps per optimizer step; "
-                     "absent: 1)", path, p->accum);
+    if (!rc && (p->accum < 1 || p->accum > PLAN_MAX_ACCUM))
+      rc = osdp_fail("%s: field \"grad_accum\"=%d must be from 1 to %d (micro-steps per optimizer "
+                     "step; absent: 1)", path, p->accum, PLAN_MAX_ACCUM);
   }
   if (!rc && cJSON_GetObjectItemCaseSensitive(root, "head_rows")) {
     rc = plan_json_int(root, path, "head_rows", &p->head_rows);

@@ -95,6 +95,11 @@ typedef struct Plan {
   int* recompute;                     /* nlayers flags: the layer recomputes in backward */
 } Plan;
 
+/* The largest micro-batch and micro-step count a plan file may give (--batch's and --accum's
+** bounds): past them a run would only fail allocating its batches. */
+#define PLAN_MAX_MICRO_BATCH (1 << 20)
+#define PLAN_MAX_ACCUM (1 << 20)
+
 /* Micro-steps per optimizer step (p->accum, at least 1). */
 int plan_accum(const Plan* p);
 /* Sequences per optimizer step: world x micro_batch x plan_accum. */

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/files.h"
 #include "core/util.h"
 #include "model/safetensors.h"
 
@@ -172,6 +173,31 @@ static int tensors_check_layout(StFile* s, uint64_t buf_len) {
   return rc;
 }
 
+/* The members of the JSON object text h[0..n), counted without parsing it (the commas at depth
+** 1 outside strings, plus one): an upper bound on the tensors a header names, known before cJSON
+** builds a node for each. */
+static long header_members(const char* h, size_t n) {
+  long commas = 0;
+  int depth = 0, in_str = 0, esc = 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = h[i];
+    if (in_str) {
+      if (esc) esc = 0;
+      else if (c == '\\') esc = 1;
+      else if (c == '"') in_str = 0;
+    } else if (c == '"') {
+      in_str = 1;
+    } else if (c == '{' || c == '[') {
+      depth++;
+    } else if (c == '}' || c == ']') {
+      depth--;
+    } else if (c == ',' && depth == 1) {
+      commas++;
+    }
+  }
+  return commas + 1;
+}
+
 /* Parses and checks the N-byte header text h of s (N + 1 bytes allocated, NUL-terminated). */
 static int header_parse(StFile* s, char* h, uint64_t N, uint64_t buf_len) {
   size_t bad = utf8_invalid_at((const unsigned char*)h, (size_t)N);
@@ -181,6 +207,11 @@ static int header_parse(StFile* s, char* h, uint64_t N, uint64_t buf_len) {
   if (nul)
     return osdp_fail("safetensors: '%s': the header holds a NUL byte at byte %td; the header is "
                      "JSON text padded with spaces", s->path, nul - h);
+  long members = header_members(h, (size_t)N);
+  if (members > ST_MAX_TENSORS + 1) /* + 1: __metadata__ */
+    return osdp_fail("safetensors: '%s': the header holds %ld entries, more than the %d tensors a "
+                     "file may hold; the file is corrupt or not a model's checkpoint", s->path,
+                     members, ST_MAX_TENSORS);
   const char* end = NULL;
   s->root = cJSON_ParseWithLengthOpts(h, (size_t)N + 1, &end, 1); /* + 1: the NUL after it */
   if (!s->root)
@@ -225,14 +256,14 @@ void st_close(StFile* s) {
 int st_open(StFile* s, const char* path) {
   memset(s, 0, sizeof *s);
   s->path = path;
-  s->f = fopen(path, "rb");
-  if (!s->f) return osdp_fail("safetensors: cannot open '%s': %s", path, strerror(errno));
+  s->f = file_open_read(path, "safetensors", FILE_FOLLOW);
+  if (!s->f) return -1;
   struct stat st;
   unsigned char n8[8];
   int rc = -1;
   char* h = NULL;
-  if (fstat(fileno(s->f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    osdp_fail("safetensors: '%s' is not a regular file", path);
+  if (fstat(fileno(s->f), &st) != 0) {
+    osdp_fail("safetensors: '%s': %s", path, strerror(errno));
   } else if (st.st_size < 8) {
     osdp_fail("safetensors: '%s' is truncated: %lld bytes, shorter than the 8-byte header size",
               path, (long long)st.st_size);
@@ -378,7 +409,8 @@ int st_dir_weights(const char* dir, char* out, size_t n) {
 }
 
 int st_is_index_file(const char* path) {
-  FILE* f = fopen(path, "rb");
+  FILE* f = file_open_read(path, "safetensors", FILE_FOLLOW);
+  if (!f) osdp_clear_error(); /* not a readable regular file: not an index */
   unsigned char b[9];
   size_t n = f ? fread(b, 1, sizeof b, f) : 0;
   struct stat st;
@@ -490,9 +522,15 @@ static int shards_open(StSet* set, IndexEntry* e, int n) {
     else if (!is_file(set->file_paths[i])) {
       const IndexEntry* first = e;
       while (strcmp(first->shard, names[i]) != 0) first++;
-      rc = osdp_fail("safetensors: index '%s' maps tensor '%s' to shard '%s', which is missing "
-                     "(%s); download every shard the index names", set->path, first->tensor,
-                     names[i], set->file_paths[i]);
+      struct stat st;
+      if (stat(set->file_paths[i], &st) == 0) /* a fifo or a directory: there, but not a shard */
+        rc = osdp_fail("safetensors: index '%s' maps tensor '%s' to shard '%s', which is a %s, "
+                       "not a regular file (%s); give the shard's file", set->path, first->tensor,
+                       names[i], file_kind(st.st_mode), set->file_paths[i]);
+      else
+        rc = osdp_fail("safetensors: index '%s' maps tensor '%s' to shard '%s', which is missing "
+                       "(%s); download every shard the index names", set->path, first->tensor,
+                       names[i], set->file_paths[i]);
     } else {
       rc = st_open(&set->files[i], set->file_paths[i]);
     }

@@ -21,6 +21,10 @@
 struct cJSON;
 
 #define ST_MAX_DIMS 16
+/* The most tensors one safetensors file may hold: far more than any model's (Llama 3 405B has
+** about 1,100 in all), few enough that a header of a million empty tensors (60 MB of text, 1 GB
+** of parsed JSON) is refused before it is parsed. */
+#define ST_MAX_TENSORS (1 << 16)
 
 typedef struct StFile StFile;
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/files.h"
 #include "core/util.h"
 #include "model/checkpoint.h"
 #include "model/safetensors.h"
@@ -39,15 +40,11 @@ int weights_detect(const char* path, WeightsFormat* fmt) {
                      "directory", path);
   }
   if (safetensors_is_index(path)) { *fmt = WEIGHTS_SAFETENSORS; return 0; }
-  FILE* f = fopen(path, "rb");
-  if (!f) return osdp_fail("cannot open weights file '%s': %s", path, strerror(errno));
-  struct stat st;
+  FILE* f = file_open_read(path, "weights file", FILE_FOLLOW);
+  if (!f) return -1;
   unsigned char b[9];
-  size_t n = 0;
-  int regular = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
-  if (regular) n = fread(b, 1, sizeof b, f);
+  size_t n = fread(b, 1, sizeof b, f);
   fclose(f);
-  if (!regular) return osdp_fail("weights file '%s' is not a regular file", path);
   int32_t magic = 0;
   if (n >= 4) memcpy(&magic, b, 4);
   if (n >= 4 && magic == CHECKPOINT_MAGIC) { *fmt = WEIGHTS_LLMC; return 0; }
@@ -61,14 +58,14 @@ int weights_detect(const char* path, WeightsFormat* fmt) {
 }
 
 int weights_read_config(const char* path, GptConfig* cfg) {
-  WeightsFormat fmt;
+  WeightsFormat fmt = WEIGHTS_LLMC;
   if (weights_detect(path, &fmt)) return -1;
   return fmt == WEIGHTS_SAFETENSORS ? safetensors_read_config(path, cfg)
                                     : checkpoint_read_config(path, cfg);
 }
 
 int weights_load(const char* path, const GptDesc* d, float* params) {
-  WeightsFormat fmt;
+  WeightsFormat fmt = WEIGHTS_LLMC;
   if (weights_detect(path, &fmt)) return -1;
   return fmt == WEIGHTS_SAFETENSORS ? safetensors_load(path, d, params)
                                     : checkpoint_load(path, d, params);

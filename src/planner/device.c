@@ -305,6 +305,93 @@ int device_validate(const DeviceInfo* dev, const char* where) {
   return validate_compute(dev, where);
 }
 
+/* ---- Ranges ------------------------------------------------------------------------------ */
+
+/* Checks that figure v (field `field` of `where`) lies in [lo, hi] (NaN does not); unit and hint
+** complete the message. */
+static int in_range(double v, double lo, double hi, const char* unit, const char* where,
+                    const char* field, const char* hint) {
+  if (v >= lo && v <= hi) return 0;
+  return osdp_fail("%s: field \"%s\" = %g must be from %g to %g%s%s; %s", where, field, v, lo, hi,
+                   unit[0] ? " " : "", unit, hint);
+}
+
+/* The ranges of one collective's latency, bandwidth and in-step factors; `name` names it
+** ("collectives.allreduce"). */
+static int collective_link_ranges(const CollectiveModel* c, const char* where, const char* name) {
+  char f[96];
+  snprintf(f, sizeof f, "%s.latency_s", name);
+  if (in_range(c->latency_s, 0, DEVICE_MAX_SECONDS, "s", where, f,
+               "give seconds per collective such as 2e-5 (osdp profile measures them)"))
+    return -1;
+  snprintf(f, sizeof f, "%s.bandwidth_Bps", name);
+  if (in_range(c->bandwidth_Bps, DEVICE_MIN_BANDWIDTH, DEVICE_MAX_BANDWIDTH, "B/s", where, f,
+               "give bytes per second such as 3e8 (osdp profile measures them)"))
+    return -1;
+  snprintf(f, sizeof f, "%s.in_step", name);
+  if (in_range(c->in_step, 0, DEVICE_MAX_FACTOR, "", where, f, "give a factor such as 1.2, or omit it"))
+    return -1;
+  snprintf(f, sizeof f, "%s.async_in_step", name);
+  return in_range(c->async_in_step, 0, DEVICE_MAX_FACTOR, "", where, f,
+                  "give a factor such as 1.2, or omit it");
+}
+
+/* The ranges of one collective's figures and measured points. */
+static int collective_ranges(const CollectiveModel* c, const char* where, const char* name) {
+  if (collective_link_ranges(c, where, name)) return -1;
+  char f[96];
+  for (int i = 0; i < c->npoints; i++) {
+    snprintf(f, sizeof f, "%s.points[%d]", name, i);
+    if (in_range(c->point_bytes[i], 0, DEVICE_MAX_BYTES, "bytes", where, f, "give [bytes, seconds]") ||
+        in_range(c->point_s[i], 0, DEVICE_MAX_SECONDS, "s", where, f, "give [bytes, seconds]"))
+      return -1;
+  }
+  return 0;
+}
+
+/* The ranges of level l of measured op i's times (fixed, per sample, points). */
+static int op_level_ranges(const OpTime* t, int i, int l, const char* where) {
+  char f[96], at[24] = "";
+  if (l) snprintf(at, sizeof at, ".slices[k=%d]", 1 << l);
+  const char* hint = "give seconds (osdp profile measures them)";
+  snprintf(f, sizeof f, "compute.ops[%d]%s.fixed_s", i, at);
+  if (in_range(t->fixed_s[l], 0, DEVICE_MAX_SECONDS, "s", where, f, hint)) return -1;
+  snprintf(f, sizeof f, "compute.ops[%d]%s.per_sample_s", i, at);
+  if (in_range(t->per_sample_s[l], 0, DEVICE_MAX_SECONDS, "s", where, f, hint)) return -1;
+  for (int j = 0; j < t->npoints[l] && j < DEVICE_OP_POINTS; j++) {
+    snprintf(f, sizeof f, "compute.ops[%d]%s.points[%d]", i, at, j);
+    if (in_range(t->point_s[l][j], 0, DEVICE_MAX_SECONDS, "s", where, f, hint)) return -1;
+  }
+  return 0;
+}
+
+/* The ranges of every collective level the device gives. */
+static int levels_ranges(const DeviceInfo* dev, const char* where) {
+  char name[64];
+  for (int k = 0; k < COLL_COUNT; k++) {
+    snprintf(name, sizeof name, "collectives.%s", coll_names[k]);
+    if (collective_ranges(&dev->coll[k], where, name)) return -1;
+    snprintf(name, sizeof name, "inter_host.%s", coll_names[k]);
+    if (dev->inter_given[k] && collective_ranges(&dev->inter[k], where, name)) return -1;
+    snprintf(name, sizeof name, "world.%s", coll_names[k]);
+    if (dev->world_given[k] && collective_ranges(&dev->world[k], where, name)) return -1;
+  }
+  return 0;
+}
+
+int device_check_ranges(const DeviceInfo* dev, const char* where) {
+  if (in_range(dev->flops, DEVICE_MIN_FLOPS, DEVICE_MAX_FLOPS, "FLOP/s", where, "flops",
+               "give one rank's FLOP/s such as 9.4e10 (osdp profile measures it)") ||
+      in_range(dev->optimizer_s_per_param, 0, DEVICE_MAX_OPT_S, "s", where, "optimizer_s_per_param",
+               "give seconds per parameter such as 1.5e-9, or 0"))
+    return -1;
+  if (levels_ranges(dev, where)) return -1;
+  for (int i = 0; i < dev->n_op_times; i++)
+    for (int l = 0; l < DEVICE_SLICE_LEVELS; l++)
+      if (dev->op_times[i].measured[l] && op_level_ranges(&dev->op_times[i], i, l, where)) return -1;
+  return 0;
+}
+
 /* ---- Loading ----------------------------------------------------------------------------- */
 
 /* Reads a number member `key` of object o into *out. Missing: error if required, else
@@ -580,7 +667,7 @@ static int device_from_json(const cJSON* root, const char* path, DeviceInfo* dev
                  "measured over every rank), or omitted", path, world_ranks, dev->ranks)) ||
       json_compute(root, path, dev))
     return -1;
-  return device_validate(dev, path);
+  return device_validate(dev, path) || device_check_ranges(dev, path) ? -1 : 0;
 }
 
 int device_load(DeviceInfo* dev, const char* path) {
@@ -707,16 +794,24 @@ static cJSON* device_to_json(const DeviceInfo* dev) {
   return root;
 }
 
-int device_save(const DeviceInfo* dev, const char* path) {
+char* device_to_text(const DeviceInfo* dev) {
   cJSON* root = device_to_json(dev);
   char* s = cJSON_Print(root);
   cJSON_Delete(root);
-  if (!s) return osdp_fail("out of memory");
-  size_t n = strlen(s);
-  char* text = realloc(s, n + 2);
-  if (!text) { free(s); return osdp_fail("out of memory writing '%s'", path); }
+  size_t n = s ? strlen(s) : 0;
+  char* text = s ? realloc(s, n + 2) : NULL;
+  if (!text) {
+    free(s);
+    osdp_fail("out of memory writing a device file");
+    return NULL;
+  }
   memcpy(text + n, "\n", 2);
-  int rc = write_file_atomic(path, text, "--out");
+  return text;
+}
+
+int device_save(const DeviceInfo* dev, const char* path) {
+  char* text = device_to_text(dev);
+  int rc = text ? write_file_atomic(path, text, "--out") : -1;
   free(text);
   return rc;
 }

@@ -77,6 +77,18 @@
 /* Most measured sizes a collective keeps. */
 #define DEVICE_MAX_POINTS 24
 
+/* The physically sensible ranges a device file's figures must lie in (generous: no hardware is
+** near either end). Outside them a file is a typo or hostile, and the planner's times would
+** overflow to infinity or print with hundreds of digits. */
+#define DEVICE_MIN_FLOPS 1e3      /* FLOP/s of one rank */
+#define DEVICE_MAX_FLOPS 1e19
+#define DEVICE_MIN_BANDWIDTH 1.0  /* bytes per second of a collective */
+#define DEVICE_MAX_BANDWIDTH 1e15
+#define DEVICE_MAX_SECONDS 1000.0 /* a latency, a measured collective or op time */
+#define DEVICE_MAX_BYTES 1e18     /* a measured collective's size */
+#define DEVICE_MAX_OPT_S 1.0      /* optimizer seconds per parameter */
+#define DEVICE_MAX_FACTOR 1e4     /* in_step, async_in_step */
+
 typedef struct CollectiveModel {
   double latency_s;      /* alpha */
   double bandwidth_Bps;  /* beta: bytes per second of the full buffer */
@@ -214,11 +226,19 @@ int device_load(DeviceInfo* dev, const char* path);
 /* The same from a device file's text (where names it in errors), for a file one rank read and
 ** every rank parses. */
 int device_parse(DeviceInfo* dev, const char* text, const char* where);
+/* The device file's text of dev (what device_save writes), a string the caller frees; NULL
+** with an error when out of memory. */
+char* device_to_text(const DeviceInfo* dev);
 /* Writes a device file (atomically: a temporary file renamed into place). */
 int device_save(const DeviceInfo* dev, const char* path);
 /* Checks the values (ranks >= 1, H dividing ranks, limit > 0, speeds > 0, latencies >= 0,
 ** measured rank counts from 1 to ranks, ...); -1 with a one-line error naming the field. */
 int device_validate(const DeviceInfo* dev, const char* where);
+/* Checks that the figures lie in the DEVICE_MIN_* .. DEVICE_MAX_* ranges (flops, bandwidths,
+** latencies, measured points and op times, the optimizer's time, in_step factors): every file
+** read does, figures a program builds need not. -1 with a one-line error "<where>: field
+** \"F\" = V must be from LO to HI UNIT; ..." naming the first figure outside. */
+int device_check_ranges(const DeviceInfo* dev, const char* where);
 /* Allocates n measured op entries (zeroed); -1 when out of memory. */
 int device_alloc_op_times(DeviceInfo* dev, int n);
 /* Frees the measured op times. */

@@ -98,7 +98,8 @@ static CollectiveModel fit_alpha_beta(const double* x, const double* t, int n) {
   double icept = (r0 - slope * s1) / s0;
   if (slope <= 0) { slope = t[n - 1] / x[n - 1]; icept = 0; }
   if (icept < 0) { icept = 0; slope = r1 / s2; } /* through the origin */
-  CollectiveModel c = {.latency_s = icept, .bandwidth_Bps = 1.0 / slope};
+  /* A slope near 0 (noise) is no link faster than a device file may say. */
+  CollectiveModel c = {.latency_s = icept, .bandwidth_Bps = fmin(1.0 / slope, DEVICE_MAX_BANDWIDTH)};
   for (int i = 0; i < n; i++) {
     double e = (icept + slope * x[i] - t[i]) / t[i];
     if (e < 0) e = -e;
@@ -778,7 +779,7 @@ static void calibrate(const GptDesc* d, DeviceInfo* dev, const Plan* p, int kind
   c->overlap = 0;
   double alone = replay_exposed(d, dev, p, kind);
   if (alone <= 0 || measured <= 0) return;
-  if (measured >= alone) c->in_step = measured / alone;
+  if (measured >= alone) c->in_step = fmin(measured / alone, DEVICE_MAX_FACTOR); /* a file's range */
   else fit_overlap(d, dev, p, kind, measured);
 }
 

@@ -420,6 +420,21 @@ static int no_fit_error(const Driver* x, size_t min_bytes, int R) {
                    x->o.seq, format_bytes((double)min_bytes, need), min_bytes, rec);
 }
 
+/* Records why nothing was found when memory is not the reason (the smallest plan, min_bytes,
+** fits): a device whose figures are out of their ranges gives times that overflow to infinity
+** or NaN, which no plan can beat; otherwise the usual no_fit_error. */
+static int no_plan_error(const Driver* x, size_t min_bytes, int R) {
+  if (min_bytes > x->dev->mem_limit || !device_check_ranges(x->dev, "device")) {
+    osdp_clear_error();
+    return no_fit_error(x, min_bytes, R);
+  }
+  char why[512], need[32];
+  snprintf(why, sizeof why, "%s", osdp_last_error());
+  return osdp_fail("no plan for %s on %d rank(s) has a finite predicted step time (memory is not "
+                   "the problem: the smallest plan needs %s); %s", x->d->cfg.name, x->dev->ranks,
+                   format_bytes((double)min_bytes, need), why);
+}
+
 /* The error for a smallest micro-batch (min_batch) larger than the largest that fits (nb). */
 static int batch_fit_error(const Driver* x, int nb) {
   char lim[32];
@@ -499,7 +514,7 @@ static int search_batches_of(const GptDesc* d, const DeviceInfo* dev, const Sear
     else plan_free(&b.plan);
   }
   if (!rc && n == 0 && nb < x.o.min_batch) rc = batch_fit_error(&x, nb);
-  if (!rc && n == 0) rc = no_fit_error(&x, *min_bytes, Rmin);
+  if (!rc && n == 0) rc = no_plan_error(&x, *min_bytes, Rmin);
   *out = v;
   *nout = n;
   free(rs);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
+#include "core/files.h"
 #include "core/util.h"
 
 /* Every rank returns rank 0's verdict on rc (rank 0's message is the one printed). */
@@ -26,14 +27,18 @@ static int agree(int rc, const char* what) {
 static int take_lock(CkptDir* cd) {
   char lp[4096 + 32];
   snprintf(lp, sizeof lp, "%s/.osdp-lock", cd->path);
-  int fd = open(lp, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+  int fd = open(lp, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
+  struct stat st = {0};
+  if (fd < 0 && errno == ELOOP)
+    return osdp_fail("--checkpoint: %s is a symbolic link, which osdp neither writes nor follows "
+                     "there; remove it", lp);
   if (fd < 0)
     return osdp_fail("--checkpoint: cannot write in %s (%s: %s); give a directory you can write", cd->path,
                      lp, strerror(errno));
-  struct stat st;
   if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
     close(fd);
-    return osdp_fail("--checkpoint: %s is not a regular file; remove it", lp);
+    return osdp_fail("--checkpoint: %s is a %s, not osdp's lock file; remove it", lp,
+                     file_kind(st.st_mode));
   }
   if (flock(fd, LOCK_EX | LOCK_NB)) {
     char who[256] = "";
@@ -65,6 +70,7 @@ int ckpt_dir_open(CkptDir* cd, const char* path, int keep) {
   int rc = snprintf(cd->path, sizeof cd->path, "%s", path) >= (int)sizeof cd->path
                ? osdp_fail("--checkpoint: path too long") : 0;
   if (!rc && comm_rank() == 0) rc = make_dirs(cd->path, "--checkpoint") || take_lock(cd);
+  if (!rc && comm_rank() == 0) train_state_sweep(cd->path);
   return agree(rc, "lock the checkpoint directory");
 }
 

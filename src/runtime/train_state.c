@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
+#include "core/files.h"
 #include "core/util.h"
 
 #define STATE_MAGIC "OSDPST01"
@@ -101,6 +102,30 @@ int train_state_remove(const char* path) {
   return 0;
 }
 
+/* Whether name is one of the hidden directories a checkpoint write or removal leaves when it is
+** killed: .step-<n>.del, .step-<n>.tmp or .step-<n>.tmp.old. */
+static int is_leftover_name(const char* name) {
+  if (strncmp(name, ".step-", 6) || name[6] < '0' || name[6] > '9') return 0;
+  const char* p = name + 6;
+  while (*p >= '0' && *p <= '9') p++;
+  return !strcmp(p, ".del") || !strcmp(p, ".tmp") || !strcmp(p, ".tmp.old");
+}
+
+int train_state_sweep(const char* dir) {
+  DIR* d = opendir(dir);
+  if (!d) return 0;
+  int removed = 0, others;
+  struct dirent* ent;
+  char p[4096 + 256];
+  while ((ent = readdir(d)) != NULL) {
+    if (!is_leftover_name(ent->d_name)) continue;
+    snprintf(p, sizeof p, "%s/%s", dir, ent->d_name);
+    removed += remove_state_dir(p, &others) == 0; /* a link, or foreign files: left alone */
+  }
+  closedir(d);
+  return removed;
+}
+
 long train_state_step_of_name(const char* name) {
   if (strncmp(name, "step-", 5) || name[5] < '0' || name[5] > '9') return -1;
   if (name[5] == '0' && name[6]) return -1; /* "step-007" is not what osdp writes */
@@ -161,10 +186,10 @@ static int write_rank_file(Engine* e, const char* path, uint64_t* bytes, uint64_
   engine_owned_ranges(e, r);
   for (int i = 0; i < nr; i++) if (r[i].n > maxn) maxn = r[i].n;
   float* buf = malloc(3 * maxn * sizeof(float));
-  FILE* f = buf ? fopen(path, "wb") : NULL;
+  FILE* f = buf ? file_create_new(path, "--checkpoint") : NULL;
   if (!f) {
     free(r); free(buf);
-    return osdp_fail("--checkpoint: cannot write %s: %s", path, buf ? strerror(errno) : "out of host memory");
+    return buf ? -1 : osdp_fail("--checkpoint: cannot write %s: out of host memory", path);
   }
   uint64_t h = FNV1A64_START;
   uint32_t hdr32[2] = {STATE_VERSION, (uint32_t)nr};
@@ -218,7 +243,7 @@ static int write_manifest(const char* dir, long step, int world, size_t n_params
   cJSON_Delete(m);
   char path[4096 + 32];
   snprintf(path, sizeof path, "%s/manifest.json", dir);
-  FILE* f = text ? fopen(path, "w") : NULL;
+  FILE* f = text ? file_create_new(path, "--checkpoint") : NULL;
   int bad = !f || fputs(text, f) < 0 || fputc('\n', f) == EOF || fflush(f) || fsync(fileno(f));
   int err = errno;
   if (f && fclose(f)) { bad = 1; err = errno; }
@@ -298,7 +323,7 @@ int train_state_save(Engine* e, const char* dir, long step, const char* run_id, 
 
 /* The checksum and size of a whole file; -1 when unreadable. */
 static int file_hash(const char* path, uint64_t* hash, long long* bytes) {
-  FILE* f = fopen(path, "rb");
+  FILE* f = file_open_read(path, "--resume", FILE_NOFOLLOW);
   if (!f) return -1;
   unsigned char buf[1 << 16];
   uint64_t h = FNV1A64_START;
@@ -467,14 +492,14 @@ int train_state_open(const char* path, TrainState* ts) {
     uint64_t h = 0;
     long long size = 0;
     char want[20];
-    if (file_hash(fpath, &h, &size)) { rc = osdp_fail("--resume: cannot read %s", fpath); break; }
+    if (file_hash(fpath, &h, &size)) { rc = -1; break; } /* its error recorded */
     snprintf(want, sizeof want, "%016" PRIx64, h);
     if ((double)size != bytes->valuedouble)
       rc = osdp_fail("--resume: %s has %lld bytes, the manifest says %.0f", fpath, size, bytes->valuedouble);
     else if (strcmp(want, hex->valuestring))
       rc = osdp_fail("--resume: %s: checksum %s, the manifest says %s (damaged)", fpath, want, hex->valuestring);
-    else if (!(ts->files[i] = fopen(fpath, "rb")))
-      rc = osdp_fail("--resume: cannot read %s", fpath);
+    else if (!(ts->files[i] = file_open_read(fpath, "--resume", FILE_NOFOLLOW)))
+      rc = -1;
     else
       rc = index_rank_file(ts, i, fpath, size);
   }

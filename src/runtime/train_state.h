@@ -65,6 +65,11 @@ int train_state_save(Engine* e, const char* dir, long step, const char* run_id, 
 ** as it is. Returns 0 (also when path does not exist), or -1 with an error. */
 int train_state_remove(const char* path);
 
+/* Removes what killed writes and removals left in checkpoint directory dir (the hidden
+** .step-N.del, .step-N.tmp and .step-N.tmp.old directories, when they hold only osdp's files;
+** never through a link). Only for the run holding dir's lock. Returns how many it removed. */
+int train_state_sweep(const char* dir);
+
 /* The step of a checkpoint directory's name as osdp writes it ("step-<n>", n without leading
 ** zeros), or -1. */
 long train_state_step_of_name(const char* name);
