@@ -101,8 +101,7 @@ foreach(table kernels bf16)
   target_include_directories(${exe} PRIVATE ${PROJECT_SOURCE_DIR}/src
     ${PROJECT_SOURCE_DIR}/tests ${CBLAS_INCLUDE})
   add_dependencies(${exe} osdp_lib)
-  target_link_libraries(${exe} PRIVATE $<TARGET_FILE:osdp_lib> MPI::MPI_C
-    OpenMP::OpenMP_C Threads::Threads PkgConfig::CJSON ${OPENBLAS_LIB} m)
+  target_link_libraries(${exe} PRIVATE $<TARGET_FILE:osdp_lib> ${OSDP_DEP_LIBS})
   add_test(NAME gpu_emu_${table} COMMAND ${exe})
   set_tests_properties(gpu_emu_${table} PROPERTIES LABELS "gpu-emu" SKIP_RETURN_CODE 77
     TIMEOUT 300)
@@ -127,8 +126,7 @@ add_executable(osdp_emu $<TARGET_OBJECTS:osdp> $<TARGET_OBJECTS:osdp_cuda_emu>
   $<TARGET_OBJECTS:osdp_emu_runtime>)
 set_target_properties(osdp_emu PROPERTIES LINKER_LANGUAGE CXX)
 add_dependencies(osdp_emu osdp_lib)
-target_link_libraries(osdp_emu PRIVATE $<TARGET_FILE:osdp_lib> MPI::MPI_C OpenMP::OpenMP_C
-  Threads::Threads PkgConfig::CJSON ${OPENBLAS_LIB} m)
+target_link_libraries(osdp_emu PRIVATE $<TARGET_FILE:osdp_lib> ${OSDP_DEP_LIBS})
 add_test(NAME gpu_emu_train
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/gpu_emu_train.sh $<TARGET_FILE:osdp> $<TARGET_FILE:osdp_emu>
           $<TARGET_FILE:plan_tool> ${OSDP_MPIRUN})

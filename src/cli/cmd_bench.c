@@ -17,6 +17,7 @@
 #include "cli/setup.h"
 #include "comm/comm.h"
 #include "core/util.h"
+#include "kernels/cpu_dnnl.h"
 #include "kernels/cpu_kernels.h"
 #include "runtime/engine.h"
 
@@ -152,7 +153,12 @@ int cmd_bench(int argc, char** argv) {
   double gflops = flops / (total / steps) / 1e9; /* per rank */
   int BT = p.micro_batch * p.seq;
   const Backend* bk = opt.backend ? opt.backend : backend_cpu();
-  double ref = comm_rank() == 0 ? backend_matmul_gflops(bk, BT, d.cfg.padded_vocab, d.cfg.n_embd) : 0;
+  /* The reference: the matmul rate of the step's storage at the LM head's shape (the CPU in
+  ** bf16: oneDNN's bf16 product; else sgemm, or the backend's own). */
+  int cpu_bf16 = bk == backend_cpu() && p.precision == PRECISION_BF16;
+  double ref = comm_rank() != 0 ? 0
+               : cpu_bf16 ? dnnl_bf16_gflops(BT, d.cfg.padded_vocab, d.cfg.n_embd)
+                          : backend_matmul_gflops(bk, BT, d.cfg.padded_vocab, d.cfg.n_embd);
   double peak_max = comm_allreduce_max_f64(comm_world(), (double)engine_peak_bytes(&e, NULL));
   double comm_s = cs.seconds[0] + cs.seconds[1] + cs.seconds[2];
   if (comm_rank() == 0) {
@@ -160,14 +166,16 @@ int cmd_bench(int argc, char** argv) {
     if (args_has(&a, "json")) {
       printf("{\"model\":\"%s\",\"plan\":\"%s\",\"ranks\":%d,\"micro_batch\":%d,\"seq\":%d,"
              "\"threads\":%d,\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,\"gflops_per_rank\":%.2f,"
-             "\"sgemm_gflops\":%.2f,\"ratio\":%.4f,\"peak_bytes\":%.0f,\"predicted_peak_bytes\":%zu,"
+             "\"sgemm_gflops\":%.2f,\"reference_matmul\":\"%s\",\"ratio\":%.4f,\"peak_bytes\":%.0f,\"predicted_peak_bytes\":%zu,"
              "\"comm_s_per_step\":%.4f,\"recompute_layers\":%d,\"device\":\"%s\",\"matmul\":\"%s\","
              "\"tf32\":\"%s\",\"precision\":\"%s\",\"flops_per_token\":%.0f,"
              "\"reduce_dtype\":\"%s\","
              "\"overlap_reduce\":%s,\"prefetch\":%s,\"median_ms_per_step\":%.3f,"
              "\"median_tokens_per_s\":%.1f,\"optimizer_ms_per_step\":%.3f",
              d.cfg.name, args_get(&a, "plan", "ddp"), comm_size(), p.micro_batch, p.seq, opt.threads,
-             ms, tokens / (ms / 1e3), gflops, ref, ref > 0 ? gflops / ref : 0, peak_max, e.predicted.peak,
+             ms, tokens / (ms / 1e3), gflops, ref,
+             cpu_bf16 ? dnnl_describe() : bk == backend_cpu() ? "OpenBLAS sgemm" : bk->name,
+             ref > 0 ? gflops / ref : 0, peak_max, e.predicted.peak,
              comm_s / steps, plan_recompute_count(&p), bk->name, matmul_mode_name(matmul),
              matmul == MATMUL_TF32 ? "on" : "off", precision_name(p.precision),
              flops / (double)BT, reduce_dtype_name(p.reduce_dtype), p.overlap_reduce ? "true" : "false",
@@ -182,7 +190,10 @@ int cmd_bench(int argc, char** argv) {
              p.micro_batch, p.seq, opt.threads, plan_recompute_count(&p), p.nlayers);
       printf("  %.1f ms/step (median %.1f, slowest %.1f), %.1f tokens/s global, %.1f GFLOP/s per rank\n",
              ms, median_ms, 1e3 * worst, tokens / (ms / 1e3), gflops);
-      if (bk == backend_cpu())
+      if (cpu_bf16)
+        printf("  bf16 matmul at %d x %d x %d (%s): %.1f GFLOP/s -> step reaches %.0f%% of it\n",
+               BT, d.cfg.padded_vocab, d.cfg.n_embd, dnnl_describe(), ref, 100 * gflops / ref);
+      else if (bk == backend_cpu())
         printf("  sgemm at %d x %d x %d (OpenBLAS kernel %s): %.1f GFLOP/s -> step reaches %.0f%% of sgemm\n",
                BT, d.cfg.padded_vocab, d.cfg.n_embd, kernels_blas_core(), ref, 100 * gflops / ref);
       else

@@ -11,6 +11,7 @@
 #include "core/output.h"
 #include "core/util.h"
 #include "kernels/backend.h"
+#include "kernels/cpu_dnnl.h"
 #include "kernels/cpu_kernels.h"
 #include "osdp_version.h"
 
@@ -40,6 +41,10 @@ static void print_version(void) {
   printf("build: %s, %s CPU code%s; CUDA backend %s; MPI %s\n", OSDP_BUILD_TYPE, OSDP_BUILD_ARCH,
          san, backend_cuda_built() ? "built" : "not built", comm_library_version());
   printf("BLAS: %s\n", kernels_blas_config());
+  const char* missing = "";
+  int bf16 = dnnl_bf16_supported(&missing);
+  printf("CPU bf16 products: %s; --precision bf16 on the CPU: %s%s\n", dnnl_describe(),
+         bf16 ? "native" : "unavailable, this CPU lacks ", bf16 ? "" : missing);
 }
 
 /* The subcommands, by name. */

@@ -228,7 +228,7 @@ int setup_precision(const Args* a, Precision* prec) {
   int p = precision_parse(name);
   if (p != PRECISION_FP32 && p != PRECISION_BF16)
     return osdp_fail("--precision: '%s' is not fp32 or bf16 (bf16: bf16 activations and weight "
-                     "copies, fp32 master weights, gradients and optimizer state; GPUs only)",
+                     "copies, fp32 master weights, gradients and optimizer state)",
                      name);
   *prec = (Precision)p;
   return 0;
@@ -239,11 +239,7 @@ const Backend* setup_backend(const Args* a) {
   Precision prec = PRECISION_FP32;
   if (setup_matmul_mode(a, &mode) || setup_precision(a, &prec)) return NULL;
   const Backend* bk = backend_by_name(args_get(a, "device", "cpu"), "--device");
-  if (bk && prec == PRECISION_BF16 && !bk->bf16) {
-    osdp_fail("--precision bf16: the %s backend has no bf16 kernels; bf16 storage runs on GPUs "
-              "(--device cuda), or use --precision fp32", bk->name);
-    return NULL;
-  }
+  if (bk && backend_check_precision(bk, prec)) return NULL;
   if (bk) bk->set_matmul_mode(mode);
   return bk;
 }

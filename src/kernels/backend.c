@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "kernels/cpu_dnnl.h"
 #include "kernels/cpu_kernels.h"
 
 const Backend* backend_by_name(const char* name, const char* field) {
@@ -29,6 +30,19 @@ double backend_matmul_gflops(const Backend* bk, int M, int N, int K) {
   }
   bk->release(a, n * sizeof(float), n * sizeof(float));
   return 2.0 * M * N * K / best / 1e9;
+}
+
+int backend_check_precision(const Backend* bk, Precision prec) {
+  if (prec != PRECISION_BF16 || bk->bf16) return 0;
+  const char* missing = "bf16 kernels";
+  if (bk == backend_cpu() || !strcmp(bk->name, "cpu-staged")) {
+    dnnl_bf16_supported(&missing);
+    return osdp_fail("--precision bf16: this CPU lacks %s, which osdp's CPU bf16 kernels need "
+                     "(without it a bf16 step would be several times slower than fp32, not "
+                     "faster); use --precision fp32, or a CPU with AVX512_BF16 or AMX", missing);
+  }
+  return osdp_fail("--precision bf16: the %s backend has no %s; use --precision fp32", bk->name,
+                   missing);
 }
 
 #ifndef OSDP_HAVE_CUDA

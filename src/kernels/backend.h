@@ -136,6 +136,9 @@ const Backend* backend_by_name(const char* name, const char* field);
 ** (kernels_sgemm_gflops) on the CPU, the best of 5 timed matmul_forward calls on the backend's
 ** clock elsewhere; 0 when the buffers do not fit. The reference a step's speed is compared to. */
 double backend_matmul_gflops(const Backend* bk, int M, int N, int K);
+/* Whether backend bk can run steps of precision prec: 0, or -1 with an error saying what it
+** lacks (bf16 on a CPU without AVX512_BF16 or AMX names the instruction set). */
+int backend_check_precision(const Backend* bk, Precision prec);
 /* The MatmulMode called `name` ("fp32", "tf32" or "bf16"), or -1 for any other name. */
 int matmul_mode_parse(const char* name);
 /* The name of mode m: "fp32", "tf32" or "bf16". */

@@ -3,11 +3,14 @@
 #define _GNU_SOURCE /* mremap */
 #include "kernels/backend.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "core/util.h"
+#include "kernels/cpu_bf16.h"
+#include "kernels/cpu_dnnl.h"
 #include "kernels/cpu_kernels.h"
 
 /* One released range kept for the next reservation (SPARE_MAX_WRITTEN bytes written at most):
@@ -94,7 +97,8 @@ static void cpu_synchronize(void) {}
 static void cpu_set_matmul_mode(MatmulMode mode) { (void)mode; }
 static void* cpu_compute_stream(void) { return NULL; }
 
-static const Backend cpu_backend = {
+/* The CPU backend; its bf16 table is set by backend_cpu, where the CPU can run it. */
+static Backend cpu_backend = {
     .name = "cpu",
     .device_memory = 0,
     .reserve = cpu_reserve,
@@ -116,8 +120,20 @@ static const Backend cpu_backend = {
     .compute_stream = cpu_compute_stream,
 };
 
-/* The CPU backend: one static object, always available. */
-const Backend* backend_cpu(void) { return &cpu_backend; }
+/* The CPU backend: one static object, always available. Its bf16 table (cpu_bf16.c) is there
+** where the CPU multiplies bf16 natively (AVX512_BF16 or AMX, through oneDNN), or where a test
+** asked for emulated products (OSDP_CPU_BF16_EMULATE=1: cpu_dnnl.h); else NULL, and
+** --precision bf16 says what the CPU lacks (backend_check_precision). */
+const Backend* backend_cpu(void) {
+  static int ready;
+  if (!ready) {
+    const char* emu = getenv("OSDP_CPU_BF16_EMULATE");
+    if (emu && strcmp(emu, "1") == 0) dnnl_bf16_emulate(1);
+    cpu_backend.bf16 = dnnl_bf16_usable() ? &cpu_kernels_bf16 : NULL;
+    ready = 1;
+  }
+  return &cpu_backend;
+}
 
 /* The CPU again, but declaring its memory not host-addressable, so that everything above the
 ** boundary takes the GPU's paths (staged collectives, copies in and out): the CPU backend with
@@ -125,7 +141,7 @@ const Backend* backend_cpu(void) { return &cpu_backend; }
 const Backend* backend_cpu_staged(void) {
   static Backend staged;
   if (!staged.name) {
-    staged = cpu_backend;
+    staged = *backend_cpu();
     staged.name = "cpu-staged";
     staged.device_memory = 1;
   }

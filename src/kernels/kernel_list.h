@@ -119,9 +119,10 @@
   ** (sample, head, query row), the log-sum-exp of that row's scaled scores over the causal       \
   ** prefix (kept for backward; always finite). scratch holds the backend's                       \
   ** attention_scratch_elems(T, hs) elements per kernel thread (the CPU: times                    \
-  ** kernels_threads(); CUDA uses none and may get NULL). */                                      \
+  ** kernels_threads(); CUDA uses none and may get NULL), in stat's precision: the tiles are      \
+  ** computed in fp32 or better whatever the storage. */                                          \
   X(void, attention_forward, (act* out, stat* lse, const act* q, const act* k,                    \
-                              const act* v, int ldq, int ldkv, act* scratch, int B, int T,        \
+                              const act* v, int ldq, int ldkv, stat* scratch, int B, int T,       \
                               int NH, int NKV, int hs))                                           \
   /* Backward; dq, dk, dv (strides ldq, ldkv as q, k, v) ACCUMULATE (+=); a K/V head's            \
   ** gradient sums over the query heads that share it, in a fixed order. out and lse are the      \
@@ -130,7 +131,7 @@
   ** scratch as for the forward. */                                                               \
   X(void, attention_backward, (act* dq, act* dk, act* dv, const act* dout, const act* q,          \
                                const act* k, const act* v, int ldq, int ldkv,                     \
-                               const act* out, const stat* lse, act* scratch, int B, int T,       \
+                               const act* out, const stat* lse, stat* scratch, int B, int T,      \
                                int NH, int NKV, int hs))                                          \
   /* Tanh-approximation GELU, elementwise over N values. */                                       \
   X(void, gelu_forward, (act* out, const act* inp, size_t N))                                     \

@@ -145,12 +145,19 @@ static int gpt2_build(GptDesc* d) {
   return 0;
 }
 
+size_t gpt2_work_att_offset(size_t BTC, size_t act_bytes, size_t stat_bytes) {
+  size_t end = 9 * BTC * act_bytes; /* dres [BT, C] + two [BT, 4C] */
+  return (end + stat_bytes - 1) / stat_bytes * stat_bytes;
+}
+
 /* The working buffers of GPT-2's step: dres [BT, C] + two [BT, 4C] work buffers + per-thread
-** attention scratch (also used by the forward); gpt_scratch_bytes adds the head's chunk. */
+** attention scratch in stat's precision (also used by the forward); gpt_scratch_bytes adds the
+** head's chunk. */
 static size_t gpt2_scratch_bytes(const GptDesc* d, int B, int T, Precision prec, int threads) {
   size_t BT = (size_t)B * (size_t)T, C = (size_t)d->cfg.n_embd;
   size_t att = (size_t)threads * attention_scratch_elems(T, d->cfg.n_embd / d->cfg.n_head);
-  return (BT * C + 2 * BT * 4 * C + att) * precision_elems(prec).act;
+  StepElems e = precision_elems(prec);
+  return gpt2_work_att_offset(BT * C, e.act, e.stat) + att * e.stat;
 }
 
 static const ModelFamily gpt2_family = {

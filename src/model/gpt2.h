@@ -38,6 +38,11 @@ enum { LINEAR_W = 0, LINEAR_B = 1 };
 enum { NORM_GAMMA = 0, NORM_BETA = 1 };
 enum { EMBED_WTE = 0, EMBED_WPE = 1 };
 
+/* Where the attention scratch starts in GPT-2's working buffer, in bytes: after dres [BT, C]
+** and two [BT, 4C] buffers of act_bytes elements (BTC = B*T*C), rounded up to a multiple of
+** stat_bytes (the tiles are in stat's precision). One source for the step and its size. */
+size_t gpt2_work_att_offset(size_t BTC, size_t act_bytes, size_t stat_bytes);
+
 /* GPT-2's steps (gpt2_step.c compiled as float and as double). */
 struct StepPasses;
 extern const struct StepPasses gpt2_step_f32;

@@ -55,7 +55,7 @@ static void layernorm_bwd(const GptDesc* d, GptActs* a, const GptParamHooks* h, 
 }
 
 /* Causal self-attention op opi over qkv into its out and lse. */
-static void attention_fwd(const GptDesc* d, GptActs* a, int opi, const act_t* qkv, act_t* scratch) {
+static void attention_fwd(const GptDesc* d, GptActs* a, int opi, const act_t* qkv, stat_t* scratch) {
   OpTimer tm = gpt_op_timer_start(a);
   int C = d->cfg.n_embd, NH = d->cfg.n_head;
   kern(a)->attention_forward(out_of(a, opi), stat_of(d, a, opi, "lse"), qkv, qkv + C, qkv + 2 * C,
@@ -65,7 +65,7 @@ static void attention_fwd(const GptDesc* d, GptActs* a, int opi, const act_t* qk
 
 /* Backward of attention op opi: dqkv (zeroed here, then accumulated) from dout. */
 static void attention_bwd(const GptDesc* d, GptActs* a, int opi, act_t* dqkv, const act_t* dout,
-                          const act_t* qkv, act_t* scratch) {
+                          const act_t* qkv, stat_t* scratch) {
   size_t BTC = (size_t)a->B * a->T * d->cfg.n_embd;
   gpt_step_backend(a)->zero(dqkv, 3 * BTC * sizeof(act_t));
   OpTimer tm = gpt_op_timer_start(a);
@@ -139,9 +139,11 @@ static void head_fresh(const GptDesc* d, const GptActs* a, ParamView* g) {
 
 /* The backward working buffers inside GptActs.scratch: the residual stream's gradient and two
 ** [BT, 4C] buffers for the activation gradients inside a layer, then the attention scratch
-** (which the forward uses too). */
+** (which the forward uses too; in stat's precision, at the next multiple of its size:
+** gpt2_work_att_offset). */
 typedef struct WorkBufs {
-  act_t *dres, *dbuf_a, *dbuf_b, *att_scratch;
+  act_t *dres, *dbuf_a, *dbuf_b;
+  stat_t* att_scratch;
 } WorkBufs;
 
 /* Names the parts of the scratch buffer. */
@@ -151,7 +153,7 @@ static WorkBufs work_bufs(const GptDesc* d, const GptActs* a) {
   g.dres = (act_t*)gpt_step_work(d, a);
   g.dbuf_a = g.dres + BTC;
   g.dbuf_b = g.dbuf_a + 4 * BTC;
-  g.att_scratch = g.dbuf_b + 4 * BTC;
+  g.att_scratch = (stat_t*)((char*)g.dres + gpt2_work_att_offset(BTC, sizeof(act_t), sizeof(stat_t)));
   return g;
 }
 
@@ -167,7 +169,7 @@ static const act_t* layer_input(const GptDesc* d, const GptActs* a, int l) {
 static void layer_forward(const GptDesc* d, GptActs* a, const GptParamHooks* h, const int* slices,
                           int l, const act_t* residual, GptPhase phase) {
   int o = gpt_op_layer(l, 0);
-  act_t* att_scratch = work_bufs(d, a).att_scratch;
+  stat_t* att_scratch = work_bufs(d, a).att_scratch;
   layernorm_fwd(d, a, h, o + GPT_LN1, residual, phase);
   linear_fwd(d, a, h, slices, o + GPT_QKV, out_of(a, o + GPT_QKV), out_of(a, o + GPT_LN1), NULL, phase);
   attention_fwd(d, a, o + GPT_ATTN, out_of(a, o + GPT_QKV), att_scratch);

@@ -207,7 +207,7 @@ static int llama_build(GptDesc* d) {
 static size_t llama_scratch_bytes(const GptDesc* d, int B, int T, Precision prec, int threads) {
   LlamaWork w = llama_work_layout(d, B, T, prec);
   size_t att = (size_t)threads * attention_scratch_elems(T, d->cfg.head_dim);
-  return w.bytes + att * precision_elems(prec).act;
+  return w.bytes + att * precision_elems(prec).stat; /* the attention tiles: stat's precision */
 }
 
 static const ModelFamily llama_family = {

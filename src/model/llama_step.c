@@ -28,8 +28,8 @@
 
 /* The working buffers of a (llama_work.h), typed. */
 typedef struct Work {
-  act_t *dres, *dx, *dt, *da, *dgate, *dup, *dq, *dk, *dv, *att;
-  stat_t* inv_freq;
+  act_t *dres, *dx, *dt, *da, *dgate, *dup, *dq, *dk, *dv;
+  stat_t *inv_freq, *att;
 } Work;
 
 /* Names the parts of the scratch buffer. */
@@ -39,7 +39,7 @@ static Work work_bufs(const GptDesc* d, const GptActs* a) {
   return (Work){(act_t*)(s + w.dres), (act_t*)(s + w.dx),    (act_t*)(s + w.dt),
                 (act_t*)(s + w.da),   (act_t*)(s + w.dgate), (act_t*)(s + w.dup),
                 (act_t*)(s + w.dq),   (act_t*)(s + w.dk),    (act_t*)(s + w.dv),
-                (act_t*)(s + w.att),  (stat_t*)(s + w.inv_freq)};
+                (stat_t*)(s + w.inv_freq), (stat_t*)(s + w.att)};
 }
 
 /* Writes the rotary frequencies into the scratch buffer (the kernels read them there; the

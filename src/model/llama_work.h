@@ -43,7 +43,7 @@ static inline LlamaWork llama_work_layout(const GptDesc* d, int B, int T, Precis
   w.dk = w.dq + BT * Q * e.act;
   w.dv = w.dk + BT * KV * e.act;
   w.inv_freq = llama_work_align(w.dv + BT * KV * e.act, e.stat);
-  w.att = llama_work_align(w.inv_freq + ((size_t)c->head_dim / 2 + 15) / 16 * 16 * e.stat, e.act);
+  w.att = llama_work_align(w.inv_freq + ((size_t)c->head_dim / 2 + 15) / 16 * 16 * e.stat, e.stat);
   w.bytes = w.att;
   return w;
 }

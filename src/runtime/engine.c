@@ -328,14 +328,6 @@ static void refresh_compute_copies(Engine* e) {
     }
 }
 
-/* Whether backend bk can run precision prec: bf16 needs its bf16 kernel table (0, or -1 with an
-** error saying so). */
-static int check_precision(const Backend* bk, Precision prec) {
-  if (prec != PRECISION_BF16 || bk->bf16) return 0;
-  return osdp_fail("--precision bf16: the %s backend has no bf16 kernels; bf16 storage runs on "
-                   "GPUs (--device cuda), or use --precision fp32", bk->name);
-}
-
 /* Says why a plan does not fit the memory limit, with the least memory it needs. */
 static int memory_limit_error(const Engine* e) {
   char need[32], lim[32], pa[32], ac[32], tr[32];
@@ -368,7 +360,7 @@ static int host_memory_error(const Engine* e) {
 ** the order the memory prediction counts it. Returns 0, or -1 with an error, leaving whatever
 ** it built for engine_destroy. */
 static int engine_build(Engine* e, const GptDesc* d, const Plan* p, const TrainOptions* opt) {
-  if (plan_validate(p, d, e->world) || check_precision(e->bk, p->precision) ||
+  if (plan_validate(p, d, e->world) || backend_check_precision(e->bk, p->precision) ||
       plan_copy(&e->plan, p))
     return -1;
   e->bk->set_threads(opt->threads);

@@ -430,7 +430,7 @@ size_t cuda_attention_scratch_elems(int, int) { return 0; }
 ** else one block per (query tile, b, h). */
 template <typename A>
 void cuda_attention_forward(A* out, float* lse, const A* q, const A* k, const A* v, int ldq,
-                            int ldkv, A*, int B, int T, int NH, int NKV, int hs) {
+                            int ldkv, float*, int B, int T, int NH, int NKV, int hs) {
   if (B <= 0 || T <= 0) return;
   check_heads(NH, NKV, hs);
   const MatmulMode mode = tensor_core_mode(q, hs);
@@ -449,8 +449,8 @@ void cuda_attention_forward(A* out, float* lse, const A* q, const A* k, const A*
 ** stream. */
 template <typename A>
 void cuda_attention_backward(A* dq, A* dk, A* dv, const A* dout, const A* q, const A* k,
-                             const A* v, int ldq, int ldkv, const A* out, const float* lse, A*,
-                             int B, int T, int NH, int NKV, int hs) {
+                             const A* v, int ldq, int ldkv, const A* out, const float* lse,
+                             float*, int B, int T, int NH, int NKV, int hs) {
   if (B <= 0 || T <= 0) return;
   check_heads(NH, NKV, hs);
   const MatmulMode mode = tensor_core_mode(q, hs);
@@ -474,12 +474,12 @@ template void cuda_attention_forward<float>(float*, float*, const float*, const 
                                             int);
 template void cuda_attention_forward<osdp_bf16>(osdp_bf16*, float*, const osdp_bf16*,
                                                 const osdp_bf16*, const osdp_bf16*, int, int,
-                                                osdp_bf16*, int, int, int, int, int);
+                                                float*, int, int, int, int, int);
 template void cuda_attention_backward<float>(float*, float*, float*, const float*, const float*,
                                              const float*, const float*, int, int, const float*,
                                              const float*, float*, int, int, int, int, int);
 template void cuda_attention_backward<osdp_bf16>(osdp_bf16*, osdp_bf16*, osdp_bf16*,
                                                  const osdp_bf16*, const osdp_bf16*,
                                                  const osdp_bf16*, const osdp_bf16*, int, int,
-                                                 const osdp_bf16*, const float*, osdp_bf16*, int,
+                                                 const osdp_bf16*, const float*, float*, int,
                                                  int, int, int, int);

@@ -123,11 +123,11 @@ cudaError_t cuda_attention_setup(void);
 ** cuda_attention_scratch_elems is 0. */
 template <typename A>
 void cuda_attention_forward(A* out, float* lse, const A* q, const A* k, const A* v, int ldq,
-                            int ldkv, A* scratch, int B, int T, int NH, int NKV, int hs);
+                            int ldkv, float* scratch, int B, int T, int NH, int NKV, int hs);
 template <typename A>
 void cuda_attention_backward(A* dq, A* dk, A* dv, const A* dout, const A* q, const A* k,
                              const A* v, int ldq, int ldkv, const A* out, const float* lse,
-                             A* scratch, int B, int T, int NH, int NKV, int hs);
+                             float* scratch, int B, int T, int NH, int NKV, int hs);
 /* The backend's attention_scratch_elems: 0 for every T and hs (the tiles live in shared
 ** memory). */
 size_t cuda_attention_scratch_elems(int T, int hs);
