@@ -9,7 +9,8 @@
 #
 # The fingerprints are in tests/reference/fingerprints-CORE.txt, one file per OpenBLAS kernel
 # set (CORE: the core `osdp --version` names on its BLAS line; OpenBLAS picks it by the CPU, or
-# OPENBLAS_CORETYPE where the environment sets it, and each computes its own bits), first recorded
+# OPENBLAS_CORETYPE where the environment sets it, and each computes its own bits), or per oneDNN
+# instruction set where the linear layers run oneDNN's sgemm (its GEMM line: onednn-AVX2), first recorded
 # from the build before the model became data (issue 17). The predictions (describe, plan) do not
 # depend on the BLAS: they are checked against every recorded file, and every file must agree on
 # them; a core without a file has only those checked, and says how to record its own. A change
@@ -21,6 +22,10 @@ set -u
 osdp=$1; tool=$2; shift 2; mpirun=("$@")
 here=$(cd "$(dirname "$0")" && pwd)
 core=$("$osdp" --version | sed -n 's/^BLAS: .* \([A-Za-z0-9_]*\) MAX_THREADS=.*/\1/p')
+# The linear layers' products run in oneDNN's sgemm where osdp is built with it: then the bits are
+# oneDNN's on its instruction set ("onednn-AVX2"), not OpenBLAS's.
+gemm=$("$osdp" --version | sed -n 's/^GEMM: oneDNN v[0-9.]* sgemm, \([A-Za-z0-9_.]*\) .*/\1/p')
+[ -n "$gemm" ] && core=onednn-$gemm
 [ -n "$core" ] || core=unknown
 expected=$here/reference/fingerprints-$core.txt
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
@@ -123,7 +128,7 @@ for f in "${recorded[@]}"; do
   fi
 done
 if [ ! -f "$expected" ]; then
-  echo "note: no training fingerprints recorded for OpenBLAS core $core: only the predictions are checked" \
+  echo "note: no training fingerprints recorded for kernel set $core: only the predictions are checked" \
        "(record them: OSDP_REFERENCE_RECORD=1 bash $0 OSDP PLAN_TOOL MPIRUN...)"
   grep -v '^train ' "$got" > "$got.pred" && mv "$got.pred" "$got"
   expected=$work/predictions.txt
@@ -131,12 +136,12 @@ fi
 while IFS= read -r line; do
   if grep -qxF -- "$line" "$expected"; then pass=$((pass + 1)); else
     fail=$((fail + 1)); tag=${line%% |*}
-    echo "FAIL $tag (OpenBLAS core $core)"
+    echo "FAIL $tag (kernel set $core)"
     echo "  recorded: $(grep -F -- "$tag |" "$expected" || echo '(none)')"
     echo "  now:      $line"
   fi
 done < "$got"
 missing=$(($(wc -l < "$expected") - $(wc -l < "$got")))
 [ "$missing" -gt 0 ] && { fail=$((fail + 1)); echo "FAIL $missing recorded fingerprints were not produced"; }
-echo "$pass passed, $fail failed (OpenBLAS core $core)"
+echo "$pass passed, $fail failed (kernel set $core)"
 [ "$fail" = 0 ]

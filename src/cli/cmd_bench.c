@@ -90,6 +90,34 @@ static void print_comms(int json, long steps) {
   if (json) printf("]");
 }
 
+/* The matrix product a bench step is compared with, at the LM head's shape: its rate, what it
+** is ("sgemm", "bf16 matmul", "matmul") and which library or backend ran it. */
+typedef struct BenchRef {
+  double gflops;
+  const char* kind;
+  char name[128];
+} BenchRef;
+
+/* Measures the reference of a step of precision prec on backend bk (rank 0): the CPU in fp32 the
+** linear layers' sgemm, in bf16 oneDNN's bf16 product; another backend its own matmul in its
+** mode. */
+static void bench_reference(const Backend* bk, Precision prec, MatmulMode mode, int M, int N, int K,
+                            BenchRef* r) {
+  if (bk == backend_cpu() && prec == PRECISION_BF16) {
+    r->gflops = dnnl_bf16_gflops(M, N, K);
+    r->kind = "bf16 matmul";
+    snprintf(r->name, sizeof r->name, "%s", dnnl_describe());
+  } else if (bk == backend_cpu()) {
+    r->gflops = backend_matmul_gflops(bk, M, N, K);
+    r->kind = "sgemm";
+    snprintf(r->name, sizeof r->name, "%s", cpu_sgemm_name());
+  } else {
+    r->gflops = backend_matmul_gflops(bk, M, N, K);
+    r->kind = "matmul";
+    snprintf(r->name, sizeof r->name, "%s, %s", bk->name, matmul_mode_name(mode));
+  }
+}
+
 /* The plan's hybrid and reduction settings in words ("" when all are the defaults). */
 static void plan_extras(const Plan* p, char* out, size_t cap) {
   int g = 0;
@@ -153,12 +181,9 @@ int cmd_bench(int argc, char** argv) {
   double gflops = flops / (total / steps) / 1e9; /* per rank */
   int BT = p.micro_batch * p.seq;
   const Backend* bk = opt.backend ? opt.backend : backend_cpu();
-  /* The reference: the matmul rate of the step's storage at the LM head's shape (the CPU in
-  ** bf16: oneDNN's bf16 product; else sgemm, or the backend's own). */
-  int cpu_bf16 = bk == backend_cpu() && p.precision == PRECISION_BF16;
-  double ref = comm_rank() != 0 ? 0
-               : cpu_bf16 ? dnnl_bf16_gflops(BT, d.cfg.padded_vocab, d.cfg.n_embd)
-                          : backend_matmul_gflops(bk, BT, d.cfg.padded_vocab, d.cfg.n_embd);
+  BenchRef rf = {0};
+  if (comm_rank() == 0) bench_reference(bk, p.precision, matmul, BT, d.cfg.padded_vocab, d.cfg.n_embd, &rf);
+  double ref = rf.gflops;
   double peak_max = comm_allreduce_max_f64(comm_world(), (double)engine_peak_bytes(&e, NULL));
   double comm_s = cs.seconds[0] + cs.seconds[1] + cs.seconds[2];
   if (comm_rank() == 0) {
@@ -174,7 +199,7 @@ int cmd_bench(int argc, char** argv) {
              "\"median_tokens_per_s\":%.1f,\"optimizer_ms_per_step\":%.3f",
              d.cfg.name, args_get(&a, "plan", "ddp"), comm_size(), p.micro_batch, p.seq, opt.threads,
              ms, tokens / (ms / 1e3), gflops, ref,
-             cpu_bf16 ? dnnl_describe() : bk == backend_cpu() ? "OpenBLAS sgemm" : bk->name,
+             rf.name,
              ref > 0 ? gflops / ref : 0, peak_max, e.predicted.peak,
              comm_s / steps, plan_recompute_count(&p), bk->name, matmul_mode_name(matmul),
              matmul == MATMUL_TF32 ? "on" : "off", precision_name(p.precision),
@@ -190,16 +215,8 @@ int cmd_bench(int argc, char** argv) {
              p.micro_batch, p.seq, opt.threads, plan_recompute_count(&p), p.nlayers);
       printf("  %.1f ms/step (median %.1f, slowest %.1f), %.1f tokens/s global, %.1f GFLOP/s per rank\n",
              ms, median_ms, 1e3 * worst, tokens / (ms / 1e3), gflops);
-      if (cpu_bf16)
-        printf("  bf16 matmul at %d x %d x %d (%s): %.1f GFLOP/s -> step reaches %.0f%% of it\n",
-               BT, d.cfg.padded_vocab, d.cfg.n_embd, dnnl_describe(), ref, 100 * gflops / ref);
-      else if (bk == backend_cpu())
-        printf("  sgemm at %d x %d x %d (OpenBLAS kernel %s): %.1f GFLOP/s -> step reaches %.0f%% of sgemm\n",
-               BT, d.cfg.padded_vocab, d.cfg.n_embd, kernels_blas_core(), ref, 100 * gflops / ref);
-      else
-        printf("  matmul at %d x %d x %d on %s (%s): %.1f GFLOP/s -> step reaches %.0f%% of it\n",
-               BT, d.cfg.padded_vocab, d.cfg.n_embd, bk->name, matmul_mode_name(matmul), ref,
-               ref > 0 ? 100 * gflops / ref : 0);
+      printf("  %s at %d x %d x %d (%s): %.1f GFLOP/s -> step reaches %.0f%% of it\n", rf.kind, BT,
+             d.cfg.padded_vocab, d.cfg.n_embd, rf.name, ref, ref > 0 ? 100 * gflops / ref : 0);
       printf("  peak memory %s per rank (predicted %s), communication %.1f ms/step (rank 0, blocking part)\n",
              format_bytes(peak_max, pk), format_bytes((double)e.predicted.peak, pr), 1e3 * comm_s / steps);
       if (comm_size() > 1) print_comms(0, steps);

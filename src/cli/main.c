@@ -41,6 +41,7 @@ static void print_version(void) {
   printf("build: %s, %s CPU code%s; CUDA backend %s; MPI %s\n", OSDP_BUILD_TYPE, OSDP_BUILD_ARCH,
          san, backend_cuda_built() ? "built" : "not built", comm_library_version());
   printf("BLAS: %s\n", kernels_blas_config());
+  printf("GEMM: %s (the CPU's fp32 linear layers)\n", cpu_sgemm_name());
   const char* missing = "";
   int bf16 = dnnl_bf16_supported(&missing);
   printf("CPU bf16 products: %s; --precision bf16 on the CPU: %s%s\n", dnnl_describe(),

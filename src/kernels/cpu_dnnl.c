@@ -195,15 +195,23 @@ static void native_dw(float* dw, const osdp_bf16* inp, int ldinp, const osdp_bf1
   run(entry_for(&key), inp, dout, NULL, dw);
 }
 
+/* The instruction set oneDNN dispatches to on this CPU, by name ("AVX2", "AVX512_BF16"). */
+static const char* isa_name(void) {
+  static const struct { dnnl_cpu_isa_t isa; const char* name; } names[] = {
+      {dnnl_cpu_isa_avx512_core_amx, "AMX"},   {dnnl_cpu_isa_avx512_core_bf16, "AVX512_BF16"},
+      {dnnl_cpu_isa_avx512_core, "AVX512"},    {dnnl_cpu_isa_avx2, "AVX2"},
+      {dnnl_cpu_isa_avx, "AVX"},               {dnnl_cpu_isa_sse41, "SSE4.1"}};
+  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if ((isa & names[i].isa) == names[i].isa) return names[i].name;
+  return "generic";
+}
+
 const char* dnnl_describe(void) {
   static char s[96];
   const dnnl_version_t* v = dnnl_version();
-  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-  const char* name = (isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx ? "AMX"
-                     : (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16
-                         ? "AVX512_BF16"
-                         : "no native bf16";
-  snprintf(s, sizeof s, "oneDNN v%d.%d.%d (%s)", v->major, v->minor, v->patch, name);
+  snprintf(s, sizeof s, "oneDNN v%d.%d.%d (%s%s)", v->major, v->minor, v->patch, isa_name(),
+           dnnl_bf16_supported(NULL) ? "" : ": no native bf16");
   return s;
 }
 
@@ -241,6 +249,28 @@ static void native_dw(float* dw, const osdp_bf16* inp, int ldinp, const osdp_bf1
 const char* dnnl_describe(void) { return "no oneDNN"; }
 
 #endif
+
+/* ---- fp32 products of the linear layers ----------------------------------------------------- */
+
+void cpu_sgemm(char transa, char transb, int M, int N, int K, float alpha, const float* A, int lda,
+               const float* B, int ldb, float beta, float* C, int ldc) {
+#ifdef OSDP_HAVE_DNNL
+  if (dnnl_sgemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == dnnl_success) return;
+#endif
+  cblas_sgemm(CblasRowMajor, transa == 'T' ? CblasTrans : CblasNoTrans,
+              transb == 'T' ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+const char* cpu_sgemm_name(void) {
+  static char s[96];
+#ifdef OSDP_HAVE_DNNL
+  const dnnl_version_t* v = dnnl_version();
+  snprintf(s, sizeof s, "oneDNN v%d.%d.%d sgemm, %s", v->major, v->minor, v->patch, isa_name());
+#else
+  snprintf(s, sizeof s, "OpenBLAS sgemm (kernel %s)", openblas_get_corename());
+#endif
+  return s;
+}
 
 /* ---- Emulated products (tests only: dnnl_bf16_emulate) ------------------------------------ */
 

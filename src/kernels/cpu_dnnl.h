@@ -47,7 +47,16 @@ void dnnl_matmul_bf16_dw(float* dw, const osdp_bf16* inp, int ldinp, const osdp_
 ** buffers do not fit. */
 double dnnl_bf16_gflops(int M, int N, int K);
 
-/* "oneDNN v2.6.3 (avx512_core_bf16)": the library and the instruction set it dispatched to. */
+/* The fp32 product of the CPU's linear layers, row-major, as cblas_sgemm takes it (transa,
+** transb: 'N' or 'T'): C[M, N] = alpha op(A) op(B) + beta C. oneDNN's sgemm where osdp is built
+** with it (1.0-1.3x OpenBLAS's at GPT-2's shapes on a Zen 2: docs/BENCHMARKS.md), else
+** OpenBLAS's. Called outside OpenMP parallel regions (it spreads over kernels_threads()). */
+void cpu_sgemm(char transa, char transb, int M, int N, int K, float alpha, const float* A, int lda,
+               const float* B, int ldb, float beta, float* C, int ldc);
+/* Which library cpu_sgemm runs: "oneDNN v2.6.3 sgemm, AVX2" or "OpenBLAS sgemm (kernel Zen)". */
+const char* cpu_sgemm_name(void);
+
+/* "oneDNN v2.6.3 (AVX512_BF16)": the library and the bf16 instruction set it dispatches to. */
 const char* dnnl_describe(void);
 
 #endif

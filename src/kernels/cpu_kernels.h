@@ -23,7 +23,8 @@ void kernels_set_threads(int n);
 /* Returns the thread count set by kernels_set_threads (1 by default). */
 int kernels_threads(void);
 /* The sgemm rate (GFLOP/s, best of a few runs) of an M x K by K x N product at the current
-** thread count: the reference benchmarks compare with, and the profiler's stand-in FLOP rate. */
+** thread count, with the linear layers' own product (cpu_sgemm: oneDNN's or OpenBLAS's): the
+** reference benchmarks compare with, and the profiler's stand-in FLOP rate. */
 double kernels_sgemm_gflops(int M, int N, int K);
 /* The name of the CPU kernel OpenBLAS chose ("Haswell", "SkylakeX", "Prescott" = generic). */
 const char* kernels_blas_core(void);

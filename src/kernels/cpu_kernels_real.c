@@ -30,11 +30,14 @@
 #include <string.h>
 #include <cblas.h>
 
+#include "kernels/cpu_dnnl.h"
 #include "kernels/cpu_kernels.h"
 
 // ----------------------------------------------------------------------------
 // the element type and its BLAS routine and math:
-//   GEMM                    cblas_sgemm or cblas_dgemm
+//   GEMM                    cblas_sgemm or cblas_dgemm (attention's tile products)
+//   LINEAR_GEMM             the linear layers' products: cpu_sgemm (cpu_dnnl.h: oneDNN's where
+//                           built with it) or cblas_dgemm, row-major, transposes as 'N'/'T' 
 //   EXP, LOG, SQRT, TANH    the math functions of that precision (EXP and TANH vectorisable
 //                           in fp32; SQRT is one instruction, the file builds -fno-math-errno)
 //   COS, SIN                libm's cosine and sine of that precision (RoPE's angles)
@@ -45,6 +48,7 @@
 /* fp64 keeps libm, so the gradient checks run on exact reference math. */
 typedef double real;
 #define GEMM cblas_dgemm
+#define LINEAR_GEMM dgemm_rowmajor
 #define EXP exp
 #define LOG log
 #define SQRT sqrt
@@ -53,6 +57,14 @@ typedef double real;
 #define SIN sin
 #define KINT int64_t
 #define KINT_MAX INT64_MAX
+
+/* cblas_dgemm, row-major, with cpu_sgemm's arguments (transposes as 'N' or 'T'). */
+static inline void dgemm_rowmajor(char ta, char tb, int M, int N, int K, double alpha,
+                                  const double* A, int lda, const double* B, int ldb, double beta,
+                                  double* C, int ldc) {
+  cblas_dgemm(CblasRowMajor, ta == 'T' ? CblasTrans : CblasNoTrans,
+              tb == 'T' ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
 
 #else
 
@@ -64,6 +76,7 @@ typedef double real;
 ** instruction. */
 typedef float real;
 #define GEMM cblas_sgemm
+#define LINEAR_GEMM cpu_sgemm
 #define EXP fast_expf
 #define LOG logf
 #define SQRT sqrtf
@@ -261,8 +274,7 @@ static void matmul_forward(real* out, const real* inp, int ldinp, const real* w,
     bias_rows(out, bias, BT, OC, accumulate);
     beta = 1;
   }
-  GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, OC, K,
-       1, inp, ldinp, w, OC, beta, out, OC);
+  LINEAR_GEMM('N', 'N', BT, OC, K, 1, inp, ldinp, w, OC, beta, out, OC);
 }
 
 /* Backward of matmul_forward (GEMM's beta picks overwrite or add):
@@ -273,11 +285,9 @@ static void matmul_backward(real* dinp, real* dw, real* dbias, const real* dout,
                             int ldinp, const real* w, int BT, int K, int OC, int accumulate) {
   real beta = accumulate ? 1 : 0;
   if (dinp != NULL) {
-    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, BT, K, OC,
-         1, dout, OC, w, OC, 0, dinp, ldinp);
+    LINEAR_GEMM('N', 'T', BT, K, OC, 1, dout, OC, w, OC, 0, dinp, ldinp);
   }
-  GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, K, OC, BT,
-       1, inp, ldinp, dout, OC, beta, dw, OC);
+  LINEAR_GEMM('T', 'N', K, OC, BT, 1, inp, ldinp, dout, OC, beta, dw, OC);
   if (dbias != NULL) colsum(dbias, dout, BT, OC, accumulate);
 }
 
