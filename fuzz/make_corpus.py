@@ -395,4 +395,63 @@ put("st_index", "array.json", "[]")
 put("st_index", "truncated.json", index(wmap)[:200])
 put("st_index", "twice.json", index(wmap)[:-3] + ',\n    "ln_f.bias": "%s"\n  }\n}' % shards[0])
 
+
+# ---- tokenizer.json: a byte-level BPE (GPT-2's byte alphabet, a few merges) and its variants --
+def byte_alphabet():
+    """GPT-2's bytes_to_unicode: each byte's printable stand-in character."""
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return [chr(c) for _, c in sorted(zip(bs, cs))]
+
+
+alpha = byte_alphabet()
+vocab = {ch: i for i, ch in enumerate(alpha)}
+merges = [["\u0120", "w"], ["o", "r"], ["\u0120w", "or"], ["l", "d"], ["H", "e"]]
+for a, b in merges:
+    vocab.setdefault(a + b, len(vocab))
+eot = {"id": len(vocab), "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+       "rstrip": False, "normalized": False, "special": True}
+GPT2_RE = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+LLAMA3_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+             r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def tok(**over):
+    """A tokenizer.json text: GPT-2 style unless over replaces parts."""
+    t = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [eot],
+         "normalizer": None,
+         "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                           "use_regex": True},
+         "post_processor": None, "decoder": {"type": "ByteLevel"},
+         "model": {"type": "BPE", "dropout": None, "unk_token": None, "fuse_unk": False,
+                   "byte_fallback": False, "vocab": vocab, "merges": [" ".join(m) for m in merges]}}
+    t.update(over)
+    return json.dumps(t, ensure_ascii=False)
+
+
+put("tokenizer", "gpt2.json", tok())
+model = json.loads(tok())["model"]
+put("tokenizer", "merge-pairs.json", tok(model=dict(model, merges=merges)))
+put("tokenizer", "llama3-split.json", tok(pre_tokenizer={"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": LLAMA3_RE}, "behavior": "Isolated", "invert": False},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+    model=dict(model, ignore_merges=True)))
+put("tokenizer", "gpt2-split.json", tok(pre_tokenizer={"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": GPT2_RE}, "behavior": "Isolated", "invert": False},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}))
+put("tokenizer", "wordpiece.json", tok(model=dict(model, type="WordPiece")))
+put("tokenizer", "nfc.json", tok(normalizer={"type": "NFC"}))
+put("tokenizer", "missing-byte.json", tok(model=dict(model, vocab={k: v for k, v in vocab.items() if k != "a"})))
+put("tokenizer", "bad-merge.json", tok(model=dict(model, merges=["o r", "q z", 3])))
+put("tokenizer", "twice.json", tok()[:-1] + ', "decoder": null}')
+put("tokenizer", "truncated.json", tok()[:300])
+put("tokenizer", "bad-regex.json", tok(pre_tokenizer={"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": "(?<"}, "behavior": "Isolated", "invert": False},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}))
+
 shutil.rmtree(tmp)

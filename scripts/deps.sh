@@ -2,7 +2,7 @@
 # Installs the Debian packages osdp needs, if any is missing.
 # As root it runs apt-get itself; otherwise it prints the exact command to run.
 set -euo pipefail
-pkgs="build-essential cmake libopenblas-openmp-dev libdnnl-dev libcjson-dev libopenmpi-dev openmpi-bin libxml2-utils"
+pkgs="build-essential cmake libopenblas-openmp-dev libdnnl-dev libcjson-dev libpcre2-dev libopenmpi-dev openmpi-bin libxml2-utils"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

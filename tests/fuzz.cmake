@@ -4,7 +4,7 @@
 # also the libFuzzer binaries fuzz_<name>, built by the target fuzz_targets and run by
 # `make fuzz` (fuzz/run.sh).
 set(OSDP_FUZZ_TARGETS model plan device checkpoint safetensors train_state tokens hf_config json
-  st_index)
+  st_index tokenizer)
 set(OSDP_FUZZ_TEST_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
 if(OSDP_FUZZ)
   add_custom_target(fuzz_targets)

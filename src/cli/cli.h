@@ -87,5 +87,6 @@ int cmd_plan(int argc, char** argv);
 int cmd_sample(int argc, char** argv);
 int cmd_export(int argc, char** argv);
 int cmd_plot(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
 
 #endif

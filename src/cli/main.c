@@ -26,6 +26,7 @@ static const char* usage =
     "  export    convert weights: llm.c checkpoints, safetensors (Hugging Face GPT-2/Llama/Qwen2)\n"
     "  sample    generate from trained weights (a prompt continued; addition problems answered)\n"
     "  plot      draw training logs (loss, held-out loss, tokens/s, memory by step) as SVG\n"
+    "  tokenize  text files to an llm.c token file with a Hugging Face tokenizer.json (and back)\n"
     "  help      this list (osdp help CMD: that command's options)\n"
     "run 'osdp <command> --help' for a command's options, 'osdp --version' for the build; under\n"
     "mpirun -np N every command runs on N ranks.\n";
@@ -57,7 +58,7 @@ typedef struct Command {
 static const Command commands[] = {
     {"train", cmd_train},     {"bench", cmd_bench}, {"describe", cmd_describe},
     {"profile", cmd_profile}, {"plan", cmd_plan},   {"export", cmd_export},
-    {"sample", cmd_sample},   {"plot", cmd_plot},
+    {"sample", cmd_sample},   {"plot", cmd_plot},   {"tokenize", cmd_tokenize},
 };
 
 /* The subcommand called name, or NULL. */
