@@ -52,7 +52,7 @@ if [ "${FIRST:-1}" = 1 ]; then
 echo "== train --plan auto: $model, seq $seq, $ranks ranks, limit $limit"
 printf '%-8s %9s %9s %9s  %s\n' start profile trial "step 1" "chosen (trial's ratio to the best uniform)"
 for run in first second; do
-  "${mpirun[@]}" stdbuf -oL "$osdp" train "${common[@]}" --plan auto --steps 2 --data "text:$data" \
+  "${mpirun[@]}" stdbuf -oL "$osdp" train "${common[@]}" --plan auto --steps 2 --data "text:$data" --tokenizer bytes \
     --profile-cache "$work/cache" 2>&1 | stamp "$work/$run.txt"
   if ! grep -q "^ *[0-9.]* done:" "$work/$run.txt"; then
     echo "first_start.sh: the $run start FAILED: $(tail -2 "$work/$run.txt" | tr '\n' ' ')" >&2; failed=1; continue
@@ -108,7 +108,7 @@ for p in "${plans[@]}"; do : >"$work/$p.times"; done
 for r in $(seq 1 "$rounds"); do
   for p in "${plans[@]}"; do
     if "${mpirun[@]}" "$osdp" train "${common[@]}" --plan "$work/$p-plan.json" --steps "$steps" \
-         --data "text:$data" --json --quiet --eval-batches 0 >"$work/$p-run.json" 2>"$work/err"; then
+         --data "text:$data" --tokenizer bytes --json --quiet --eval-batches 0 >"$work/$p-run.json" 2>"$work/err"; then
       sed -n 's/.*"median_step_s":\([0-9.e+-]*\).*/\1/p' "$work/$p-run.json" | tail -1 >>"$work/$p.times"
     else
       echo "first_start.sh: training the $p plan FAILED: $(head -2 "$work/err")" >&2; failed=1

@@ -9,6 +9,8 @@
 #    checkpoint holding a user's file in place, with the file.
 #  - --resume DIR/step-N resumes that checkpoint; a manifest whose step disagrees with its
 #    directory's name is refused; a changed data file is refused unless --resume-data-changed ok.
+#  - text: data goes through a tokenizer.json (--tokenizer FILE, or a --model directory's);
+#    bytes for a 50257-token model are refused, naming --tokenizer.
 #  - Ranks agree: ranks started with different arguments, or with different model or data files
 #    under one name (mpirun -wdir per rank), fail naming the difference.
 #  - The watchdog and checkpoints: a checkpoint slower than --watchdog (a slow disk, simulated by
@@ -18,6 +20,7 @@
 #    another rank count.
 set -u
 OSDP=${1:?usage: cli_runs.sh OSDP MPIRUN...}; shift; mpirun=("$@")
+repo=$(cd "${BASH_SOURCE%/*}/.." && pwd)
 source "${BASH_SOURCE%/*}/cli_common.sh"
 osdp=$OSDP
 SNAP_DEPTH=3
@@ -139,6 +142,26 @@ expect_error "plan --trial with a profile of another rank count" \
 "$osdp" plan --model tiny --seq 16 --devices dev1.json --out p1.json >/dev/null 2>&1
 refused "describe --plan for another rank count" "--ranks 4 differs from the 1 rank(s) of plan p1.json" -- \
   "$osdp" describe --model tiny --plan p1.json --ranks 4
+
+# ---- text: data through a tokenizer (issue 45) -----------------------------------------------
+# A byte-level BPE tokenizer.json (the fuzz corpus's: 256 bytes, 5 merges, <|endoftext|>: 262 ids)
+# and a model of its vocabulary: --tokenizer FILE, or the tokenizer.json of a --model directory.
+tokjson="$repo/fuzz/corpus/tokenizer/seed-gpt2.json"
+printf 'Hello world, hello words of the world.\n%.0s' $(seq 400) >tok.txt
+echo '{"name":"tok262","n_layer":1,"n_embd":32,"n_head":2,"vocab_size":262,"max_seq":32}' >tok262.json
+"$osdp" train --model tok262.json --tokenizer "$tokjson" --data text:tok.txt --seq 16 --batch 2 --steps 3 \
+  --json --quiet >tok.sum 2>err.txt
+if grep -q '"data":"text file tok.txt ([0-9]* bytes, [0-9]* tokens of' tok.sum; then ok
+else bad "train --tokenizer: $(cat err.txt) $(head -c 300 tok.sum)"; fi
+mkdir -p hf && cp "$tokjson" hf/tokenizer.json
+echo '{"model_type":"llama","hidden_size":32,"num_hidden_layers":1,"num_attention_heads":2,
+  "num_key_value_heads":2,"intermediate_size":64,"vocab_size":262,"max_position_embeddings":32,
+  "rms_norm_eps":1e-5,"rope_theta":10000,"tie_word_embeddings":true,"hidden_act":"silu"}' >hf/config.json
+"$osdp" train --model hf --data text:tok.txt --seq 16 --batch 2 --steps 3 --json --quiet >hf.sum 2>err.txt
+if grep -q '"data":"text file tok.txt ([0-9]* bytes, [0-9]* tokens of hf/tokenizer.json)' hf.sum; then ok
+else bad "train --model DIR with its tokenizer.json: $(cat err.txt) $(head -c 300 hf.sum)"; fi
+refused "text: bytes for a 50257-token model" "--tokenizer PATH" "vocab_size 50257" "--tokenizer bytes" -- \
+  "$osdp" train --model gpt2-124m --data text:tok.txt --steps 1 --seq 16 --batch 1
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

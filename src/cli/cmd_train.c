@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -26,6 +27,10 @@
 
 static const OptionSpec train_run_options[] = {
     {"data", "D", "addition", "addition | addition:N | text:FILE | tokens:FILE (llm.c .bin)"},
+    {"tokenizer", "PATH|bytes", "its model's", "how text:FILE becomes tokens: a Hugging Face\n"
+                  "tokenizer.json (or a directory holding one; osdp tokenize), or bytes\n"
+                  "(ids 0-255); by default the --model or --load directory's\n"
+                  "tokenizer.json, else bytes for a vocabulary of at most 256"},
     {"steps", "N", "2000", "training steps (0: none; the model, e.g. a --load'ed one, is evaluated\n"
                           "and --save'd as it is)"},
     {"batch", "B", "16", "micro-batch per rank; the global batch is N*B*K (with --plan auto: fixed\n"
@@ -324,6 +329,41 @@ static int train_auto_ranges(TrainRun* r, long T) {
   return profile_options_from_args(&r->args, &r->d, T, &po);
 }
 
+/* Whether dir (a --model or --load value) is a directory holding tokenizer.json; its path then
+** goes into path (cap bytes). */
+static int dir_tokenizer(const char* dir, char* path, size_t cap) {
+  struct stat st;
+  if (!dir || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
+  snprintf(path, cap, "%s/tokenizer.json", dir);
+  return stat(path, &st) == 0;
+}
+
+/* The tokenizer text:FILE data goes through (*tok; NULL: its bytes): --tokenizer PATH, or
+** bytes; else the tokenizer.json of the --model or --load directory; else bytes, which only a
+** model whose vocabulary is bytes may take: -1 with an error saying how to give a tokenizer
+** otherwise (bytes fed to a 50257-token model train silently on the wrong ids). */
+static int train_tokenizer(TrainRun* r, const char** tok) {
+  static char found[4200];
+  const char* data = args_get(&r->args, "data", "addition");
+  const char* opt = args_get(&r->args, "tokenizer", NULL);
+  *tok = NULL;
+  if (opt) {
+    *tok = strcmp(opt, "bytes") == 0 ? NULL : opt;
+    return 0;
+  }
+  if (strncmp(data, "text:", 5) != 0) return 0;
+  if (dir_tokenizer(args_get(&r->args, "model", NULL), found, sizeof found) ||
+      dir_tokenizer(args_get(&r->args, "load", NULL), found, sizeof found)) {
+    *tok = found;
+    return 0;
+  }
+  if (r->d.cfg.vocab_size <= 256) return 0;
+  return osdp_fail("--data %s: a text file's bytes are ids 0-255, but model %s has vocab_size %d; "
+                   "give --tokenizer PATH (a tokenizer.json, or a model directory holding one), "
+                   "tokenize first (osdp tokenize), or --tokenizer bytes to train on bytes anyway",
+                   data, r->d.cfg.name, r->d.cfg.vocab_size);
+}
+
 /* Reads every option, builds the model, data source, plan and engine. */
 static int train_setup(TrainRun* r, int argc, char** argv) {
   static const char* const outputs[] = {"log", "save", "plot", NULL};
@@ -404,7 +444,10 @@ static int train_setup(TrainRun* r, int argc, char** argv) {
     return -1;
   }
   r->B = r->plan.micro_batch; r->T = r->plan.seq;
-  if (data_open(&r->data, args_get(&r->args, "data", "addition"), r->T, r->opt.seed)) return -1;
+  const char* tok = NULL;
+  if (train_tokenizer(r, &tok) ||
+      data_open_tokenized(&r->data, args_get(&r->args, "data", "addition"), tok, r->T, r->opt.seed))
+    return -1;
   if (plan_global_batch(&r->plan) > data_train_sequences(r->data))
     return osdp_fail("--global-batch %ld: %s holds %ld training sequences of %d tokens, fewer than "
                      "one step's global batch; use a global batch of at most %ld, a shorter --seq or "

@@ -135,7 +135,7 @@ int setup_search_options(const Args* a, const GptDesc* d, int ranks, SearchOptio
 }
 
 int setup_claim_files(const Args* a, const char* const* outputs) {
-  static const char* const inputs[] = {"model", "load", "plan", "devices", "resume", NULL};
+  static const char* const inputs[] = {"model", "load", "plan", "devices", "resume", "tokenizer", NULL};
   char field[48];
   for (int i = 0; inputs[i]; i++) {
     snprintf(field, sizeof field, "--%s", inputs[i]);

@@ -3,6 +3,7 @@
 
 #include "core/files.h"
 #include "core/util.h"
+#include "tokenizer/tokenizer.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -236,6 +237,39 @@ static int text_open(DataSource* ds, const char* path) {
   return 0;
 }
 
+/* Opens a text file encoded by the tokenizer at tok_path: its token ids, held as a version-2
+** token file's (uint32), train and val parts as for a token file. The identity is that of the
+** ids, so a changed text or tokenizer is seen by a resumed run. */
+static int text_open_tokenized(DataSource* ds, const char* path, const char* tok_path) {
+  if (*path == 0) return osdp_fail("data: 'text:' needs a file name, e.g. text:input.txt");
+  unsigned char* text = NULL;
+  size_t n = 0;
+  Tokenizer* t = NULL;
+  TokIds ids = {0};
+  int rc = read_whole_file(path, "text", &text, &n) || tok_load(&t, tok_path) ||
+           tok_encode(t, (const char*)text, n, &ids) ? -1 : 0;
+  if (!rc && !(ds->file = malloc(ids.n * 4 + 1))) rc = osdp_fail("data: out of memory tokenizing '%s'", path);
+  for (size_t i = 0; !rc && i < ids.n; i++) {
+    uint32_t v = (uint32_t)ids.ids[i];
+    memcpy(ds->file + 4 * i, &v, 4);
+  }
+  if (!rc) {
+    ds->kind = SOURCE_TOKENS;
+    ds->tokens = ds->file;
+    ds->token_bytes = 4;
+    ds->ntok = ids.n;
+    ds->vocab = tok_vocab_size(t);
+    record_identity(ds, ids.n * 4);
+    rc = split_train_val(ds, "text", path, "tokens");
+    snprintf(ds->describe, sizeof ds->describe, "text file %s (%zu bytes, %zu tokens of %s)", path,
+             n, ids.n, tok_path);
+  }
+  free(text);
+  tok_ids_free(&ids);
+  tok_free(t);
+  return rc;
+}
+
 /* Token i of a token file (ds->token_bytes wide, little-endian like the header). */
 static uint32_t token_at(const DataSource* ds, size_t i) {
   if (ds->token_bytes == 2) {
@@ -354,6 +388,23 @@ int data_open(DataSource** out, const char* spec, int seq_len, uint64_t seed) {
     rc = osdp_fail("data: unknown source '%s'; use addition, addition:N, text:FILE or tokens:FILE",
                    spec);
   if (rc) {
+    data_close(ds);
+    return -1;
+  }
+  *out = ds;
+  return 0;
+}
+
+int data_open_tokenized(DataSource** out, const char* spec, const char* tokenizer, int seq_len,
+                        uint64_t seed) {
+  if (!tokenizer || !spec || strncmp(spec, "text:", 5) != 0) return data_open(out, spec, seq_len, seed);
+  *out = NULL;
+  if (seq_len < 1) return osdp_fail("data: sequence length %d must be at least 1", seq_len);
+  DataSource* ds = calloc(1, sizeof *ds);
+  if (!ds) return osdp_fail("data: out of memory");
+  ds->seq_len = seq_len;
+  ds->seed = seed;
+  if (text_open_tokenized(ds, spec + 5, tokenizer)) {
     data_close(ds);
     return -1;
   }

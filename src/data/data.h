@@ -11,7 +11,8 @@
 **
 **   "addition"     n = 3 digit addition problems, made up on the fly (needs no file).
 **   "addition:N"   the same with N-digit operands, 1 <= N <= 9.
-**   "text:FILE"    the bytes of FILE, vocabulary 256.
+**   "text:FILE"    the bytes of FILE, vocabulary 256; or, through data_open_tokenized, its
+**                  tokens under a Hugging Face tokenizer.
 **   "tokens:FILE"  a token file in llm.c's format (GPT-2 or Llama 3 tokens, see below); its
 **                  vocabulary is its largest token id + 1 (the format does not record one).
 **
@@ -86,6 +87,12 @@ enum {
 ** osdp_fail message (unknown spec, unreadable/empty/malformed file, file too short for
 ** seq_len, seq_len too short for one addition problem). */
 int data_open(DataSource** out, const char* spec, int seq_len, uint64_t seed);
+/* The same, but "text:FILE" is encoded by the Hugging Face tokenizer at `tokenizer` (a
+** tokenizer.json or a directory holding one: tokenizer/tokenizer.h) into token ids, split and
+** drawn as a token file's (its vocabulary: the tokenizer's). NULL tokenizer, or another source:
+** data_open. */
+int data_open_tokenized(DataSource** out, const char* spec, const char* tokenizer, int seq_len,
+                        uint64_t seed);
 
 /* Frees a source and its file contents. NULL is allowed. */
 void data_close(DataSource* ds);
