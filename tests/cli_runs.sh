@@ -160,6 +160,16 @@ echo '{"model_type":"llama","hidden_size":32,"num_hidden_layers":1,"num_attentio
 "$osdp" train --model hf --data text:tok.txt --seq 16 --batch 2 --steps 3 --json --quiet >hf.sum 2>err.txt
 if grep -q '"data":"text file tok.txt ([0-9]* bytes, [0-9]* tokens of hf/tokenizer.json)' hf.sum; then ok
 else bad "train --model DIR with its tokenizer.json: $(cat err.txt) $(head -c 300 hf.sum)"; fi
+# sample through the tokenizer: words in, words out (only the text on stdout), ids in --json.
+"$osdp" train --model hf --data text:tok.txt --seq 16 --batch 2 --steps 3 --quiet --save hf/model.safetensors \
+  >/dev/null 2>err.txt || bad "train --save into the model directory: $(cat err.txt)"
+"$osdp" sample --load hf --prompt "Hello world" --temperature 0 --tokens 6 >words.txt 2>err.txt
+if [ "$(wc -l <words.txt)" -eq 1 ] && grep -q "^Hello world" words.txt && grep -q "new tokens" err.txt; then ok
+else bad "sample --load DIR with its tokenizer: $(cat words.txt) / $(cat err.txt)"; fi
+"$osdp" sample --load hf/model.safetensors --tokenizer "$tokjson" --prompt "Hello" --temperature 0 \
+  --tokens 4 --json >words.json 2>err.txt
+if grep -q '"prompt_tokens":\[260,108,108,111\]' words.json && grep -q '"prompt":"Hello","text":' words.json; then ok
+else bad "sample --tokenizer --json: $(cat words.json) $(cat err.txt)"; fi
 refused "text: bytes for a 50257-token model" "--tokenizer PATH" "vocab_size 50257" "--tokenizer bytes" -- \
   "$osdp" train --model gpt2-124m --data text:tok.txt --steps 1 --seq 16 --batch 1
 

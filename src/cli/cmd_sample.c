@@ -18,6 +18,7 @@
 #include "core/util.h"
 #include "kernels/backend.h"
 #include "runtime/train_state.h"
+#include "tokenizer/tokenizer.h"
 
 #define SAMPLE_PROMPT_MAX 4096
 
@@ -26,7 +27,10 @@ static const OptionSpec sample_options[] = {
                            "model directory"},
     {"resume", "PATH", NULL, "the weights of a checkpoint of osdp train: DIR's newest, or DIR/step-N"},
     {"model", "M", NULL, "the model's shape, needed only for a safetensors file without n_head"},
-    {"prompt", "TEXT", NULL, "the text to continue, in the data's tokens (addition: \"347+285=\")"},
+    {"prompt", "TEXT", NULL, "the text to continue: encoded by the tokenizer when there is one, else\n"
+                             "in the data's tokens (addition: \"347+285=\")"},
+    {"tokenizer", "PATH", "the --load dir's", "a Hugging Face tokenizer.json (or a directory\n"
+                  "holding one): --prompt encoded, the output decoded"},
     {"prompt-tokens", "IDS", NULL, "the prompt as token ids, comma-separated (\"15496,11,995\")"},
     {"tokens", "N", "64", "new tokens at most (fewer at the end token of addition or the context)"},
     {"temperature", "T", "1", "softmax temperature of the draws; 0: greedy (the likeliest token)"},
@@ -57,6 +61,7 @@ typedef struct SampleRun {
   GptDesc d;
   float* params;
   DataSource* data;
+  Tokenizer* tok;       /* --tokenizer, or the --load directory's: text in and out (NULL: none) */
   SampleOptions opt;
   int problems;         /* --problems */
   int json;
@@ -73,6 +78,26 @@ static int sample_data_spec(const SampleRun* r, const char* path, char* spec, si
   if (cJSON_IsString(data)) snprintf(spec, cap, "%s", data->valuestring);
   train_state_close(&ts);
   return 0;
+}
+
+/* Loads the tokenizer: --tokenizer PATH, else the tokenizer.json of the --load directory.
+** 1 when there is one (r->tok), 0 when not, -1 with an error (unreadable, or ids beyond the
+** model's vocabulary). */
+static int sample_tokenizer(SampleRun* r, const char* load) {
+  char found[4200];
+  const char* path = args_get(&r->args, "tokenizer", NULL);
+  struct stat st;
+  if (!path && load && stat(load, &st) == 0 && S_ISDIR(st.st_mode)) {
+    snprintf(found, sizeof found, "%s/tokenizer.json", load);
+    if (stat(found, &st) == 0) path = found;
+  }
+  if (!path) return 0;
+  if (out_claim_input(path, "--tokenizer") || tok_load(&r->tok, path)) return -1;
+  if (tok_vocab_size(r->tok) > r->d.cfg.vocab_size)
+    return osdp_fail("--tokenizer %s has %d ids, more than model %s's vocabulary of %d; give the "
+                     "model's own tokenizer", path, tok_vocab_size(r->tok), r->d.cfg.name,
+                     r->d.cfg.vocab_size);
+  return 1;
 }
 
 /* Reads the options, the weights and the data source. */
@@ -107,6 +132,8 @@ static int sample_setup(SampleRun* r, int argc, char** argv) {
       setup_read_weights(path, args_get(a, "model", NULL), "sample", &r->d, &r->params) ||
       sample_data_spec(r, resume, spec, sizeof spec))
     return -1;
+  int tk = sample_tokenizer(r, load);
+  if (tk) return tk < 0 ? -1 : 0; /* text in and out through the tokenizer: no data source */
   int T = r->d.cfg.max_seq < 64 ? r->d.cfg.max_seq : 64;
   if (data_open(&r->data, spec, T, 1)) {
     /* Token ids need no tokenizer: a data file that is gone does not stop --prompt-tokens. */
@@ -122,10 +149,21 @@ static int sample_setup(SampleRun* r, int argc, char** argv) {
   return 0;
 }
 
+/* text encoded by tokenizer t into ids (at most max): the count, or -1 with an error. */
+static int tok_prompt(Tokenizer* t, const char* text, int* ids, int max) {
+  TokIds v = {0};
+  int n = tok_encode(t, text, strlen(text), &v) ? -1 : (int)v.n;
+  if (n > max) n = osdp_fail("--prompt: %zu tokens, more than %d", v.n, max);
+  if (n > 0) memcpy(ids, v.ids, (size_t)n * sizeof *ids);
+  tok_ids_free(&v);
+  return n;
+}
+
 /* The prompt's token ids into ids (at most max): --prompt in the data's tokens, or the ids of
 ** --prompt-tokens. Returns the count, or -1 with an error. */
 static int sample_prompt(const SampleRun* r, int* ids, int max) {
   const char* text = args_get(&r->args, "prompt", NULL);
+  if (text && r->tok) return tok_prompt(r->tok, text, ids, max);
   if (text) return data_encode(r->data, text, ids, max); /* --prompt-tokens when r->data is NULL */
   const char* list = args_get(&r->args, "prompt-tokens", "");
   int n = 0;
@@ -148,6 +186,27 @@ static void add_ints(cJSON* o, const char* key, const int* v, int n) {
   for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
 }
 
+/* Prints the prompt and its continuation as text through the tokenizer: the words alone on
+** standard output (so they can be piped), or ids and text in out. 0, or -1 with an error. */
+static int sample_words(SampleRun* r, const int* prompt, int n, const int* gen, int ng, cJSON* out) {
+  size_t lp = 0, lg = 0;
+  char *ptxt = tok_decode(r->tok, prompt, (size_t)n, &lp), *gtxt = tok_decode(r->tok, gen, (size_t)ng, &lg);
+  int rc = ptxt && gtxt ? 0 : -1;
+  if (!rc && out) {
+    add_ints(out, "prompt_tokens", prompt, n);
+    add_ints(out, "tokens", gen, ng);
+    cJSON_AddStringToObject(out, "prompt", ptxt);
+    cJSON_AddStringToObject(out, "text", gtxt);
+  } else if (!rc) {
+    fwrite(ptxt, 1, lp, stdout);
+    fwrite(gtxt, 1, lg, stdout);
+    fputc('\n', stdout);
+  }
+  free(ptxt);
+  free(gtxt);
+  return rc;
+}
+
 /* Continues the prompt and prints it, for people or as JSON. */
 static int sample_continue(SampleRun* r, cJSON* out) {
   int* prompt = malloc(SAMPLE_PROMPT_MAX * sizeof(int));
@@ -157,7 +216,12 @@ static int sample_continue(SampleRun* r, cJSON* out) {
   double secs = 0;
   if (addition) r->opt.stop_token = DATA_ADD_END; /* one answer, then stop */
   if (!rc) rc = sample_generate(&r->d, r->params, prompt, n, &r->opt, gen, &ng, &secs);
-  if (!rc) {
+  if (!rc && r->tok) {
+    rc = sample_words(r, prompt, n, gen, ng, out);
+    if (!rc && !out)
+      fprintf(stderr, "%d new tokens in %.1f ms (%.0f tokens/s, %s)\n", ng, 1e3 * secs,
+              secs > 0 ? ng / secs : 0, r->opt.no_cache ? "full forward per token" : "KV cache");
+  } else if (!rc) {
     size_t cap = 8 * ((size_t)n + ng) + 16;
     char *ptxt = malloc(cap), *gtxt = malloc(cap);
     if (ptxt && gtxt) {
@@ -233,6 +297,7 @@ int cmd_sample(int argc, char** argv) {
   if (failed != 0 && comm_rank() != 0) osdp_fail("sample: rank 0 failed");
   free(r.params);
   data_close(r.data);
+  tok_free(r.tok);
   gpt_desc_free(&r.d);
   return failed != 0 || rc ? cli_report_error() : 0;
 }
