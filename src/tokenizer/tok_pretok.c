@@ -5,8 +5,10 @@
 ** the pieces of the last step are the words. Patterns come in Oniguruma's syntax (what
 ** `tokenizers` compiles); the few escapes whose meaning differs are rewritten or refused here.
 */
+#ifdef OSDP_HAVE_PCRE2
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +108,7 @@ static int tok_translate(const char* in, char* out, size_t cap, const char* what
   return 0;
 }
 
+#ifdef OSDP_HAVE_PCRE2
 int tok_step_add(Tokenizer* t, const char* pattern, int literal, const char* what) {
   if (t->nsteps >= TOK_MAX_STEPS)
     return osdp_fail("%s: %s: more than %d pre-tokenizer steps", t->path, what, TOK_MAX_STEPS);
@@ -170,6 +173,24 @@ static int tok_next_match(const Tokenizer* t, const TokStep* s, const char* text
   *me = ov[1];
   return 1;
 }
+
+#else /* built without PCRE2 (CMake found no libpcre2-8): no regex steps */
+
+int tok_step_add(Tokenizer* t, const char* pattern, int literal, const char* what) {
+  (void)pattern, (void)literal;
+  return osdp_fail("%s: %s: the pre-tokenizer's regexes need PCRE2, and this osdp was built "
+                   "without it; install libpcre2-dev (scripts/deps.sh) and rebuild", t->path, what);
+}
+
+void tok_steps_free(Tokenizer* t) { t->nsteps = 0; }
+
+/* Never called: a tokenizer has no steps without PCRE2. */
+static int tok_next_match(const Tokenizer* t, const TokStep* s, const char* text, size_t n,
+                          size_t from, size_t* ms, size_t* me) {
+  (void)s, (void)text, (void)n, (void)from, (void)ms, (void)me;
+  return osdp_fail("%s: no regex matcher in this build", t->path);
+}
+#endif
 
 /* Splits text[0..n) by step k (or merges it as a word past the last step) into out. */
 static int tok_split(Tokenizer* t, int k, const char* text, size_t n, TokIds* out) {
